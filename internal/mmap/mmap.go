@@ -1,0 +1,88 @@
+// Package mmap maps files read-only into memory, so checkpoint readers can hand out tensor
+// bytes as slices of the file without copying them and without holding the checkpoint in
+// the Go heap: pages come from the page cache on demand and are dropped under pressure.
+package mmap
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// File is a read-only memory mapping of a whole file.
+type File struct {
+	name string
+	data []byte
+}
+
+// Open maps the named file read-only. An empty file maps to an empty slice.
+func Open(name string) (*File, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", name)
+	}
+	size := st.Size()
+	if size == 0 {
+		return &File{name: name, data: []byte{}}, nil
+	}
+	if size != int64(int(size)) {
+		return nil, fmt.Errorf("%s: file of %d bytes is too large to map", name, size)
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("%s: mmap: %w", name, err)
+	}
+	return &File{name: name, data: data}, nil
+}
+
+// Name is the path the file was opened with.
+func (f *File) Name() string { return f.name }
+
+// Bytes is the mapped content. It must not be used after Close.
+func (f *File) Bytes() []byte { return f.data }
+
+// Size is the file length in bytes.
+func (f *File) Size() int64 { return int64(len(f.data)) }
+
+// ReadAt implements io.ReaderAt over the mapping.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("%s: negative offset %d", f.name, off)
+	}
+	if off >= int64(len(f.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, f.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Advise tells the kernel the mapping will be read sequentially, which doubles readahead
+// for streaming conversions. Errors are ignored: it is only a hint.
+func (f *File) Advise() {
+	if len(f.data) > 0 {
+		_ = unix.Madvise(f.data, unix.MADV_SEQUENTIAL)
+	}
+}
+
+// Close unmaps the file.
+func (f *File) Close() error {
+	if len(f.data) == 0 {
+		return nil
+	}
+	err := unix.Munmap(f.data)
+	f.data = nil
+	return err
+}

@@ -1,0 +1,203 @@
+package statedict
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+)
+
+// Value is one node of a checkpoint tree. Its dynamic type is one of:
+// nil (Python None), bool, int64, *big.Int (ints beyond int64), float64, complex128, string,
+// []byte, *Dict, *List, Tuple, *Tensor, *Object (an inert record of a Python object ckpt does
+// not model, e.g. torch.Size, torch.device, argparse.Namespace), *NDArray (numpy data) or
+// DType (a torch dtype used as a value, e.g. in DCP metadata or optimizer options).
+type Value = any
+
+// Entry is one key/value pair of a Dict.
+type Entry struct {
+	Key   Value
+	Value Value
+}
+
+// Dict is an insertion-ordered mapping, like Python's dict and OrderedDict. Keys are usually
+// strings (state_dict names) or ints (optimizer parameter ids).
+type Dict struct {
+	// Class is "" for a plain dict, or the Python class it was ("collections.OrderedDict").
+	Class string
+	// Attrs holds instance attributes set on the mapping, such as the `_metadata` dict
+	// nn.Module.state_dict() attaches to its OrderedDict; nil if none.
+	Attrs   Value
+	entries []Entry
+	index   map[any]int // hashable keys (string, int64, bool) → position
+}
+
+// NewDict returns an empty dict of the given Python class ("" for dict).
+func NewDict(class string) *Dict { return &Dict{Class: class} }
+
+// Len is the number of entries.
+func (d *Dict) Len() int { return len(d.entries) }
+
+// Entries returns the entries in insertion order. The slice must not be modified.
+func (d *Dict) Entries() []Entry { return d.entries }
+
+func indexKey(k Value) (any, bool) {
+	switch k := k.(type) {
+	case string:
+		return k, true
+	case int64:
+		return k, true
+	case bool: // Python: True == 1
+		if k {
+			return int64(1), true
+		}
+		return int64(0), true
+	}
+	return nil, false
+}
+
+// Get returns the value stored under key.
+func (d *Dict) Get(key Value) (Value, bool) {
+	if ik, ok := indexKey(key); ok {
+		if i, ok := d.index[ik]; ok {
+			return d.entries[i].Value, true
+		}
+		return nil, false
+	}
+	for _, e := range d.entries {
+		if KeyString(e.Key) == KeyString(key) {
+			return e.Value, true
+		}
+	}
+	return nil, false
+}
+
+// Set stores value under key. Replacing a key keeps its position, as in Python.
+func (d *Dict) Set(key, value Value) {
+	if ik, ok := indexKey(key); ok {
+		if d.index == nil {
+			d.index = make(map[any]int)
+		}
+		if i, ok := d.index[ik]; ok {
+			d.entries[i].Value = value
+			return
+		}
+		d.index[ik] = len(d.entries)
+	}
+	d.entries = append(d.entries, Entry{key, value})
+}
+
+// Delete removes key, keeping the order of the rest.
+func (d *Dict) Delete(key Value) bool {
+	pos := -1
+	for i, e := range d.entries {
+		if KeyString(e.Key) == KeyString(key) {
+			pos = i
+			break
+		}
+	}
+	if pos < 0 {
+		return false
+	}
+	d.entries = append(d.entries[:pos], d.entries[pos+1:]...)
+	d.index = nil
+	for i, e := range d.entries {
+		if ik, ok := indexKey(e.Key); ok {
+			if d.index == nil {
+				d.index = make(map[any]int)
+			}
+			d.index[ik] = i
+		}
+	}
+	return true
+}
+
+// List is a Python list. It is a pointer type so that a list referenced twice stays one list.
+type List struct{ Items []Value }
+
+// Tuple is a Python tuple.
+type Tuple []Value
+
+// Object is an inert record of a Python object that ckpt does not model as data: the class
+// (or callable) the pickle named, the arguments it would have been called with and the state
+// it would have been given. Nothing was ever called to produce it.
+type Object struct {
+	Class string // "module.qualname", e.g. "torch.Size", "argparse.Namespace"
+	Args  []Value
+	State Value
+}
+
+// NDArray is a numpy array or scalar stored as data: dtype string as numpy spells it
+// ("<f8"), shape, and the raw bytes in C (or Fortran, if set) order.
+type NDArray struct {
+	DType   string
+	Shape   []int64
+	Fortran bool
+	Scalar  bool
+	Data    []byte
+}
+
+// KeyString renders a dict key as Python's str() does for the key types found in
+// checkpoints; it is how flattened names are joined.
+func KeyString(k Value) string {
+	switch k := k.(type) {
+	case string:
+		return k
+	case int64:
+		return strconv.FormatInt(k, 10)
+	case *big.Int:
+		return k.String()
+	case bool:
+		if k {
+			return "True"
+		}
+		return "False"
+	case nil:
+		return "None"
+	case float64:
+		return PyFloat(k)
+	case Tuple:
+		parts := make([]string, len(k))
+		for i, v := range k {
+			parts[i] = KeyString(v)
+		}
+		if len(parts) == 1 {
+			return "(" + parts[0] + ",)"
+		}
+		return "(" + strings.Join(parts, ", ") + ")"
+	case DType:
+		return "torch." + k.String()
+	}
+	return fmt.Sprintf("%v", k)
+}
+
+// PyFloat formats f as Python's repr(float) does ("1.0", "1e-05", "1e+16", "inf", "nan"):
+// the shortest round-tripping digits, positional for decimal exponents in [-4, 16).
+func PyFloat(f float64) string {
+	switch {
+	case f != f:
+		return "nan"
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	}
+	e := strconv.FormatFloat(f, 'e', -1, 64)
+	i := strings.IndexByte(e, 'e')
+	exp, _ := strconv.Atoi(e[i+1:])
+	if f != 0 && (exp < -4 || exp >= 16) {
+		mant, x := e[:i], e[i+1:]
+		sign := x[:1]
+		x = strings.TrimLeft(x[1:], "0")
+		if len(x) < 2 {
+			x = strings.Repeat("0", 2-len(x)) + x
+		}
+		return mant + "e" + sign + x
+	}
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return s
+}

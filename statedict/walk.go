@@ -1,0 +1,141 @@
+package statedict
+
+import (
+	"fmt"
+	"io"
+)
+
+// Leaf is a non-container value of a checkpoint tree with its flattened name.
+type Leaf struct {
+	Name  string
+	Value Value
+}
+
+// Walk visits the leaves of v depth-first in container order. Names join dict keys
+// (KeyString) and list/tuple indices with ".", as torch.distributed.checkpoint flattens state
+// dicts; prefix is the name of v itself ("" at the root). Tensors are leaves; so are objects,
+// numpy arrays and empty containers (reported with the container as value). A container
+// that contains itself is an error rather than an endless walk.
+func Walk(v Value, prefix string, fn func(name string, v Value) error) error {
+	w := walker{fn: fn, open: map[any]bool{}}
+	return w.walk(v, prefix)
+}
+
+type walker struct {
+	fn   func(string, Value) error
+	open map[any]bool // containers on the current path
+}
+
+func join(prefix, k string) string {
+	if prefix == "" {
+		return k
+	}
+	return prefix + "." + k
+}
+
+func (w *walker) enter(c any, name string) error {
+	if w.open[c] {
+		return fmt.Errorf("%s: container contains itself", name)
+	}
+	w.open[c] = true
+	return nil
+}
+
+func (w *walker) walk(v Value, name string) error {
+	switch c := v.(type) {
+	case *Dict:
+		if c.Len() == 0 {
+			return w.fn(name, v)
+		}
+		if err := w.enter(c, name); err != nil {
+			return err
+		}
+		for _, e := range c.entries {
+			if err := w.walk(e.Value, join(name, KeyString(e.Key))); err != nil {
+				return err
+			}
+		}
+		delete(w.open, c)
+	case *List:
+		if len(c.Items) == 0 {
+			return w.fn(name, v)
+		}
+		if err := w.enter(c, name); err != nil {
+			return err
+		}
+		for i, x := range c.Items {
+			if err := w.walk(x, join(name, fmt.Sprint(i))); err != nil {
+				return err
+			}
+		}
+		delete(w.open, c)
+	case Tuple:
+		if len(c) == 0 {
+			return w.fn(name, v)
+		}
+		for i, x := range c {
+			if err := w.walk(x, join(name, fmt.Sprint(i))); err != nil {
+				return err
+			}
+		}
+	default:
+		return w.fn(name, v)
+	}
+	return nil
+}
+
+// Flatten returns the leaves of v in Walk order.
+func Flatten(v Value) ([]Leaf, error) {
+	var out []Leaf
+	err := Walk(v, "", func(name string, v Value) error {
+		out = append(out, Leaf{name, v})
+		return nil
+	})
+	return out, err
+}
+
+// NamedTensor is a tensor with its flattened name.
+type NamedTensor struct {
+	Name   string
+	Tensor *Tensor
+}
+
+// Checkpoint is a checkpoint opened by a format reader: a tree of values whose tensors read
+// their bytes lazily from the source files, which stay open (mapped) until Close.
+type Checkpoint struct {
+	// Format names the on-disk format ("torch-zip", "torch-legacy", "safetensors", ...).
+	Format string
+	// Path is the file or folder it was read from.
+	Path string
+	// Root is the top-level value (usually a *Dict).
+	Root Value
+	// Extras are files that travel with the checkpoint (config.json, tokenizer files),
+	// relative to Path when it is a folder.
+	Extras []string
+	// Closers release the mapped files; Close calls them.
+	Closers []io.Closer
+}
+
+// Tensors returns every tensor of the tree with its flattened name, in Walk order.
+func (c *Checkpoint) Tensors() ([]NamedTensor, error) {
+	var out []NamedTensor
+	err := Walk(c.Root, "", func(name string, v Value) error {
+		if t, ok := v.(*Tensor); ok {
+			out = append(out, NamedTensor{name, t})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Close releases the files the checkpoint reads from. Tensors must not be read afterwards.
+func (c *Checkpoint) Close() error {
+	var first error
+	for _, cl := range c.Closers {
+		if err := cl.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	c.Closers = nil
+	return first
+}
