@@ -1,0 +1,291 @@
+package pickle
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Options configures a [Decoder].
+type Options struct {
+	// PersistentLoad resolves persistent ids (BINPERSID, PERSID). It gets
+	// the decoded pid (for torch zip checkpoints a Tuple such as
+	// ("storage", Global torch.FloatStorage, "0", "cpu", int64(6)); for
+	// PERSID a string) and returns the value to use in its place. If nil,
+	// a persistent id is an error.
+	PersistentLoad func(pid Value) (Value, error)
+	// Limits bounds the resources a pickle may claim; zero fields take the
+	// values of DefaultLimits.
+	Limits Limits
+	// Strict makes any global outside Allowed and Allow an error
+	// ([*DisallowedError]), like torch.load(weights_only=True). Globals of
+	// the modules sys, os, posix and nt are refused even if listed in Allow.
+	Strict bool
+	// Allow lists extra globals accepted in Strict mode (for example the
+	// DCP metadata dataclasses), given after Python 2→3 renaming.
+	Allow []Global
+}
+
+// Limits bounds what a pickle may make the decoder allocate. Every limit is
+// checked before the allocation it guards, so a length field of 2^62 costs
+// nothing. Exceeding one is an [*Error] wrapping a [*LimitError].
+type Limits struct {
+	// MaxMemo is the number of memo entries per pickle.
+	MaxMemo int
+	// MaxStack is the number of values on the stack (all marks together).
+	MaxStack int
+	// MaxMarkDepth is the number of MARKs open at once.
+	MaxMarkDepth int
+	// MaxStringLen bounds one str (and one text-opcode line) in bytes.
+	MaxStringLen int64
+	// MaxBytesLen bounds one bytes or bytearray value.
+	MaxBytesLen int64
+	// MaxAlloc bounds the total charged across all Decode calls of a
+	// Decoder: the bytes of every str, bytes, bytearray and big int, 16
+	// per item held by a container, tuple, memo entry or dict key, 64 per
+	// container or object, and the canonical encodings of non-str dict keys.
+	MaxAlloc int64
+	// MaxLongBytes bounds the two's-complement length of one LONG1/LONG4
+	// integer; text INT/LONG literals may have up to 2.5 digits per byte.
+	MaxLongBytes int
+	// MaxContainerItems bounds the items of one tuple, list, dict or set.
+	MaxContainerItems int64
+}
+
+// DefaultLimits returns limits generous enough for real checkpoints: total
+// allocation 1 GiB, strings 256 MiB, bytes 1 GiB, memo 1<<24 entries, stack
+// 1<<20 values, 10000 nested marks, 16 KiB integers and 1<<26 items per
+// container.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxMemo:           1 << 24,
+		MaxStack:          1 << 20,
+		MaxMarkDepth:      10000,
+		MaxStringLen:      256 << 20,
+		MaxBytesLen:       1 << 30,
+		MaxAlloc:          1 << 30,
+		MaxLongBytes:      1 << 14,
+		MaxContainerItems: 1 << 26,
+	}
+}
+
+// withDefaults replaces zero (or negative) fields by their defaults.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxMemo <= 0 {
+		l.MaxMemo = d.MaxMemo
+	}
+	if l.MaxStack <= 0 {
+		l.MaxStack = d.MaxStack
+	}
+	if l.MaxMarkDepth <= 0 {
+		l.MaxMarkDepth = d.MaxMarkDepth
+	}
+	if l.MaxStringLen <= 0 {
+		l.MaxStringLen = d.MaxStringLen
+	}
+	if l.MaxBytesLen <= 0 {
+		l.MaxBytesLen = d.MaxBytesLen
+	}
+	if l.MaxAlloc <= 0 {
+		l.MaxAlloc = d.MaxAlloc
+	}
+	if l.MaxLongBytes <= 0 {
+		l.MaxLongBytes = d.MaxLongBytes
+	}
+	if l.MaxContainerItems <= 0 {
+		l.MaxContainerItems = d.MaxContainerItems
+	}
+	return l
+}
+
+// Allocation charges (see Limits.MaxAlloc).
+const (
+	itemCost   = 16
+	objectCost = 64
+)
+
+// Decoder decodes pickles from a byte slice. It is not safe for concurrent
+// use.
+type Decoder struct {
+	r     reader
+	opts  Options
+	lim   Limits
+	allow map[Global]bool
+	alloc int64
+
+	// State of the pickle being decoded.
+	stack []Value
+	marks []int
+	memo  memo[Value]
+	proto int
+	// latin1 holds the Python 2 strs of this pickle that were not valid
+	// UTF-8 and were decoded as latin-1, so that numpy raw data pickled as
+	// a Python 2 str can be turned back into its bytes.
+	latin1 map[string]struct{}
+}
+
+// NewDecoder returns a Decoder reading pickles from data, starting at offset 0.
+func NewDecoder(data []byte, opts Options) *Decoder {
+	d := &Decoder{r: reader{data: data}, opts: opts, lim: opts.Limits.withDefaults()}
+	if len(opts.Allow) > 0 {
+		d.allow = make(map[Global]bool, len(opts.Allow))
+		for _, g := range opts.Allow {
+			d.allow[g] = true
+		}
+	}
+	return d
+}
+
+// Offset returns the offset in data where the next Decode starts: just past
+// the STOP of the last pickle decoded.
+func (d *Decoder) Offset() int64 { return int64(d.r.pos) }
+
+// Decode decodes one pickle starting at the decoder's current offset and
+// stops after its STOP opcode. Several pickles can follow each other in data
+// (the legacy torch format); call Decode again for the next one. At the end
+// of data Decode returns an *Error wrapping io.EOF. On error the offset is
+// left at the failing opcode.
+func (d *Decoder) Decode() (Value, error) {
+	d.stack = d.stack[:0]
+	d.marks = d.marks[:0]
+	d.memo.reset()
+	d.proto = 0
+	d.latin1 = nil
+	start := d.r.pos
+	if d.r.remaining() == 0 {
+		return nil, &Error{Offset: int64(start), Err: io.EOF}
+	}
+	for {
+		off := d.r.pos
+		if d.r.remaining() == 0 {
+			return nil, &Error{Offset: int64(off), Err: fmt.Errorf("pickle starting at offset %d has no STOP: %w", start, io.ErrUnexpectedEOF)}
+		}
+		op := d.r.data[off]
+		d.r.pos++
+		if op == opStop {
+			v, err := d.pop()
+			if err != nil {
+				d.r.pos = off
+				return nil, d.wrap(off, op, err)
+			}
+			return v, nil
+		}
+		if err := d.step(op); err != nil {
+			d.r.pos = off
+			return nil, d.wrap(off, op, err)
+		}
+	}
+}
+
+func (d *Decoder) wrap(off int, op byte, err error) *Error {
+	return &Error{Offset: int64(off), Op: opName(op), Err: err}
+}
+
+// charge accounts n bytes against Limits.MaxAlloc.
+func (d *Decoder) charge(n int64, what string) error {
+	if n < 0 || n > d.lim.MaxAlloc-d.alloc {
+		return &LimitError{Limit: "MaxAlloc", What: fmt.Sprintf("%s (total allocation %d + %d bytes)", what, d.alloc, n), Max: d.lim.MaxAlloc}
+	}
+	d.alloc += n
+	return nil
+}
+
+// chargeItems checks a container growing to total items and charges n new items.
+func (d *Decoder) chargeItems(total, n int, what string) error {
+	if int64(total) > d.lim.MaxContainerItems {
+		return &LimitError{Limit: "MaxContainerItems", What: fmt.Sprintf("%s of %d items", what, total), Max: d.lim.MaxContainerItems}
+	}
+	return d.charge(int64(n)*itemCost, what)
+}
+
+// fence is the lowest stack index the current opcode may pop: the position
+// of the innermost MARK.
+func (d *Decoder) fence() int {
+	if n := len(d.marks); n > 0 {
+		return d.marks[n-1]
+	}
+	return 0
+}
+
+func (d *Decoder) push(v Value) error {
+	if len(d.stack) >= d.lim.MaxStack {
+		return &LimitError{Limit: "MaxStack", What: fmt.Sprintf("stack of %d values", len(d.stack)+1), Max: int64(d.lim.MaxStack)}
+	}
+	d.stack = append(d.stack, v)
+	return nil
+}
+
+func (d *Decoder) pop() (Value, error) {
+	n := len(d.stack)
+	if n <= d.fence() {
+		return nil, errUnderflow
+	}
+	v := d.stack[n-1]
+	d.stack[n-1] = nil
+	d.stack = d.stack[:n-1]
+	return v, nil
+}
+
+// popN pops n values and returns them in stack order. The slice aliases the
+// stack: use it before the next push.
+func (d *Decoder) popN(n int) ([]Value, error) {
+	l := len(d.stack)
+	if l-n < d.fence() {
+		return nil, errUnderflow
+	}
+	d.stack = d.stack[:l-n]
+	return d.stack[l-n : l : l], nil
+}
+
+func (d *Decoder) top() (Value, error) {
+	n := len(d.stack)
+	if n <= d.fence() {
+		return nil, errUnderflow
+	}
+	return d.stack[n-1], nil
+}
+
+// popMark pops everything above the innermost MARK, and the MARK. The slice
+// aliases the stack: use it before the next push.
+func (d *Decoder) popMark() ([]Value, error) {
+	n := len(d.marks)
+	if n == 0 {
+		return nil, errors.New("could not find MARK")
+	}
+	m := d.marks[n-1]
+	d.marks = d.marks[:n-1]
+	items := d.stack[m:len(d.stack):len(d.stack)]
+	d.stack = d.stack[:m]
+	return items, nil
+}
+
+func (d *Decoder) pushMark() error {
+	if len(d.marks) >= d.lim.MaxMarkDepth {
+		return &LimitError{Limit: "MaxMarkDepth", What: fmt.Sprintf("%d nested marks", len(d.marks)+1), Max: int64(d.lim.MaxMarkDepth)}
+	}
+	d.marks = append(d.marks, len(d.stack))
+	return nil
+}
+
+// memoPut stores v at memo index i, enforcing MaxMemo and charging new entries.
+func (d *Decoder) memoPut(i uint64, v Value) error {
+	if !d.memo.has(i) {
+		if d.memo.len() >= d.lim.MaxMemo {
+			return &LimitError{Limit: "MaxMemo", What: fmt.Sprintf("memo of %d entries", d.memo.len()+1), Max: int64(d.lim.MaxMemo)}
+		}
+		if err := d.charge(itemCost, "memo entry"); err != nil {
+			return err
+		}
+	}
+	d.memo.put(i, v)
+	return nil
+}
+
+// allowed reports whether a global passes the Strict check.
+func (d *Decoder) allowed(g Global) bool {
+	if neverAllowed[g.Module] {
+		return false
+	}
+	return Allowed(g) || d.allow[g]
+}
