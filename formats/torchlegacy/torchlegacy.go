@@ -1,0 +1,183 @@
+// Package torchlegacy reads checkpoints in torch.save's legacy stream format, the default
+// before PyTorch 1.6 and still written with _use_new_zipfile_serialization=False: five
+// pickles (magic number, protocol version 1001, system info, the object, the storage keys)
+// followed by the raw storages, each an int64 element count and its bytes. Nothing in the
+// pickles is executed; storages are views of the mapped file.
+package torchlegacy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+
+	"github.com/ckpt-dev/ckpt/formats/pickle"
+	"github.com/ckpt-dev/ckpt/formats/torchpickle"
+	"github.com/ckpt-dev/ckpt/internal/mmap"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Format is the name ckpt gives this format.
+const Format = "torch-legacy"
+
+// magicNumber is torch.serialization.MAGIC_NUMBER, the first pickled value of the stream.
+var magicNumber, _ = new(big.Int).SetString("1950a86a20f9469cfc6c", 16)
+
+// Magic is the byte prefix of a legacy file: the protocol-2 pickle of the magic number.
+var Magic = []byte{0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19}
+
+// Error is a positional error naming the file, what was being read and the byte offset.
+type Error struct {
+	File   string
+	What   string
+	Offset int64
+	Err    error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s: %s (byte %d): %v", e.File, e.What, e.Offset, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Open maps the file at path and reads it as a legacy torch.save stream.
+func Open(path string) (*statedict.Checkpoint, error) {
+	f, err := mmap.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	root, err := Decode(f.Bytes(), path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &statedict.Checkpoint{Format: Format, Path: path, Root: root, Closers: []io.Closer{f}}, nil
+}
+
+// Decode reads a legacy stream held in data; tensors alias data.
+func Decode(data []byte, file string) (statedict.Value, error) {
+	fail := func(what string, off int64, err error) error {
+		return &Error{File: file, What: what, Offset: off, Err: err}
+	}
+	if !bytes.HasPrefix(data, Magic) {
+		return nil, fail("magic number", 0, errors.New("not a legacy torch.save stream"))
+	}
+	var (
+		dec  = pickle.NewDecoder(data, pickle.Options{})
+		base int64 // offset of dec's input within data
+	)
+	next := func(what string) (pickle.Value, int64, error) {
+		at := base + dec.Offset()
+		v, err := dec.Decode()
+		if err != nil {
+			return nil, at, fail(what, at, err)
+		}
+		return v, at, nil
+	}
+	magic, at, err := next("magic number")
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := magic.(*big.Int); !ok || m.Cmp(magicNumber) != 0 {
+		return nil, fail("magic number", at, errors.New("wrong magic number"))
+	}
+	proto, at, err := next("protocol version")
+	if err != nil {
+		return nil, err
+	}
+	if p, ok := proto.(int64); !ok || p != 1001 {
+		return nil, fail("protocol version", at, fmt.Errorf("protocol version %v, want 1001", proto))
+	}
+	if _, _, err := next("system info"); err != nil {
+		return nil, err
+	}
+
+	// First pass over the object pickle: learn which storages it references (dtype and
+	// element count per key), which the raw records after the key list need.
+	objStart := base + dec.Offset()
+	refs := map[string]torchpickle.StorageRequest{}
+	scan := pickle.NewDecoder(data[objStart:], pickle.Options{PersistentLoad: func(pid pickle.Value) (pickle.Value, error) {
+		req, err := torchpickle.ParsePID(pid)
+		if err != nil {
+			return nil, err
+		}
+		if prev, ok := refs[req.Key]; ok && prev.DType != req.DType {
+			return nil, fmt.Errorf("storage %q referenced as %s and %s", req.Key, prev.DType, req.DType)
+		}
+		refs[req.Key] = req
+		return pickle.None{}, nil
+	}})
+	if _, err := scan.Decode(); err != nil {
+		return nil, fail("object pickle", objStart, err)
+	}
+	base = objStart + scan.Offset()
+	dec = pickle.NewDecoder(data[base:], pickle.Options{})
+	keysV, at, err := next("storage keys")
+	if err != nil {
+		return nil, err
+	}
+	keyList, ok := keysV.(*pickle.List)
+	if !ok {
+		return nil, fail("storage keys", at, fmt.Errorf("storage keys are %T, want a list", keysV))
+	}
+
+	// The raw records follow back to back in key-list order.
+	storages := map[string]*statedict.Storage{}
+	off := base + dec.Offset()
+	for _, kv := range keyList.Items {
+		key, ok := kv.(string)
+		if !ok {
+			return nil, fail("storage keys", at, fmt.Errorf("storage key is %T, want str", kv))
+		}
+		req, ok := refs[key]
+		if !ok {
+			return nil, fail("storage "+key, off, errors.New("record of a storage the object never references (its element size is unknown)"))
+		}
+		if int64(len(data))-off < 8 {
+			return nil, fail("storage "+key, off, errors.New("truncated: no element count"))
+		}
+		n := int64(binary.LittleEndian.Uint64(data[off:]))
+		es := int64(req.DType.Size())
+		if n < 0 || n > (int64(len(data))-off-8)/es {
+			return nil, fail("storage "+key, off, fmt.Errorf("%d elements of %s run past the end of the file", n, req.DType))
+		}
+		if n != req.NumEl {
+			return nil, fail("storage "+key, off, fmt.Errorf("record holds %d elements, the pickle says %d", n, req.NumEl))
+		}
+		st := statedict.NewMappedStorage(key, req.Location, req.DType, data[off+8:off+8+n*es])
+		st.File, st.Offset = file, off+8
+		storages[key] = st
+		off += 8 + n*es
+	}
+	if off != int64(len(data)) {
+		return nil, fail("end of stream", off, fmt.Errorf("%d unexpected bytes after the last storage", int64(len(data))-off))
+	}
+	resolve := func(req torchpickle.StorageRequest) (*statedict.Storage, error) {
+		if req.View != nil {
+			root, ok := storages[req.View.Key]
+			if !ok {
+				return nil, fmt.Errorf("view of unknown storage %q", req.View.Key)
+			}
+			es := int64(req.DType.Size())
+			b, _ := root.Mapped()
+			if req.View.Offset > int64(len(b))/es || req.View.NumEl > int64(len(b))/es-req.View.Offset {
+				return nil, fmt.Errorf("view [%d, +%d) outside storage %q", req.View.Offset, req.View.NumEl, req.View.Key)
+			}
+			st := statedict.NewMappedStorage(req.Key, req.Location, req.DType, b[req.View.Offset*es:(req.View.Offset+req.View.NumEl)*es])
+			st.File, st.Offset = file, root.Offset+req.View.Offset*es
+			return st, nil
+		}
+		st, ok := storages[req.Key]
+		if !ok {
+			return nil, fmt.Errorf("storage %q is not in the key list", req.Key)
+		}
+		return st, nil
+	}
+	root, _, err := torchpickle.Load(data[objStart:], resolve, torchpickle.Options{})
+	if err != nil {
+		return nil, fail("object pickle", objStart, err)
+	}
+	return root, nil
+}

@@ -1,0 +1,215 @@
+// Package torchzip reads checkpoints in torch.save's zip format (PyTorch 1.6 and later)
+// without executing their pickles. The file is mapped into memory; tensors are views of the
+// mapped `data/<key>` records, so nothing is copied until a tensor is read.
+//
+// The layout handled is the one torch's PyTorchStreamReader accepts: every record under one
+// top folder of any name (taken from the first central-directory entry), a `data.pkl`
+// pickle, `data/<key>` storage records stored uncompressed (deflated ones are decompressed
+// into memory), an optional `byteorder` record, zip64 archives, and zero CRCs.
+package torchzip
+
+import (
+	"archive/zip"
+	"bytes"
+	"compress/flate"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/formats/torchpickle"
+	"github.com/ckpt-dev/ckpt/internal/mmap"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Format is the name ckpt gives this format.
+const Format = "torch-zip"
+
+// Magic is how a torch zip archive starts: a zip local file header with no preamble, which
+// is the same test torch.load applies.
+var Magic = []byte("PK\x03\x04")
+
+// Error is a positional error: the file, the record (or tensor) and the byte offset.
+type Error struct {
+	File   string
+	Record string
+	Offset int64
+	Err    error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Record != "" {
+		fmt.Fprintf(&b, ": %s", e.Record)
+	}
+	if e.Offset >= 0 {
+		fmt.Fprintf(&b, " (byte %d)", e.Offset)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Open maps the file at path and reads it as a torch zip checkpoint.
+func Open(path string) (*statedict.Checkpoint, error) {
+	f, err := mmap.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	root, err := Decode(f.Bytes(), path, 0)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &statedict.Checkpoint{Format: Format, Path: path, Root: root, Closers: []io.Closer{f}}, nil
+}
+
+// Decode reads a torch zip archive held in data (for example a slice of a mapped file, as
+// torch.distributed.checkpoint embeds one archive per tensor). file and base name the
+// enclosing file and the archive's position in it, for error messages. Tensors alias data.
+func Decode(data []byte, file string, base int64) (statedict.Value, error) {
+	fail := func(rec string, off int64, err error) error {
+		if off >= 0 {
+			off += base
+		}
+		return &Error{File: file, Record: rec, Offset: off, Err: err}
+	}
+	if !bytes.HasPrefix(data, Magic) {
+		return nil, fail("", 0, errors.New("not a torch zip archive (no PK\\x03\\x04 at the start)"))
+	}
+	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	if err != nil && !errors.Is(err, zip.ErrInsecurePath) {
+		return nil, fail("", -1, fmt.Errorf("zip: %w", err))
+	}
+	if len(zr.File) == 0 {
+		return nil, fail("", -1, errors.New("empty zip archive"))
+	}
+	first := zr.File[0].Name
+	slash := strings.IndexByte(first, '/')
+	if slash < 0 {
+		return nil, fail(first, -1, errors.New("file in archive is not in a subdirectory"))
+	}
+	prefix := first[:slash+1]
+	records := make(map[string]*zip.File, len(zr.File))
+	for _, f := range zr.File {
+		if rest, ok := strings.CutPrefix(f.Name, prefix); ok {
+			records[rest] = f
+		}
+	}
+	if records["constants.pkl"] != nil || records[".data/version"] != nil && records["version"] == nil {
+		return nil, fail(prefix+"constants.pkl", -1, errors.New("this is a TorchScript archive (torch.jit.save), not a torch.save checkpoint"))
+	}
+	read := func(name string) ([]byte, int64, error) {
+		f := records[name]
+		if f == nil {
+			return nil, -1, fail(prefix+name, -1, errors.New("record missing"))
+		}
+		return record(data, f, func(off int64, err error) error { return fail(f.Name, off, err) })
+	}
+	if err := checkVersion(records, read, fail, prefix); err != nil {
+		return nil, err
+	}
+	bigEndian := false
+	if records["byteorder"] != nil {
+		bo, _, err := read("byteorder")
+		if err != nil {
+			return nil, err
+		}
+		switch string(bo) {
+		case "little":
+		case "big":
+			bigEndian = true
+		default:
+			return nil, fail(prefix+"byteorder", -1, fmt.Errorf("unknown byte order %q", bo))
+		}
+	}
+	pkl, pklOff, err := read("data.pkl")
+	if err != nil {
+		return nil, err
+	}
+	resolve := func(req torchpickle.StorageRequest) (*statedict.Storage, error) {
+		if req.View != nil {
+			return nil, fmt.Errorf("storage %q: view metadata is only valid in the legacy format", req.Key)
+		}
+		name := "data/" + req.Key
+		b, off, err := read(name)
+		if err != nil {
+			return nil, err
+		}
+		nbytes := req.NumEl * int64(req.DType.Size())
+		if req.NumEl > 0 && nbytes/req.NumEl != int64(req.DType.Size()) || nbytes > int64(len(b)) {
+			return nil, fail(prefix+name, off, fmt.Errorf("storage of %d %s elements needs %d bytes, record has %d", req.NumEl, req.DType, nbytes, len(b)))
+		}
+		st := statedict.NewMappedStorage(req.Key, req.Location, req.DType, b[:nbytes])
+		st.File, st.Offset, st.BigEndian = file, base+off, bigEndian
+		return st, nil
+	}
+	root, _, err := torchpickle.Load(pkl, resolve, torchpickle.Options{})
+	if err != nil {
+		var pe *Error
+		if errors.As(err, &pe) {
+			return nil, err
+		}
+		return nil, fail(prefix+"data.pkl", pklOff, err)
+	}
+	return root, nil
+}
+
+// checkVersion applies torch's rule: a `version` (or `.data/version`) record holding a
+// number in 1..10 must exist.
+func checkVersion(records map[string]*zip.File, read func(string) ([]byte, int64, error), fail func(string, int64, error) error, prefix string) error {
+	name := "version"
+	if records[name] == nil {
+		name = ".data/version"
+	}
+	b, off, err := read(name)
+	if err != nil {
+		return err
+	}
+	v, perr := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if perr != nil || v < 1 || v > 10 {
+		return fail(prefix+name, off, fmt.Errorf("unsupported archive version %q (torch reads 1..10)", b))
+	}
+	return nil
+}
+
+// record returns a record's bytes: a zero-copy slice of data for stored records, a
+// decompressed copy for deflated ones. off is the data offset within data.
+func record(data []byte, f *zip.File, fail func(int64, error) error) ([]byte, int64, error) {
+	off, err := f.DataOffset()
+	if err != nil {
+		return nil, -1, fail(-1, err)
+	}
+	size := int64(f.CompressedSize64)
+	if size < 0 || off < 0 || off > int64(len(data)) || size > int64(len(data))-off {
+		return nil, off, fail(off, fmt.Errorf("record of %d bytes runs past the end of the %d-byte archive", f.CompressedSize64, len(data)))
+	}
+	raw := data[off : off+size]
+	switch f.Method {
+	case zip.Store:
+		if f.UncompressedSize64 != f.CompressedSize64 {
+			return nil, off, fail(off, fmt.Errorf("stored record with compressed size %d != size %d", f.CompressedSize64, f.UncompressedSize64))
+		}
+		return raw, off, nil
+	case zip.Deflate:
+		const maxInflate = 1 << 34
+		if f.UncompressedSize64 > maxInflate {
+			return nil, off, fail(off, fmt.Errorf("deflated record of %d bytes is too large", f.UncompressedSize64))
+		}
+		out := make([]byte, 0, f.UncompressedSize64)
+		w := bytes.NewBuffer(out)
+		n, err := io.Copy(w, io.LimitReader(flate.NewReader(bytes.NewReader(raw)), int64(f.UncompressedSize64)+1))
+		if err != nil {
+			return nil, off, fail(off, fmt.Errorf("inflate: %w", err))
+		}
+		if uint64(n) != f.UncompressedSize64 {
+			return nil, off, fail(off, fmt.Errorf("inflated %d bytes, directory says %d", n, f.UncompressedSize64))
+		}
+		return w.Bytes(), off, nil
+	}
+	return nil, off, fail(off, fmt.Errorf("unsupported compression method %d", f.Method))
+}

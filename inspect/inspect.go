@@ -1,0 +1,230 @@
+// Package inspect describes a checkpoint: every tensor as stored (name, dtype, shape,
+// location, size, optionally a hash of its bytes), totals by dtype, and the non-tensor
+// entries. Its Report is the JSON contract of `ckpt inspect --json`, stable for scripts:
+// names and dtypes are torch's, so listings can be compared with what torch reports.
+package inspect
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"sort"
+
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Report is the description of one checkpoint.
+type Report struct {
+	Format     string       `json:"format"`
+	Path       string       `json:"path"`
+	Tensors    []Tensor     `json:"tensors"`
+	Totals     []DTypeTotal `json:"totals"`
+	NonTensors []NonTensor  `json:"non_tensors"`
+	// TotalBytes sums the tensors' contiguous bytes, counting each once per name.
+	TotalBytes int64 `json:"total_bytes"`
+}
+
+// Tensor describes one stored tensor.
+type Tensor struct {
+	Name     string  `json:"name"`
+	DType    string  `json:"dtype"`
+	Shape    []int64 `json:"shape"`
+	Location string  `json:"location"`
+	NBytes   int64   `json:"nbytes"`
+	// SHA256 is the hash of the tensor's contiguous little-endian bytes (what
+	// tensor.contiguous() holds, lazy conj/neg resolved); set with Options.Hash.
+	SHA256 string `json:"sha256,omitempty"`
+	// SharesStorageWith names the first tensor viewing the same storage (tied weights).
+	SharesStorageWith string `json:"shares_storage_with,omitempty"`
+}
+
+// DTypeTotal counts tensors and bytes of one dtype.
+type DTypeTotal struct {
+	DType   string `json:"dtype"`
+	Tensors int    `json:"tensors"`
+	NBytes  int64  `json:"nbytes"`
+}
+
+// NonTensor is a leaf that is not a tensor: a number, string, flag, or an object ckpt keeps
+// as an inert record. Value is set for JSON-representable scalars (HasValue tells a None
+// value from no value; JSON writes "value": null for None and omits it otherwise).
+type NonTensor struct {
+	Name     string
+	Type     string
+	Value    any
+	HasValue bool
+}
+
+// MarshalJSON writes {"name", "type"[, "value"]}.
+func (n NonTensor) MarshalJSON() ([]byte, error) {
+	type plain struct {
+		Name string `json:"name"`
+		Type string `json:"type"`
+	}
+	type withValue struct {
+		Name  string `json:"name"`
+		Type  string `json:"type"`
+		Value any    `json:"value"`
+	}
+	if n.HasValue {
+		return json.Marshal(withValue{n.Name, n.Type, n.Value})
+	}
+	return json.Marshal(plain{n.Name, n.Type})
+}
+
+// Options select the optional parts of a report.
+type Options struct {
+	// Hash adds the SHA-256 of every tensor's bytes (reads the whole checkpoint).
+	Hash bool
+}
+
+// Build describes ck.
+func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
+	r := &Report{Format: ck.Format, Path: ck.Path, Tensors: []Tensor{}, NonTensors: []NonTensor{}, Totals: []DTypeTotal{}}
+	firstByStorage := map[*statedict.Storage]string{}
+	totals := map[string]*DTypeTotal{}
+	err := statedict.Walk(ck.Root, "", func(name string, v statedict.Value) error {
+		t, ok := v.(*statedict.Tensor)
+		if !ok {
+			r.NonTensors = append(r.NonTensors, describe(name, v))
+			return nil
+		}
+		it := Tensor{Name: name, DType: DTypeName(t), Shape: t.Shape, NBytes: t.NBytes()}
+		if t.Storage != nil {
+			it.Location = t.Storage.Location
+			if first, ok := firstByStorage[t.Storage]; ok {
+				it.SharesStorageWith = first
+			} else {
+				firstByStorage[t.Storage] = name
+			}
+		}
+		if it.Shape == nil {
+			it.Shape = []int64{}
+		}
+		if opts.Hash {
+			h := sha256.New()
+			if _, err := t.WriteTo(h); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			it.SHA256 = hex.EncodeToString(h.Sum(nil))
+		}
+		r.Tensors = append(r.Tensors, it)
+		tot := totals[it.DType]
+		if tot == nil {
+			tot = &DTypeTotal{DType: it.DType}
+			totals[it.DType] = tot
+		}
+		tot.Tensors++
+		tot.NBytes += it.NBytes
+		r.TotalBytes += it.NBytes
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range totals {
+		r.Totals = append(r.Totals, *t)
+	}
+	sort.Slice(r.Totals, func(i, j int) bool {
+		if r.Totals[i].NBytes != r.Totals[j].NBytes {
+			return r.Totals[i].NBytes > r.Totals[j].NBytes
+		}
+		return r.Totals[i].DType < r.Totals[j].DType
+	})
+	return r, nil
+}
+
+// DTypeName is the dtype as listed: torch's name, or the source format's name for dtypes
+// torch does not have.
+func DTypeName(t *statedict.Tensor) string {
+	if t.Foreign != "" {
+		return t.Foreign
+	}
+	return t.DType.String()
+}
+
+// describe names the Python type of a non-tensor leaf as type(x) would, qualified for
+// library types ("torch.Size", "numpy.float64", "argparse.Namespace").
+func describe(name string, v statedict.Value) NonTensor {
+	nt := NonTensor{Name: name}
+	switch x := v.(type) {
+	case nil:
+		nt.Type, nt.HasValue = "NoneType", true
+	case bool:
+		nt.Type, nt.Value, nt.HasValue = "bool", x, true
+	case int64:
+		nt.Type, nt.Value, nt.HasValue = "int", x, true
+	case *big.Int:
+		nt.Type, nt.Value, nt.HasValue = "int", x, true
+	case float64:
+		nt.Type, nt.Value, nt.HasValue = "float", jsonFloat(x), true
+	case string:
+		nt.Type, nt.Value, nt.HasValue = "str", x, true
+	case complex128:
+		nt.Type = "complex"
+	case []byte:
+		nt.Type = "bytes"
+	case *statedict.Dict:
+		nt.Type = "dict"
+		if x.Class != "" {
+			nt.Type = x.Class
+		}
+	case *statedict.List:
+		nt.Type = "list"
+	case statedict.Tuple:
+		nt.Type = "tuple"
+	case statedict.DType:
+		nt.Type, nt.Value, nt.HasValue = "torch.dtype", "torch."+x.String(), true
+	case *statedict.NDArray:
+		nt.Type = "numpy.ndarray"
+		if x.Scalar {
+			nt.Type = "numpy." + numpyScalarName(x.DType)
+		}
+	case *statedict.Object:
+		nt.Type = x.Class
+		switch x.Class {
+		case "builtins.set":
+			nt.Type = "set"
+		case "builtins.frozenset":
+			nt.Type = "frozenset"
+		}
+	default:
+		nt.Type = fmt.Sprintf("%T", v)
+	}
+	return nt
+}
+
+// jsonFloat keeps non-finite floats representable in JSON, as strings.
+func jsonFloat(f float64) any {
+	if f != f || f > 1.7976931348623157e308 || f < -1.7976931348623157e308 {
+		return statedict.PyFloat(f)
+	}
+	return f
+}
+
+// numpyScalarName maps a numpy dtype string ("<f8") to numpy's scalar type name ("float64").
+func numpyScalarName(dt string) string {
+	if len(dt) < 2 {
+		return dt
+	}
+	kind, size := dt[len(dt)-2:len(dt)-1], dt[len(dt)-1:]
+	if len(dt) >= 3 && (dt[0] == '<' || dt[0] == '>' || dt[0] == '|' || dt[0] == '=') {
+		kind, size = dt[1:2], dt[2:]
+	}
+	bits := map[string]string{"1": "8", "2": "16", "4": "32", "8": "64", "16": "128"}[size]
+	switch kind {
+	case "f":
+		return "float" + bits
+	case "i":
+		return "int" + bits
+	case "u":
+		return "uint" + bits
+	case "c":
+		return "complex" + map[string]string{"8": "64", "16": "128"}[size]
+	case "b":
+		return "bool"
+	}
+	return dt
+}
