@@ -1,0 +1,79 @@
+package safetensors
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/ckpt-dev/ckpt/internal/mmap"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Format is the statedict.Checkpoint.Format of files opened by Open.
+const Format = "safetensors"
+
+// Open maps the safetensors file at path and validates its header. The checkpoint's Root is a
+// *statedict.Dict of tensor name → *statedict.Tensor in data-offset order (which is the order
+// the writer laid the tensors out, see Header.Tensors). Each tensor has its own Storage, keyed
+// by the tensor name with location "cpu", whose bytes are a zero-copy slice of the mapping:
+// nothing is read until a tensor's bytes are used. The checkpoint must be closed to unmap the
+// file. The header's `__metadata__` is not part of the checkpoint; ReadHeader returns it.
+//
+// dtypes map as follows: F4 becomes torch's float4_e2m1fn_x2 with the last dimension halved
+// (an odd last dimension is an error, as in safetensors' torch loader); F6_E2M3, F6_E3M2 and
+// unknown dtype strings become foreign tensors (statedict.Tensor.Foreign = the dtype string,
+// DType uint8, Shape [nbytes]) so their bytes still travel.
+func Open(path string) (*statedict.Checkpoint, error) {
+	f, err := mmap.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	f.Advise() // readers stream tensors in offset order, so read ahead
+	h, err := ReadHeader(f, f.Size())
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	root, err := tensors(path, f.Bytes(), h)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &statedict.Checkpoint{Format: Format, Path: path, Root: root, Closers: []io.Closer{f}}, nil
+}
+
+// tensors builds the tensor dict of the file whose bytes are data and whose validated header
+// is h.
+func tensors(file string, data []byte, h *Header) (*statedict.Dict, error) {
+	root := statedict.NewDict("")
+	for i := range h.Tensors {
+		ti := &h.Tensors[i]
+		fail := func(format string, args ...any) error {
+			return &FormatError{File: file, Tensor: ti.Name, Offset: ti.entry, Msg: fmt.Sprintf(format, args...)}
+		}
+		start := h.DataStart + ti.Begin
+		t := &statedict.Tensor{Shape: append([]int64{}, ti.Shape...)}
+		d, ok := statedict.DTypeForSafetensors(ti.DType)
+		switch {
+		case !ok:
+			t.DType, t.Foreign, t.Shape = statedict.Uint8, ti.DType, []int64{ti.Size()}
+		case d == statedict.Float4E2M1FNx2:
+			last := len(t.Shape) - 1 // ≥ 0: a 0-dim F4 tensor is half a byte and fails validation
+			if t.Shape[last]%2 != 0 {
+				return nil, fail("F4 shape %v has an odd last dimension; torch's float4_e2m1fn_x2 packs two values per byte", ti.Shape)
+			}
+			t.DType = d
+			t.Shape[last] /= 2
+		default:
+			t.DType = d
+		}
+		t.Strides = statedict.ContiguousStrides(t.Shape)
+		t.Storage = statedict.NewMappedStorage(ti.Name, "cpu", t.DType, data[start:start+ti.Size()])
+		t.Storage.File = file
+		t.Storage.Offset = start
+		if err := t.Validate(); err != nil {
+			return nil, fail("%v", err)
+		}
+		root.Set(ti.Name, t)
+	}
+	return root, nil
+}
