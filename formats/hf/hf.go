@@ -1,0 +1,279 @@
+// Package hf reads Hugging Face model folders: a single `model.safetensors` or
+// `pytorch_model.bin`, or shards (`model-00001-of-00003.safetensors`, `pytorch_model-…bin`)
+// listed by an index (`model.safetensors.index.json`, `pytorch_model.bin.index.json`),
+// together with the files that travel with the weights (config.json, tokenizer files,
+// hf_quant_config.json, …). It checks that index and shards agree exactly: every shard the
+// index names exists, every tensor is in the shard the index says, no tensor or shard is
+// unaccounted for.
+package hf
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Formats ckpt reports for Hugging Face folders.
+const (
+	FormatSafetensors        = "hf-safetensors"
+	FormatSafetensorsSharded = "hf-safetensors-sharded"
+	FormatBin                = "hf-bin"
+	FormatBinSharded         = "hf-bin-sharded"
+)
+
+// layout is one way a folder can hold weights, in order of preference (safetensors first,
+// as transformers prefers them).
+type layout struct {
+	index, single, format, shardedFormat string
+	shard                                *regexp.Regexp
+}
+
+var layouts = []layout{
+	{"model.safetensors.index.json", "model.safetensors", FormatSafetensors, FormatSafetensorsSharded,
+		regexp.MustCompile(`^model-\d+-of-\d+\.safetensors$`)},
+	{"diffusion_pytorch_model.safetensors.index.json", "diffusion_pytorch_model.safetensors", FormatSafetensors, FormatSafetensorsSharded,
+		regexp.MustCompile(`^diffusion_pytorch_model-\d+-of-\d+\.safetensors$`)},
+	{"pytorch_model.bin.index.json", "pytorch_model.bin", FormatBin, FormatBinSharded,
+		regexp.MustCompile(`^pytorch_model-\d+-of-\d+\.bin$`)},
+	{"diffusion_pytorch_model.bin.index.json", "diffusion_pytorch_model.bin", FormatBin, FormatBinSharded,
+		regexp.MustCompile(`^diffusion_pytorch_model-\d+-of-\d+\.bin$`)},
+}
+
+// Index is a sharded checkpoint's index file.
+type Index struct {
+	// Metadata is the "metadata" object (total_size, total_parameters, …), kept verbatim.
+	Metadata map[string]json.RawMessage
+	// WeightMap maps each tensor name to its shard file, in file order.
+	WeightMap []WeightEntry
+}
+
+// WeightEntry is one "name": "shard file" pair of an index.
+type WeightEntry struct{ Name, File string }
+
+// Detect reports whether dir looks like a Hugging Face folder and which format it holds.
+func Detect(dir string) (format string, ok bool) {
+	for _, l := range layouts {
+		if exists(filepath.Join(dir, l.index)) {
+			return l.shardedFormat, true
+		}
+		if exists(filepath.Join(dir, l.single)) {
+			return l.format, true
+		}
+	}
+	return "", false
+}
+
+func exists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// Open reads the folder. openFile opens one weights file (safetensors or torch.save) with
+// format detection; passing it in keeps this package independent of the readers.
+func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
+	for _, l := range layouts {
+		if exists(filepath.Join(dir, l.index)) {
+			return openSharded(dir, l, openFile)
+		}
+		if exists(filepath.Join(dir, l.single)) {
+			return openSingle(dir, l, openFile)
+		}
+	}
+	return nil, fmt.Errorf("%s: no model.safetensors, pytorch_model.bin or index file", dir)
+}
+
+func openSingle(dir string, l layout, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
+	path := filepath.Join(dir, l.single)
+	ck, err := openFile(path)
+	if err != nil {
+		return nil, err
+	}
+	root, err := flatTensorDict(path, ck.Root)
+	if err != nil {
+		ck.Close()
+		return nil, err
+	}
+	extras, err := extraFiles(dir, map[string]bool{l.single: true})
+	if err != nil {
+		ck.Close()
+		return nil, err
+	}
+	return &statedict.Checkpoint{Format: l.format, Path: dir, Root: root, Extras: extras, Closers: ck.Closers}, nil
+}
+
+// flatTensorDict checks that a weights file holds a flat {name: tensor} mapping, as
+// save_pretrained writes (a `state_dict` key wrapping it, as some trainers save, is accepted).
+func flatTensorDict(path string, root statedict.Value) (*statedict.Dict, error) {
+	d, ok := root.(*statedict.Dict)
+	if !ok {
+		return nil, fmt.Errorf("%s: holds a %T, not a mapping of tensor names to tensors", path, root)
+	}
+	if inner, ok := d.Get("state_dict"); ok && d.Len() == 1 {
+		if id, ok := inner.(*statedict.Dict); ok {
+			d = id
+		}
+	}
+	for _, e := range d.Entries() {
+		if _, ok := e.Key.(string); !ok {
+			return nil, fmt.Errorf("%s: key %s is not a tensor name", path, statedict.KeyString(e.Key))
+		}
+		if _, ok := e.Value.(*statedict.Tensor); !ok {
+			return nil, fmt.Errorf("%s: %s is a %T, not a tensor", path, statedict.KeyString(e.Key), e.Value)
+		}
+	}
+	return d, nil
+}
+
+// ReadIndex parses an index file, keeping weight_map order and rejecting duplicate names.
+func ReadIndex(path string) (*Index, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var raw struct {
+		Metadata  map[string]json.RawMessage `json:"metadata"`
+		WeightMap json.RawMessage            `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if raw.WeightMap == nil {
+		return nil, fmt.Errorf("%s: no weight_map", path)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw.WeightMap)))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("%s: weight_map is not an object", path)
+	}
+	idx := &Index{Metadata: raw.Metadata}
+	seen := map[string]bool{}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%s: weight_map: %w", path, err)
+		}
+		name, _ := kt.(string)
+		var file string
+		if err := dec.Decode(&file); err != nil {
+			return nil, fmt.Errorf("%s: weight_map[%q] is not a file name: %w", path, name, err)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%s: weight_map lists %q twice", path, name)
+		}
+		if file == "" || filepath.Base(file) != file {
+			return nil, fmt.Errorf("%s: weight_map[%q] = %q is not a file in the folder", path, name, file)
+		}
+		seen[name] = true
+		idx.WeightMap = append(idx.WeightMap, WeightEntry{name, file})
+	}
+	return idx, nil
+}
+
+func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpoint, error)) (ck *statedict.Checkpoint, err error) {
+	indexPath := filepath.Join(dir, l.index)
+	idx, err := ReadIndex(indexPath)
+	if err != nil {
+		return nil, err
+	}
+	// Shards in the order the index first names them.
+	var shards []string
+	want := map[string]map[string]bool{} // shard → names the index puts there
+	for _, e := range idx.WeightMap {
+		if want[e.File] == nil {
+			want[e.File] = map[string]bool{}
+			shards = append(shards, e.File)
+		}
+		want[e.File][e.Name] = true
+	}
+	sort.Strings(shards)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, de := range entries {
+		if l.shard.MatchString(de.Name()) && want[de.Name()] == nil {
+			return nil, fmt.Errorf("%s: shard %s is in the folder but the index names none of its tensors", indexPath, de.Name())
+		}
+	}
+	out := &statedict.Checkpoint{Format: l.shardedFormat, Path: dir}
+	defer func() {
+		if err != nil {
+			out.Close()
+		}
+	}()
+	root := statedict.NewDict("")
+	where := map[string]string{}
+	for _, shard := range shards {
+		path := filepath.Join(dir, shard)
+		if !exists(path) {
+			return nil, fmt.Errorf("%s: shard %s is missing (the index maps %d tensors to it)", indexPath, shard, len(want[shard]))
+		}
+		sck, err := openFile(path)
+		if err != nil {
+			return nil, err
+		}
+		out.Closers = append(out.Closers, sck.Closers...)
+		d, err := flatTensorDict(path, sck.Root)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range d.Entries() {
+			name := e.Key.(string)
+			if prev, dup := where[name]; dup {
+				return nil, fmt.Errorf("%s: tensor %q is in both %s and %s", dir, name, prev, shard)
+			}
+			where[name] = shard
+			if !want[shard][name] {
+				if other := indexFile(idx, name); other != "" {
+					return nil, fmt.Errorf("%s: tensor %q is in %s but the index maps it to %s", indexPath, name, shard, other)
+				}
+				return nil, fmt.Errorf("%s: tensor %q in %s is not in the index", indexPath, name, shard)
+			}
+			root.Set(name, e.Value)
+		}
+	}
+	for _, e := range idx.WeightMap {
+		if _, ok := where[e.Name]; !ok {
+			return nil, fmt.Errorf("%s: the index maps %q to %s, which does not contain it", indexPath, e.Name, e.File)
+		}
+	}
+	skip := map[string]bool{l.index: true}
+	for _, s := range shards {
+		skip[s] = true
+	}
+	if out.Extras, err = extraFiles(dir, skip); err != nil {
+		return nil, err
+	}
+	out.Root = root
+	return out, nil
+}
+
+func indexFile(idx *Index, name string) string {
+	for _, e := range idx.WeightMap {
+		if e.Name == name {
+			return e.File
+		}
+	}
+	return ""
+}
+
+// extraFiles lists the regular files of dir other than the weights (config.json,
+// generation_config.json, tokenizer files, hf_quant_config.json, …), which converters copy.
+func extraFiles(dir string, weights map[string]bool) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, de := range entries {
+		if de.Type().IsRegular() && !weights[de.Name()] {
+			out = append(out, de.Name())
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,163 @@
+package formats_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/inspect"
+)
+
+type hfListing struct {
+	Format  string `json:"format"`
+	Tensors []struct {
+		Name   string  `json:"name"`
+		DType  string  `json:"dtype"`
+		Shape  []int64 `json:"shape"`
+		NBytes int64   `json:"nbytes"`
+		SHA256 string  `json:"sha256"`
+	} `json:"tensors"`
+	Extras []string `json:"extras"`
+}
+
+// TestHFFolders checks the Hugging Face folders written by transformers' save_pretrained
+// (and a sharded .bin folder) against what safetensors and torch report about them.
+func TestHFFolders(t *testing.T) {
+	for _, name := range []string{"qwen3_moe_sharded", "mistral_sharded", "mistral_bin_sharded"} {
+		t.Run(name, func(t *testing.T) {
+			var want hfListing
+			b, err := os.ReadFile(filepath.Join("../testdata/hf", name+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &want); err != nil {
+				t.Fatal(err)
+			}
+			ck, err := formats.Open(filepath.Join("../testdata/hf", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ck.Close()
+			if ck.Format != want.Format {
+				t.Errorf("format %q, want %q", ck.Format, want.Format)
+			}
+			rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := rep.Tensors
+			sort.Slice(got, func(i, j int) bool { return got[i].Name < got[j].Name })
+			if len(got) != len(want.Tensors) {
+				t.Fatalf("%d tensors, want %d", len(got), len(want.Tensors))
+			}
+			for i, w := range want.Tensors {
+				g := got[i]
+				if g.Name != w.Name || g.DType != w.DType || !reflect.DeepEqual(g.Shape, w.Shape) || g.NBytes != w.NBytes || g.SHA256 != w.SHA256 {
+					t.Errorf("got %s %s %v %d %s, want %s %s %v %d %s", g.Name, g.DType, g.Shape, g.NBytes, g.SHA256[:8], w.Name, w.DType, w.Shape, w.NBytes, w.SHA256[:8])
+				}
+			}
+			extras := append([]string{}, ck.Extras...)
+			sort.Strings(extras)
+			if !reflect.DeepEqual(extras, want.Extras) {
+				t.Errorf("extras %v, want %v", extras, want.Extras)
+			}
+		})
+	}
+}
+
+// copyDir copies a fixture folder so a test can damage it.
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// TestHFFolderErrors damages a sharded folder in each way index and shards can disagree.
+func TestHFFolderErrors(t *testing.T) {
+	const src = "../testdata/hf/mistral_sharded"
+	editIndex := func(t *testing.T, dir string, edit func(m map[string]any)) {
+		p := filepath.Join(dir, "model.safetensors.index.json")
+		b, _ := os.ReadFile(p)
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		edit(m)
+		b, _ = json.Marshal(m)
+		os.WriteFile(p, b, 0o644)
+	}
+	wm := func(m map[string]any) map[string]any { return m["weight_map"].(map[string]any) }
+	cases := []struct {
+		name, want string
+		damage     func(t *testing.T, dir string)
+	}{
+		{"missing shard", "shard model-00002-of-00004.safetensors is missing", func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, "model-00002-of-00004.safetensors"))
+		}},
+		{"extra shard", "shard model-00009-of-00009.safetensors is in the folder", func(t *testing.T, dir string) {
+			b, _ := os.ReadFile(filepath.Join(dir, "model-00001-of-00004.safetensors"))
+			os.WriteFile(filepath.Join(dir, "model-00009-of-00009.safetensors"), b, 0o644)
+		}},
+		{"wrong shard", "but the index maps it to", func(t *testing.T, dir string) {
+			editIndex(t, dir, func(m map[string]any) {
+				w := wm(m)
+				for k, v := range w {
+					if v == "model-00001-of-00004.safetensors" {
+						w[k] = "model-00002-of-00004.safetensors"
+						break
+					}
+				}
+			})
+		}},
+		{"not in index", "is not in the index", func(t *testing.T, dir string) {
+			editIndex(t, dir, func(m map[string]any) {
+				w := wm(m)
+				for k, v := range w {
+					if v == "model-00003-of-00004.safetensors" {
+						delete(w, k)
+						break
+					}
+				}
+			})
+		}},
+		{"index names absent tensor", "which does not contain it", func(t *testing.T, dir string) {
+			editIndex(t, dir, func(m map[string]any) { wm(m)["model.ghost.weight"] = "model-00001-of-00004.safetensors" })
+		}},
+		{"path escape", "is not a file in the folder", func(t *testing.T, dir string) {
+			editIndex(t, dir, func(m map[string]any) { wm(m)["model.ghost.weight"] = "../model-00001-of-00004.safetensors" })
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := copyDir(t, src)
+			c.damage(t, dir)
+			ck, err := formats.Open(dir)
+			if err == nil {
+				ck.Close()
+				t.Fatal("damaged folder opened without error")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q does not say %q", err, c.want)
+			}
+		})
+	}
+}
+
