@@ -160,4 +160,3 @@ func TestHFFolderErrors(t *testing.T) {
 		})
 	}
 }
-
