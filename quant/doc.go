@@ -1,0 +1,15 @@
+// Package quant converts the element formats of quantized PyTorch checkpoints
+// bit-exactly as torch 2.14 does: the five 8-bit float formats (float8_e4m3fn,
+// float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz, float8_e8m0fnu), packed FP4 E2M1
+// (float4_e2m1fn_x2), bfloat16 and float16.
+//
+// Decoding widens to float32 exactly, including torch's NaN bit patterns; encoding
+// rounds to nearest, ties to even, with each format's overflow rule as torch's
+// CPU casts apply it (see [Format.Encode]). Scalar functions convert one element;
+// the Decode*/Encode* slice kernels convert whole buffers of little-endian bytes
+// without allocating and are the inner loops of dequantization.
+//
+// Ground truth is torch itself: testdata/quant holds tables written by
+// testdata/quant/gen.py in the oracle chroot, and the tests compare every entry
+// (and CRCs of all 2^32 float32 inputs per encoder) bit for bit.
+package quant
