@@ -1,0 +1,268 @@
+// Package dcp reads torch.distributed.checkpoint (DCP) checkpoints: a folder holding a
+// `.metadata` pickle, which describes every flattened state-dict key, and `.distcp` data
+// files, which hold each tensor chunk and each non-tensor value as an embedded torch.save
+// archive (or, with SerializationFormat.SAFETENSORS, one safetensors blob per file).
+//
+// Nothing is executed: `.metadata` is decoded by the restricted unpickler with an
+// allowlist of the DCP classes only, and the embedded archives by formats/torchzip.
+// Everything is validated before use — chunks must tile their tensors exactly, storage
+// ranges must lie inside their files, file names must stay inside the folder — and every
+// error names the file, the item and the position at fault.
+//
+// Tensors saved in one chunk are returned as that chunk's tensor, a zero-copy view of the
+// mapped data file. Tensors saved in several chunks (DTensor / ShardedTensor shards written
+// by several ranks) are returned as one logical contiguous tensor assembled lazily from the
+// chunks by a [Chunked] reader, so reading them never materialises the whole tensor.
+package dcp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/formats/torchzip"
+	"github.com/ckpt-dev/ckpt/internal/mmap"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Format is the statedict.Checkpoint.Format of checkpoints opened by Open.
+const Format = "dcp"
+
+// MetadataFile is the name of the metadata pickle in a DCP folder.
+const MetadataFile = ".metadata"
+
+// ErrUnsupported is matched by errors.Is for valid DCP features ckpt cannot read (stream
+// transforms such as the zstd extension, non-strided layouts).
+var ErrUnsupported = errors.New("unsupported")
+
+// Error reports a problem in a DCP checkpoint: the file at fault (the .metadata pickle or
+// a data file), the item's flattened name, the chunk's offsets within its tensor, and the
+// byte offset in File, each when known.
+type Error struct {
+	// File is the path of the file at fault.
+	File string
+	// FQN is the flattened state-dict key of the item; "" for problems of the file as a whole.
+	FQN string
+	// Chunk is the offsets of the tensor chunk at fault; nil when not about one chunk.
+	Chunk []int64
+	// Offset is the byte offset in File; -1 when the problem has no position.
+	Offset int64
+	Err    error
+}
+
+// Error formats as "FILE: "FQN" chunk at [OFFSETS] (byte N): cause", leaving out the
+// parts that are unknown.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.FQN != "" {
+		fmt.Fprintf(&b, ": %q", e.FQN)
+	}
+	if e.Chunk != nil {
+		fmt.Fprintf(&b, " chunk at %v", e.Chunk)
+	}
+	if e.Offset >= 0 {
+		fmt.Fprintf(&b, " (byte %d)", e.Offset)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+// Unwrap returns the cause, so errors.Is finds ErrUnsupported, pickle.ErrNotAllowed,
+// os.ErrNotExist and the like.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Open reads the DCP checkpoint in folder dir. The checkpoint's Root is the nested state
+// dict rebuilt from planner_data as torch's dcp_to_torch_save nests it: tensors are
+// *statedict.Tensor (a multi-chunk tensor is a contiguous tensor whose storage assembles
+// the chunks on demand), non-tensor values are what their embedded torch.save archives
+// hold. The data files stay mapped until the checkpoint is closed.
+func Open(dir string) (*statedict.Checkpoint, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	mdPath := filepath.Join(dir, MetadataFile)
+	data, err := root.ReadFile(MetadataFile)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			if ranks, _ := filepath.Glob(filepath.Join(dir, "__*.metadata")); len(ranks) > 0 {
+				return nil, fmt.Errorf("%s: %w: no %s but per-rank %s files (saved without collectives); they are not merged",
+					dir, ErrUnsupported, MetadataFile, filepath.Base(ranks[0]))
+			}
+		}
+		return nil, fmt.Errorf("%s: %w", mdPath, err)
+	}
+	md, err := ReadMetadata(data, mdPath)
+	if err != nil {
+		return nil, err
+	}
+	r := reader{dir: dir, root: root, md: md, files: map[string]*mmap.File{}, blobs: map[blobKey]*blob{}}
+	values, err := r.values()
+	if err == nil {
+		var root *statedict.Dict
+		if root, err = Nest(md, values, mdPath); err == nil {
+			return &statedict.Checkpoint{Format: Format, Path: dir, Root: root, Closers: r.closers()}, nil
+		}
+	}
+	for _, c := range r.closers() {
+		c.Close()
+	}
+	return nil, err
+}
+
+// reader turns metadata entries into values, mapping each data file once.
+type reader struct {
+	dir   string
+	root  *os.Root // the folder: data files must resolve inside it, symlinks included
+	md    *Metadata
+	files map[string]*mmap.File
+	order []string // relative paths in the order mapped, for closing
+	blobs map[blobKey]*blob
+}
+
+func (r *reader) closers() []io.Closer {
+	out := make([]io.Closer, len(r.order))
+	for i, rel := range r.order {
+		out[i] = r.files[rel]
+	}
+	return out
+}
+
+func (r *reader) values() ([]statedict.Value, error) {
+	out := make([]statedict.Value, len(r.md.Items))
+	for i, it := range r.md.Items {
+		var err error
+		if it.Tensor == nil {
+			out[i], err = r.bytesItem(it.FQN)
+		} else {
+			out[i], err = r.tensor(it.FQN, it.Tensor)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// slice maps the entry's file and returns the entry's bytes, checked to lie inside it.
+func (r *reader) slice(e *StorageEntry) ([]byte, string, error) {
+	path := filepath.Join(r.dir, filepath.FromSlash(e.RelativePath))
+	fail := func(off int64, format string, args ...any) error {
+		return &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: off, Err: fmt.Errorf(format, args...)}
+	}
+	if len(e.TransformDescriptors) > 0 {
+		return nil, path, fail(e.Offset, "%w: stream transforms %q (DCP extensions such as zstd compression)", ErrUnsupported, e.TransformDescriptors)
+	}
+	f, ok := r.files[e.RelativePath]
+	if !ok {
+		// ReadMetadata refused names that leave the folder; the root also refuses symlinks
+		// that do. (The file is then mapped by name: a symlink swapped in between is a race
+		// this reader does not defend against.)
+		if _, err := r.root.Stat(filepath.FromSlash(e.RelativePath)); err != nil {
+			return nil, path, fail(-1, "data file: %w", err)
+		}
+		var err error
+		if f, err = mmap.Open(path); err != nil {
+			return nil, path, fail(-1, "data file: %w", err)
+		}
+		r.files[e.RelativePath] = f
+		r.order = append(r.order, e.RelativePath)
+	}
+	if e.Offset > f.Size() || e.Length > f.Size()-e.Offset {
+		return nil, path, fail(e.Offset, "stored range of %d bytes runs past the end of the %d-byte file", e.Length, f.Size())
+	}
+	return f.Bytes()[e.Offset : e.Offset+e.Length], path, nil
+}
+
+// bytesItem decodes a non-tensor value: a torch.save archive of the Python object.
+func (r *reader) bytesItem(fqn string) (statedict.Value, error) {
+	e, _ := r.md.Lookup(fqn, nil)
+	b, path, err := r.slice(e)
+	if err != nil {
+		return nil, err
+	}
+	v, err := torchzip.Decode(b, path, e.Offset)
+	if err != nil {
+		return nil, &Error{File: path, FQN: fqn, Offset: e.Offset, Err: err}
+	}
+	return v, nil
+}
+
+// tensor reads every chunk of a tensor item and returns the tensor: the chunk itself when
+// one chunk holds all elements, else a lazy assembly of the chunks.
+func (r *reader) tensor(fqn string, t *TensorMeta) (*statedict.Tensor, error) {
+	chunks := make([]Chunk, len(t.Chunks))
+	for i, c := range t.Chunks {
+		ct, err := r.chunk(fqn, t.DType, c)
+		if err != nil {
+			return nil, err
+		}
+		chunks[i] = Chunk{Offsets: c.Offsets, Tensor: ct}
+	}
+	var nonEmpty []Chunk
+	for _, c := range chunks {
+		if !slices.Contains(c.Tensor.Shape, 0) {
+			nonEmpty = append(nonEmpty, c)
+		}
+	}
+	switch {
+	case len(nonEmpty) == 1 && slices.Equal(nonEmpty[0].Tensor.Shape, t.Size):
+		return nonEmpty[0].Tensor, nil
+	case len(nonEmpty) == 0:
+		// An empty tensor (ReadMetadata checked the chunks cover it, so it has no elements).
+		if len(chunks) > 0 && slices.Equal(chunks[0].Tensor.Shape, t.Size) {
+			return chunks[0].Tensor, nil
+		}
+		st := statedict.NewMappedStorage(fqn, "cpu", t.DType, []byte{})
+		return &statedict.Tensor{DType: t.DType, Shape: slices.Clone(t.Size), Strides: statedict.ContiguousStrides(t.Size), Storage: st}, nil
+	}
+	asm, err := NewChunked(t.DType, t.Size, chunks)
+	if err != nil {
+		return nil, &Error{File: filepath.Join(r.dir, MetadataFile), FQN: fqn, Offset: -1, Err: err}
+	}
+	out := asm.Tensor(fqn)
+	out.Storage.File = r.dir
+	return out, nil
+}
+
+// chunk decodes one stored chunk and checks it against the metadata.
+func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta) (*statedict.Tensor, error) {
+	e, _ := r.md.Lookup(fqn, c.Offsets)
+	b, path, err := r.slice(e)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) error {
+		return &Error{File: path, FQN: fqn, Chunk: c.Offsets, Offset: e.Offset, Err: err}
+	}
+	var t *statedict.Tensor
+	switch {
+	case bytes.HasPrefix(b, torchzip.Magic):
+		v, err := torchzip.Decode(b, path, e.Offset)
+		if err != nil {
+			return nil, fail(err)
+		}
+		var ok bool
+		if t, ok = v.(*statedict.Tensor); !ok {
+			return nil, fail(fmt.Errorf("the embedded archive holds a %T, not a tensor", v))
+		}
+	case looksLikeSafetensors(r.files[e.RelativePath].Bytes()[e.Offset:]):
+		if t, err = r.safetensorsChunk(e, path); err != nil {
+			return nil, fail(err)
+		}
+	default:
+		return nil, fail(errors.New("stored bytes are neither a torch.save archive nor a safetensors blob"))
+	}
+	if t.DType != dtype || !slices.Equal(t.Shape, c.Sizes) {
+		return nil, fail(fmt.Errorf("stored tensor is %s %v, the metadata says %s %v", t.DType, t.Shape, dtype, c.Sizes))
+	}
+	return t, nil
+}

@@ -1,0 +1,31 @@
+package formats
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ckpt-dev/ckpt/formats/dcp"
+	"github.com/ckpt-dev/ckpt/formats/hf"
+	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// DCP is the format name of torch.distributed.checkpoint directories.
+const DCP Kind = "dcp"
+
+// openDir reads a folder: a torch.distributed.checkpoint directory (it has `.metadata`) or a
+// Hugging Face model folder.
+func openDir(dir string) (*statedict.Checkpoint, error) {
+	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err == nil {
+		return dcp.Open(dir)
+	}
+	if _, ok := hf.Detect(dir); ok {
+		return hf.Open(dir, openFile)
+	}
+	return nil, fmt.Errorf("%s: not a checkpoint folder (no DCP .metadata, no model.safetensors, pytorch_model.bin or index file)", dir)
+}
+
+func openSafetensors(path string) (*statedict.Checkpoint, error) {
+	return safetensors.Open(path)
+}
