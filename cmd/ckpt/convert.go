@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+func newConvertCmd() *cobra.Command {
+	var (
+		to, format, mapLoc, dtype, sel, maxShard string
+		renames, drops                           []string
+		noStrip, force, asJSON                   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "convert --to tpu SRC DST",
+		Short: "Convert a checkpoint for TorchTPU: device tags, dtypes, names, output format",
+		Long: `convert reads SRC (any supported checkpoint file or folder, detected by content),
+remaps it like torch.load's map_location — every storage tagged for the TPU device by
+default — and writes DST as:
+  --format torch        a torch.save file torch.load(weights_only=True) reads
+  --format safetensors  DST.safetensors, or a Hugging Face folder (sharded by --max-shard-size)
+  --format dcp          a torch.distributed.checkpoint directory
+The output is written under a temporary name, fsynced and renamed when complete; an
+existing DST is replaced only with --force. A manifest (DST.ckpt-manifest.json, or
+ckpt-manifest.json inside a folder) records the source, options, version and an xxhash64 of
+every tensor.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, ToolVersion: toolVersion(), Args: os.Args}
+			switch to {
+			case "tpu":
+			case "cpu":
+				if !cmd.Flags().Changed("map-location") {
+					mapLoc = "cpu"
+				}
+			default:
+				return fmt.Errorf("--to %q: the targets are tpu and cpu", to)
+			}
+			opts.Format = format
+			if format == "" {
+				opts.Format = convert.Torch
+				if strings.HasSuffix(opts.Dst, ".safetensors") {
+					opts.Format = convert.Safetensors
+				}
+			}
+			loc, err := remap.ParseMapLocation(mapLoc)
+			if err != nil {
+				return err
+			}
+			opts.Remap.Location = loc
+			switch dtype {
+			case "keep", "":
+			case "bfloat16", "float32", "float16":
+				opts.Remap.DType, _ = statedict.ParseDType(dtype)
+			default:
+				return fmt.Errorf("--dtype %q: one of keep, bfloat16, float32, float16", dtype)
+			}
+			opts.Remap.StripWrappers = !noStrip
+			opts.Remap.PlainData = true
+			opts.Remap.Select = sel
+			for _, r := range renames {
+				rr, err := remap.ParseRename(r)
+				if err != nil {
+					return err
+				}
+				opts.Remap.Renames = append(opts.Remap.Renames, rr)
+			}
+			for _, d := range drops {
+				re, err := regexp.Compile(d)
+				if err != nil {
+					return fmt.Errorf("--drop %q: %w", d, err)
+				}
+				opts.Remap.Drop = append(opts.Remap.Drop, re)
+			}
+			if maxShard != "" {
+				if opts.MaxShardSize, err = parseSize(maxShard); err != nil {
+					return err
+				}
+			}
+			var bar *progressbar.ProgressBar
+			if !asJSON && term.IsTerminal(int(os.Stderr.Fd())) {
+				bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(os.Stderr),
+					progressbar.OptionShowBytes(true), progressbar.OptionSetDescription("converting"),
+					progressbar.OptionThrottle(100_000_000), progressbar.OptionShowCount(),
+					progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
+				opts.Progress = func(done, total int64) {
+					if bar.GetMax64() != total {
+						bar.ChangeMax64(total)
+					}
+					bar.Set64(done)
+				}
+			}
+			sum, err := convert.Run(opts)
+			if bar != nil {
+				bar.Finish()
+			}
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(sum)
+			}
+			for _, w := range sum.Warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
+			for _, s := range sum.Remap.Stripped {
+				fmt.Fprintf(out, "stripped wrapper prefix %s\n", s)
+			}
+			for from, to := range sum.Remap.Locations {
+				fmt.Fprintf(out, "storages tagged %s → %s\n", from, to)
+			}
+			if sum.Remap.Cast > 0 {
+				fmt.Fprintf(out, "cast %d tensors to %s\n", sum.Remap.Cast, dtype)
+			}
+			if len(sum.Remap.Dropped) > 0 {
+				fmt.Fprintf(out, "dropped %d entries\n", len(sum.Remap.Dropped))
+			}
+			fmt.Fprintf(out, "wrote %s (%s, %d tensors, %s) in %.2fs; manifest %s\n",
+				sum.Dst, sum.Format, sum.Tensors, humanBytes(sum.Bytes), sum.Seconds, sum.Manifest)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&to, "to", "tpu", "target runtime: tpu or cpu")
+	f.StringVar(&format, "format", "", "output format: torch, safetensors or dcp (default: safetensors for a .safetensors DST, else torch)")
+	f.StringVar(&mapLoc, "map-location", remap.TPU, "device tag for every storage (tpu, cpu, tpu:N) or a table FROM=TO,… of exact tags")
+	f.StringVar(&dtype, "dtype", "keep", "cast floating-point weights: keep, bfloat16, float32 or float16 (optimizer state and integers untouched)")
+	f.StringArrayVar(&renames, "rename", nil, "REGEX=REPL applied to tensor names, in order (repeatable)")
+	f.StringVar(&sel, "select", "", "keep only the sub-tree at this dotted key (e.g. state_dict)")
+	f.StringArrayVar(&drops, "drop", nil, "drop entries whose flattened name matches REGEX (repeatable)")
+	f.BoolVar(&noStrip, "no-strip-wrappers", false, "keep DDP module. and torch.compile _orig_mod. prefixes")
+	f.StringVar(&maxShard, "max-shard-size", "", "largest safetensors shard in a folder output, e.g. 5GB, 500MB (default 5GB)")
+	f.BoolVar(&force, "force", false, "replace an existing DST")
+	f.BoolVar(&asJSON, "json", false, "print a machine-readable summary")
+	return cmd
+}
+
+// parseSize parses sizes like "5GB", "500MB", "2GiB", "1048576".
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GIB", 1 << 30}, {"MIB", 1 << 20}, {"KIB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	u := strings.ToUpper(strings.TrimSpace(s))
+	for _, un := range units {
+		if num, ok := strings.CutSuffix(u, un.suffix); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || v <= 0 {
+				return 0, fmt.Errorf("size %q: not a positive number of %s", s, un.suffix)
+			}
+			return int64(v * float64(un.mult)), nil
+		}
+	}
+	v, err := strconv.ParseInt(u, 10, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("size %q: use e.g. 5GB, 500MB, 2GiB", s)
+	}
+	return v, nil
+}

@@ -1,0 +1,156 @@
+// Package convert is ckpt's main job as a library: open a checkpoint in any supported format,
+// remap it (device tags, dtypes, names, selection), and write it as a torch.save file, a
+// safetensors file or Hugging Face folder, or a torch.distributed.checkpoint directory that
+// real PyTorch loads. Tensors stream from the mapped source to the output; nothing is held
+// whole in memory, and the output appears under its final name only when complete.
+package convert
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Output formats.
+const (
+	Torch       = "torch"
+	Safetensors = "safetensors"
+	DCP         = "dcp"
+)
+
+// Options describe one conversion.
+type Options struct {
+	Src, Dst string
+	// Format is Torch, Safetensors or DCP.
+	Format string
+	Remap  remap.Options
+	// MaxShardSize splits a safetensors folder output into shards of at most this many bytes
+	// (a larger tensor gets a shard of its own); 0 means 5 GB, transformers' default.
+	MaxShardSize int64
+	// Force allows replacing an existing destination.
+	Force bool
+	// Progress, if set, is told how many tensor bytes were written so far.
+	Progress func(done, total int64)
+	// ToolVersion is recorded in the manifest.
+	ToolVersion string
+	// Args is the command line recorded in the manifest.
+	Args []string
+}
+
+// Summary reports what a conversion did; it is also the --json output.
+type Summary struct {
+	Src       string            `json:"src"`
+	Dst       string            `json:"dst"`
+	SrcFormat string            `json:"src_format"`
+	Format    string            `json:"format"`
+	Files     []string          `json:"files"`
+	Manifest  string            `json:"manifest"`
+	Tensors   int               `json:"tensors"`
+	Bytes     int64             `json:"bytes"`
+	Seconds   float64           `json:"seconds"`
+	Remap     *remap.Report     `json:"remap"`
+	Tied      map[string]string `json:"tied,omitempty"`
+	Warnings  []string          `json:"warnings,omitempty"`
+}
+
+// Run performs the conversion.
+func Run(opts Options) (*Summary, error) {
+	start := time.Now()
+	ck, err := formats.Open(opts.Src)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	root, rep, err := remap.Apply(ck.Root, opts.Remap)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", opts.Src, err)
+	}
+	sum := &Summary{Src: opts.Src, Dst: opts.Dst, SrcFormat: ck.Format, Format: opts.Format, Remap: rep}
+	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras}
+	tensors, err := out.Tensors()
+	if err != nil {
+		return nil, err
+	}
+	var total int64
+	for _, t := range tensors {
+		total += t.Tensor.NBytes()
+	}
+	w := &writeJob{opts: opts, src: out, sum: sum, total: total}
+	switch opts.Format {
+	case Torch:
+		err = w.torch()
+	case Safetensors:
+		if strings.HasSuffix(opts.Dst, ".safetensors") {
+			err = w.safetensorsFile()
+		} else {
+			err = w.safetensorsFolder()
+		}
+	case DCP:
+		err = w.dcp()
+	default:
+		err = fmt.Errorf("unknown output format %q (torch, safetensors, dcp)", opts.Format)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sum.Tensors = len(tensors)
+	sum.Seconds = time.Since(start).Seconds()
+	return sum, nil
+}
+
+// writeJob carries the state of one write.
+type writeJob struct {
+	opts  Options
+	src   *statedict.Checkpoint
+	sum   *Summary
+	total int64
+	done  int64
+}
+
+// progress wraps w so bytes written through it are reported.
+func (j *writeJob) progress(w io.Writer) io.Writer {
+	if j.opts.Progress == nil {
+		return w
+	}
+	return &progressWriter{w: w, job: j}
+}
+
+type progressWriter struct {
+	w   io.Writer
+	job *writeJob
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.job.done += int64(n)
+	p.job.opts.Progress(p.job.done, p.job.total)
+	return n, err
+}
+
+// archiveName is the folder torch.save uses inside a zip written to path: the file name
+// without its last extension.
+func archiveName(path string) string {
+	base := filepath.Base(path)
+	if ext := filepath.Ext(base); ext != "" && ext != base {
+		base = strings.TrimSuffix(base, ext)
+	}
+	if base == "" || !isASCII(base) {
+		return "archive"
+	}
+	return base
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,124 @@
+package convert
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/ckpt-dev/ckpt/inspect"
+	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// ManifestName is the manifest's file name inside a folder output; a file output FILE gets
+// FILE.ckpt-manifest.json beside it.
+const ManifestName = "ckpt-manifest.json"
+
+// Manifest records how an output was produced and what it holds, so a later check can tell
+// whether it is intact and where it came from.
+type Manifest struct {
+	Tool    string           `json:"tool"`
+	Version string           `json:"version"`
+	Created string           `json:"created"`
+	Args    []string         `json:"args,omitempty"`
+	Source  ManifestSource   `json:"source"`
+	Output  ManifestOutput   `json:"output"`
+	Remap   any              `json:"remap"`
+	Tensors []ManifestTensor `json:"tensors"`
+}
+
+// ManifestSource names the input.
+type ManifestSource struct {
+	Path   string `json:"path"`
+	Format string `json:"format"`
+}
+
+// ManifestOutput names the output and its files.
+type ManifestOutput struct {
+	Path   string   `json:"path"`
+	Format string   `json:"format"`
+	Files  []string `json:"files"`
+}
+
+// ManifestTensor describes one written tensor; XXHash64 is the xxhash64 of its contiguous
+// little-endian bytes as written.
+type ManifestTensor struct {
+	Name     string  `json:"name"`
+	DType    string  `json:"dtype"`
+	Shape    []int64 `json:"shape"`
+	Location string  `json:"location"`
+	NBytes   int64   `json:"nbytes"`
+	XXHash64 string  `json:"xxhash64"`
+}
+
+// manifestPath is where the manifest of the output at dst goes.
+func manifestPath(dst string, folder bool) string {
+	if folder {
+		return filepath.Join(dst, ManifestName)
+	}
+	return dst + "." + ManifestName
+}
+
+// buildManifest hashes every tensor of the converted tree (reading it again from the
+// page-cache-warm source) and describes the output.
+func (j *writeJob) buildManifest(names map[*statedict.Tensor]string) (*Manifest, error) {
+	m := &Manifest{
+		Tool: "ckpt", Version: j.opts.ToolVersion, Created: time.Now().UTC().Format(time.RFC3339),
+		Args:   j.opts.Args,
+		Source: ManifestSource{Path: j.opts.Src, Format: j.sum.SrcFormat},
+		Output: ManifestOutput{Path: j.opts.Dst, Format: j.opts.Format, Files: j.sum.Files},
+		Remap:  j.sum.Remap, Tensors: []ManifestTensor{},
+	}
+	tensors, err := j.src.Tensors()
+	if err != nil {
+		return nil, err
+	}
+	for _, nt := range tensors {
+		name := nt.Name
+		if names != nil {
+			n, ok := names[nt.Tensor]
+			if !ok {
+				continue // not written (e.g. a tied alias recorded in metadata)
+			}
+			name = n
+		}
+		h := xxhash.New()
+		if _, err := nt.Tensor.WriteTo(h); err != nil {
+			return nil, fmt.Errorf("%s: %w", nt.Name, err)
+		}
+		loc := ""
+		if nt.Tensor.Storage != nil {
+			loc = nt.Tensor.Storage.Location
+		}
+		m.Tensors = append(m.Tensors, ManifestTensor{Name: name, DType: inspect.DTypeName(nt.Tensor),
+			Shape: nt.Tensor.Shape, Location: loc, NBytes: nt.Tensor.NBytes(), XXHash64: fmt.Sprintf("%016x", h.Sum64())})
+	}
+	return m, nil
+}
+
+// writeManifestFile writes the manifest of a file output atomically beside it.
+func writeManifestFile(path string, m *Manifest, force bool) (*atomicfile.File, error) {
+	f, err := atomicfile.Create(path, force)
+	if err != nil {
+		return nil, err
+	}
+	enc := json.NewEncoder(f)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(m); err != nil {
+		f.Abort()
+		return nil, err
+	}
+	return f, nil
+}
+
+// writeManifestInto writes the manifest inside a folder output being built.
+func writeManifestInto(dir string, m *Manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, ManifestName), append(b, '\n'), 0o644)
+}

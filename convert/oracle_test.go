@@ -1,0 +1,184 @@
+package convert_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// checkResult is what testdata/convert/check_load.py reports.
+type checkResult struct {
+	Compared int      `json:"compared"`
+	Tags     []string `json:"tags"`
+	Problems []string `json:"problems"`
+}
+
+func torchFixtures(t *testing.T) []string {
+	t.Helper()
+	all, _ := filepath.Glob("../testdata/torch/*.pt")
+	var out []string
+	for _, p := range all {
+		if !strings.Contains(p, "malicious") {
+			out = append(out, p)
+		}
+	}
+	if len(out) < 10 {
+		t.Fatalf("only %d torch fixtures", len(out))
+	}
+	return out
+}
+
+// checkJob is one output for testdata/convert/check_load.py to compare with its source.
+type checkJob struct {
+	Name    string   `json:"name"`
+	Format  string   `json:"format"`
+	Src     string   `json:"src"`
+	Out     string   `json:"out"`
+	Tag     string   `json:"tag"`
+	DType   string   `json:"dtype"`
+	Dropped []string `json:"dropped"`
+}
+
+// runChecks has torch check every job in one oracle process (importing torch once) and
+// reports each job's problems as a subtest.
+func runChecks(t *testing.T, o *oracle.Oracle, host, chroot string, jobs []checkJob) {
+	t.Helper()
+	b, _ := json.Marshal(jobs)
+	if err := os.WriteFile(filepath.Join(host, "jobs.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := o.Python("testdata/convert/check_load.py", chroot+"/jobs.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(jobs) {
+		t.Fatalf("%d results for %d jobs:\n%s", len(lines), len(jobs), out)
+	}
+	for i, job := range jobs {
+		var res checkResult
+		if err := json.Unmarshal([]byte(lines[i]), &res); err != nil {
+			t.Fatalf("%s: %v: %s", job.Name, err, lines[i])
+		}
+		t.Run(job.Name, func(t *testing.T) {
+			for _, p := range res.Problems {
+				t.Error(p)
+			}
+			if res.Compared == 0 && len(res.Problems) == 0 {
+				t.Error("no tensor compared")
+			}
+		})
+	}
+}
+
+// TestConvertLoadsInTorch converts every torch.save fixture to each output format and has
+// real torch load the result: every tensor must be bit-identical to torch's own load of the
+// source (after torch's own cast for --dtype), carry the requested location tag, and tied
+// storages must stay tied in the torch format.
+func TestConvertLoadsInTorch(t *testing.T) {
+	o := oracle.Require(t)
+	type variant struct {
+		name, format, mapLoc, tag, dtype, ext string
+	}
+	variants := []variant{
+		{"torch-tpu", convert.Torch, "tpu", "tpu", "keep", ".pt"},
+		{"torch-cpu", convert.Torch, "cpu", "cpu", "keep", ".pt"},
+		{"torch-bf16", convert.Torch, "tpu", "tpu", "bfloat16", ".pt"},
+		{"safetensors-file", convert.Safetensors, "tpu", "tpu", "keep", ".safetensors"},
+		{"safetensors-folder-f16", convert.Safetensors, "tpu", "tpu", "float16", ""},
+		{"dcp", convert.DCP, "tpu", "tpu", "keep", ""},
+		{"dcp-bf16", convert.DCP, "tpu", "tpu", "bfloat16", ""},
+	}
+	host, chroot := oracle.TempDir(t)
+	var jobs []checkJob
+	for _, src := range torchFixtures(t) {
+		for _, v := range variants {
+			base := strings.TrimSuffix(filepath.Base(src), ".pt")
+			name := base + "/" + v.name
+			loc, err := remap.ParseMapLocation(v.mapLoc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := strings.ReplaceAll(name, "/", "_") + v.ext
+			opts := convert.Options{Src: src, Dst: filepath.Join(host, out), Format: v.format, MaxShardSize: 4096,
+				Remap: remap.Options{Location: loc, StripWrappers: true, PlainData: true}}
+			if v.dtype != "keep" {
+				opts.Remap.DType, _ = statedict.ParseDType(v.dtype)
+			}
+			var dropped []string
+			if v.format != convert.Torch {
+				dropped = unrepresentable(t, src, v.format)
+				for _, n := range dropped {
+					opts.Remap.Drop = append(opts.Remap.Drop, regexp.MustCompile("^"+regexp.QuoteMeta(n)+"$"))
+				}
+			}
+			if _, err := convert.Run(opts); err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			jobs = append(jobs, checkJob{Name: name, Format: v.format, Src: "/repo/testdata/torch/" + filepath.Base(src),
+				Out: chroot + "/" + out, Tag: v.tag, DType: v.dtype, Dropped: dropped})
+		}
+	}
+	runChecks(t, o, host, chroot, jobs)
+}
+
+// unrepresentable lists the tensors of src that format cannot hold: dtypes safetensors has
+// no name for (complex32, complex128, quantized, bits), quantized tensors in DCP. Converting
+// them is an error unless dropped.
+func unrepresentable(t *testing.T, src, format string) []string {
+	t.Helper()
+	ck, err := formats.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	ts, err := ck.Tensors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, nt := range ts {
+		if format == convert.Safetensors && nt.Tensor.DType.Safetensors() == "" ||
+			format == convert.DCP && nt.Tensor.DType.Kind() == statedict.KindQuantized {
+			out = append(out, nt.Name)
+		}
+	}
+	return out
+}
+
+// TestConvertRefusesOverwrite checks that an existing destination is kept without --force
+// and that a failed conversion leaves nothing behind.
+func TestConvertRefusesOverwrite(t *testing.T) {
+	dir := t.TempDir()
+	dst := filepath.Join(dir, "out.pt")
+	if err := os.WriteFile(dst, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := convert.Run(convert.Options{Src: "../testdata/torch/views.pt", Dst: dst, Format: convert.Torch})
+	if err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("overwrote without --force: %v", err)
+	}
+	if b, _ := os.ReadFile(dst); string(b) != "precious" {
+		t.Fatal("destination changed")
+	}
+	// A rename rule that matches nothing fails before anything is written.
+	_, err = convert.Run(convert.Options{Src: "../testdata/torch/views.pt", Dst: filepath.Join(dir, "new.pt"), Format: convert.Torch,
+		Remap: remap.Options{Renames: []remap.Rename{{Pattern: regexp.MustCompile("^nothing$"), Repl: "x"}}}})
+	if err == nil {
+		t.Fatal("a rename hitting nothing was accepted")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("failed conversion left files: %v", entries)
+	}
+}

@@ -1,0 +1,43 @@
+package convert
+
+import (
+	"bufio"
+	"path/filepath"
+
+	"github.com/ckpt-dev/ckpt/formats/torchzip"
+	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+)
+
+// torch writes a torch.save zip file.
+func (j *writeJob) torch() error {
+	dst := j.opts.Dst
+	f, err := atomicfile.Create(dst, j.opts.Force)
+	if err != nil {
+		return err
+	}
+	defer f.Abort()
+	bw := bufio.NewWriterSize(f, 4<<20)
+	n, err := torchzip.Write(j.progress(bw), j.src.Root, torchzip.SaveOptions{ArchiveName: archiveName(dst)})
+	if err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	j.sum.Bytes = n
+	j.sum.Files = []string{filepath.Base(dst)}
+	m, err := j.buildManifest(nil)
+	if err != nil {
+		return err
+	}
+	mf, err := writeManifestFile(manifestPath(dst, false), m, j.opts.Force)
+	if err != nil {
+		return err
+	}
+	defer mf.Abort()
+	if err := f.Commit(); err != nil {
+		return err
+	}
+	j.sum.Manifest = manifestPath(dst, false)
+	return mf.Commit()
+}

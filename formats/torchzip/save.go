@@ -1,0 +1,494 @@
+package torchzip
+
+import (
+	"fmt"
+	"io"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/formats/pickle"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// SaveOptions control how a checkpoint tree is written as a torch.save archive.
+type SaveOptions struct {
+	// ArchiveName is the top folder inside the zip; torch uses the file name's stem and
+	// "archive" for streams. Empty means "archive".
+	ArchiveName string
+	// Location returns the device tag recorded for a storage (the map_location remap);
+	// nil keeps each storage's saved tag.
+	Location func(*statedict.Storage) string
+}
+
+// Write writes root as a torch.save zip archive that torch.load(weights_only=True) reads:
+// a protocol-2 pickle using only the opcodes and globals torch allows, one `data/<key>`
+// record per storage (so views and tied weights keep sharing), records 64-byte aligned in
+// miniz's layout. Storage bytes stream from their source; only the pickle is held in
+// memory. It returns the number of bytes written.
+func Write(w io.Writer, root statedict.Value, opts SaveOptions) (int64, error) {
+	p := &pickler{enc: pickle.NewEncoder(), keys: map[*statedict.Storage]string{}, dtypes: map[*statedict.Storage]statedict.DType{}, memo: map[any]uint32{}, loc: opts.Location}
+	if err := p.value(root, ""); err != nil {
+		return 0, err
+	}
+	if p.err != nil {
+		return 0, p.err
+	}
+	pkl := p.enc.Finish()
+	name := opts.ArchiveName
+	if name == "" {
+		name = "archive"
+	}
+	const byteorder = "little"
+	for _, st := range p.order {
+		if st.BigEndian {
+			return 0, fmt.Errorf("storage %q is big-endian: convert it to little-endian before writing", st.Key)
+		}
+	}
+	cw := &countWriter{w: w}
+	z := &zipWriter{w: cw}
+	for _, r := range []struct{ name, data string }{
+		{"data.pkl", string(pkl)},
+		{".format_version", "1"},
+		{".storage_alignment", strconv.Itoa(Alignment)},
+		{"byteorder", byteorder},
+	} {
+		if err := z.bytesRecord(name+"/"+r.name, []byte(r.data)); err != nil {
+			return cw.n, err
+		}
+	}
+	for _, st := range p.order {
+		if err := z.record(name+"/data/"+p.keys[st], st.Size, st.WriteTo); err != nil {
+			return cw.n, err
+		}
+	}
+	if err := z.bytesRecord(name+"/version", []byte("3\n")); err != nil {
+		return cw.n, err
+	}
+	return cw.n, z.close()
+}
+
+// pickler turns a statedict tree into torch.save's pickle.
+type pickler struct {
+	enc    *pickle.Encoder
+	keys   map[*statedict.Storage]string
+	dtypes map[*statedict.Storage]statedict.DType
+	order  []*statedict.Storage
+	memo   map[any]uint32
+	loc    func(*statedict.Storage) string
+	err    error // first error raised while emitting argument tuples
+}
+
+var (
+	gOrderedDict   = pickle.Global{Module: "collections", Name: "OrderedDict"}
+	gRebuildV2     = pickle.Global{Module: "torch._utils", Name: "_rebuild_tensor_v2"}
+	gRebuildV3     = pickle.Global{Module: "torch._utils", Name: "_rebuild_tensor_v3"}
+	gRebuildParam  = pickle.Global{Module: "torch._utils", Name: "_rebuild_parameter"}
+	gRebuildParamS = pickle.Global{Module: "torch._utils", Name: "_rebuild_parameter_with_state"}
+	gRebuildQ      = pickle.Global{Module: "torch._utils", Name: "_rebuild_qtensor"}
+	gFromType      = pickle.Global{Module: "torch._tensor", Name: "_rebuild_from_type_v2"}
+	gUntyped       = pickle.Global{Module: "torch.storage", Name: "UntypedStorage"}
+)
+
+// splitGlobal turns "module.name" into a Global (the name is the last component).
+func splitGlobal(class string) pickle.Global {
+	i := strings.LastIndexByte(class, '.')
+	if i < 0 {
+		return pickle.Global{Module: "builtins", Name: class}
+	}
+	return pickle.Global{Module: class[:i], Name: class[i+1:]}
+}
+
+func (p *pickler) memoized(v any) bool {
+	if i, ok := p.memo[v]; ok {
+		p.enc.Get(i)
+		return true
+	}
+	return false
+}
+
+func (p *pickler) put(v any) { p.memo[v] = p.enc.Put() }
+
+func (p *pickler) emptyOrderedDict() {
+	p.enc.Global(gOrderedDict)
+	p.enc.Op(pickle.OpEmptyTuple)
+	p.enc.Op(pickle.OpReduce)
+}
+
+func (p *pickler) value(v statedict.Value, name string) error {
+	e := p.enc
+	switch x := v.(type) {
+	case nil:
+		e.None()
+	case bool:
+		e.Bool(x)
+	case int64:
+		e.Int(x)
+	case *big.Int:
+		e.BigInt(x)
+	case float64:
+		e.Float(x)
+	case string:
+		e.String(x)
+	case []byte:
+		e.PyBytes(x)
+	case complex128:
+		e.Global(pickle.Global{Module: "builtins", Name: "complex"})
+		e.Float(real(x))
+		e.Float(imag(x))
+		e.Op(pickle.OpTuple2)
+		e.Op(pickle.OpReduce)
+	case statedict.DType:
+		e.Global(pickle.Global{Module: "torch", Name: x.String()})
+	case statedict.Tuple:
+		return p.tuple(x, name)
+	case *statedict.List:
+		if p.memoized(x) {
+			return nil
+		}
+		e.Op(pickle.OpEmptyList)
+		p.put(x)
+		return p.batch(len(x.Items), pickle.OpAppend, pickle.OpAppends, func(i int) error {
+			return p.value(x.Items[i], join(name, strconv.Itoa(i)))
+		})
+	case *statedict.Dict:
+		return p.dict(x, name)
+	case *statedict.Tensor:
+		if p.memoized(x) {
+			return nil
+		}
+		if err := p.tensor(x, name); err != nil {
+			return err
+		}
+		p.put(x)
+	case *statedict.Object:
+		return p.object(x, name)
+	case *statedict.NDArray:
+		return fmt.Errorf("%s: a numpy array cannot be loaded by torch.load(weights_only=True); drop it or convert it to a tensor", name)
+	default:
+		return fmt.Errorf("%s: cannot pickle %T", name, v)
+	}
+	return nil
+}
+
+func join(prefix, k string) string {
+	if prefix == "" {
+		return k
+	}
+	return prefix + "." + k
+}
+
+func (p *pickler) tuple(x statedict.Tuple, name string) error {
+	e := p.enc
+	if len(x) == 0 {
+		e.Op(pickle.OpEmptyTuple)
+		return nil
+	}
+	if len(x) > 3 {
+		e.Op(pickle.OpMark)
+	}
+	for i, it := range x {
+		if err := p.value(it, join(name, strconv.Itoa(i))); err != nil {
+			return err
+		}
+	}
+	e.Op([]byte{pickle.OpTuple, pickle.OpTuple1, pickle.OpTuple2, pickle.OpTuple3}[min(len(x), 4)%4])
+	return nil
+}
+
+// batch emits n items with MARK … multi-op in batches of 1000, or single-op for a batch
+// of one, as Python's pickler does.
+func (p *pickler) batch(n int, single, multi byte, item func(int) error) error {
+	for start := 0; start < n; start += 1000 {
+		end := min(start+1000, n)
+		if end-start > 1 {
+			p.enc.Op(pickle.OpMark)
+		}
+		for i := start; i < end; i++ {
+			if err := item(i); err != nil {
+				return err
+			}
+		}
+		if end-start > 1 {
+			p.enc.Op(multi)
+		} else {
+			p.enc.Op(single)
+		}
+	}
+	return nil
+}
+
+func (p *pickler) dict(x *statedict.Dict, name string) error {
+	if p.memoized(x) {
+		return nil
+	}
+	e := p.enc
+	switch x.Class {
+	case "":
+		e.Op(pickle.OpEmptyDict)
+	case "collections.OrderedDict":
+		p.emptyOrderedDict()
+	default:
+		return fmt.Errorf("%s: a %s cannot be loaded by torch.load(weights_only=True)", name, x.Class)
+	}
+	p.put(x)
+	ents := x.Entries()
+	err := p.batch(len(ents), pickle.OpSetItem, pickle.OpSetItems, func(i int) error {
+		if err := p.value(ents[i].Key, name); err != nil {
+			return err
+		}
+		return p.value(ents[i].Value, join(name, statedict.KeyString(ents[i].Key)))
+	})
+	if err != nil {
+		return err
+	}
+	if x.Attrs != nil {
+		if err := p.value(x.Attrs, name); err != nil {
+			return err
+		}
+		e.Op(pickle.OpBuild)
+	}
+	return nil
+}
+
+func (p *pickler) object(x *statedict.Object, name string) error {
+	g := splitGlobal(x.Class)
+	if !pickle.Allowed(g) {
+		return fmt.Errorf("%s: %s cannot be loaded by torch.load(weights_only=True); drop it (--drop) or select the state you need (--select)", name, x.Class)
+	}
+	p.enc.Global(g)
+	if x.Args == nil {
+		return nil
+	}
+	if err := p.tuple(statedict.Tuple(x.Args), name); err != nil {
+		return err
+	}
+	p.enc.Op(pickle.OpReduce)
+	if x.State != nil {
+		if err := p.value(x.State, name); err != nil {
+			return err
+		}
+		p.enc.Op(pickle.OpBuild)
+	}
+	return nil
+}
+
+// tensor emits the rebuild call for t, wrapped for parameters and subclasses.
+func (p *pickler) tensor(t *statedict.Tensor, name string) error {
+	e := p.enc
+	if t.Foreign != "" {
+		return fmt.Errorf("%s: dtype %s has no torch equivalent", name, t.Foreign)
+	}
+	switch {
+	case t.Class != "" || (t.Attrs != nil && !t.Parameter):
+		cls := "torch.Tensor"
+		if t.Class != "" {
+			cls = t.Class
+		}
+		if t.Parameter && t.Class == "" {
+			cls = "torch.nn.parameter.Parameter"
+		}
+		g := splitGlobal(cls)
+		if !pickle.Allowed(g) {
+			return fmt.Errorf("%s: tensor subclass %s cannot be loaded by torch.load(weights_only=True)", name, cls)
+		}
+		inner := *t
+		inner.Class, inner.Attrs, inner.Parameter = "", nil, false
+		e.Global(gFromType)
+		e.Op(pickle.OpMark)
+		fn, args, err := p.rebuildArgs(&inner, name)
+		if err != nil {
+			return err
+		}
+		e.Global(fn)
+		e.Global(g)
+		args()
+		if t.Attrs != nil {
+			if err := p.value(t.Attrs, name); err != nil {
+				return err
+			}
+		} else {
+			e.Op(pickle.OpEmptyDict)
+		}
+		e.Op(pickle.OpTuple)
+		e.Op(pickle.OpReduce)
+		return nil
+	case t.Parameter:
+		inner := *t
+		inner.Parameter, inner.Attrs = false, nil
+		if t.Attrs != nil {
+			e.Global(gRebuildParamS)
+		} else {
+			e.Global(gRebuildParam)
+		}
+		e.Op(pickle.OpMark)
+		if err := p.plain(&inner, name); err != nil {
+			return err
+		}
+		e.Bool(t.RequiresGrad)
+		p.emptyOrderedDict()
+		if t.Attrs != nil {
+			if err := p.value(t.Attrs, name); err != nil {
+				return err
+			}
+		}
+		e.Op(pickle.OpTuple)
+		e.Op(pickle.OpReduce)
+		return nil
+	}
+	return p.plain(t, name)
+}
+
+// plain emits fn(*args) REDUCE for a tensor without wrappers.
+func (p *pickler) plain(t *statedict.Tensor, name string) error {
+	fn, args, err := p.rebuildArgs(t, name)
+	if err != nil {
+		return err
+	}
+	p.enc.Global(fn)
+	args()
+	p.enc.Op(pickle.OpReduce)
+	return nil
+}
+
+// rebuildArgs chooses the rebuild function for t and returns it with a function that emits
+// its argument tuple.
+func (p *pickler) rebuildArgs(t *statedict.Tensor, name string) (pickle.Global, func(), error) {
+	if t.Storage == nil {
+		return pickle.Global{}, nil, fmt.Errorf("%s: tensor has no storage", name)
+	}
+	if prev, ok := p.dtypes[t.Storage]; ok && prev != t.DType {
+		return pickle.Global{}, nil, fmt.Errorf("%s: views its storage as %s while another tensor views it as %s; torch cannot save that", name, t.DType, prev)
+	}
+	if err := t.Validate(); err != nil {
+		return pickle.Global{}, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if t.DType.Kind() == statedict.KindQuantized {
+		return p.qtensorArgs(t, name)
+	}
+	e := p.enc
+	v3 := t.DType.StorageClass() == ""
+	fn := gRebuildV2
+	if v3 {
+		fn = gRebuildV3
+	}
+	return fn, func() {
+		e.Op(pickle.OpMark)
+		p.persistentID(t)
+		p.view(t)
+		e.Bool(t.RequiresGrad)
+		p.emptyOrderedDict()
+		if v3 {
+			e.Global(pickle.Global{Module: "torch", Name: t.DType.String()})
+		}
+		if t.Conj || t.Neg {
+			e.Op(pickle.OpEmptyDict)
+			e.Op(pickle.OpMark)
+			if t.Conj {
+				e.String("conj")
+				e.Bool(true)
+			}
+			if t.Neg {
+				e.String("neg")
+				e.Bool(true)
+			}
+			e.Op(pickle.OpSetItems)
+		}
+		e.Op(pickle.OpTuple)
+	}, nil
+}
+
+func (p *pickler) view(t *statedict.Tensor) {
+	e := p.enc
+	e.Int(t.Offset)
+	for _, dims := range [][]int64{t.Shape, t.Strides} {
+		tup := make(statedict.Tuple, len(dims))
+		for i, d := range dims {
+			tup[i] = d
+		}
+		_ = p.tuple(tup, "")
+	}
+}
+
+// persistentID emits ('storage', class, key, location, numel) BINPERSID, assigning keys in
+// first-use order as torch does.
+func (p *pickler) persistentID(t *statedict.Tensor) {
+	e := p.enc
+	st := t.Storage
+	key, ok := p.keys[st]
+	if !ok {
+		key = strconv.Itoa(len(p.order))
+		p.keys[st] = key
+		p.order = append(p.order, st)
+		p.dtypes[st] = t.DType
+	}
+	loc := st.Location
+	if p.loc != nil {
+		loc = p.loc(st)
+	}
+	e.Op(pickle.OpMark)
+	e.String("storage")
+	numel := st.Size
+	if class := t.DType.StorageClass(); class != "" {
+		e.Global(pickle.Global{Module: "torch", Name: class})
+		if t.DType.ValuesPerByte() == 1 {
+			numel = st.Size / int64(t.DType.Size())
+		}
+	} else {
+		e.Global(gUntyped)
+	}
+	e.String(key)
+	e.String(loc)
+	e.Int(numel)
+	e.Op(pickle.OpTuple)
+	e.Op(pickle.OpBinPersID)
+}
+
+// qtensorArgs emits _rebuild_qtensor(storage, offset, size, stride, qparams, requires_grad,
+// OrderedDict()).
+func (p *pickler) qtensorArgs(t *statedict.Tensor, name string) (pickle.Global, func(), error) {
+	q := t.Quantizer
+	if q == nil {
+		return pickle.Global{}, nil, fmt.Errorf("%s: quantized %s tensor without quantizer", name, t.DType)
+	}
+	var qerr error
+	emit := func() {
+		e := p.enc
+		e.Op(pickle.OpMark)
+		p.persistentID(t)
+		p.view(t)
+		switch q.Scheme {
+		case "per_tensor_affine", "per_tensor_symmetric":
+			e.Global(pickle.Global{Module: "torch", Name: q.Scheme})
+			e.Float(q.Scale)
+			e.Int(q.ZeroPoint)
+			e.Op(pickle.OpTuple3)
+		case "per_channel_affine", "per_channel_symmetric", "per_channel_affine_float_qparams":
+			scheme := q.Scheme
+			if scheme == "per_channel_affine_float_qparams" {
+				scheme = "per_channel_affine" // as torch writes it; zero-point dtype tells
+			}
+			e.Op(pickle.OpMark)
+			e.Global(pickle.Global{Module: "torch", Name: scheme})
+			if err := p.value(q.Scales, name+".q_scales"); err != nil {
+				qerr = err
+			}
+			if err := p.value(q.ZeroPoints, name+".q_zero_points"); err != nil {
+				qerr = err
+			}
+			e.Int(q.Axis)
+			e.Op(pickle.OpTuple)
+		default:
+			qerr = fmt.Errorf("%s: unknown qscheme %s", name, q.Scheme)
+		}
+		e.Bool(t.RequiresGrad)
+		p.emptyOrderedDict()
+		e.Op(pickle.OpTuple)
+	}
+	return gRebuildQ, func() {
+		emit()
+		if qerr != nil && p.err == nil {
+			p.err = qerr
+		}
+	}, nil
+}

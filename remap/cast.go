@@ -1,0 +1,120 @@
+package remap
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// castStorage returns a storage holding src's elements (of dtype from) converted to dtype to
+// the way torch's Tensor.to(dtype) converts them. Its bytes are computed on demand from the
+// source range being read, so casting streams like copying does.
+func castStorage(src *statedict.Storage, from, to statedict.DType) (*statedict.Storage, error) {
+	conv, err := converter(from, to)
+	if err != nil {
+		return nil, err
+	}
+	fs, ts := int64(from.Size()), int64(to.Size())
+	if src.Size%fs != 0 {
+		return nil, fmt.Errorf("storage %q of %d bytes is not a whole number of %s elements", src.Key, src.Size, from)
+	}
+	n := src.Size / fs
+	r := &castReader{src: src, conv: conv, fs: fs, ts: ts, swap: src.BigEndian}
+	st := statedict.NewReaderStorage(src.Key, src.Location, to, r, 0, n*ts)
+	st.File = src.File
+	return st, nil
+}
+
+// castReader produces converted bytes for any byte range of the cast storage.
+type castReader struct {
+	src    *statedict.Storage
+	conv   func(dst, src []byte)
+	fs, ts int64
+	swap   bool
+}
+
+func (c *castReader) ReadAt(p []byte, off int64) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	first := off / c.ts
+	last := (off + int64(len(p)) - 1) / c.ts
+	n := last - first + 1
+	in := make([]byte, n*c.fs)
+	if _, err := c.src.ReadAt(in, first*c.fs); err != nil {
+		return 0, err
+	}
+	if c.swap {
+		for i := int64(0); i < int64(len(in)); i += c.fs {
+			e := in[i : i+c.fs]
+			for a, z := 0, len(e)-1; a < z; a, z = a+1, z-1 {
+				e[a], e[z] = e[z], e[a]
+			}
+		}
+	}
+	out := p
+	aligned := off%c.ts == 0 && int64(len(p)) == n*c.ts
+	if !aligned {
+		out = make([]byte, n*c.ts)
+	}
+	c.conv(out, in)
+	if !aligned {
+		copy(p, out[off-first*c.ts:])
+	}
+	return len(p), nil
+}
+
+// decoders read one little-endian element as float64 (exact for all four types).
+var decoders = map[statedict.DType]func([]byte) float64{
+	statedict.Float16:  func(b []byte) float64 { return float64(quant.F16ToFloat32(binary.LittleEndian.Uint16(b))) },
+	statedict.BFloat16: func(b []byte) float64 { return float64(quant.BF16ToFloat32(binary.LittleEndian.Uint16(b))) },
+	statedict.Float32:  func(b []byte) float64 { return float64(math.Float32frombits(binary.LittleEndian.Uint32(b))) },
+	statedict.Float64:  func(b []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b)) },
+}
+
+// encoders write one element. Narrowing from float64 goes through float32 first, as torch's
+// c10::Half / c10::BFloat16 constructors take a float (double → float → half rounds twice,
+// and so must we to be bit-identical). These are torch's scalar conversions, which turn every
+// NaN into the canonical bfloat16 NaN 0x7FC0; float32 sources take torch's vectorized path
+// instead (see converter).
+var encoders = map[statedict.DType]func([]byte, float64){
+	statedict.Float16: func(b []byte, v float64) {
+		binary.LittleEndian.PutUint16(b, quant.Float32ToF16(float32(v)))
+	},
+	statedict.BFloat16: func(b []byte, v float64) {
+		if v != v {
+			binary.LittleEndian.PutUint16(b, 0x7FC0)
+			return
+		}
+		binary.LittleEndian.PutUint16(b, quant.Float32ToBF16(float32(v)))
+	},
+	statedict.Float32: func(b []byte, v float64) { binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v))) },
+	statedict.Float64: func(b []byte, v float64) { binary.LittleEndian.PutUint64(b, math.Float64bits(v)) },
+}
+
+// converter returns a function converting a buffer of from-elements into to-elements.
+func converter(from, to statedict.DType) (func(dst, src []byte), error) {
+	dec, ok1 := decoders[from]
+	enc, ok2 := encoders[to]
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("no cast from %s to %s", from, to)
+	}
+	fs, ts := from.Size(), to.Size()
+	if from == statedict.Float32 && to == statedict.BFloat16 {
+		// The hot path of --dtype bfloat16, and the one conversion torch runs through its
+		// vectorized kernel (NaN → 0xFFFF on x86, which quant.Float32ToBF16 reproduces).
+		return func(dst, src []byte) {
+			for i, j := 0, 0; i+4 <= len(src); i, j = i+4, j+2 {
+				binary.LittleEndian.PutUint16(dst[j:], quant.Float32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(src[i:]))))
+			}
+		}, nil
+	}
+	return func(dst, src []byte) {
+		for i, j := 0, 0; i+fs <= len(src); i, j = i+fs, j+ts {
+			enc(dst[j:j+ts], dec(src[i:i+fs]))
+		}
+	}, nil
+}

@@ -1,0 +1,118 @@
+package remap
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/big"
+
+	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// numpyDTypes maps numpy's dtype kind+size ("f8") to torch dtypes.
+var numpyDTypes = map[string]statedict.DType{
+	"f2": statedict.Float16, "f4": statedict.Float32, "f8": statedict.Float64,
+	"i1": statedict.Int8, "i2": statedict.Int16, "i4": statedict.Int32, "i8": statedict.Int64,
+	"u1": statedict.Uint8, "u2": statedict.Uint16, "u4": statedict.Uint32, "u8": statedict.Uint64,
+	"b1": statedict.Bool, "c8": statedict.Complex64, "c16": statedict.Complex128,
+}
+
+// plainValue turns values that torch.load(weights_only=True) refuses into the plain data
+// they hold: a numpy scalar becomes a Python int/float/bool, a numpy array a CPU tensor
+// (then remapped like every tensor), an argparse.Namespace the dict of its attributes. ok
+// is false for values left as they are.
+func (r *remapper) plainValue(v statedict.Value, name string) (statedict.Value, bool, error) {
+	switch x := v.(type) {
+	case *statedict.NDArray:
+		if len(x.DType) < 3 {
+			return nil, false, fmt.Errorf("%s: numpy dtype %q", name, x.DType)
+		}
+		order, code := x.DType[0], x.DType[1:]
+		dt, ok := numpyDTypes[code]
+		if !ok {
+			return nil, false, fmt.Errorf("%s: numpy dtype %q has no torch equivalent", name, x.DType)
+		}
+		bigEndian := order == '>'
+		if x.Scalar {
+			if int64(len(x.Data)) != int64(dt.Size()) {
+				return nil, false, fmt.Errorf("%s: numpy scalar of %d bytes for dtype %s", name, len(x.Data), x.DType)
+			}
+			r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: numpy scalar %s → Python number", name, x.DType))
+			return scalar(x.Data, dt, bigEndian), true, nil
+		}
+		n := int64(1)
+		for _, d := range x.Shape {
+			n *= d
+		}
+		if n*int64(dt.Size()) != int64(len(x.Data)) {
+			return nil, false, fmt.Errorf("%s: numpy array of shape %v holds %d bytes", name, x.Shape, len(x.Data))
+		}
+		st := statedict.NewMappedStorage("numpy:"+name, "cpu", dt, x.Data)
+		st.BigEndian = bigEndian && dt.Size() > 1
+		t := &statedict.Tensor{DType: dt, Shape: append([]int64{}, x.Shape...), Storage: st}
+		if x.Fortran {
+			t.Strides = make([]int64, len(x.Shape))
+			acc := int64(1)
+			for i := range x.Shape {
+				t.Strides[i] = acc
+				acc *= x.Shape[i]
+			}
+		} else {
+			t.Strides = statedict.ContiguousStrides(x.Shape)
+		}
+		r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: numpy array %s%v → tensor", name, x.DType, x.Shape))
+		return t, true, nil
+	case *statedict.Object:
+		if x.Class == "argparse.Namespace" {
+			if d, ok := x.State.(*statedict.Dict); ok {
+				r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: argparse.Namespace → dict", name))
+				plain := statedict.NewDict("")
+				for _, e := range d.Entries() {
+					plain.Set(e.Key, e.Value)
+				}
+				return plain, true, nil
+			}
+		}
+	}
+	return v, false, nil
+}
+
+// scalar decodes one numpy scalar.
+func scalar(b []byte, dt statedict.DType, bigEndian bool) statedict.Value {
+	var bo binary.ByteOrder = binary.LittleEndian
+	if bigEndian {
+		bo = binary.BigEndian
+	}
+	switch dt {
+	case statedict.Float64:
+		return math.Float64frombits(bo.Uint64(b))
+	case statedict.Float32:
+		return float64(math.Float32frombits(bo.Uint32(b)))
+	case statedict.Float16:
+		return float64(quant.F16ToFloat32(bo.Uint16(b)))
+	case statedict.Int8:
+		return int64(int8(b[0]))
+	case statedict.Int16:
+		return int64(int16(bo.Uint16(b)))
+	case statedict.Int32:
+		return int64(int32(bo.Uint32(b)))
+	case statedict.Int64:
+		return int64(bo.Uint64(b))
+	case statedict.Uint8:
+		return int64(b[0])
+	case statedict.Uint16:
+		return int64(bo.Uint16(b))
+	case statedict.Uint32:
+		return int64(bo.Uint32(b))
+	case statedict.Uint64:
+		return new(big.Int).SetUint64(bo.Uint64(b))
+	case statedict.Bool:
+		return b[0] != 0
+	case statedict.Complex64:
+		return complex(float64(math.Float32frombits(bo.Uint32(b))), float64(math.Float32frombits(bo.Uint32(b[4:]))))
+	case statedict.Complex128:
+		return complex(math.Float64frombits(bo.Uint64(b)), math.Float64frombits(bo.Uint64(b[8:])))
+	}
+	return nil
+}

@@ -1,0 +1,361 @@
+package remap
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Rename is one --rename REGEX=REPL rule, applied to tensor names in order. Repl may use
+// $1-style references (Go regexp syntax).
+type Rename struct {
+	Pattern *regexp.Regexp
+	Repl    string
+}
+
+// ParseRename parses "REGEX=REPL" (split at the first "=").
+func ParseRename(s string) (Rename, error) {
+	pat, repl, ok := strings.Cut(s, "=")
+	if !ok || pat == "" {
+		return Rename{}, fmt.Errorf("--rename %q is not REGEX=REPL", s)
+	}
+	re, err := regexp.Compile(pat)
+	if err != nil {
+		return Rename{}, fmt.Errorf("--rename %q: %w", s, err)
+	}
+	return Rename{re, repl}, nil
+}
+
+// Options are the remapping rules. The zero value changes nothing.
+type Options struct {
+	// Location maps every storage's saved device tag; nil keeps the tags.
+	Location LocationFunc
+	// DType, when valid, is the dtype floating-point weights are cast to (float16, bfloat16,
+	// float32, float64 sources only; integer, bool, fp8/fp4 and optimizer state untouched).
+	DType statedict.DType
+	// StripWrappers removes the DDP "module." and torch.compile "_orig_mod." prefixes when
+	// every name of a state dict carries them.
+	StripWrappers bool
+	// Renames are applied in order to each tensor name of the model state dicts.
+	Renames []Rename
+	// Select keeps only the sub-tree at this dotted path (e.g. "state_dict").
+	Select string
+	// Drop removes every entry whose flattened name matches one of these.
+	Drop []*regexp.Regexp
+	// PlainData turns values torch.load(weights_only=True) refuses into the data they hold:
+	// numpy scalars into numbers, numpy arrays into tensors, argparse.Namespace into a dict.
+	PlainData bool
+}
+
+// Report says what a remap did, for the user and the manifest.
+type Report struct {
+	// Stripped lists wrapper prefixes removed, e.g. "module." (in model.*).
+	Stripped []string `json:"stripped,omitempty"`
+	// Renamed counts tensor names changed by --rename rules.
+	Renamed int `json:"renamed"`
+	// Dropped lists the flattened names removed by --drop.
+	Dropped []string `json:"dropped,omitempty"`
+	// Cast counts tensors whose dtype changed.
+	Cast int `json:"cast"`
+	// Converted lists values turned into plain data (PlainData).
+	Converted []string `json:"converted,omitempty"`
+	// Locations maps each saved tag seen to the tag written.
+	Locations map[string]string `json:"locations"`
+}
+
+// Apply remaps root. The source tree is not modified: containers, tensors and storages that
+// change are copied (shallowly; tensor bytes are never read here).
+func Apply(root statedict.Value, opts Options) (statedict.Value, *Report, error) {
+	rep := &Report{Locations: map[string]string{}}
+	if opts.Select != "" {
+		v, err := selectPath(root, opts.Select)
+		if err != nil {
+			return nil, nil, err
+		}
+		root = v
+	}
+	r := &remapper{opts: opts, rep: rep, storages: map[*statedict.Storage]*statedict.Storage{},
+		tensors: map[*statedict.Tensor]*statedict.Tensor{}, hits: make([]int, len(opts.Renames))}
+	out, err := r.value(root, "", false)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, n := range r.hits {
+		if n == 0 {
+			return nil, nil, fmt.Errorf("--rename %s=%s matched no tensor name", opts.Renames[i].Pattern, opts.Renames[i].Repl)
+		}
+	}
+	sort.Strings(rep.Stripped)
+	return out, rep, nil
+}
+
+// selectPath walks a dotted path of dict keys and list indices.
+func selectPath(root statedict.Value, path string) (statedict.Value, error) {
+	v := root
+	for _, part := range strings.Split(path, ".") {
+		switch c := v.(type) {
+		case *statedict.Dict:
+			next, ok := c.Get(part)
+			if !ok {
+				keys := make([]string, 0, c.Len())
+				for _, e := range c.Entries() {
+					keys = append(keys, statedict.KeyString(e.Key))
+				}
+				return nil, fmt.Errorf("--select %s: no key %q (keys: %s)", path, part, strings.Join(keys, ", "))
+			}
+			v = next
+		case *statedict.List:
+			var i int
+			if _, err := fmt.Sscanf(part, "%d", &i); err != nil || i < 0 || i >= len(c.Items) {
+				return nil, fmt.Errorf("--select %s: %q is not an index of a %d-item list", path, part, len(c.Items))
+			}
+			v = c.Items[i]
+		default:
+			return nil, fmt.Errorf("--select %s: %q is inside a %T, not a container", path, part, v)
+		}
+	}
+	return v, nil
+}
+
+type remapper struct {
+	opts     Options
+	rep      *Report
+	storages map[*statedict.Storage]*statedict.Storage
+	tensors  map[*statedict.Tensor]*statedict.Tensor
+	hits     []int
+}
+
+func (r *remapper) dropped(name string) bool {
+	for _, re := range r.opts.Drop {
+		if re.MatchString(name) {
+			r.rep.Dropped = append(r.rep.Dropped, name)
+			return true
+		}
+	}
+	return false
+}
+
+func join(prefix, k string) string {
+	if prefix == "" {
+		return k
+	}
+	return prefix + "." + k
+}
+
+// value remaps v (named name). inOptim is set inside an optimizer state_dict, whose tensors
+// keep their dtype.
+func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedict.Value, error) {
+	if r.opts.PlainData {
+		pv, ok, err := r.plainValue(v, name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			v = pv
+		}
+	}
+	switch c := v.(type) {
+	case *statedict.Dict:
+		if isOptimizerState(c) {
+			inOptim = true
+		}
+		out := &statedict.Dict{Class: c.Class, Attrs: c.Attrs}
+		names, err := r.names(c, name, inOptim)
+		if err != nil {
+			return nil, err
+		}
+		for i, e := range c.Entries() {
+			full := join(name, statedict.KeyString(e.Key))
+			if r.dropped(full) {
+				continue
+			}
+			nv, err := r.value(e.Value, full, inOptim)
+			if err != nil {
+				return nil, err
+			}
+			out.Set(names[i], nv)
+		}
+		return out, nil
+	case *statedict.List:
+		out := &statedict.List{}
+		for i, it := range c.Items {
+			full := join(name, fmt.Sprint(i))
+			if r.dropped(full) {
+				continue
+			}
+			nv, err := r.value(it, full, inOptim)
+			if err != nil {
+				return nil, err
+			}
+			out.Items = append(out.Items, nv)
+		}
+		return out, nil
+	case statedict.Tuple:
+		out := make(statedict.Tuple, 0, len(c))
+		for i, it := range c {
+			nv, err := r.value(it, join(name, fmt.Sprint(i)), inOptim)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, nv)
+		}
+		return out, nil
+	case *statedict.Tensor:
+		return r.tensor(c, name, inOptim)
+	}
+	return v, nil
+}
+
+// isOptimizerState recognizes a torch.optim state_dict: {"state": …, "param_groups": […]}.
+func isOptimizerState(d *statedict.Dict) bool {
+	_, s := d.Get("state")
+	pg, g := d.Get("param_groups")
+	_, isList := pg.(*statedict.List)
+	return s && g && isList
+}
+
+// isStateDict recognizes a model state dict: string keys, every value a tensor.
+func isStateDict(d *statedict.Dict) bool {
+	if d.Len() == 0 {
+		return false
+	}
+	for _, e := range d.Entries() {
+		if _, ok := e.Key.(string); !ok {
+			return false
+		}
+		if _, ok := e.Value.(*statedict.Tensor); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// wrapperPrefixes are added by wrappers around a model: DDP/DataParallel and torch.compile.
+var wrapperPrefixes = []string{"module.", "_orig_mod."}
+
+// names returns the (possibly renamed) key of each entry of d. Only model state dicts are
+// renamed (not the per-parameter dicts inside an optimizer state); a rename that makes two
+// names collide is an error.
+func (r *remapper) names(d *statedict.Dict, where string, inOptim bool) ([]statedict.Value, error) {
+	out := make([]statedict.Value, d.Len())
+	for i, e := range d.Entries() {
+		out[i] = e.Key
+	}
+	if inOptim || !isStateDict(d) {
+		return out, nil
+	}
+	if r.opts.StripWrappers {
+		for changed := true; changed; {
+			changed = false
+			for _, p := range wrapperPrefixes {
+				all := true
+				for _, k := range out {
+					if !strings.HasPrefix(k.(string), p) {
+						all = false
+						break
+					}
+				}
+				if all {
+					for i, k := range out {
+						out[i] = strings.TrimPrefix(k.(string), p)
+					}
+					label := p
+					if where != "" {
+						label += " (in " + where + ")"
+					}
+					r.rep.Stripped = append(r.rep.Stripped, label)
+					changed = true
+				}
+			}
+		}
+	}
+	for ri, rule := range r.opts.Renames {
+		for i, k := range out {
+			s := k.(string)
+			if rule.Pattern.MatchString(s) {
+				ns := rule.Pattern.ReplaceAllString(s, rule.Repl)
+				r.hits[ri]++
+				if ns != s {
+					out[i] = ns
+					r.rep.Renamed++
+				}
+			}
+		}
+	}
+	seen := make(map[string]string, len(out))
+	for i, k := range out {
+		s := k.(string)
+		orig := statedict.KeyString(d.Entries()[i].Key)
+		if prev, dup := seen[s]; dup {
+			return nil, fmt.Errorf("renaming maps both %q and %q to %q", join(where, prev), join(where, orig), join(where, s))
+		}
+		seen[s] = orig
+	}
+	return out, nil
+}
+
+// tensor remaps one tensor's storage location and dtype, keeping shared storages shared.
+func (r *remapper) tensor(t *statedict.Tensor, name string, inOptim bool) (*statedict.Tensor, error) {
+	if done, ok := r.tensors[t]; ok {
+		return done, nil
+	}
+	nt := *t
+	if t.Storage != nil {
+		st, err := r.storage(t, name, inOptim)
+		if err != nil {
+			return nil, err
+		}
+		nt.Storage = st
+		if st.DType != t.Storage.DType && castable(t.DType) {
+			nt.DType = st.DType
+			r.rep.Cast++
+		}
+	}
+	r.tensors[t] = &nt
+	return &nt, nil
+}
+
+// castable reports whether --dtype applies to a tensor of dtype d: the IEEE float types
+// only. fp8/fp4/e8m0 hold quantized codes whose meaning needs their scales (dequantization),
+// so a plain cast would silently produce wrong weights.
+func castable(d statedict.DType) bool {
+	switch d {
+	case statedict.Float16, statedict.BFloat16, statedict.Float32, statedict.Float64:
+		return true
+	}
+	return false
+}
+
+func (r *remapper) storage(t *statedict.Tensor, name string, inOptim bool) (*statedict.Storage, error) {
+	src := t.Storage
+	if done, ok := r.storages[src]; ok {
+		return done, nil
+	}
+	st := *src
+	// An optimizer's step counter stays where it was (a CPU tensor): torch keeps it off the
+	// device unless the optimizer is capturable or fused.
+	keepStep := inOptim && (strings.HasSuffix(name, ".step") || name == "step")
+	if r.opts.Location != nil && !keepStep {
+		to, err := r.opts.Location(src.Location)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		r.rep.Locations[src.Location] = to
+		st.Location = to
+	}
+	target := r.opts.DType
+	if target != statedict.Invalid && target != t.DType && castable(t.DType) && castable(target) &&
+		!inOptim && !strings.HasSuffix(name, ".step") && name != "step" {
+		cast, err := castStorage(&st, t.DType, target)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		r.storages[src] = cast
+		return cast, nil
+	}
+	r.storages[src] = &st
+	return &st, nil
+}
