@@ -200,8 +200,9 @@ func record(data []byte, f *zip.File, fail func(int64, error) error) ([]byte, in
 		if f.UncompressedSize64 > maxInflate {
 			return nil, off, fail(off, fmt.Errorf("deflated record of %d bytes is too large", f.UncompressedSize64))
 		}
-		out := make([]byte, 0, f.UncompressedSize64)
-		w := bytes.NewBuffer(out)
+		// The directory's size is only a claim: grow with the real inflated bytes rather than
+		// allocating what a hostile header says up front.
+		w := bytes.NewBuffer(make([]byte, 0, min(f.UncompressedSize64, 1<<26)))
 		n, err := io.Copy(w, io.LimitReader(flate.NewReader(bytes.NewReader(raw)), int64(f.UncompressedSize64)+1))
 		if err != nil {
 			return nil, off, fail(off, fmt.Errorf("inflate: %w", err))
