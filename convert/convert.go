@@ -81,7 +81,7 @@ func Run(opts Options) (*Summary, error) {
 	for _, t := range tensors {
 		total += t.Tensor.NBytes()
 	}
-	w := &writeJob{opts: opts, src: out, sum: sum, total: total}
+	w := &writeJob{opts: opts, src: out, mapped: ck, sum: sum, total: total}
 	switch opts.Format {
 	case Torch:
 		err = w.torch()
@@ -106,18 +106,32 @@ func Run(opts Options) (*Summary, error) {
 
 // writeJob carries the state of one write.
 type writeJob struct {
-	opts  Options
-	src   *statedict.Checkpoint
-	sum   *Summary
-	total int64
-	done  int64
+	opts   Options
+	src    *statedict.Checkpoint // the remapped tree to write
+	mapped *statedict.Checkpoint // the opened source, whose mapped files back src's tensors
+	sum    *Summary
+	total  int64
+	done   int64
+	// sinceRelease counts bytes streamed since the source's resident pages were last dropped.
+	sinceRelease int64
 }
 
-// progress wraps w so bytes written through it are reported.
-func (j *writeJob) progress(w io.Writer) io.Writer {
-	if j.opts.Progress == nil {
-		return w
+// releaseEvery is how many streamed bytes may stay resident from the mapped source before
+// they are dropped (they remain in the page cache): it bounds the process's memory.
+const releaseEvery = 64 << 20
+
+// streamed accounts for n bytes read from the source and written out.
+func (j *writeJob) streamed(n int64) {
+	j.sinceRelease += n
+	if j.sinceRelease >= releaseEvery {
+		j.mapped.ReleaseMemory()
+		j.sinceRelease = 0
 	}
+}
+
+// progress wraps w so bytes written through it are reported and the source's pages released
+// as they are consumed.
+func (j *writeJob) progress(w io.Writer) io.Writer {
 	return &progressWriter{w: w, job: j}
 }
 
@@ -129,7 +143,10 @@ type progressWriter struct {
 func (p *progressWriter) Write(b []byte) (int, error) {
 	n, err := p.w.Write(b)
 	p.job.done += int64(n)
-	p.job.opts.Progress(p.job.done, p.job.total)
+	p.job.streamed(int64(n))
+	if p.job.opts.Progress != nil {
+		p.job.opts.Progress(p.job.done, p.job.total)
+	}
 	return n, err
 }
 

@@ -86,9 +86,11 @@ func (j *writeJob) buildManifest(names map[*statedict.Tensor]string) (*Manifest,
 			name = n
 		}
 		h := xxhash.New()
-		if _, err := nt.Tensor.WriteTo(h); err != nil {
+		n, err := nt.Tensor.WriteTo(h)
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", nt.Name, err)
 		}
+		j.streamed(n)
 		loc := ""
 		if nt.Tensor.Storage != nil {
 			loc = nt.Tensor.Storage.Location

@@ -320,7 +320,7 @@ func (t *Tensor) gather(w io.Writer, fix func([]byte)) (int64, error) {
 	outer := t.Shape[:inner]
 	idx := make([]int64, len(outer))
 	runBytes := run * es
-	buf := make([]byte, 0, max(copyBuf, runBytes))
+	buf := make([]byte, 0, max(min(copyBuf, t.NBytes()), runBytes))
 	mapped, isMapped := t.Storage.Mapped()
 	var written int64
 	flush := func() error {

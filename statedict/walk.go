@@ -128,6 +128,17 @@ func (c *Checkpoint) Tensors() ([]NamedTensor, error) {
 	return out, err
 }
 
+// ReleaseMemory drops the resident pages of the checkpoint's mapped files from the process
+// (they stay in the page cache and are faulted back in if read again). Writers call it as
+// they stream, so memory use does not grow with the checkpoint.
+func (c *Checkpoint) ReleaseMemory() {
+	for _, cl := range c.Closers {
+		if r, ok := cl.(interface{ DontNeed() }); ok {
+			r.DontNeed()
+		}
+	}
+}
+
 // Close releases the files the checkpoint reads from. Tensors must not be read afterwards.
 func (c *Checkpoint) Close() error {
 	var first error

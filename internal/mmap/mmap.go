@@ -77,6 +77,16 @@ func (f *File) Advise() {
 	}
 }
 
+// DontNeed drops the mapping's resident pages from this process (MADV_DONTNEED). The file
+// stays mapped and its pages stay in the page cache; touching them again faults them back
+// in. Streaming readers call it after consuming data so that the process's resident memory
+// stays independent of the checkpoint's size.
+func (f *File) DontNeed() {
+	if len(f.data) > 0 {
+		_ = unix.Madvise(f.data, unix.MADV_DONTNEED)
+	}
+}
+
 // Close unmaps the file.
 func (f *File) Close() error {
 	if len(f.data) == 0 {
