@@ -30,13 +30,23 @@ type PickleScan struct {
 	Err error
 }
 
+// Finding is a dangerous global found by Scan, located in its file.
+type Finding struct {
+	File, Where string
+	// Offset is the byte offset of the opcode in File.
+	Offset int64
+	Global pickle.Global
+	Why    string
+}
+
 // Dangerous returns the globals of all scans that are classified dangerous.
-func Dangerous(scans []PickleScan) []pickle.ScannedGlobal {
-	var out []pickle.ScannedGlobal
+func Dangerous(scans []PickleScan) []Finding {
+	var out []Finding
 	for _, s := range scans {
 		for _, g := range s.Report.Globals {
 			if g.Class == pickle.Unsafe {
-				out = append(out, g)
+				why, _ := pickle.Dangerous(g.Global)
+				out = append(out, Finding{s.File, s.Where, s.Base + g.Offset, g.Global, why})
 			}
 		}
 	}
@@ -87,7 +97,7 @@ func scanFile(path string) ([]PickleScan, error) {
 	case bytes.HasPrefix(data, torchlegacy.Magic):
 		return scanStream(path, data, 5, "legacy stream"), nil
 	case len(data) > 1 && data[0] == 0x80 && data[1] <= 5:
-		return scanStream(path, data, 1, "pickle"), nil
+		return scanStream(path, data, 1, "bare"), nil
 	}
 	return nil, nil
 }

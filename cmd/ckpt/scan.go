@@ -90,7 +90,9 @@ decoded into objects or executed. Exits 3 naming the global when a dangerous one
 				}
 			}
 			if len(bad) > 0 {
-				return &exitError{code: exitDangerous, msg: fmt.Sprintf("%s: DANGEROUS global %s (offset %d): loading this with torch.load(weights_only=False) would run it", args[0], bad[0].Global, bad[0].Offset)}
+				f := bad[0]
+				return &exitError{code: exitDangerous, msg: fmt.Sprintf("%s: %s: DANGEROUS global %s at byte %d (%s): unpickling it with Python's pickle, as torch.load(weights_only=False) and DCP's loader do, would run it",
+					f.File, f.Where, f.Global, f.Offset, f.Why)}
 			}
 			for _, s := range scans {
 				if s.Err != nil {

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run executes the CLI in-process with args and returns stdout and the error.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRoot()
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+// TestInspectJSONMatchesTorch checks the CLI's --json contract against torch's own listing
+// of a fixture: format, names, dtypes, shapes, locations, sizes and hashes.
+func TestInspectJSONMatchesTorch(t *testing.T) {
+	for _, name := range []string{"shufflenet_cuda", "training_cuda", "legacy_cuda"} {
+		t.Run(name, func(t *testing.T) {
+			out, err := run(t, "inspect", "--json", "--hash", "../../testdata/torch/"+name+".pt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			type tensor struct {
+				Name     string  `json:"name"`
+				DType    string  `json:"dtype"`
+				Shape    []int64 `json:"shape"`
+				Location string  `json:"location"`
+				NBytes   int64   `json:"nbytes"`
+				SHA256   string  `json:"sha256"`
+			}
+			var got, want struct {
+				Format  string   `json:"format"`
+				Tensors []tensor `json:"tensors"`
+			}
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile("../../testdata/torch/" + name + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &want); err != nil {
+				t.Fatal(err)
+			}
+			if got.Format != want.Format || len(got.Tensors) != len(want.Tensors) {
+				t.Fatalf("format %s with %d tensors, torch: %s with %d", got.Format, len(got.Tensors), want.Format, len(want.Tensors))
+			}
+			for i := range want.Tensors {
+				g, w := got.Tensors[i], want.Tensors[i]
+				if g.Name != w.Name || g.DType != w.DType || g.Location != w.Location || g.NBytes != w.NBytes || g.SHA256 != w.SHA256 || len(g.Shape) != len(w.Shape) {
+					t.Errorf("got %+v, torch %+v", g, w)
+				}
+			}
+		})
+	}
+}
+
+// TestScanExitStatus: a dangerous global gives exit status 3 and names it; a clean
+// checkpoint scans without error.
+func TestScanExitStatus(t *testing.T) {
+	out, err := run(t, "scan", "../../testdata/torch/malicious.pt")
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitDangerous || !strings.Contains(ee.msg, "posix.system") {
+		t.Fatalf("scan of malicious.pt: %v\n%s", err, out)
+	}
+	if _, err := run(t, "scan", "../../testdata/torch/shufflenet_cuda.pt"); err != nil {
+		t.Fatalf("clean checkpoint: %v", err)
+	}
+	if _, err := run(t, "scan", "../../testdata/dcp/model"); err != nil {
+		t.Fatalf("clean DCP folder: %v", err)
+	}
+}
+
+// TestConvertCLI runs the main job end to end and checks the refusal to overwrite.
+func TestConvertCLI(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "out.pt")
+	out, err := run(t, "convert", "--to", "tpu", "--json", "../../testdata/torch/training_cuda.pt", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Tensors  int    `json:"tensors"`
+		Manifest string `json:"manifest"`
+		Remap    struct {
+			Locations map[string]string `json:"locations"`
+		} `json:"remap"`
+	}
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Tensors != 26 || sum.Remap.Locations["cuda:0"] != "tpu" {
+		t.Errorf("summary %+v", sum)
+	}
+	if _, err := os.Stat(sum.Manifest); err != nil {
+		t.Errorf("manifest: %v", err)
+	}
+	if _, err := run(t, "convert", "../../testdata/torch/training_cuda.pt", dst); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Errorf("second convert without --force: %v", err)
+	}
+	if _, err := run(t, "convert", "--force", "../../testdata/torch/training_cuda.pt", dst); err != nil {
+		t.Errorf("with --force: %v", err)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"5GB": 5e9, "500MB": 5e8, "2GiB": 2 << 30, "1048576": 1 << 20, "1.5KB": 1500} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "-1GB", "GB", "five"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("parseSize(%q) accepted", bad)
+		}
+	}
+}
