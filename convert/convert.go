@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -114,6 +116,15 @@ type writeJob struct {
 	done   int64
 	// sinceRelease counts bytes streamed since the source's resident pages were last dropped.
 	sinceRelease int64
+	// rangeHashes holds the xxhash64 of file ranges computed while they were copied, so the
+	// manifest does not read them a second time.
+	rangeHashes map[fileRange]uint64
+}
+
+// fileRange names bytes of a source file.
+type fileRange struct {
+	path   string
+	off, n int64
 }
 
 // releaseEvery is how many streamed bytes may stay resident from the mapped source before
@@ -141,13 +152,44 @@ type progressWriter struct {
 }
 
 func (p *progressWriter) Write(b []byte) (int, error) {
-	n, err := p.w.Write(b)
-	p.job.done += int64(n)
-	p.job.streamed(int64(n))
+	// Large slices of the mapped source are written in pieces so their pages can be
+	// released between pieces: resident memory stays bounded even for huge tensors.
+	var done int
+	for done < len(b) {
+		piece := b[done:min(len(b), done+releaseEvery/4)]
+		n, err := p.w.Write(piece)
+		done += n
+		p.account(int64(n))
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// WriteRange passes file ranges on (fastcopy), accounting for them as written, and hashes
+// the range for the manifest on the other core while the kernel copies it.
+func (p *progressWriter) WriteRange(r fastcopy.Range) (int64, error) {
+	sum := make(chan uint64, 1)
+	go func() { sum <- xxhash.Sum64(r.Data) }()
+	n, err := fastcopy.Write(p.w, r)
+	h := <-sum
+	if err == nil {
+		if p.job.rangeHashes == nil {
+			p.job.rangeHashes = map[fileRange]uint64{}
+		}
+		p.job.rangeHashes[fileRange{r.Path, r.Off, int64(len(r.Data))}] = h
+	}
+	p.account(n)
+	return n, err
+}
+
+func (p *progressWriter) account(n int64) {
+	p.job.done += n
+	p.job.streamed(n)
 	if p.job.opts.Progress != nil {
 		p.job.opts.Progress(p.job.done, p.job.total)
 	}
-	return n, err
 }
 
 // archiveName is the folder torch.save uses inside a zip written to path: the file name

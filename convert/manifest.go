@@ -85,20 +85,35 @@ func (j *writeJob) buildManifest(names map[*statedict.Tensor]string) (*Manifest,
 			}
 			name = n
 		}
-		h := xxhash.New()
-		n, err := nt.Tensor.WriteTo(h)
+		sum, err := j.tensorHash(nt.Tensor)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", nt.Name, err)
 		}
-		j.streamed(n)
 		loc := ""
 		if nt.Tensor.Storage != nil {
 			loc = nt.Tensor.Storage.Location
 		}
 		m.Tensors = append(m.Tensors, ManifestTensor{Name: name, DType: inspect.DTypeName(nt.Tensor),
-			Shape: nt.Tensor.Shape, Location: loc, NBytes: nt.Tensor.NBytes(), XXHash64: fmt.Sprintf("%016x", h.Sum64())})
+			Shape: nt.Tensor.Shape, Location: loc, NBytes: nt.Tensor.NBytes(), XXHash64: fmt.Sprintf("%016x", sum)})
 	}
 	return m, nil
+}
+
+// tensorHash is the xxhash64 of t's contiguous bytes: taken from the copy of its file range
+// when the writer already hashed it, else computed by reading it.
+func (j *writeJob) tensorHash(t *statedict.Tensor) (uint64, error) {
+	if path, off, n, ok := t.FileRange(); ok {
+		if h, ok := j.rangeHashes[fileRange{path, off, n}]; ok {
+			return h, nil
+		}
+	}
+	h := xxhash.New()
+	n, err := t.WriteTo(h)
+	if err != nil {
+		return 0, err
+	}
+	j.streamed(n)
+	return h.Sum64(), nil
 }
 
 // writeManifestFile writes the manifest of a file output atomically beside it.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -159,8 +160,13 @@ func (j *writeJob) safetensorsFile() error {
 		return err
 	}
 	defer f.Abort()
-	cw := &countingWriter{w: f}
-	if err := j.writeSafetensors(cw, list, stMetadata(tied)); err != nil {
+	out := fastcopy.NewFile(f.File)
+	cw := &countingWriter{w: out}
+	err = j.writeSafetensors(cw, list, stMetadata(tied))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	j.sum.Bytes, j.sum.Files, j.sum.Tied = cw.n, []string{filepath.Base(dst)}, tied
@@ -232,8 +238,12 @@ func (j *writeJob) safetensorsFolder() error {
 		if err != nil {
 			return err
 		}
-		cw := &countingWriter{w: f}
+		out := fastcopy.NewFile(f)
+		cw := &countingWriter{w: out}
 		err = j.writeSafetensors(cw, shard, stMetadata(tiedIn(tied, shard)))
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -336,5 +346,12 @@ type countingWriter struct {
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
+	return n, err
+}
+
+// WriteRange passes file ranges on (fastcopy).
+func (c *countingWriter) WriteRange(r fastcopy.Range) (int64, error) {
+	n, err := fastcopy.Write(c.w, r)
+	c.n += n
 	return n, err
 }

@@ -1,11 +1,11 @@
 package convert
 
 import (
-	"bufio"
 	"path/filepath"
 
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 )
 
 // torch writes a torch.save zip file.
@@ -16,12 +16,12 @@ func (j *writeJob) torch() error {
 		return err
 	}
 	defer f.Abort()
-	bw := bufio.NewWriterSize(f, 4<<20)
-	n, err := torchzip.Write(j.progress(bw), j.src.Root, torchzip.SaveOptions{ArchiveName: archiveName(dst)})
-	if err != nil {
-		return err
+	out := fastcopy.NewFile(f.File)
+	n, err := torchzip.Write(j.progress(out), j.src.Root, torchzip.SaveOptions{ArchiveName: archiveName(dst)})
+	if cerr := out.Close(); err == nil {
+		err = cerr
 	}
-	if err := bw.Flush(); err != nil {
+	if err != nil {
 		return err
 	}
 	j.sum.Bytes = n

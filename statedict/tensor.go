@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"math/bits"
+
+	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 )
 
 // Storage is a flat run of bytes that one or more tensors view, as torch's UntypedStorage.
@@ -27,6 +29,9 @@ type Storage struct {
 	File string
 	// Offset is the byte offset of the storage within File, for error messages.
 	Offset int64
+	// FileBacked says the storage's bytes are exactly File[Offset:Offset+Size], as stored
+	// (not decompressed or computed), so writers may copy them file to file in the kernel.
+	FileBacked bool
 
 	data []byte      // zero-copy bytes (a slice of an mmap'd file), or
 	ra   io.ReaderAt // a reader with the bytes at [Offset, Offset+Size)
@@ -78,12 +83,12 @@ func (s *Storage) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// WriteTo streams the storage's bytes as stored, from the mapping without copying when the
-// bytes are memory-resident, else through a bounded buffer.
+// WriteTo streams the storage's bytes as stored: file to file in the kernel when both ends
+// allow it (fastcopy), from the mapping without copying when the bytes are memory-resident,
+// else through a bounded buffer.
 func (s *Storage) WriteTo(w io.Writer) (int64, error) {
 	if d, ok := s.Mapped(); ok {
-		n, err := w.Write(d)
-		return int64(n), err
+		return s.writeMapped(w, d, 0)
 	}
 	buf := make([]byte, min(s.Size, copyBuf))
 	var done int64
@@ -99,6 +104,15 @@ func (s *Storage) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return done, nil
+}
+
+// writeMapped writes d, which starts at byte start of the storage's mapped bytes.
+func (s *Storage) writeMapped(w io.Writer, d []byte, start int64) (int64, error) {
+	if s.FileBacked && s.File != "" {
+		return fastcopy.Write(w, fastcopy.Range{Data: d, Path: s.File, Off: s.Offset + start})
+	}
+	n, err := w.Write(d)
+	return int64(n), err
 }
 
 // Quantizer holds the parameters of a torch quantized tensor (qint8, quint8, ...).
@@ -241,6 +255,17 @@ func (t *Tensor) Validate() error {
 	return nil
 }
 
+// FileRange reports where the tensor's contiguous bytes lie in a file, when they are stored
+// there verbatim (a dense little-endian view of a file-backed storage without lazy bits).
+func (t *Tensor) FileRange() (path string, off, n int64, ok bool) {
+	st := t.Storage
+	if st == nil || !st.FileBacked || st.File == "" || st.BigEndian || t.Conj || t.Neg ||
+		t.DType.ValuesPerByte() != 1 || !t.IsContiguous() || t.Validate() != nil {
+		return "", 0, 0, false
+	}
+	return st.File, st.Offset + t.Offset*int64(t.DType.Size()), t.NBytes(), true
+}
+
 // copyBuf is the size of the bounded buffer used when a view is not one contiguous run.
 const copyBuf = 1 << 20
 
@@ -261,8 +286,7 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 	if t.IsContiguous() {
 		start := t.Offset * es
 		if d, ok := t.Storage.Mapped(); ok && fix == nil {
-			n, err := w.Write(d[start : start+total])
-			return int64(n), err
+			return t.Storage.writeMapped(w, d[start:start+total], start)
 		}
 		return t.copyRun(w, start, total, fix)
 	}

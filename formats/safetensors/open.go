@@ -70,6 +70,7 @@ func tensors(file string, data []byte, h *Header) (*statedict.Dict, error) {
 		t.Storage = statedict.NewMappedStorage(ti.Name, "cpu", t.DType, data[start:start+ti.Size()])
 		t.Storage.File = file
 		t.Storage.Offset = start
+		t.Storage.FileBacked = true
 		if err := t.Validate(); err != nil {
 			return nil, fail("%v", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -22,6 +23,7 @@ import (
 // written from lazily read tensors.
 type Writer struct {
 	w       *bufio.Writer
+	out     io.Writer // what w buffers for; file ranges go straight to it
 	tensors []TensorInfo
 	next    int
 	err     error // sticky: set by the first failure, or by Close
@@ -78,7 +80,7 @@ func NewWriter(w io.Writer, tensors []TensorInfo, metadata map[string]string) (*
 	if _, err := bw.Write(append(binary.LittleEndian.AppendUint64(nil, uint64(len(hdr))), hdr...)); err != nil {
 		return nil, fmt.Errorf("safetensors: writing header: %w", err)
 	}
-	return &Writer{w: bw, tensors: plan}, nil
+	return &Writer{w: bw, out: w, tensors: plan}, nil
 }
 
 // tensorSize is the byte size of a tensor of a known dtype, with the reference's checks.
@@ -198,7 +200,7 @@ func (w *Writer) WriteTensor(name string, src io.WriterTo) error {
 		w.err = fmt.Errorf("safetensors: tensor %q written out of order: tensor %q comes next", name, t.Name)
 		return w.err
 	}
-	ew := &exactWriter{w: w.w, left: t.Size()}
+	ew := &exactWriter{w: w.w, out: w.out, left: t.Size()}
 	if _, err := src.WriteTo(ew); err != nil {
 		w.err = fmt.Errorf("safetensors: tensor %q: %w", name, err)
 		return w.err
@@ -212,10 +214,25 @@ func (w *Writer) WriteTensor(name string, src io.WriterTo) error {
 	return nil
 }
 
-// exactWriter passes at most left bytes to w.
+// exactWriter passes at most left bytes to w. File ranges (fastcopy) bypass the buffer: it
+// is flushed and the range handed to out, so the kernel can copy file to file.
 type exactWriter struct {
-	w    io.Writer
+	w    *bufio.Writer
+	out  io.Writer
 	left int64
+}
+
+// WriteRange implements fastcopy.RangeWriter.
+func (e *exactWriter) WriteRange(r fastcopy.Range) (int64, error) {
+	if int64(len(r.Data)) > e.left {
+		return 0, fmt.Errorf("%d bytes more than its dtype and shape need", int64(len(r.Data))-e.left)
+	}
+	if err := e.w.Flush(); err != nil {
+		return 0, err
+	}
+	n, err := fastcopy.Write(e.out, r)
+	e.left -= n
+	return n, err
 }
 
 func (e *exactWriter) Write(p []byte) (int, error) {

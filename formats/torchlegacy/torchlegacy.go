@@ -147,7 +147,7 @@ func Decode(data []byte, file string) (statedict.Value, error) {
 			return nil, fail("storage "+key, off, fmt.Errorf("record holds %d elements, the pickle says %d", n, req.NumEl))
 		}
 		st := statedict.NewMappedStorage(key, req.Location, req.DType, data[off+8:off+8+n*es])
-		st.File, st.Offset = file, off+8
+		st.File, st.Offset, st.FileBacked = file, off+8, true
 		storages[key] = st
 		off += 8 + n*es
 	}

@@ -146,6 +146,7 @@ func Decode(data []byte, file string, base int64) (statedict.Value, error) {
 		}
 		st := statedict.NewMappedStorage(req.Key, req.Location, req.DType, b[:nbytes])
 		st.File, st.Offset, st.BigEndian = file, base+off, bigEndian
+		st.FileBacked = records[name].Method == zip.Store
 		return st, nil
 	}
 	root, _, err := torchpickle.Load(pkl, resolve, torchpickle.Options{})

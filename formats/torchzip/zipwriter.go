@@ -6,6 +6,8 @@ import (
 	"hash/crc32"
 	"io"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 )
 
 // Alignment is the data alignment of every record, torch's default storage_alignment.
@@ -81,8 +83,7 @@ func (z *zipWriter) record(name string, size int64, produce func(io.Writer) (int
 	if err := z.write(h); err != nil {
 		return err
 	}
-	crc := crc32.NewIEEE()
-	cw := &countWriter{w: io.MultiWriter(z.w, crc)}
+	cw := &crcWriter{w: z.w}
 	if _, err := produce(cw); err != nil {
 		z.off += cw.n
 		return fmt.Errorf("%s: %w", name, err)
@@ -91,7 +92,7 @@ func (z *zipWriter) record(name string, size int64, produce func(io.Writer) (int
 	if cw.n != size {
 		return fmt.Errorf("%s: wrote %d bytes, planned %d", name, cw.n, size)
 	}
-	e.crc = crc.Sum32()
+	e.crc = cw.crc
 	if size > 0 {
 		d := binary.LittleEndian.AppendUint32(nil, 0x08074b50)
 		d = binary.LittleEndian.AppendUint32(d, e.crc)
@@ -216,5 +217,37 @@ type countWriter struct {
 func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
+	return n, err
+}
+
+// WriteRange passes file ranges on (fastcopy).
+func (c *countWriter) WriteRange(r fastcopy.Range) (int64, error) {
+	n, err := fastcopy.Write(c.w, r)
+	c.n += n
+	return n, err
+}
+
+// crcWriter computes a record's CRC-32 and size. A file range is checksummed from its
+// mapped bytes on one core while the kernel copies it on the other.
+type crcWriter struct {
+	w   io.Writer
+	crc uint32
+	n   int64
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	c.crc = crc32.Update(c.crc, crc32.IEEETable, p)
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// WriteRange implements fastcopy.RangeWriter.
+func (c *crcWriter) WriteRange(r fastcopy.Range) (int64, error) {
+	sum := make(chan uint32, 1)
+	go func(prev uint32) { sum <- crc32.Update(prev, crc32.IEEETable, r.Data) }(c.crc)
+	n, err := fastcopy.Write(c.w, r)
+	c.crc = <-sum
+	c.n += n
 	return n, err
 }
