@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
+	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -108,7 +109,9 @@ func Write(dir string, root statedict.Value, opts WriteOptions) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	var w io.Writer = f
+	out := fastcopy.NewFile(f)
+	defer out.Close()
+	var w io.Writer = out
 	if opts.Progress != nil {
 		w = opts.Progress(f)
 	}
@@ -145,6 +148,9 @@ func Write(dir string, root statedict.Value, opts WriteOptions) (int64, error) {
 			}
 		}
 	}
+	if err := out.Close(); err != nil {
+		return off, err
+	}
 	if err := f.Close(); err != nil {
 		return off, err
 	}
@@ -166,7 +172,12 @@ func standalone(t *statedict.Tensor) (*statedict.Tensor, error) {
 	nb := t.NBytes()
 	es := int64(t.DType.Size())
 	var st *statedict.Storage
-	if t.IsContiguous() && !t.Conj && !t.Neg && !t.Storage.BigEndian && t.DType.ValuesPerByte() == 1 {
+	if d, mapped := t.Storage.Mapped(); mapped && t.IsContiguous() && !t.Conj && !t.Neg && !t.Storage.BigEndian && t.DType.ValuesPerByte() == 1 {
+		// A slice of the mapped source: stays zero-copy, and file to file in the kernel
+		// when the source storage is file-backed.
+		st = statedict.NewMappedStorage(t.Storage.Key, t.Storage.Location, t.DType, d[t.Offset*es:t.Offset*es+nb])
+		st.File, st.Offset, st.FileBacked = t.Storage.File, t.Storage.Offset+t.Offset*es, t.Storage.FileBacked
+	} else if t.IsContiguous() && !t.Conj && !t.Neg && !t.Storage.BigEndian && t.DType.ValuesPerByte() == 1 {
 		st = statedict.NewReaderStorage(t.Storage.Key, t.Storage.Location, t.DType, t.Storage, t.Offset*es, nb)
 	} else {
 		var buf bytes.Buffer
