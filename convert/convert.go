@@ -15,6 +15,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/fastcopy"
+	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -43,6 +44,11 @@ type Options struct {
 	ToolVersion string
 	// Args is the command line recorded in the manifest.
 	Args []string
+	// Dequantize is DequantizeNone, DequantizeAll or DequantizeAuto; dequantized tensors
+	// take Remap.DType (bfloat16 when unset).
+	Dequantize string
+	// TPUGen is the target generation DequantizeAuto decides for.
+	TPUGen quant.TPUGen
 }
 
 // Summary reports what a conversion did; it is also the --json output.
@@ -59,21 +65,32 @@ type Summary struct {
 	Remap     *remap.Report     `json:"remap"`
 	Tied      map[string]string `json:"tied,omitempty"`
 	Warnings  []string          `json:"warnings,omitempty"`
+	// Quantization says what happened to a quantized checkpoint's tensors and config.
+	Quantization *QuantReport `json:"quantization,omitempty"`
 }
 
 // Run performs the conversion.
 func Run(opts Options) (*Summary, error) {
 	start := time.Now()
+	opts.Dst = filepath.Clean(opts.Dst) // "DST/" names the folder DST
 	ck, err := formats.Open(opts.Src)
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
-	root, rep, err := remap.Apply(ck.Root, opts.Remap)
+	qroot, q, err := prepareQuantized(ck, opts)
+	if err != nil {
+		return nil, err
+	}
+	root, rep, err := remap.Apply(qroot, opts.Remap)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", opts.Src, err)
 	}
-	sum := &Summary{Src: opts.Src, Dst: opts.Dst, SrcFormat: ck.Format, Format: opts.Format, Remap: rep}
+	if err := unhide(root); err != nil {
+		return nil, err
+	}
+	sum := &Summary{Src: opts.Src, Dst: opts.Dst, SrcFormat: ck.Format, Format: opts.Format, Remap: rep, Warnings: rep.Warnings}
+	sum.Quantization, sum.Warnings = q.report, append(sum.Warnings, q.warnings...)
 	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras}
 	tensors, err := out.Tensors()
 	if err != nil {
@@ -83,7 +100,7 @@ func Run(opts Options) (*Summary, error) {
 	for _, t := range tensors {
 		total += t.Tensor.NBytes()
 	}
-	w := &writeJob{opts: opts, src: out, mapped: ck, sum: sum, total: total}
+	w := &writeJob{opts: opts, src: out, mapped: ck, sum: sum, total: total, rewrite: q.rewrite}
 	switch opts.Format {
 	case Torch:
 		err = w.torch()
@@ -119,6 +136,8 @@ type writeJob struct {
 	// rangeHashes holds the xxhash64 of file ranges computed while they were copied, so the
 	// manifest does not read them a second time.
 	rangeHashes map[fileRange]uint64
+	// rewrite replaces extra files of a folder output (nil content: left out).
+	rewrite map[string][]byte
 }
 
 // fileRange names bytes of a source file.

@@ -46,6 +46,8 @@ type checkJob struct {
 	Tag     string   `json:"tag"`
 	DType   string   `json:"dtype"`
 	Dropped []string `json:"dropped"`
+	// CPU are the RNG states the conversion keeps tagged "cpu".
+	CPU []string `json:"cpu"`
 }
 
 // runChecks has torch check every job in one oracle process (importing torch once) and
@@ -110,7 +112,7 @@ func TestConvertLoadsInTorch(t *testing.T) {
 			}
 			out := strings.ReplaceAll(name, "/", "_") + v.ext
 			opts := convert.Options{Src: src, Dst: filepath.Join(host, out), Format: v.format, MaxShardSize: 4096,
-				Remap: remap.Options{Location: loc, StripWrappers: true, PlainData: true}}
+				Remap: remap.Options{Location: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
 			if v.dtype != "keep" {
 				opts.Remap.DType, _ = statedict.ParseDType(v.dtype)
 			}
@@ -121,12 +123,13 @@ func TestConvertLoadsInTorch(t *testing.T) {
 					opts.Remap.Drop = append(opts.Remap.Drop, regexp.MustCompile("^"+regexp.QuoteMeta(n)+"$"))
 				}
 			}
-			if _, err := convert.Run(opts); err != nil {
+			sum, err := convert.Run(opts)
+			if err != nil {
 				t.Errorf("%s: %v", name, err)
 				continue
 			}
 			jobs = append(jobs, checkJob{Name: name, Format: v.format, Src: "/repo/testdata/torch/" + filepath.Base(src),
-				Out: chroot + "/" + out, Tag: v.tag, DType: v.dtype, Dropped: dropped})
+				Out: chroot + "/" + out, Tag: v.tag, DType: v.dtype, Dropped: dropped, CPU: sum.Remap.RNG})
 		}
 	}
 	runChecks(t, o, host, chroot, jobs)

@@ -309,10 +309,15 @@ func tiedIn(tied map[string]string, shard []statedict.NamedTensor) map[string]st
 // from a source folder into the output folder.
 func (j *writeJob) copyExtras(dir string) error {
 	for _, name := range j.src.Extras {
-		if name == ManifestName {
+		content, rewritten := j.rewrite[name]
+		if name == ManifestName || rewritten && content == nil {
 			continue
 		}
-		if err := copyFile(filepath.Join(j.src.Path, name), filepath.Join(dir, name)); err != nil {
+		if rewritten {
+			if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
+				return err
+			}
+		} else if err := copyFile(filepath.Join(j.src.Path, name), filepath.Join(dir, name)); err != nil {
 			return err
 		}
 		j.sum.Files = append(j.sum.Files, name)

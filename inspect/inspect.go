@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"sort"
 
+	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -24,6 +25,11 @@ type Report struct {
 	NonTensors []NonTensor  `json:"non_tensors"`
 	// TotalBytes sums the tensors' contiguous bytes, counting each once per name.
 	TotalBytes int64 `json:"total_bytes"`
+	// Training describes the optimizer, scheduler, scaler and RNG states (Options.Training).
+	Training *optimizerstate.Analysis `json:"training,omitempty"`
+	// Quantized groups quantized tensors with their scales into logical tensors; set when
+	// the checkpoint is (or looks) quantized.
+	Quantized *Quantized `json:"quantized,omitempty"`
 }
 
 // Tensor describes one stored tensor.
@@ -78,6 +84,11 @@ func (n NonTensor) MarshalJSON() ([]byte, error) {
 type Options struct {
 	// Hash adds the SHA-256 of every tensor's bytes (reads the whole checkpoint).
 	Hash bool
+	// Training adds the training-state analysis: each optimizer's parameters mapped onto
+	// the model, with any mismatch; schedulers, scalers, counters, RNG states.
+	Training bool
+	// OptimizerNames are names files for optimizers shapes cannot map (optimizerstate.Find).
+	OptimizerNames map[string][]string
 }
 
 // Build describes ck.
@@ -127,6 +138,12 @@ func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
 	for _, t := range totals {
 		r.Totals = append(r.Totals, *t)
 	}
+	if opts.Training {
+		if r.Training, err = optimizerstate.Analyze(ck.Root, opts.OptimizerNames); err != nil {
+			return nil, err
+		}
+	}
+	r.Quantized = quantized(ck)
 	sort.Slice(r.Totals, func(i, j int) bool {
 		if r.Totals[i].NBytes != r.Totals[j].NBytes {
 			return r.Totals[i].NBytes > r.Totals[j].NBytes

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -48,6 +49,14 @@ type Options struct {
 	// PlainData turns values torch.load(weights_only=True) refuses into the data they hold:
 	// numpy scalars into numbers, numpy arrays into tensors, argparse.Namespace into a dict.
 	PlainData bool
+	// OptimizerDType, when valid, is the dtype optimizer moments (per-parameter state
+	// except step) are cast to; by default they keep theirs whatever DType does to weights.
+	OptimizerDType statedict.DType
+	// KeepCUDARNG keeps CUDA RNG states, as CPU byte tensors, instead of dropping them.
+	KeepCUDARNG bool
+	// OptimizerNames lists the model entry names of an optimizer's parameters in id order,
+	// by optimizer state path ("" for the only one), for ids shapes cannot map.
+	OptimizerNames map[string][]string
 }
 
 // Report says what a remap did, for the user and the manifest.
@@ -64,6 +73,16 @@ type Report struct {
 	Converted []string `json:"converted,omitempty"`
 	// Locations maps each saved tag seen to the tag written.
 	Locations map[string]string `json:"locations"`
+	// Optimizers says how each optimizer state was made to follow its model.
+	Optimizers []*optimizerstate.Report `json:"optimizers,omitempty"`
+	// RNG lists the RNG states written as CPU tensors; DroppedRNG the CUDA ones dropped.
+	RNG        []string `json:"rng,omitempty"`
+	DroppedRNG []string `json:"dropped_rng,omitempty"`
+	// Repaired lists scheduler values restored after a DCP round trip (MultiStepLR
+	// milestones).
+	Repaired []string `json:"repaired,omitempty"`
+	// Warnings are problems the remap worked around.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Apply remaps root. The source tree is not modified: containers, tensors and storages that
@@ -79,6 +98,11 @@ func Apply(root statedict.Value, opts Options) (statedict.Value, *Report, error)
 	}
 	r := &remapper{opts: opts, rep: rep, storages: map[*statedict.Storage]*statedict.Storage{},
 		tensors: map[*statedict.Tensor]*statedict.Tensor{}, hits: make([]int, len(opts.Renames))}
+	tr, err := newTraining(root, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.training = tr
 	out, err := r.value(root, "", false)
 	if err != nil {
 		return nil, nil, err
@@ -87,6 +111,9 @@ func Apply(root statedict.Value, opts Options) (statedict.Value, *Report, error)
 		if n == 0 {
 			return nil, nil, fmt.Errorf("--rename %s=%s matched no tensor name", opts.Renames[i].Pattern, opts.Renames[i].Repl)
 		}
+	}
+	if err := r.finishTraining(); err != nil {
+		return nil, nil, err
 	}
 	sort.Strings(rep.Stripped)
 	return out, rep, nil
@@ -126,6 +153,7 @@ type remapper struct {
 	storages map[*statedict.Storage]*statedict.Storage
 	tensors  map[*statedict.Tensor]*statedict.Tensor
 	hits     []int
+	training *training
 }
 
 func (r *remapper) dropped(name string) bool {
@@ -135,7 +163,7 @@ func (r *remapper) dropped(name string) bool {
 			return true
 		}
 	}
-	return false
+	return r.dropsRNG(name)
 }
 
 func join(prefix, k string) string {
@@ -178,6 +206,7 @@ func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedic
 			}
 			out.Set(names[i], nv)
 		}
+		r.noteDict(c, out, names, name, inOptim)
 		return out, nil
 	case *statedict.List:
 		out := &statedict.List{}
@@ -338,7 +367,9 @@ func (r *remapper) storage(t *statedict.Tensor, name string, inOptim bool) (*sta
 	// An optimizer's step counter stays where it was (a CPU tensor): torch keeps it off the
 	// device unless the optimizer is capturable or fused.
 	keepStep := inOptim && (strings.HasSuffix(name, ".step") || name == "step")
-	if r.opts.Location != nil && !keepStep {
+	if r.rngOnCPU(name) {
+		st.Location = "cpu"
+	} else if r.opts.Location != nil && !keepStep {
 		to, err := r.opts.Location(src.Location)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -347,8 +378,11 @@ func (r *remapper) storage(t *statedict.Tensor, name string, inOptim bool) (*sta
 		st.Location = to
 	}
 	target := r.opts.DType
+	if inOptim {
+		target = r.momentDType(t)
+	}
 	if target != statedict.Invalid && target != t.DType && castable(t.DType) && castable(target) &&
-		!inOptim && !strings.HasSuffix(name, ".step") && name != "step" {
+		!strings.HasSuffix(name, ".step") && name != "step" {
 		cast, err := castStorage(&st, t.DType, target)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)

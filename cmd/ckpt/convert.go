@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/schollz/progressbar/v3"
@@ -21,6 +22,10 @@ func newConvertCmd() *cobra.Command {
 		to, format, mapLoc, dtype, sel, maxShard string
 		renames, drops                           []string
 		noStrip, force, asJSON                   bool
+		optimDType                               string
+		optimNames                               []string
+		keepCUDARNG                              bool
+		dequantize, tpuGen                       string
 	)
 	cmd := &cobra.Command{
 		Use:   "convert --to tpu SRC DST",
@@ -34,7 +39,16 @@ default — and writes DST as:
 The output is written under a temporary name, fsynced and renamed when complete; an
 existing DST is replaced only with --force. A manifest (DST.ckpt-manifest.json, or
 ckpt-manifest.json inside a folder) records the source, options, version and an xxhash64 of
-every tensor.`,
+every tensor.
+
+Quantized checkpoints (FP8, MXFP4, NVFP4 with their config.json quantization_config or
+hf_quant_config.json) pass through unchanged with their scales and config, which --dtype
+leaves alone. --dequantize unpacks every quantized tensor to --dtype (bfloat16 by default)
+exactly as the reference dequantizers do, under the names transformers gives them after
+loading; scales are dropped and the quantization config removed. --dequantize=auto
+--tpu-gen GEN unpacks only what that TPU generation cannot run natively (FP8 e4m3fn runs on
+v7x; FP4 nowhere). A checkpoint that looks quantized but whose config is missing or
+disagrees with its tensors is refused when dequantizing or casting.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, ToolVersion: toolVersion(), Args: os.Args}
@@ -65,6 +79,32 @@ every tensor.`,
 				opts.Remap.DType, _ = statedict.ParseDType(dtype)
 			default:
 				return fmt.Errorf("--dtype %q: one of keep, bfloat16, float32, float16", dtype)
+			}
+			switch optimDType {
+			case "keep", "":
+			case "bfloat16", "float32", "float16":
+				opts.Remap.OptimizerDType, _ = statedict.ParseDType(optimDType)
+			default:
+				return fmt.Errorf("--optimizer-dtype %q: one of keep, bfloat16, float32, float16", optimDType)
+			}
+			if opts.Remap.OptimizerNames, err = parseOptimizerNames(optimNames); err != nil {
+				return err
+			}
+			opts.Remap.KeepCUDARNG = keepCUDARNG
+			switch dequantize {
+			case "", "none":
+			case convert.DequantizeAll, convert.DequantizeAuto:
+				opts.Dequantize = dequantize
+			default:
+				return fmt.Errorf("--dequantize=%q: all or auto", dequantize)
+			}
+			if tpuGen != "" {
+				if opts.Dequantize != convert.DequantizeAuto {
+					return fmt.Errorf("--tpu-gen applies to --dequantize=auto only")
+				}
+				if opts.TPUGen, err = quant.ParseTPUGen(tpuGen); err != nil {
+					return fmt.Errorf("--tpu-gen: %w", err)
+				}
 			}
 			opts.Remap.StripWrappers = !noStrip
 			opts.Remap.PlainData = true
@@ -129,6 +169,20 @@ every tensor.`,
 			if len(sum.Remap.Dropped) > 0 {
 				fmt.Fprintf(out, "dropped %d entries\n", len(sum.Remap.Dropped))
 			}
+			for _, o := range sum.Remap.Optimizers {
+				fmt.Fprintf(out, "optimizer state %s (%s): %d parameters%s\n", label(o.Path), o.Kind, o.Params, optimizerNote(o))
+			}
+			if q := sum.Quantization; q != nil {
+				if len(q.Dequantized) > 0 {
+					fmt.Fprintf(out, "dequantized %d %s tensors to %s; dropped %d scale tensors; removed the quantization config from %s\n",
+						len(q.Dequantized), q.Method, q.DType, len(q.Dropped), strings.Join(q.ConfigRemoved, ", "))
+				} else {
+					fmt.Fprintf(out, "kept %d %s-quantized tensors with their scales and config\n", len(q.Kept), q.Method)
+				}
+			}
+			for _, r := range sum.Remap.Repaired {
+				fmt.Fprintf(out, "repaired %s (a DCP round trip had turned the Counter's int keys into strings)\n", r)
+			}
 			fmt.Fprintf(out, "wrote %s (%s, %d tensors, %s) in %.2fs; manifest %s\n",
 				sum.Dst, sum.Format, sum.Tensors, humanBytes(sum.Bytes), sum.Seconds, sum.Manifest)
 			return nil
@@ -139,6 +193,12 @@ every tensor.`,
 	f.StringVar(&format, "format", "", "output format: torch, safetensors or dcp (default: safetensors for a .safetensors DST, else torch)")
 	f.StringVar(&mapLoc, "map-location", remap.TPU, "device tag for every storage (tpu, cpu, tpu:N) or a table FROM=TO,… of exact tags")
 	f.StringVar(&dtype, "dtype", "keep", "cast floating-point weights: keep, bfloat16, float32 or float16 (optimizer state and integers untouched)")
+	f.StringVar(&optimDType, "optimizer-dtype", "keep", "cast optimizer moments (per-parameter state except step): keep, bfloat16, float32 or float16")
+	f.StringArrayVar(&optimNames, "optimizer-names", nil, "[PATH=]FILE: the model names of an optimizer's parameters in id order, one per line, when shapes cannot map them")
+	f.BoolVar(&keepCUDARNG, "keep-cuda-rng", false, "keep CUDA RNG states (as CPU byte tensors) instead of dropping them")
+	f.StringVar(&dequantize, "dequantize", "", "unpack quantized tensors to --dtype (default bfloat16): --dequantize (all) or --dequantize=auto (with --tpu-gen)")
+	f.Lookup("dequantize").NoOptDefVal = convert.DequantizeAll
+	f.StringVar(&tpuGen, "tpu-gen", "", "target TPU generation for --dequantize=auto: v5e, v5p, v6e or v7x")
 	f.StringArrayVar(&renames, "rename", nil, "REGEX=REPL applied to tensor names, in order (repeatable)")
 	f.StringVar(&sel, "select", "", "keep only the sub-tree at this dotted key (e.g. state_dict)")
 	f.StringArrayVar(&drops, "drop", nil, "drop entries whose flattened name matches REGEX (repeatable)")

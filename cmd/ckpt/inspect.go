@@ -14,7 +14,8 @@ import (
 )
 
 func newInspectCmd() *cobra.Command {
-	var asJSON, hash bool
+	var asJSON, hash, optim bool
+	var optimNames []string
 	cmd := &cobra.Command{
 		Use:   "inspect PATH",
 		Short: "List a checkpoint's tensors, dtypes, shapes, device tags and sizes",
@@ -23,7 +24,10 @@ executing any pickle code and lists every tensor as stored: flattened name, dtyp
 the device location it was saved with, and its size. Totals by dtype and a summary of the
 non-tensor entries follow. --json prints the stable machine-readable report; --hash adds the
 SHA-256 of each tensor's contiguous little-endian bytes, so two checkpoints in different
-formats can be compared tensor by tensor.`,
+formats can be compared tensor by tensor. --optimizer adds the training state: each
+optimizer's parameters mapped onto the model's names (checked by shape), schedulers,
+grad scalers, counters and RNG states; it exits with status 4 when an optimizer state does
+not fit its model or cannot be mapped unambiguously.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ck, err := formats.Open(args[0])
@@ -31,20 +35,41 @@ formats can be compared tensor by tensor.`,
 				return err
 			}
 			defer ck.Close()
-			rep, err := inspect.Build(ck, inspect.Options{Hash: hash})
+			names, err := parseOptimizerNames(optimNames)
+			if err != nil {
+				return err
+			}
+			rep, err := inspect.Build(ck, inspect.Options{Hash: hash, Training: optim || names != nil, OptimizerNames: names})
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				err = enc.Encode(rep)
+			} else {
+				err = printReport(cmd.OutOrStdout(), rep)
 			}
-			return printReport(cmd.OutOrStdout(), rep)
+			if err != nil || rep.Training == nil {
+				return err
+			}
+			if !asJSON {
+				if err := printTraining(cmd.OutOrStdout(), rep.Training); err != nil {
+					return err
+				}
+			}
+			for _, o := range rep.Training.Optimizers {
+				if o.Error != "" {
+					return &exitError{code: exitMismatch, msg: fmt.Sprintf("optimizer state %s: %s", label(o.Path), o.Error)}
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().BoolVar(&hash, "hash", false, "add the SHA-256 of every tensor's contiguous bytes (reads all data)")
+	cmd.Flags().BoolVar(&optim, "optimizer", false, "add the training state: optimizer parameters mapped onto model names, schedulers, scalers, RNG")
+	cmd.Flags().StringArrayVar(&optimNames, "optimizer-names", nil, "[PATH=]FILE: the model names of an optimizer's parameters in id order, one per line (implies --optimizer)")
 	return cmd
 }
 
@@ -69,6 +94,9 @@ func printReport(w io.Writer, r *inspect.Report) error {
 	fmt.Fprintf(w, "\n%d tensors, %s\n", len(r.Tensors), humanBytes(r.TotalBytes))
 	for _, t := range r.Totals {
 		fmt.Fprintf(w, "  %-18s %6d tensors  %s\n", t.DType, t.Tensors, humanBytes(t.NBytes))
+	}
+	if err := printQuantized(w, r.Quantized); err != nil {
+		return err
 	}
 	if len(r.NonTensors) > 0 {
 		byType := map[string]int{}
@@ -113,4 +141,28 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// printQuantized writes the quantized groups as logical tensors.
+func printQuantized(w io.Writer, q *inspect.Quantized) error {
+	if q == nil {
+		return nil
+	}
+	if q.Error != "" {
+		fmt.Fprintf(w, "\nquantization not understood: %s\n", q.Error)
+		return nil
+	}
+	fmt.Fprintf(w, "\n%d quantized tensors (%s, from %s):\n", len(q.Groups), q.Method, strings.Join(q.Config, " + "))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSCHEME\tSHAPE\tBLOCK\tSTORED")
+	for _, g := range q.Groups {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%s %s\n", g.Name, g.Scheme, g.Shape, g.Block, g.CodeDType, strings.Join(g.Stored, " + "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(q.RuntimeOnly) > 0 {
+		fmt.Fprintf(w, "runtime-only scales: %s\n", strings.Join(q.RuntimeOnly, ", "))
+	}
+	return nil
 }

@@ -99,7 +99,7 @@ func TestConvertCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &sum); err != nil {
 		t.Fatal(err)
 	}
-	if sum.Tensors != 26 || sum.Remap.Locations["cuda:0"] != "tpu" {
+	if sum.Tensors != 25 || sum.Remap.Locations["cuda:0"] != "tpu" { // 26 less the CUDA RNG state, dropped
 		t.Errorf("summary %+v", sum)
 	}
 	if _, err := os.Stat(sum.Manifest); err != nil {

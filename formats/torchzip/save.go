@@ -81,6 +81,7 @@ type pickler struct {
 
 var (
 	gOrderedDict   = pickle.Global{Module: "collections", Name: "OrderedDict"}
+	gCounter       = pickle.Global{Module: "collections", Name: "Counter"}
 	gRebuildV2     = pickle.Global{Module: "torch._utils", Name: "_rebuild_tensor_v2"}
 	gRebuildV3     = pickle.Global{Module: "torch._utils", Name: "_rebuild_tensor_v3"}
 	gRebuildParam  = pickle.Global{Module: "torch._utils", Name: "_rebuild_parameter"}
@@ -228,6 +229,10 @@ func (p *pickler) dict(x *statedict.Dict, name string) error {
 		e.Op(pickle.OpEmptyDict)
 	case "collections.OrderedDict":
 		p.emptyOrderedDict()
+	case "collections.Counter": // Counter(), then SETITEMS, which torch allows on a Counter
+		e.Global(gCounter)
+		e.Op(pickle.OpEmptyTuple)
+		e.Op(pickle.OpReduce)
 	default:
 		return fmt.Errorf("%s: a %s cannot be loaded by torch.load(weights_only=True)", name, x.Class)
 	}

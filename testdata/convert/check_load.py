@@ -2,7 +2,8 @@
 
     python3 check_load.py JOBS.json
 
-JOBS.json is a list of {"format", "src", "out", "tag", "dtype", "dropped": [names]}.
+JOBS.json is a list of {"format", "src", "out", "tag", "dtype", "dropped": [names], "cpu": [names]}
+("cpu": RNG states, which keep a "cpu" tag whatever TAG is).
 
 FORMAT is torch, safetensors (file or HF folder) or dcp. torch loads the source with its
 own loader (recording each storage's location tag), loads OUT the way users will
@@ -54,7 +55,7 @@ def raw(t):
     return bytes(c.untyped_storage())
 
 
-def check(fmt, src, out, expect_tag, dtype, dropped):
+def check(fmt, src, out, expect_tag, dtype, dropped, cpu):
     """Compares one output with torch's load of its source; returns the report."""
     cast = getattr(torch, dtype) if dtype and dtype != "keep" else None
     dropped = set(dropped or [])
@@ -149,6 +150,8 @@ def check(fmt, src, out, expect_tag, dtype, dropped):
             want_tag = expect_tag
             if name in in_optim and name.endswith(".step"):
                 want_tag = src_tags.get(src_flat[name].untyped_storage().data_ptr())
+            elif name in (cpu or []):
+                want_tag = "cpu"
             if tag != want_tag and o.numel() > 0:
                 problems.append(f"{name}: tagged {tag}, want {want_tag}")
         # Tied weights: tensors sharing a storage in the source share one after loading ours.
@@ -166,7 +169,8 @@ def check(fmt, src, out, expect_tag, dtype, dropped):
 
 for job in json.load(open(sys.argv[1])):
     try:
-        res = check(job["format"], job["src"], job["out"], job["tag"], job.get("dtype"), job.get("dropped"))
+        res = check(job["format"], job["src"], job["out"], job["tag"], job.get("dtype"), job.get("dropped"),
+                    job.get("cpu"))
     except BaseException as e:  # a load failure is a finding, reported per job (DCP raises BaseException)
         detail = getattr(e, "failures", None)  # DCP's CheckpointException: per-rank errors
         res = {"compared": 0, "tags": [], "problems": [f"{type(e).__name__}: {detail or e}"]}

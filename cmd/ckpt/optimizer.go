@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ckpt-dev/ckpt/optimizerstate"
+)
+
+// exitMismatch is inspect --optimizer's exit status when an optimizer state does not fit
+// its model or cannot be mapped unambiguously.
+const exitMismatch = 4
+
+// parseOptimizerNames reads --optimizer-names values, [PATH=]FILE: the names file of the
+// optimizer state at PATH (without PATH, of the checkpoint's only optimizer state).
+func parseOptimizerNames(values []string) (map[string][]string, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	out := map[string][]string{}
+	for _, v := range values {
+		path, file, ok := strings.Cut(v, "=")
+		if !ok {
+			path, file = "", v
+		}
+		if _, dup := out[path]; dup {
+			return nil, fmt.Errorf("--optimizer-names: two names files for %q", path)
+		}
+		names, err := optimizerstate.ReadNames(file)
+		if err != nil {
+			return nil, fmt.Errorf("--optimizer-names: %w", err)
+		}
+		out[path] = names
+	}
+	return out, nil
+}
+
+// printTraining writes the human-readable training-state report of inspect --optimizer.
+func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
+	for _, o := range a.Optimizers {
+		fmt.Fprintf(w, "\noptimizer state %s: %s, %s form, %d groups, %d parameters\n", label(o.Path), o.Kind, o.Form, len(o.Groups), len(o.Params))
+		for i, g := range o.Groups {
+			keys := make([]string, 0, len(g.Options))
+			for k := range g.Options {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			opts := make([]string, len(keys))
+			for j, k := range keys {
+				opts[j] = k + "=" + g.Options[k]
+			}
+			fmt.Fprintf(w, "  group %d: %d parameters; %s\n", i, g.Params, strings.Join(opts, " "))
+		}
+		switch {
+		case o.Error != "" && o.Model != "":
+			fmt.Fprintf(w, "  MISMATCH with %s: %s\n", o.Model, o.Error)
+		case o.Error != "":
+			fmt.Fprintf(w, "  NOT MAPPED: %s\n", o.Error)
+		case o.MappedBy == "":
+			fmt.Fprintln(w, "  no model state dict in the checkpoint: ids are not tied to names")
+		default:
+			fmt.Fprintf(w, "  mapped onto %s by %s\n", label(o.Model), o.MappedBy)
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ID\tGROUP\tPARAMETER\tSHAPE\tSTATE")
+		for _, p := range o.Params {
+			var st []string
+			for _, s := range p.State {
+				if s.DType != "" {
+					st = append(st, fmt.Sprintf("%s %s%v", s.Key, s.DType, s.Shape))
+				} else {
+					st = append(st, s.Key+"="+s.Value)
+				}
+			}
+			shape := ""
+			if p.Shape != nil {
+				shape = fmt.Sprint(p.Shape)
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", p.ID, p.Group, p.Name, shape, strings.Join(st, ", "))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, u := range o.Unused {
+			fmt.Fprintf(w, "  not an optimizer parameter: %s (%s)\n", u.Name, u.Reason)
+		}
+		for _, k := range o.Orphans {
+			fmt.Fprintf(w, "  state %s belongs to no group\n", k)
+		}
+	}
+	for _, s := range a.Schedulers {
+		fmt.Fprintf(w, "\nLR scheduler %s: %s (%s)\n", label(s.Path), s.Kind, s.Detail)
+	}
+	for _, s := range a.Scalers {
+		fmt.Fprintf(w, "\ngrad scaler %s: %s (%s)\n", label(s.Path), s.Kind, s.Detail)
+	}
+	if len(a.Counters) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, c := range a.Counters {
+		fmt.Fprintf(w, "counter %s = %s\n", c.Path, c.Detail)
+	}
+	if len(a.RNG.CPU)+len(a.RNG.CUDA) > 0 {
+		fmt.Fprintf(w, "\nRNG states: CPU %s; CUDA %s (dropped by convert unless --keep-cuda-rng)\n", list(a.RNG.CPU), list(a.RNG.CUDA))
+	}
+	return nil
+}
+
+// optimizerNote summarizes how convert made an optimizer state follow its model.
+func optimizerNote(o *optimizerstate.Report) string {
+	var parts []string
+	switch {
+	case o.Unmapped != "":
+		parts = append(parts, "not tied to the model (see warning)")
+	case o.MappedBy != "":
+		parts = append(parts, "mapped onto "+label(o.Model)+" by "+o.MappedBy)
+	}
+	if len(o.Dropped) > 0 {
+		parts = append(parts, fmt.Sprintf("%d dropped with their weights", len(o.Dropped)))
+	}
+	if o.Renamed > 0 {
+		parts = append(parts, fmt.Sprintf("%d renamed", o.Renamed))
+	}
+	if o.Renumbered {
+		parts = append(parts, "ids renumbered")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ")
+}
+
+func label(path string) string {
+	if path == "" {
+		return "(root)"
+	}
+	return path
+}
+
+func list(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}

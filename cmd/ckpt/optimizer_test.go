@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/formats/torchzip"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// TestInspectOptimizer shows the mapping of a real training checkpoint, as text and JSON.
+func TestInspectOptimizer(t *testing.T) {
+	const src = "../../testdata/optim/llama_cuda.pt"
+	out, err := run(t, "inspect", "--optimizer", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 20 parameters", "mapped onto model by shapes",
+		"15  1      model.layers.0.input_layernorm.weight", "not an optimizer parameter: lm_head.weight (tied to model.embed_tokens.weight)",
+		"LR scheduler scheduler: LambdaLR", "RNG states: CPU rng.cpu; CUDA rng.cuda.0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	out, err = run(t, "inspect", "--optimizer", "--json", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Training struct {
+			Optimizers []struct {
+				MappedBy string `json:"mapped_by"`
+				Params   []struct {
+					ID   string `json:"id"`
+					Name string `json:"name"`
+				} `json:"params"`
+			} `json:"optimizers"`
+		} `json:"training"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if o := rep.Training.Optimizers; len(o) != 1 || o[0].MappedBy != "shapes" || o[0].Params[19].Name != "model.norm.weight" {
+		t.Errorf("training %+v", rep.Training)
+	}
+}
+
+// TestInspectOptimizerMismatch: an optimizer state saved with another model is reported
+// with the parameter and the model entry at fault, and exit status 4.
+func TestInspectOptimizerMismatch(t *testing.T) {
+	llama, err := formats.Open("../../testdata/optim/llama_cuda.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer llama.Close()
+	mlp, err := formats.Open("../../testdata/optim/mlp_cuda.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mlp.Close()
+	root := statedict.NewDict("")
+	m, _ := mlp.Root.(*statedict.Dict).Get("model")
+	o, _ := llama.Root.(*statedict.Dict).Get("optimizer")
+	root.Set("model", m)
+	root.Set("optimizer", o)
+	path := filepath.Join(t.TempDir(), "mixed.pt")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := torchzip.Write(f, root, torchzip.SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "inspect", "--optimizer", path)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitMismatch ||
+		!strings.Contains(ee.msg, `optimizer parameter 0 vs model entry "fc1.weight": exp_avg has shape [64 16], the parameter [16 8]`) {
+		t.Fatalf("exit %v", err)
+	}
+	if !strings.Contains(out, "MISMATCH with model") {
+		t.Errorf("report:\n%s", out)
+	}
+}
+
+// TestConvertTrainingFlags: --keep-cuda-rng, --optimizer-dtype and --optimizer-names.
+func TestConvertTrainingFlags(t *testing.T) {
+	dir := t.TempDir()
+	names := filepath.Join(dir, "names.txt")
+	if err := os.WriteFile(names, []byte("# ids 0-5\nfc1.weight\nfc1.bias\nbn.weight\nbn.bias\nfc2.weight\nfc2.bias\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "convert", "--json", "--keep-cuda-rng", "--optimizer-dtype", "bfloat16", "--optimizer-names", "optimizer="+names,
+		"../../testdata/optim/mlp_cuda.pt", filepath.Join(dir, "out.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Remap struct {
+			Cast       int      `json:"cast"`
+			RNG        []string `json:"rng"`
+			DroppedRNG []string `json:"dropped_rng"`
+			Optimizers []struct {
+				MappedBy string `json:"mapped_by"`
+			} `json:"optimizers"`
+		} `json:"remap"`
+	}
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		t.Fatal(err)
+	}
+	r := sum.Remap
+	if r.Cast != 6 || !slices.Equal(r.RNG, []string{"rng.cpu", "rng.cuda.0"}) || r.DroppedRNG != nil ||
+		len(r.Optimizers) != 1 || r.Optimizers[0].MappedBy != "names file" {
+		t.Errorf("remap %+v", r)
+	}
+	if _, err := run(t, "convert", "--optimizer-dtype", "int8", "../../testdata/optim/mlp_cuda.pt", filepath.Join(dir, "x.pt")); err == nil {
+		t.Error("--optimizer-dtype int8 accepted")
+	}
+}

@@ -1,0 +1,220 @@
+package convert
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Dequantization modes (Options.Dequantize).
+const (
+	// DequantizeNone passes quantized tensors through unchanged, with their scales and
+	// quantization config (TPU-side kernels can take them); --dtype leaves their scales
+	// alone.
+	DequantizeNone = ""
+	// DequantizeAll unpacks every quantized tensor.
+	DequantizeAll = "all"
+	// DequantizeAuto unpacks what Options.TPUGen cannot run natively: FP8 except
+	// float8_e4m3fn on v7x, FP4 everywhere.
+	DequantizeAuto = "auto"
+)
+
+// QuantReport says what a conversion did with a quantized checkpoint.
+type QuantReport struct {
+	// Method is the configuration's quant_method.
+	Method string `json:"method"`
+	// DType is what dequantized tensors were computed as.
+	DType string `json:"dtype,omitempty"`
+	// Dequantized lists the logical tensors written in DType (transformers' names).
+	Dequantized []string `json:"dequantized,omitempty"`
+	// Kept lists the stored codes written unchanged, with their scales.
+	Kept []string `json:"kept,omitempty"`
+	// Dropped lists the stored scale and runtime-only tensors left out.
+	Dropped []string `json:"dropped,omitempty"`
+	// ConfigRemoved lists the files whose quantization config was removed
+	// (config.json rewritten without it, hf_quant_config.json not copied).
+	ConfigRemoved []string `json:"config_removed,omitempty"`
+}
+
+// quantStep is the quantization part of a conversion, applied to the source tree before
+// the remap.
+type quantStep struct {
+	report   *QuantReport
+	warnings []string
+	// rewrite replaces extra files of the output folder; a nil content leaves the file out.
+	rewrite map[string][]byte
+}
+
+// keepDType marks a tensor of a quantized group that passes through: its dtype is hidden
+// from the remap's --dtype cast (a scale cast to bfloat16 would silently change every
+// weight it dequantizes) and restored afterwards by unhide.
+type keepDType struct {
+	dtype statedict.DType
+	attrs statedict.Value
+}
+
+// opaque maps the castable float dtypes to integers of the same width, which no cast touches.
+var opaque = map[statedict.DType]statedict.DType{
+	statedict.Float16: statedict.Uint16, statedict.BFloat16: statedict.Uint16,
+	statedict.Float32: statedict.Uint32, statedict.Float64: statedict.Uint64,
+}
+
+// prepareQuantized detects the quantization of ck and applies opts.Dequantize: groups to
+// unpack are replaced by lazily dequantized tensors under their post-load names, their scales
+// and the runtime-only scales dropped, and the config removed once nothing quantized is left;
+// the members of groups kept are shielded from the dtype cast. A checkpoint that looks
+// quantized but cannot be understood is an error when dequantizing or casting, and passes
+// through with a warning otherwise (its bytes are not touched).
+func prepareQuantized(ck *statedict.Checkpoint, opts Options) (statedict.Value, *quantStep, error) {
+	q := &quantStep{}
+	switch opts.Dequantize {
+	case DequantizeNone, DequantizeAll:
+	case DequantizeAuto:
+		if opts.TPUGen == "" {
+			return nil, nil, fmt.Errorf("--dequantize=auto needs --tpu-gen (v5e, v5p, v6e or v7x)")
+		}
+	default:
+		return nil, nil, fmt.Errorf("--dequantize=%q: all or auto", opts.Dequantize)
+	}
+	cast := opts.Remap.DType != statedict.Invalid
+	cfg, err := quant.LoadConfig(ck)
+	var plan *quant.Plan
+	if err == nil {
+		var tensors []statedict.NamedTensor
+		if tensors, err = ck.Tensors(); err == nil {
+			plan, err = quant.Detect(cfg, tensors)
+		}
+	}
+	if err != nil {
+		if opts.Dequantize != DequantizeNone || cast {
+			return nil, nil, fmt.Errorf("%s: %w", opts.Src, err)
+		}
+		q.warnings = append(q.warnings, fmt.Sprintf("quantization not understood, tensors passed through unchanged: %v", err))
+		return ck.Root, q, nil
+	}
+	if plan == nil {
+		if opts.Dequantize != DequantizeNone {
+			q.warnings = append(q.warnings, "--dequantize: the checkpoint is not quantized")
+		}
+		return ck.Root, q, nil
+	}
+	out := statedict.BFloat16
+	if cast {
+		out = opts.Remap.DType
+	}
+	unpack := map[*quant.Group]bool{}
+	for _, g := range plan.Groups {
+		unpack[g] = opts.Dequantize == DequantizeAll || opts.Dequantize == DequantizeAuto && !g.NativeOn(opts.TPUGen)
+	}
+	all := len(unpack) > 0
+	for _, u := range unpack {
+		all = all && u
+	}
+	if n := countTrue(unpack); n > 0 && !all {
+		return nil, nil, fmt.Errorf("%s: --dequantize=auto for %s would unpack %d of the %d quantized tensors and keep the rest, which one %s quantization config cannot describe; use --dequantize to unpack all",
+			opts.Src, opts.TPUGen, n, len(plan.Groups), plan.Config.Method)
+	}
+	d, ok := ck.Root.(*statedict.Dict)
+	if !ok {
+		return nil, nil, fmt.Errorf("%s: a quantized checkpoint must be a flat state dict, not a %T", opts.Src, ck.Root)
+	}
+	q.report = &QuantReport{Method: plan.Config.Method}
+	role := map[string]*quant.Group{} // stored name → its group
+	for _, g := range plan.Groups {
+		for _, m := range g.Members() {
+			role[m] = g
+		}
+	}
+	aux := map[string]bool{}
+	for _, a := range plan.Aux {
+		aux[a] = true
+	}
+	root := statedict.NewDict(d.Class)
+	root.Attrs = d.Attrs
+	for _, e := range d.Entries() {
+		name := statedict.KeyString(e.Key)
+		t, _ := e.Value.(*statedict.Tensor)
+		g := role[name]
+		switch {
+		case g != nil && all && name == g.Weight:
+			dq, err := g.Dequantize(out)
+			if err != nil {
+				return nil, nil, err
+			}
+			if _, dup := root.Get(g.Name); dup || g.Name != name && hasKey(d, g.Name) {
+				return nil, nil, fmt.Errorf("%s: dequantized %s would replace the tensor already named so", opts.Src, g.Name)
+			}
+			root.Set(g.Name, dq)
+			q.report.Dequantized = append(q.report.Dequantized, g.Name)
+		case (g != nil || aux[name]) && all:
+			q.report.Dropped = append(q.report.Dropped, name)
+		case (g != nil || aux[name]) && cast && t != nil && opaque[t.DType] != statedict.Invalid:
+			hidden := *t
+			hidden.DType, hidden.Attrs = opaque[t.DType], &keepDType{t.DType, t.Attrs}
+			root.Set(e.Key, &hidden)
+		default:
+			root.Set(e.Key, e.Value)
+		}
+		if g != nil && !all && name == g.Weight {
+			q.report.Kept = append(q.report.Kept, name)
+		}
+	}
+	if all {
+		q.report.DType = out.String()
+		if q.rewrite, err = removeConfig(ck, plan.Config); err != nil {
+			return nil, nil, err
+		}
+		q.report.ConfigRemoved = plan.Config.Files
+	}
+	return root, q, nil
+}
+
+// unhide restores the dtypes prepareQuantized hid from the remap, in the remapped tree.
+func unhide(root statedict.Value) error {
+	return statedict.Walk(root, "", func(_ string, v statedict.Value) error {
+		if t, ok := v.(*statedict.Tensor); ok {
+			if k, ok := t.Attrs.(*keepDType); ok {
+				t.DType, t.Attrs = k.dtype, k.attrs
+			}
+		}
+		return nil
+	})
+}
+
+// removeConfig returns the extra-file rewrites that leave the quantization config out:
+// config.json without quantization_config, no hf_quant_config.json.
+func removeConfig(ck *statedict.Checkpoint, cfg *quant.Config) (map[string][]byte, error) {
+	rw := map[string][]byte{}
+	for _, f := range cfg.Files {
+		if f != quant.ConfigFile {
+			rw[f] = nil
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(ck.Path, f))
+		if err != nil {
+			return nil, err
+		}
+		if rw[f], err = quant.StripConfig(b); err != nil {
+			return nil, err
+		}
+	}
+	return rw, nil
+}
+
+func hasKey(d *statedict.Dict, k string) bool {
+	_, ok := d.Get(k)
+	return ok
+}
+
+func countTrue(m map[*quant.Group]bool) int {
+	n := 0
+	for _, v := range m {
+		if v {
+			n++
+		}
+	}
+	return n
+}

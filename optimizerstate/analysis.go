@@ -1,0 +1,186 @@
+package optimizerstate
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Analysis describes the training state of a checkpoint: what `ckpt inspect --optimizer`
+// prints, and its JSON.
+type Analysis struct {
+	// Optimizers are the optimizer states, each with its mapping onto the model.
+	Optimizers []OptimizerInfo `json:"optimizers"`
+	// Schedulers and Scalers are the LR scheduler and enabled or disabled GradScaler
+	// states, with their kind (SchedulerKind) and a few values.
+	Schedulers []Entry `json:"schedulers"`
+	Scalers    []Entry `json:"scalers"`
+	RNG        RNG     `json:"rng"`
+	// Counters are integer entries outside the optimizer and scheduler states whose key
+	// names an epoch, step or iteration.
+	Counters []Entry `json:"counters"`
+}
+
+// Entry is one piece of training state: where it is, what kind, and a short summary.
+type Entry struct {
+	Path   string `json:"path"`
+	Kind   string `json:"kind"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// OptimizerInfo describes one optimizer state and its mapping onto the model.
+type OptimizerInfo struct {
+	// Path, Kind and Form as in Found and Optimizer; Model and MappedBy as in Report.
+	Path     string      `json:"path"`
+	Kind     string      `json:"kind"`
+	Form     Form        `json:"form"`
+	Model    string      `json:"model,omitempty"`
+	MappedBy string      `json:"mapped_by,omitempty"`
+	Groups   []GroupInfo `json:"groups"`
+	Params   []ParamInfo `json:"params"`
+	Unused   []Skipped   `json:"unused,omitempty"`
+	Orphans  []string    `json:"orphans,omitempty"`
+	// Error is why the parameters could not be mapped (a mismatch names the parameter and
+	// the model entry at fault).
+	Error string `json:"error,omitempty"`
+}
+
+// GroupInfo summarizes a param group: how many parameters, and its scalar options.
+type GroupInfo struct {
+	Params  int               `json:"params"`
+	Options map[string]string `json:"options"`
+}
+
+// ParamInfo is one optimizer parameter: its id, group, the model entry it maps to (with
+// that entry's shape) and its state tensors.
+type ParamInfo struct {
+	ID    string        `json:"id"`
+	Group int           `json:"group"`
+	Name  string        `json:"name,omitempty"`
+	Shape []int64       `json:"shape,omitempty"`
+	State []StateTensor `json:"state,omitempty"`
+}
+
+// StateTensor is one per-parameter state value.
+type StateTensor struct {
+	Key   string  `json:"key"`
+	DType string  `json:"dtype,omitempty"`
+	Shape []int64 `json:"shape,omitempty"`
+	Value string  `json:"value,omitempty"`
+}
+
+// Analyze describes the training state of root; names are names files as for Find.
+func Analyze(root statedict.Value, names map[string][]string) (*Analysis, error) {
+	a := &Analysis{Optimizers: []OptimizerInfo{}, Schedulers: []Entry{}, Scalers: []Entry{}, Counters: []Entry{}, RNG: FindRNG(root)}
+	found, err := Find(root, names)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range found {
+		a.Optimizers = append(a.Optimizers, describeOptimizer(f))
+	}
+	var visit func(v statedict.Value, path string)
+	visit = func(v statedict.Value, path string) {
+		switch x := v.(type) {
+		case *statedict.Dict:
+			if IsOptimizerState(x) || IsModelStateDict(x) {
+				return
+			}
+			if kind, ok := SchedulerKind(x); ok {
+				a.Schedulers = append(a.Schedulers, Entry{path, kind, scalars(x, "last_epoch", "_last_lr", "best")})
+				return
+			}
+			if IsGradScalerState(x) {
+				a.Scalers = append(a.Scalers, Entry{path, "GradScaler", scalars(x, "scale", "_growth_tracker")})
+				return
+			}
+			if x.Len() == 0 && strings.Contains(strings.ToLower(path), "scaler") {
+				a.Scalers = append(a.Scalers, Entry{path, "GradScaler", "disabled"})
+			}
+			for _, e := range x.Entries() {
+				key := statedict.KeyString(e.Key)
+				if n, ok := e.Value.(int64); ok && counterKey(key) {
+					a.Counters = append(a.Counters, Entry{join(path, key), "int", fmt.Sprint(n)})
+				}
+				visit(e.Value, join(path, key))
+			}
+		case *statedict.List:
+			for i, it := range x.Items {
+				visit(it, join(path, fmt.Sprint(i)))
+			}
+		}
+	}
+	visit(root, "")
+	return a, nil
+}
+
+func counterKey(k string) bool {
+	k = strings.ToLower(k)
+	return strings.Contains(k, "epoch") || strings.Contains(k, "step") || strings.Contains(k, "iter")
+}
+
+// scalars renders the given keys of d as "k=v, …".
+func scalars(d *statedict.Dict, keys ...string) string {
+	var parts []string
+	for _, k := range keys {
+		if v, ok := d.Get(k); ok {
+			if l, ok := v.(*statedict.List); ok {
+				items := make([]string, len(l.Items))
+				for i, it := range l.Items {
+					items[i] = describeValue(it)
+				}
+				parts = append(parts, k+"=["+strings.Join(items, ", ")+"]")
+				continue
+			}
+			parts = append(parts, k+"="+describeValue(v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func describeOptimizer(f *Found) OptimizerInfo {
+	info := OptimizerInfo{Path: f.Path, Model: f.ModelPath, Groups: []GroupInfo{}, Params: []ParamInfo{}}
+	if f.Err != nil {
+		info.Error = f.Err.Error()
+	}
+	o := f.Optimizer
+	if o == nil {
+		return info
+	}
+	info.Kind, info.Form, info.Orphans = o.Kind, o.Form, o.Orphans
+	if f.Mapping != nil {
+		info.MappedBy, info.Unused = f.Mapping.By, f.Mapping.Unused
+	}
+	for _, g := range o.Groups {
+		gi := GroupInfo{Params: len(g.Params), Options: map[string]string{}}
+		for _, e := range g.Options.Entries() {
+			switch e.Value.(type) {
+			case *statedict.List, *statedict.Dict:
+			default:
+				gi.Options[statedict.KeyString(e.Key)] = describeValue(e.Value)
+			}
+		}
+		info.Groups = append(info.Groups, gi)
+	}
+	for i, p := range o.Params {
+		pi := ParamInfo{ID: p.IDString(), Group: p.Group, Name: p.Name}
+		if f.Mapping != nil {
+			mp := f.Mapping.Params[i]
+			pi.Name, pi.Shape = mp.Name, mp.Tensor.Shape
+		}
+		if p.State != nil {
+			for _, e := range p.State.Entries() {
+				st := StateTensor{Key: statedict.KeyString(e.Key)}
+				if t, ok := e.Value.(*statedict.Tensor); ok {
+					st.DType, st.Shape = t.DType.String(), t.Shape
+				} else {
+					st.Value = describeValue(e.Value)
+				}
+				pi.State = append(pi.State, st)
+			}
+		}
+		info.Params = append(info.Params, pi)
+	}
+	return info
+}

@@ -1,0 +1,184 @@
+package optimizerstate
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Found is an optimizer state dict found in a checkpoint tree, with the model state dict
+// it belongs to.
+type Found struct {
+	// Path is the optimizer state dict's flattened name ("" for the root).
+	Path string
+	Dict *statedict.Dict
+	// Optimizer is the parsed state; nil when parsing failed (Err says why).
+	Optimizer *Optimizer
+	// ModelPath and Model are the model state dict the optimizer was mapped onto, or the
+	// one it was compared with when mapping failed; Model is nil when the tree holds none.
+	ModelPath string
+	Model     *statedict.Dict
+	// Mapping ties each optimizer parameter to its model entry; nil when Err is set or
+	// there is no model.
+	Mapping *Mapping
+	// Err is why the optimizer could not be parsed or mapped: a *MismatchError, an
+	// *AmbiguousError, or another error.
+	Err error
+}
+
+type located struct {
+	path   string
+	parent any
+	dict   *statedict.Dict
+}
+
+// Find locates every optimizer state dict in root (at any depth, e.g. Lightning's
+// optimizer_states list) and maps each onto a model state dict of the same tree: one it
+// fits, preferring its siblings, then the others in tree order. Two models it fits with
+// different parameter names (not an EMA copy of the same model) make it ambiguous. names
+// lists parameter names in id order (a names file) by optimizer path; the key "" stands
+// for the only optimizer of the tree; a names file for a path holding no optimizer state
+// is an error.
+func Find(root statedict.Value, names map[string][]string) ([]*Found, error) {
+	var optims, models []located
+	seen := map[any]bool{}
+	var visit func(v statedict.Value, path string, parent any)
+	visit = func(v statedict.Value, path string, parent any) {
+		switch c := v.(type) {
+		case *statedict.Dict:
+			if seen[c] {
+				return
+			}
+			seen[c] = true
+			switch {
+			case IsOptimizerState(c):
+				optims = append(optims, located{path, parent, c})
+				return
+			case IsModelStateDict(c):
+				models = append(models, located{path, parent, c})
+				return
+			}
+			for _, e := range c.Entries() {
+				visit(e.Value, join(path, statedict.KeyString(e.Key)), c)
+			}
+		case *statedict.List:
+			if seen[c] {
+				return
+			}
+			seen[c] = true
+			for i, x := range c.Items {
+				visit(x, join(path, fmt.Sprint(i)), c)
+			}
+		case statedict.Tuple:
+			for i, x := range c {
+				visit(x, join(path, fmt.Sprint(i)), parent)
+			}
+		}
+	}
+	visit(root, "", nil)
+	models = slices.DeleteFunc(models, func(m located) bool {
+		ps, _ := ModelParams(m.dict)
+		return len(ps) == 0 // RNG dicts and other all-integer tensor dicts
+	})
+	for path := range names {
+		if path != "" && !slices.ContainsFunc(optims, func(l located) bool { return l.path == path }) {
+			paths := make([]string, len(optims))
+			for i, l := range optims {
+				paths[i] = strconv.Quote(l.path)
+			}
+			return nil, fmt.Errorf("names file for %q: no optimizer state there (optimizer states: %s)", path, strings.Join(paths, ", "))
+		}
+	}
+	var out []*Found
+	for _, loc := range optims {
+		f := &Found{Path: loc.path, Dict: loc.dict}
+		out = append(out, f)
+		f.Optimizer, f.Err = Parse(loc.dict)
+		if f.Err != nil {
+			continue
+		}
+		nm, ok := names[loc.path]
+		if !ok {
+			if nm, ok = names[""]; ok && len(optims) > 1 {
+				f.Err = fmt.Errorf("the checkpoint holds %d optimizer states: say which one the names file is for (PATH=FILE)", len(optims))
+				continue
+			}
+		}
+		cands := slices.Clone(models)
+		slices.SortStableFunc(cands, func(a, b located) int {
+			return boolRank(a.parent != loc.parent) - boolRank(b.parent != loc.parent)
+		})
+		f.pair(cands, nm)
+	}
+	return out, nil
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// pair maps f's optimizer onto the first candidate model it fits.
+func (f *Found) pair(cands []located, names []string) {
+	var firstErr error
+	for _, c := range cands {
+		m, err := Map(f.Optimizer, c.dict, names)
+		if err != nil {
+			if firstErr == nil {
+				firstErr, f.ModelPath, f.Model = err, c.path, c.dict
+			}
+			continue
+		}
+		if f.Mapping == nil {
+			f.ModelPath, f.Model, f.Mapping = c.path, c.dict, m
+			continue
+		}
+		if !slices.EqualFunc(f.Mapping.Params, m.Params, func(a, b ModelParam) bool { return a.Name == b.Name }) {
+			f.Mapping, f.Err = nil, fmt.Errorf("the optimizer fits both model state dicts %q and %q, with different parameters: convert them separately (--select, --drop)", f.ModelPath, c.path)
+			return
+		}
+	}
+	if f.Mapping == nil {
+		f.Err = firstErr
+	}
+}
+
+func join(prefix, k string) string {
+	if prefix == "" {
+		return k
+	}
+	return prefix + "." + k
+}
+
+// ReadNames reads a names file: one model state-dict key per line, in optimizer id order
+// (group by group, as the groups list them); blank lines and lines starting with # are
+// ignored. In Python:
+//
+//	names = {p: n for n, p in model.named_parameters()}
+//	print("\n".join(names[p] for g in optimizer.param_groups for p in g["params"]))
+func ReadNames(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names := []string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line != "" && !strings.HasPrefix(line, "#") {
+			names = append(names, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return names, nil
+}

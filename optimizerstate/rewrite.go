@@ -1,0 +1,253 @@
+package optimizerstate
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Fate is what a conversion did to one model state-dict entry.
+type Fate struct {
+	// Name is the entry's key in the output.
+	Name string
+	// Dropped is set when the entry was left out of the output.
+	Dropped bool
+	// Location is the device tag of the entry's storage in the output.
+	Location string
+}
+
+// Report says what Rewrite did to one optimizer state dict.
+type Report struct {
+	// Path is the optimizer state's flattened name; Kind and Form as in Optimizer.
+	Path string `json:"path"`
+	Kind string `json:"kind"`
+	Form Form   `json:"form"`
+	// Model is the path of the model state dict it was mapped onto, MappedBy how.
+	Model    string `json:"model,omitempty"`
+	MappedBy string `json:"mapped_by,omitempty"`
+	// Params counts the parameters in the output.
+	Params int `json:"params"`
+	// Dropped lists the ids (as saved) of parameters removed with their model entries.
+	Dropped []string `json:"dropped,omitempty"`
+	// Renamed counts FQN keys and param_names entries renamed with their model entries.
+	Renamed int `json:"renamed,omitempty"`
+	// Renumbered is set when ids were renumbered (a parameter was dropped, or digit-string
+	// ids from a DCP round trip became ints again).
+	Renumbered bool `json:"renumbered,omitempty"`
+	// Unmapped says why the parameters could not be tied to the model (the mapping error);
+	// moments then keep their own remapped tags.
+	Unmapped string `json:"unmapped,omitempty"`
+}
+
+// Rewrite makes out — the converted copy of f.Dict, whose tensors are already remapped
+// — consistent with the converted model: parameters whose model entry was dropped leave
+// "state" and their group (ByIndex ids are renumbered densely, in order), renamed entries
+// rename FQN keys and param_names, and each parameter's state tensors take the location
+// of its parameter's storage. The "step" counter stays a CPU tensor when it is one, as
+// torch keeps it (capturable and fused optimizers keep it on the device, so it follows the
+// parameter there). Digit-string ids left by a DCP round trip become ints, as
+// Optimizer.load_state_dict matches them to the groups' int ids. fate reports what the
+// conversion did to a model entry of f.Model (ok false for a key it does not know).
+//
+// Without a mapping (f.Err, or no model) the ids are kept, and a conversion that dropped
+// or renamed model parameters is refused: the optimizer state could not follow.
+func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) (*Report, error) {
+	o := f.Optimizer
+	rep := &Report{Path: f.Path, Kind: o.Kind, Form: o.Form, Model: f.ModelPath}
+	n := len(o.Params)
+	kept := make([]bool, n)
+	ids := make([]statedict.Value, n)
+	names := make([]string, n)
+	locs := make([]string, n)
+	if f.Mapping != nil {
+		rep.MappedBy = f.Mapping.By
+	} else {
+		if f.Err != nil {
+			rep.Unmapped = f.Err.Error()
+		}
+		if changed := changedEntries(f.Model, fate); changed != "" {
+			return nil, fmt.Errorf("%s: model entry %s, but the optimizer state cannot follow: %v", f.Path, changed, unmappedWhy(f))
+		}
+	}
+	next := int64(0)
+	for i, p := range o.Params {
+		kept[i], ids[i], names[i] = true, p.ID, p.Name
+		if f.Mapping != nil {
+			mp := f.Mapping.Params[i]
+			kept[i] = false
+			for _, key := range append([]string{mp.Name}, mp.Tied...) {
+				if ft, ok := fate(key); ok && !ft.Dropped {
+					kept[i], locs[i] = true, ft.Location
+					if ft.Name != key && p.Name != "" {
+						names[i] = renamed(p.Name, key, ft.Name)
+					}
+					if ft.Name != key && o.Form == ByName {
+						ids[i] = renamed(p.IDString(), key, ft.Name)
+					}
+					break
+				}
+			}
+		}
+		if !kept[i] {
+			rep.Dropped = append(rep.Dropped, p.IDString())
+			continue
+		}
+		if names[i] != p.Name {
+			rep.Renamed++
+		}
+		if o.Form == ByIndex {
+			if ids[i] != next {
+				rep.Renumbered = true
+			}
+			ids[i] = next
+			next++
+		}
+		rep.Params++
+	}
+	index := map[string]int{}
+	for i, p := range o.Params {
+		index[p.IDString()] = i
+	}
+	if sv, ok := out.Get("state"); ok {
+		st, ok := sv.(*statedict.Dict)
+		if !ok {
+			return nil, fmt.Errorf("%s: state is a %T", f.Path, sv)
+		}
+		ns := statedict.NewDict(st.Class)
+		ns.Attrs = st.Attrs
+		moved := map[*statedict.Storage]*statedict.Storage{}
+		for _, e := range st.Entries() {
+			key, _ := stateKey(e.Key, o.Form)
+			i, listed := index[key]
+			switch {
+			case !listed:
+				ns.Set(e.Key, e.Value) // an orphan: torch keeps it as is
+			case kept[i]:
+				if k, isStr := e.Key.(string); isStr && o.Form == ByIndex && k == key {
+					rep.Renumbered = true
+				}
+				ns.Set(ids[i], relocate(e.Value, locs[i], "", moved))
+			}
+		}
+		out.Set("state", ns)
+	}
+	gv, _ := out.Get("param_groups")
+	groups, ok := gv.(*statedict.List)
+	if !ok || len(groups.Items) != len(o.Groups) {
+		return nil, fmt.Errorf("%s: param_groups changed during conversion (--drop inside the optimizer state?)", f.Path)
+	}
+	ng := &statedict.List{}
+	for gi, g := range o.Groups {
+		od, ok := groups.Items[gi].(*statedict.Dict)
+		if !ok {
+			return nil, fmt.Errorf("%s: param_groups.%d is a %T", f.Path, gi, groups.Items[gi])
+		}
+		params, pnames := &statedict.List{}, &statedict.List{}
+		for _, i := range g.Params {
+			if kept[i] {
+				params.Items = append(params.Items, ids[i])
+				pnames.Items = append(pnames.Items, names[i])
+			}
+		}
+		nd := statedict.NewDict(od.Class)
+		nd.Attrs = od.Attrs
+		for _, e := range od.Entries() {
+			switch e.Key {
+			case "params":
+				nd.Set(e.Key, params)
+			case "param_names":
+				nd.Set(e.Key, pnames)
+			default:
+				nd.Set(e.Key, e.Value)
+			}
+		}
+		ng.Items = append(ng.Items, nd)
+	}
+	out.Set("param_groups", ng)
+	return rep, nil
+}
+
+// renamed applies a model entry's rename (from → to) to a name saved with the optimizer:
+// the new key when the name is the key, else (a name matched up to wrapper components)
+// the new key without them.
+func renamed(saved, from, to string) string {
+	if saved == from {
+		return to
+	}
+	return canonical(to)
+}
+
+// changedEntries names a model parameter entry the conversion dropped or renamed ("" if
+// none).
+func changedEntries(model *statedict.Dict, fate func(string) (Fate, bool)) string {
+	if model == nil {
+		return ""
+	}
+	params, _ := ModelParams(model)
+	for _, p := range params {
+		for _, key := range append([]string{p.Name}, p.Tied...) {
+			ft, ok := fate(key)
+			switch {
+			case !ok:
+			case ft.Dropped:
+				return strconv.Quote(key) + " was dropped"
+			case ft.Name != key:
+				return strconv.Quote(key) + " was renamed"
+			}
+		}
+	}
+	return ""
+}
+
+func unmappedWhy(f *Found) error {
+	if f.Err != nil {
+		return f.Err
+	}
+	return fmt.Errorf("no model state dict in the checkpoint to map it onto")
+}
+
+// relocate returns v with every tensor's storage tagged loc (no change when loc is "").
+// Under a "step" key a CPU tensor stays on the CPU. moved keeps shared storages shared.
+func relocate(v statedict.Value, loc, key string, moved map[*statedict.Storage]*statedict.Storage) statedict.Value {
+	if loc == "" {
+		return v
+	}
+	switch x := v.(type) {
+	case *statedict.Tensor:
+		if x.Storage == nil || x.Storage.Location == loc || key == "step" && x.Storage.Location == "cpu" {
+			return x
+		}
+		st, ok := moved[x.Storage]
+		if !ok {
+			c := *x.Storage
+			c.Location = loc
+			st = &c
+			moved[x.Storage] = st
+		}
+		t := *x
+		t.Storage = st
+		return &t
+	case *statedict.Dict:
+		nd := statedict.NewDict(x.Class)
+		nd.Attrs = x.Attrs
+		for _, e := range x.Entries() {
+			k, _ := e.Key.(string)
+			nd.Set(e.Key, relocate(e.Value, loc, k, moved))
+		}
+		return nd
+	case *statedict.List:
+		nl := &statedict.List{Items: make([]statedict.Value, len(x.Items))}
+		for i, it := range x.Items {
+			nl.Items[i] = relocate(it, loc, key, moved)
+		}
+		return nl
+	case statedict.Tuple:
+		nt := make(statedict.Tuple, len(x))
+		for i, it := range x {
+			nt[i] = relocate(it, loc, key, moved)
+		}
+		return nt
+	}
+	return v
+}
