@@ -47,6 +47,23 @@ type File struct {
 	// kernel is cleared once copy_file_range is known not to work here (other
 	// filesystem, old kernel); ranges are then written from memory.
 	kernel bool
+	// written is the output offset reached; flushed the offset up to which writeback to
+	// disk has been started.
+	written, flushed int64
+}
+
+// writebackEvery is how much output may accumulate before its writeback to disk is started
+// (sync_file_range, asynchronous): the disk writes while the copy goes on, so the final
+// fsync has little left to do.
+const writebackEvery = 32 << 20
+
+// advance records n more bytes written and starts writeback of what accumulated.
+func (f *File) advance(n int64) {
+	f.written += n
+	if f.written-f.flushed >= writebackEvery {
+		_ = unix.SyncFileRange(int(f.f.Fd()), f.flushed, f.written-f.flushed, unix.SYNC_FILE_RANGE_WRITE)
+		f.flushed = f.written
+	}
 }
 
 // NewFile wraps f, which must be positioned where writing continues.
@@ -61,7 +78,9 @@ func (f *File) Write(p []byte) (int, error) {
 			return 0, err
 		}
 		if len(p) >= cap(f.buf) {
-			return f.f.Write(p)
+			n, err := f.f.Write(p)
+			f.advance(int64(n))
+			return n, err
 		}
 	}
 	f.buf = append(f.buf, p...)
@@ -73,7 +92,8 @@ func (f *File) Flush() error {
 	if len(f.buf) == 0 {
 		return nil
 	}
-	_, err := f.f.Write(f.buf)
+	n, err := f.f.Write(f.buf)
+	f.advance(int64(n))
 	f.buf = f.buf[:0]
 	return err
 }
@@ -94,12 +114,14 @@ func (f *File) WriteRange(r Range) (int64, error) {
 	off := r.Off
 	var done int64
 	for done < int64(len(r.Data)) {
-		n, err := unix.CopyFileRange(int(src.Fd()), &off, int(f.f.Fd()), nil, int(int64(len(r.Data))-done), 0)
+		// Pieces of at most writebackEvery, so writeback of the output starts early.
+		n, err := unix.CopyFileRange(int(src.Fd()), &off, int(f.f.Fd()), nil, int(min(int64(len(r.Data))-done, writebackEvery)), 0)
 		if err != nil || n == 0 {
 			if done == 0 && (errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) ||
 				errors.Is(err, unix.EOPNOTSUPP) || n == 0 && err == nil) {
 				f.kernel = false
 				m, werr := f.f.Write(r.Data)
+				f.advance(int64(m))
 				return int64(m), werr
 			}
 			if err == nil {
@@ -108,6 +130,7 @@ func (f *File) WriteRange(r Range) (int64, error) {
 			return done, err
 		}
 		done += int64(n)
+		f.advance(int64(n))
 	}
 	return done, nil
 }
