@@ -131,6 +131,28 @@ func writeManifestFile(path string, m *Manifest, force bool) (*atomicfile.File, 
 	return f, nil
 }
 
+// commitFile finishes a single-file output written to f: it writes the manifest beside it
+// (names maps written tensors to their names when they differ from the tree's), then moves
+// both into place.
+func (j *writeJob) commitFile(f *atomicfile.File, names map[*statedict.Tensor]string) error {
+	dst := j.opts.Dst
+	j.sum.Files = []string{filepath.Base(dst)}
+	m, err := j.buildManifest(names)
+	if err != nil {
+		return err
+	}
+	mf, err := writeManifestFile(manifestPath(dst, false), m, j.opts.Force)
+	if err != nil {
+		return err
+	}
+	defer mf.Abort()
+	if err := f.Commit(); err != nil {
+		return err
+	}
+	j.sum.Manifest = manifestPath(dst, false)
+	return mf.Commit()
+}
+
 // writeManifestInto writes the manifest inside a folder output being built.
 func writeManifestInto(dir string, m *Manifest) error {
 	b, err := json.MarshalIndent(m, "", "  ")

@@ -169,21 +169,8 @@ func (j *writeJob) safetensorsFile() error {
 	if err != nil {
 		return err
 	}
-	j.sum.Bytes, j.sum.Files, j.sum.Tied = cw.n, []string{filepath.Base(dst)}, tied
-	m, err := j.buildManifest(namesOf(list))
-	if err != nil {
-		return err
-	}
-	mf, err := writeManifestFile(manifestPath(dst, false), m, j.opts.Force)
-	if err != nil {
-		return err
-	}
-	defer mf.Abort()
-	if err := f.Commit(); err != nil {
-		return err
-	}
-	j.sum.Manifest = manifestPath(dst, false)
-	return mf.Commit()
+	j.sum.Bytes, j.sum.Tied = cw.n, tied
+	return j.commitFile(f, namesOf(list))
 }
 
 func namesOf(list []statedict.NamedTensor) map[*statedict.Tensor]string {

@@ -1,8 +1,6 @@
 package convert
 
 import (
-	"path/filepath"
-
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/internal/fastcopy"
@@ -25,19 +23,5 @@ func (j *writeJob) torch() error {
 		return err
 	}
 	j.sum.Bytes = n
-	j.sum.Files = []string{filepath.Base(dst)}
-	m, err := j.buildManifest(nil)
-	if err != nil {
-		return err
-	}
-	mf, err := writeManifestFile(manifestPath(dst, false), m, j.opts.Force)
-	if err != nil {
-		return err
-	}
-	defer mf.Abort()
-	if err := f.Commit(); err != nil {
-		return err
-	}
-	j.sum.Manifest = manifestPath(dst, false)
-	return mf.Commit()
+	return j.commitFile(f, nil)
 }
