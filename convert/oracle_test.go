@@ -135,6 +135,34 @@ func TestConvertLoadsInTorch(t *testing.T) {
 	runChecks(t, o, host, chroot, jobs)
 }
 
+// TestConvertFoldersLoadInTorch converts the DCP directories and Hugging Face folders written
+// by torch and transformers to each output format and compares with torch's own reading of the
+// source (dcp_to_torch_save; safetensors.torch.load_file / torch.load of the shards).
+func TestConvertFoldersLoadInTorch(t *testing.T) {
+	o := oracle.Require(t)
+	sources := []string{"dcp/model", "dcp/sharded", "dcp/scalars", "hf/qwen3_moe_sharded", "hf/mistral_sharded", "hf/mistral_bin_sharded"}
+	formats := []struct{ format, ext string }{{convert.Torch, ".pt"}, {convert.Safetensors, ""}, {convert.DCP, ""}}
+	host, chroot := oracle.TempDir(t)
+	loc, _ := remap.ParseMapLocation("tpu")
+	var jobs []checkJob
+	for _, src := range sources {
+		for _, f := range formats {
+			name := src + "/" + f.format
+			out := strings.ReplaceAll(name, "/", "_") + f.ext
+			opts := convert.Options{Src: "../testdata/" + src, Dst: filepath.Join(host, out), Format: f.format, MaxShardSize: 8192,
+				Remap: remap.Options{Location: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
+			sum, err := convert.Run(opts)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			jobs = append(jobs, checkJob{Name: name, Format: f.format, Src: "/repo/testdata/" + src,
+				Out: chroot + "/" + out, Tag: "tpu", DType: "keep", CPU: sum.Remap.RNG})
+		}
+	}
+	runChecks(t, o, host, chroot, jobs)
+}
+
 // unrepresentable lists the tensors of src that format cannot hold: dtypes safetensors has
 // no name for (complex32, complex128, quantized, bits), quantized tensors in DCP. Converting
 // them is an error unless dropped.

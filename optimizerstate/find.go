@@ -131,7 +131,9 @@ func (f *Found) pair(cands []located, names []string) {
 	for _, c := range cands {
 		m, err := Map(f.Optimizer, c.dict, names)
 		if err != nil {
-			if firstErr == nil {
+			// Remember the first failure to report it, but never let a model the optimizer
+			// does not fit replace one it was already mapped onto.
+			if firstErr == nil && f.Mapping == nil {
 				firstErr, f.ModelPath, f.Model = err, c.path, c.dict
 			}
 			continue

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -286,5 +287,23 @@ func TestMismatchReported(t *testing.T) {
 				t.Errorf("reported %q (index %d, name %q), want index %d, name %q, %q", mm, mm.Index, mm.Name, c.index, c.model0, c.inErr)
 			}
 		})
+	}
+}
+
+// TestFindKeepsFittingModel: a sibling model the optimizer does not fit, met after the one it
+// fits, must not replace it (found converting a DCP checkpoint with model, optim and other
+// tensor dicts side by side: the state was attached to the wrong dict and then dropped).
+func TestFindKeepsFittingModel(t *testing.T) {
+	ck, err := formats.Open("../testdata/dcp/sharded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	found, err := optimizerstate.Find(ck.Root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || found[0].Err != nil || found[0].ModelPath != "model" || len(found[0].Mapping.Params) != 7 {
+		t.Fatalf("found %+v", found[0])
 	}
 }

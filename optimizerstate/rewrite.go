@@ -76,8 +76,11 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 		if f.Mapping != nil {
 			mp := f.Mapping.Params[i]
 			kept[i] = false
+			known := false
 			for _, key := range append([]string{mp.Name}, mp.Tied...) {
-				if ft, ok := fate(key); ok && !ft.Dropped {
+				ft, ok := fate(key)
+				known = known || ok
+				if ok && !ft.Dropped {
 					kept[i], locs[i] = true, ft.Location
 					if ft.Name != key && p.Name != "" {
 						names[i] = renamed(p.Name, key, ft.Name)
@@ -87,6 +90,11 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 					}
 					break
 				}
+			}
+			if !known {
+				// State is dropped only for parameters the conversion dropped, never because
+				// the mapping and the conversion disagree about the model.
+				return nil, fmt.Errorf("%s: optimizer parameter %s maps to model entry %q of %q, which the conversion does not know", f.Path, p.IDString(), mp.Name, f.ModelPath)
 			}
 		}
 		if !kept[i] {

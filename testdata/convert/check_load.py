@@ -55,12 +55,33 @@ def raw(t):
     return bytes(c.untyped_storage())
 
 
+def load_source(src):
+    """torch's own reading of a source: a torch.save file, a DCP directory (through
+    dcp_to_torch_save) or a Hugging Face folder (every safetensors / .bin shard)."""
+    if not os.path.isdir(src):
+        return load_tagged(src, weights_only=False)
+    if os.path.exists(os.path.join(src, ".metadata")):
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "src.pt")
+            dcp_to_torch_save(src, p)
+            return load_tagged(p, weights_only=False)
+    from safetensors.torch import load_file
+    sd = {}
+    for f in sorted(os.listdir(src)):
+        if f.endswith(".safetensors"):
+            sd.update(load_file(os.path.join(src, f)))
+        elif f.endswith(".bin"):
+            sd.update(torch.load(os.path.join(src, f), weights_only=True))
+    return sd, {}
+
+
 def check(fmt, src, out, expect_tag, dtype, dropped, cpu):
     """Compares one output with torch's load of its source; returns the report."""
     cast = getattr(torch, dtype) if dtype and dtype != "keep" else None
     dropped = set(dropped or [])
     problems = []
-    src_obj, src_tags = load_tagged(src, weights_only=False)
+    src_obj, src_tags = load_source(src)
     # ckpt turns numpy arrays into tensors (torch.load(weights_only=True) refuses numpy).
     src_flat = {k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v) for k, v in flatten(src_obj).items()
                 if isinstance(v, (torch.Tensor, np.ndarray)) and k not in dropped}
