@@ -3,7 +3,6 @@ package pickle
 import (
 	"bytes"
 	"encoding/binary"
-	"math"
 )
 
 // pb assembles pickles opcode by opcode for hand-written test inputs.
@@ -16,13 +15,6 @@ func (p *pb) op(b ...byte) *pb { p.Write(b); return p }
 
 func (p *pb) proto(n byte) *pb { return p.op(opProto, n) }
 
-// text writes a text opcode: op, s, newline.
-func (p *pb) text(op byte, s string) *pb {
-	p.WriteByte(op)
-	p.WriteString(s)
-	p.WriteByte('\n')
-	return p
-}
 
 func (p *pb) global(module, name string) *pb {
 	p.WriteByte(opGlobal)
@@ -73,12 +65,6 @@ func (p *pb) int(v int64) *pb {
 	}
 	p.WriteByte(opBinInt)
 	return p.u32(uint32(int32(v)))
-}
-
-func (p *pb) float(f float64) *pb {
-	p.WriteByte(opBinFloat)
-	p.Write(binary.BigEndian.AppendUint64(nil, math.Float64bits(f)))
-	return p
 }
 
 // put memoizes the top of the stack at the next index, as picklers do.
