@@ -15,7 +15,6 @@ func (p *pb) op(b ...byte) *pb { p.Write(b); return p }
 
 func (p *pb) proto(n byte) *pb { return p.op(opProto, n) }
 
-
 func (p *pb) global(module, name string) *pb {
 	p.WriteByte(opGlobal)
 	p.WriteString(module + "\n" + name + "\n")
