@@ -170,6 +170,7 @@ type progressWriter struct {
 	job *writeJob
 }
 
+// Write passes b on, accounting for it.
 func (p *progressWriter) Write(b []byte) (int, error) {
 	// Large slices of the mapped source are written in pieces so their pages can be
 	// released between pieces: resident memory stays bounded even for huge tensors.

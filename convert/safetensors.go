@@ -335,6 +335,7 @@ type countingWriter struct {
 	n int64
 }
 
+// Write passes p on, counting it.
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)

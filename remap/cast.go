@@ -36,6 +36,7 @@ type castReader struct {
 	swap   bool
 }
 
+// ReadAt converts the source elements covering [off, off+len(p)) of the cast storage.
 func (c *castReader) ReadAt(p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil

@@ -17,6 +17,7 @@ type exitError struct {
 	msg  string
 }
 
+// Error returns the message printed before exiting.
 func (e *exitError) Error() string { return e.msg }
 
 func main() {

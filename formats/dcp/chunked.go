@@ -283,6 +283,7 @@ func (r *rows) read(dst []byte, first, n int64) error {
 // sliceWriter writes into a fixed slice.
 type sliceWriter struct{ b []byte }
 
+// Write appends p.
 func (w *sliceWriter) Write(p []byte) (int, error) {
 	if len(p) > len(w.b) {
 		return 0, io.ErrShortBuffer

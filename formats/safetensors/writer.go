@@ -235,6 +235,7 @@ func (e *exactWriter) WriteRange(r fastcopy.Range) (int64, error) {
 	return n, err
 }
 
+// Write passes p on, refusing bytes beyond the tensor's size.
 func (e *exactWriter) Write(p []byte) (int, error) {
 	if int64(len(p)) > e.left {
 		return 0, fmt.Errorf("%d bytes more than its dtype and shape need", int64(len(p))-e.left)

@@ -36,10 +36,12 @@ type Error struct {
 	Err    error
 }
 
+// Error formats the file, what was being read, the offset and the cause.
 func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s (byte %d): %v", e.File, e.What, e.Offset, e.Err)
 }
 
+// Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
 // Open maps the file at path and reads it as a legacy torch.save stream.

@@ -38,6 +38,7 @@ type Error struct {
 	Err    error
 }
 
+// Error formats the file, record, offset and cause.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
@@ -52,6 +53,7 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
 // Open maps the file at path and reads it as a torch zip checkpoint.

@@ -214,6 +214,7 @@ type countWriter struct {
 	n int64
 }
 
+// Write passes p on, counting it.
 func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
@@ -235,6 +236,7 @@ type crcWriter struct {
 	n   int64
 }
 
+// Write checksums p and passes it on.
 func (c *crcWriter) Write(p []byte) (int, error) {
 	c.crc = crc32.Update(c.crc, crc32.IEEETable, p)
 	n, err := c.w.Write(p)
