@@ -161,7 +161,7 @@ func (j *writeJob) safetensorsFile() error {
 	}
 	defer f.Abort()
 	out := fastcopy.NewFile(f.File)
-	cw := &countingWriter{w: out}
+	cw := &fastcopy.Counter{W: out}
 	err = j.writeSafetensors(cw, list, stMetadata(tied))
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -169,7 +169,7 @@ func (j *writeJob) safetensorsFile() error {
 	if err != nil {
 		return err
 	}
-	j.sum.Bytes, j.sum.Tied = cw.n, tied
+	j.sum.Bytes, j.sum.Tied = cw.N, tied
 	return j.commitFile(f, namesOf(list))
 }
 
@@ -226,7 +226,7 @@ func (j *writeJob) safetensorsFolder() error {
 			return err
 		}
 		out := fastcopy.NewFile(f)
-		cw := &countingWriter{w: out}
+		cw := &fastcopy.Counter{W: out}
 		err = j.writeSafetensors(cw, shard, stMetadata(tiedIn(tied, shard)))
 		if cerr := out.Close(); err == nil {
 			err = cerr
@@ -237,7 +237,7 @@ func (j *writeJob) safetensorsFolder() error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		j.sum.Bytes += cw.n
+		j.sum.Bytes += cw.N
 		j.sum.Files = append(j.sum.Files, name)
 		for _, nt := range shard {
 			weightMap[nt.Name] = name
@@ -327,24 +327,4 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
-}
-
-// countingWriter counts bytes written.
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-// Write passes p on, counting it.
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
-
-// WriteRange passes file ranges on (fastcopy).
-func (c *countingWriter) WriteRange(r fastcopy.Range) (int64, error) {
-	n, err := fastcopy.Write(c.w, r)
-	c.n += n
-	return n, err
 }

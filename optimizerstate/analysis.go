@@ -101,13 +101,13 @@ func Analyze(root statedict.Value, names map[string][]string) (*Analysis, error)
 			for _, e := range x.Entries() {
 				key := statedict.KeyString(e.Key)
 				if n, ok := e.Value.(int64); ok && counterKey(key) {
-					a.Counters = append(a.Counters, Entry{join(path, key), "int", fmt.Sprint(n)})
+					a.Counters = append(a.Counters, Entry{statedict.JoinName(path, key), "int", fmt.Sprint(n)})
 				}
-				visit(e.Value, join(path, key))
+				visit(e.Value, statedict.JoinName(path, key))
 			}
 		case *statedict.List:
 			for i, it := range x.Items {
-				visit(it, join(path, fmt.Sprint(i)))
+				visit(it, statedict.JoinName(path, fmt.Sprint(i)))
 			}
 		}
 	}

@@ -64,7 +64,7 @@ func Find(root statedict.Value, names map[string][]string) ([]*Found, error) {
 				return
 			}
 			for _, e := range c.Entries() {
-				visit(e.Value, join(path, statedict.KeyString(e.Key)), c)
+				visit(e.Value, statedict.JoinName(path, statedict.KeyString(e.Key)), c)
 			}
 		case *statedict.List:
 			if seen[c] {
@@ -72,11 +72,11 @@ func Find(root statedict.Value, names map[string][]string) ([]*Found, error) {
 			}
 			seen[c] = true
 			for i, x := range c.Items {
-				visit(x, join(path, fmt.Sprint(i)), c)
+				visit(x, statedict.JoinName(path, fmt.Sprint(i)), c)
 			}
 		case statedict.Tuple:
 			for i, x := range c {
-				visit(x, join(path, fmt.Sprint(i)), parent)
+				visit(x, statedict.JoinName(path, fmt.Sprint(i)), parent)
 			}
 		}
 	}
@@ -150,13 +150,6 @@ func (f *Found) pair(cands []located, names []string) {
 	if f.Mapping == nil {
 		f.Err = firstErr
 	}
-}
-
-func join(prefix, k string) string {
-	if prefix == "" {
-		return k
-	}
-	return prefix + "." + k
 }
 
 // ReadNames reads a names file: one model state-dict key per line, in optimizer id order

@@ -69,18 +69,18 @@ func (r *RNG) visit(v statedict.Value, path string, in, cuda bool) (nCUDA, nOthe
 			k := strings.ToLower(statedict.KeyString(e.Key))
 			cin := in || strings.Contains(k, "rng")
 			ccuda := cin && (cuda || strings.Contains(k, "cuda"))
-			child(e.Value, join(path, statedict.KeyString(e.Key)), cin, ccuda, in || ccuda)
+			child(e.Value, statedict.JoinName(path, statedict.KeyString(e.Key)), cin, ccuda, in || ccuda)
 		}
 	case *statedict.List:
 		if len(x.Items) == 0 {
 			return 0, 1, nil
 		}
 		for i, it := range x.Items {
-			child(it, join(path, strconv.Itoa(i)), in, cuda, in)
+			child(it, statedict.JoinName(path, strconv.Itoa(i)), in, cuda, in)
 		}
 	case statedict.Tuple:
 		for i, it := range x {
-			child(it, join(path, strconv.Itoa(i)), in, cuda, in)
+			child(it, statedict.JoinName(path, strconv.Itoa(i)), in, cuda, in)
 		}
 	case *statedict.Tensor:
 		switch {

@@ -166,13 +166,6 @@ func (r *remapper) dropped(name string) bool {
 	return r.dropsRNG(name)
 }
 
-func join(prefix, k string) string {
-	if prefix == "" {
-		return k
-	}
-	return prefix + "." + k
-}
-
 // value remaps v (named name). inOptim is set inside an optimizer state_dict, whose tensors
 // keep their dtype.
 func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedict.Value, error) {
@@ -196,7 +189,7 @@ func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedic
 			return nil, err
 		}
 		for i, e := range c.Entries() {
-			full := join(name, statedict.KeyString(e.Key))
+			full := statedict.JoinName(name, statedict.KeyString(e.Key))
 			if r.dropped(full) {
 				continue
 			}
@@ -211,7 +204,7 @@ func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedic
 	case *statedict.List:
 		out := &statedict.List{}
 		for i, it := range c.Items {
-			full := join(name, fmt.Sprint(i))
+			full := statedict.JoinName(name, fmt.Sprint(i))
 			if r.dropped(full) {
 				continue
 			}
@@ -225,7 +218,7 @@ func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedic
 	case statedict.Tuple:
 		out := make(statedict.Tuple, 0, len(c))
 		for i, it := range c {
-			nv, err := r.value(it, join(name, fmt.Sprint(i)), inOptim)
+			nv, err := r.value(it, statedict.JoinName(name, fmt.Sprint(i)), inOptim)
 			if err != nil {
 				return nil, err
 			}
@@ -319,7 +312,7 @@ func (r *remapper) names(d *statedict.Dict, where string, inOptim bool) ([]state
 		s := k.(string)
 		orig := statedict.KeyString(d.Entries()[i].Key)
 		if prev, dup := seen[s]; dup {
-			return nil, fmt.Errorf("renaming maps both %q and %q to %q", join(where, prev), join(where, orig), join(where, s))
+			return nil, fmt.Errorf("renaming maps both %q and %q to %q", statedict.JoinName(where, prev), statedict.JoinName(where, orig), statedict.JoinName(where, s))
 		}
 		seen[s] = orig
 	}

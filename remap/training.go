@@ -92,7 +92,7 @@ func (r *remapper) momentDType(t *statedict.Tensor) statedict.DType {
 // optimizer state to rewrite once the whole tree is done, a scheduler state repaired.
 func (r *remapper) noteDict(src, out *statedict.Dict, keys []statedict.Value, name string, inOptim bool) {
 	if optimizerstate.RepairMilestones(out) {
-		r.rep.Repaired = append(r.rep.Repaired, join(name, "milestones"))
+		r.rep.Repaired = append(r.rep.Repaired, statedict.JoinName(name, "milestones"))
 	}
 	if _, ok := r.training.found[src]; ok {
 		r.training.pending = append(r.training.pending, pendingOptimizer{src, out})

@@ -26,7 +26,9 @@ type walker struct {
 	open map[any]bool // containers on the current path
 }
 
-func join(prefix, k string) string {
+// JoinName appends key k to the flattened name prefix with ".", the one naming rule of
+// flattened names ("" is the root).
+func JoinName(prefix, k string) string {
 	if prefix == "" {
 		return k
 	}
@@ -51,7 +53,7 @@ func (w *walker) walk(v Value, name string) error {
 			return err
 		}
 		for _, e := range c.entries {
-			if err := w.walk(e.Value, join(name, KeyString(e.Key))); err != nil {
+			if err := w.walk(e.Value, JoinName(name, KeyString(e.Key))); err != nil {
 				return err
 			}
 		}
@@ -64,7 +66,7 @@ func (w *walker) walk(v Value, name string) error {
 			return err
 		}
 		for i, x := range c.Items {
-			if err := w.walk(x, join(name, fmt.Sprint(i))); err != nil {
+			if err := w.walk(x, JoinName(name, fmt.Sprint(i))); err != nil {
 				return err
 			}
 		}
@@ -74,7 +76,7 @@ func (w *walker) walk(v Value, name string) error {
 			return w.fn(name, v)
 		}
 		for i, x := range c {
-			if err := w.walk(x, join(name, fmt.Sprint(i))); err != nil {
+			if err := w.walk(x, JoinName(name, fmt.Sprint(i))); err != nil {
 				return err
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
+	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -45,7 +46,7 @@ func Write(w io.Writer, root statedict.Value, opts SaveOptions) (int64, error) {
 			return 0, fmt.Errorf("storage %q is big-endian: convert it to little-endian before writing", st.Key)
 		}
 	}
-	cw := &countWriter{w: w}
+	cw := &fastcopy.Counter{W: w}
 	z := &zipWriter{w: cw}
 	for _, r := range []struct{ name, data string }{
 		{"data.pkl", string(pkl)},
@@ -54,18 +55,18 @@ func Write(w io.Writer, root statedict.Value, opts SaveOptions) (int64, error) {
 		{"byteorder", byteorder},
 	} {
 		if err := z.bytesRecord(name+"/"+r.name, []byte(r.data)); err != nil {
-			return cw.n, err
+			return cw.N, err
 		}
 	}
 	for _, st := range p.order {
 		if err := z.record(name+"/data/"+p.keys[st], st.Size, st.WriteTo); err != nil {
-			return cw.n, err
+			return cw.N, err
 		}
 	}
 	if err := z.bytesRecord(name+"/version", []byte("3\n")); err != nil {
-		return cw.n, err
+		return cw.N, err
 	}
-	return cw.n, z.close()
+	return cw.N, z.close()
 }
 
 // pickler turns a statedict tree into torch.save's pickle.
@@ -150,7 +151,7 @@ func (p *pickler) value(v statedict.Value, name string) error {
 		e.Op(pickle.OpEmptyList)
 		p.put(x)
 		return p.batch(len(x.Items), pickle.OpAppend, pickle.OpAppends, func(i int) error {
-			return p.value(x.Items[i], join(name, strconv.Itoa(i)))
+			return p.value(x.Items[i], statedict.JoinName(name, strconv.Itoa(i)))
 		})
 	case *statedict.Dict:
 		return p.dict(x, name)
@@ -172,13 +173,6 @@ func (p *pickler) value(v statedict.Value, name string) error {
 	return nil
 }
 
-func join(prefix, k string) string {
-	if prefix == "" {
-		return k
-	}
-	return prefix + "." + k
-}
-
 func (p *pickler) tuple(x statedict.Tuple, name string) error {
 	e := p.enc
 	if len(x) == 0 {
@@ -189,7 +183,7 @@ func (p *pickler) tuple(x statedict.Tuple, name string) error {
 		e.Op(pickle.OpMark)
 	}
 	for i, it := range x {
-		if err := p.value(it, join(name, strconv.Itoa(i))); err != nil {
+		if err := p.value(it, statedict.JoinName(name, strconv.Itoa(i))); err != nil {
 			return err
 		}
 	}
@@ -242,7 +236,7 @@ func (p *pickler) dict(x *statedict.Dict, name string) error {
 		if err := p.value(ents[i].Key, name); err != nil {
 			return err
 		}
-		return p.value(ents[i].Value, join(name, statedict.KeyString(ents[i].Key)))
+		return p.value(ents[i].Value, statedict.JoinName(name, statedict.KeyString(ents[i].Key)))
 	})
 	if err != nil {
 		return err

@@ -208,26 +208,6 @@ func clamp16(v uint64) uint16 {
 	return uint16(v)
 }
 
-// countWriter counts the bytes written through it.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-// Write passes p on, counting it.
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
-
-// WriteRange passes file ranges on (fastcopy).
-func (c *countWriter) WriteRange(r fastcopy.Range) (int64, error) {
-	n, err := fastcopy.Write(c.w, r)
-	c.n += n
-	return n, err
-}
-
 // crcWriter computes a record's CRC-32 and size. A file range is checksummed from its
 // mapped bytes on one core while the kernel copies it on the other.
 type crcWriter struct {

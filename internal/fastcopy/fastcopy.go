@@ -157,3 +157,24 @@ func (f *File) Close() error {
 	f.srcs = nil
 	return err
 }
+
+// Counter counts the bytes written through it, passing file ranges on, so that writers
+// can report sizes without hiding ranges from the kernel copy.
+type Counter struct {
+	W io.Writer
+	N int64
+}
+
+// Write passes p on, counting it.
+func (c *Counter) Write(p []byte) (int, error) {
+	n, err := c.W.Write(p)
+	c.N += int64(n)
+	return n, err
+}
+
+// WriteRange passes r on, counting it.
+func (c *Counter) WriteRange(r Range) (int64, error) {
+	n, err := Write(c.W, r)
+	c.N += n
+	return n, err
+}
