@@ -187,18 +187,17 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	return done, nil
 }
 
-// WriteRange passes file ranges on (fastcopy), accounting for them as written, and hashes
-// the range for the manifest on the other core while the kernel copies it.
+// WriteRange passes file ranges on (fastcopy), accounting for them as written, with a hash
+// for the manifest that the writer storing the bytes feeds.
 func (p *progressWriter) WriteRange(r fastcopy.Range) (int64, error) {
-	sum := make(chan uint64, 1)
-	go func() { sum <- xxhash.Sum64(r.Data) }()
+	h := xxhash.New()
+	r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], h)
 	n, err := fastcopy.Write(p.w, r)
-	h := <-sum
 	if err == nil {
 		if p.job.rangeHashes == nil {
 			p.job.rangeHashes = map[fileRange]uint64{}
 		}
-		p.job.rangeHashes[fileRange{r.Path, r.Off, int64(len(r.Data))}] = h
+		p.job.rangeHashes[fileRange{r.Path, r.Off, int64(len(r.Data))}] = h.Sum64()
 	}
 	p.account(n)
 	return n, err

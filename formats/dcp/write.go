@@ -113,7 +113,7 @@ func Write(dir string, root statedict.Value, opts WriteOptions) (int64, error) {
 	defer out.Close()
 	var w io.Writer = out
 	if opts.Progress != nil {
-		w = opts.Progress(f)
+		w = opts.Progress(out)
 	}
 	var items []item
 	var off int64

@@ -3,6 +3,7 @@ package torchzip
 import (
 	"encoding/binary"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"strings"
@@ -83,7 +84,7 @@ func (z *zipWriter) record(name string, size int64, produce func(io.Writer) (int
 	if err := z.write(h); err != nil {
 		return err
 	}
-	cw := &crcWriter{w: z.w}
+	cw := &crcWriter{w: z.w, crc: crc32.NewIEEE()}
 	if _, err := produce(cw); err != nil {
 		z.off += cw.n
 		return fmt.Errorf("%s: %w", name, err)
@@ -92,7 +93,7 @@ func (z *zipWriter) record(name string, size int64, produce func(io.Writer) (int
 	if cw.n != size {
 		return fmt.Errorf("%s: wrote %d bytes, planned %d", name, cw.n, size)
 	}
-	e.crc = cw.crc
+	e.crc = cw.crc.Sum32()
 	if size > 0 {
 		d := binary.LittleEndian.AppendUint32(nil, 0x08074b50)
 		d = binary.LittleEndian.AppendUint32(d, e.crc)
@@ -208,17 +209,17 @@ func clamp16(v uint64) uint16 {
 	return uint16(v)
 }
 
-// crcWriter computes a record's CRC-32 and size. A file range is checksummed from its
-// mapped bytes on one core while the kernel copies it on the other.
+// crcWriter computes a record's CRC-32 and size. File ranges are checksummed by the writer
+// that stores them (fastcopy feeds the hash from its buffers on the other core).
 type crcWriter struct {
 	w   io.Writer
-	crc uint32
+	crc hash.Hash32
 	n   int64
 }
 
 // Write checksums p and passes it on.
 func (c *crcWriter) Write(p []byte) (int, error) {
-	c.crc = crc32.Update(c.crc, crc32.IEEETable, p)
+	c.crc.Write(p)
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
@@ -226,10 +227,8 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 
 // WriteRange implements fastcopy.RangeWriter.
 func (c *crcWriter) WriteRange(r fastcopy.Range) (int64, error) {
-	sum := make(chan uint32, 1)
-	go func(prev uint32) { sum <- crc32.Update(prev, crc32.IEEETable, r.Data) }(c.crc)
+	r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], c.crc)
 	n, err := fastcopy.Write(c.w, r)
-	c.crc = <-sum
 	c.n += n
 	return n, err
 }

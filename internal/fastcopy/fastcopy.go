@@ -1,25 +1,43 @@
-// Package fastcopy moves tensor bytes from a source checkpoint file to an output file inside
-// the kernel (copy_file_range), the way cp does, instead of faulting the mapped source into
-// the process and writing it back out. That halves the time of a plain conversion and keeps
-// the process's resident memory flat. Writers that sit in between (counters, checksums,
-// buffers) pass ranges along by implementing RangeWriter.
+// Package fastcopy writes checkpoint outputs at the speed of the disk. An output is a
+// sequential stream of small pieces (headers, pickles) and large runs of tensor bytes, most of
+// them ranges of a page-cache-warm source file. File gathers the stream into large aligned
+// chunks, reads source ranges into them with pread (no page faults, no mapping kept
+// resident) and hands full chunks to a goroutine that writes them with direct I/O
+// (O_DIRECT): the bytes go from the chunk to the disk without a second copy into the page
+// cache and without waiting for writeback, so the final fsync finds nothing left to write.
+// Where direct I/O is unavailable (tmpfs, some network filesystems) or switched off with
+// CKPT_DIRECT_IO=off, the same chunks are written through the page cache, with writeback
+// started as each one lands.
+//
+// Writers that sit in between (counters, checksums, buffers) pass ranges along by
+// implementing RangeWriter, so tensor bytes need not pass through them; a writer that must
+// see the bytes (a CRC, the manifest's hash) adds a hash to the range's Sums, which File feeds
+// from its chunk on another goroutine while the next piece is read: the mapping is never
+// touched, and checksumming runs on the second core.
 package fastcopy
 
 import (
 	"errors"
+	"fmt"
+	"hash"
 	"io"
 	"os"
+	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // Range is a run of bytes that is both in memory (Data, typically a slice of an mmap'd
-// file, for writers that must look at the bytes, e.g. to checksum them) and in a file
-// (Path at Off), for the kernel to copy.
+// file) and in a file (Path at Off), for File to read without touching the mapping.
 type Range struct {
 	Data []byte
 	Path string
 	Off  int64
+	// Sums are fed the range's bytes, in order, by whoever finally stores them, before
+	// WriteRange returns.
+	Sums []hash.Hash
 }
 
 // RangeWriter is a writer that can take a Range without the bytes passing through it.
@@ -27,112 +45,270 @@ type RangeWriter interface {
 	WriteRange(r Range) (int64, error)
 }
 
-// Write writes r to w, through w's WriteRange when it has one.
+// Write writes r to w, through w's WriteRange when it has one (else r's sums are fed here).
 func Write(w io.Writer, r Range) (int64, error) {
 	if rw, ok := w.(RangeWriter); ok {
 		return rw.WriteRange(r)
 	}
 	n, err := w.Write(r.Data)
+	for _, h := range r.Sums {
+		h.Write(r.Data[:n])
+	}
 	return int64(n), err
 }
 
-// bufSize is the buffer for small writes (headers, pickles, small tensors).
-const bufSize = 1 << 20
+const (
+	// blockSize is the alignment direct I/O needs of file offsets, lengths and memory:
+	// 4096 covers every logical block size Linux filesystems use.
+	blockSize = 4096
+	// chunkSize is the size of one write: large enough that the disk streams, small enough
+	// that a few in flight keep memory low.
+	chunkSize = 4 << 20
+	// writers is how many chunks are written at once: the disk streams fastest with more
+	// than one request queued.
+	writers = 2
+	// inFlight is how many chunks may be filled, checksummed or written at once.
+	inFlight = writers + 2
+	// piece is how much is read into a chunk at a time, and handed on to be checksummed:
+	// small enough that little is left to checksum when a range ends.
+	piece = 1 << 20
+)
 
-// File is a buffered writer over an output file that copies ranges in the kernel.
+// buffers recycles aligned chunk buffers between files (an HF folder writes many).
+var buffers = sync.Pool{New: func() any {
+	b := make([]byte, chunkSize+blockSize)
+	skip := (blockSize - int(uintptr(unsafe.Pointer(&b[0])))%blockSize) % blockSize
+	b = b[skip : skip+chunkSize : skip+chunkSize]
+	return &b
+}}
+
+// directIO reports whether direct I/O may be tried; CKPT_DIRECT_IO=off switches it off.
+func directIO() bool { return os.Getenv("CKPT_DIRECT_IO") != "off" }
+
+// File is a sequential writer over an output file, from the file's current offset on. It
+// owns the file's contents past that offset until Close.
 type File struct {
-	f    *os.File
-	buf  []byte
-	srcs map[string]*os.File
-	// kernel is cleared once copy_file_range is known not to work here (other
-	// filesystem, old kernel); ranges are then written from memory.
-	kernel bool
-	// written is the output offset reached; flushed the offset up to which writeback to
-	// disk has been started.
-	written, flushed int64
+	f      *os.File
+	direct *os.File // the same file opened with O_DIRECT; nil when writing through the cache
+	srcs   map[string]*os.File
+
+	cur   *chunk // chunk being filled; nil when none is
+	off   int64  // file offset of the chunk being filled
+	slots chan struct{}
+	jobs  chan *chunk
+	sums  chan sumJob
+	wg    sync.WaitGroup
+
+	mu     sync.Mutex
+	err    error // first error of the writing goroutine
+	closed bool
 }
 
-// writebackEvery is how much output may accumulate before its writeback to disk is started
-// (sync_file_range, asynchronous): the disk writes while the copy goes on, so the final
-// fsync has little left to do.
-const writebackEvery = 32 << 20
+// chunk is a buffer on its way to the file. It goes back to the pool when its last user
+// (filler, writer, checksummers) is done with it.
+type chunk struct {
+	buf  *[]byte
+	off  int64
+	refs atomic.Int32
+	f    *File
+}
 
-// advance records n more bytes written and starts writeback of what accumulated.
-func (f *File) advance(n int64) {
-	f.written += n
-	if f.written-f.flushed >= writebackEvery {
-		_ = unix.SyncFileRange(int(f.f.Fd()), f.flushed, f.written-f.flushed, unix.SYNC_FILE_RANGE_WRITE)
-		f.flushed = f.written
+func (c *chunk) release() {
+	if c.refs.Add(-1) == 0 {
+		buffers.Put(c.buf)
+		<-c.f.slots
 	}
 }
 
-// NewFile wraps f, which must be positioned where writing continues.
+// sumJob asks the checksumming goroutine to feed data (part of c) to sums; done, if set, is
+// closed after.
+type sumJob struct {
+	data []byte
+	c    *chunk
+	sums []hash.Hash
+	done chan struct{}
+}
+
+// NewFile wraps f, which must be open for writing and positioned where writing continues.
+// Direct I/O is used when the filesystem supports it and that position is block-aligned.
 func NewFile(f *os.File) *File {
-	return &File{f: f, buf: make([]byte, 0, bufSize), srcs: map[string]*os.File{}, kernel: true}
-}
-
-// Write buffers p (large writes go straight through).
-func (f *File) Write(p []byte) (int, error) {
-	if len(f.buf)+len(p) > cap(f.buf) {
-		if err := f.Flush(); err != nil {
-			return 0, err
-		}
-		if len(p) >= cap(f.buf) {
-			n, err := f.f.Write(p)
-			f.advance(int64(n))
-			return n, err
+	out := &File{f: f, srcs: map[string]*os.File{}, slots: make(chan struct{}, inFlight),
+		jobs: make(chan *chunk, inFlight), sums: make(chan sumJob, inFlight*chunkSize/piece)}
+	out.off, out.err = f.Seek(0, io.SeekCurrent)
+	if out.err == nil && out.off%blockSize == 0 && directIO() {
+		if d, err := os.OpenFile(f.Name(), os.O_WRONLY|unix.O_DIRECT, 0); err == nil {
+			out.direct = d
 		}
 	}
-	f.buf = append(f.buf, p...)
-	return len(p), nil
+	out.wg.Add(1 + writers)
+	for range writers {
+		go out.writeLoop()
+	}
+	go out.sumLoop()
+	return out
 }
 
-// Flush writes the buffered bytes to the file.
-func (f *File) Flush() error {
-	if len(f.buf) == 0 {
+// Direct reports whether the file is being written with direct I/O.
+func (f *File) Direct() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.direct != nil
+}
+
+// Write copies p into the output stream.
+func (f *File) Write(p []byte) (int, error) {
+	n, err := f.fill(int64(len(p)), nil, func(dst []byte, done int64) error {
+		copy(dst, p[done:])
+		return nil
+	})
+	return int(n), err
+}
+
+// WriteRange reads r from its file (from r.Data when it has none) into the output stream,
+// feeding r.Sums as it goes.
+func (f *File) WriteRange(r Range) (int64, error) {
+	put := func(dst []byte, done int64) error {
+		copy(dst, r.Data[done:])
 		return nil
 	}
-	n, err := f.f.Write(f.buf)
-	f.advance(int64(n))
-	f.buf = f.buf[:0]
-	return err
+	if r.Path != "" {
+		src, err := f.source(r.Path)
+		if err != nil {
+			return 0, err
+		}
+		put = func(dst []byte, done int64) error {
+			if _, err := src.ReadAt(dst, r.Off+done); err != nil {
+				return fmt.Errorf("reading %s at offset %d: %w", r.Path, r.Off+done, err)
+			}
+			return nil
+		}
+	}
+	return f.fill(int64(len(r.Data)), r.Sums, put)
 }
 
-// WriteRange copies r from its file in the kernel, falling back to writing r.Data.
-func (f *File) WriteRange(r Range) (int64, error) {
-	if len(r.Data) < 64<<10 || r.Path == "" || !f.kernel {
-		n, err := f.Write(r.Data)
-		return int64(n), err
-	}
-	if err := f.Flush(); err != nil {
-		return 0, err
-	}
-	src, err := f.source(r.Path)
-	if err != nil {
-		return 0, err
-	}
-	off := r.Off
+// fill appends n bytes to the stream, a piece at a time; put copies the bytes from done on
+// into dst. Each piece is handed to the checksumming goroutine when there are sums, and fill
+// returns once they have seen all n bytes.
+func (f *File) fill(n int64, sums []hash.Hash, put func(dst []byte, done int64) error) (int64, error) {
 	var done int64
-	for done < int64(len(r.Data)) {
-		// Pieces of at most writebackEvery, so writeback of the output starts early.
-		n, err := unix.CopyFileRange(int(src.Fd()), &off, int(f.f.Fd()), nil, int(min(int64(len(r.Data))-done, writebackEvery)), 0)
-		if err != nil || n == 0 {
-			if done == 0 && (errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) ||
-				errors.Is(err, unix.EOPNOTSUPP) || n == 0 && err == nil) {
-				f.kernel = false
-				m, werr := f.f.Write(r.Data)
-				f.advance(int64(m))
-				return int64(m), werr
-			}
-			if err == nil {
-				err = io.ErrUnexpectedEOF
-			}
+	var last chan struct{}
+	for done < n {
+		if err := f.failed(); err != nil {
 			return done, err
 		}
-		done += int64(n)
-		f.advance(int64(n))
+		if f.cur == nil {
+			f.slots <- struct{}{}
+			c := &chunk{buf: buffers.Get().(*[]byte), off: f.off, f: f}
+			*c.buf = (*c.buf)[:0]
+			c.refs.Store(1)
+			f.cur = c
+		}
+		c := f.cur
+		b := *c.buf
+		k := min(n-done, int64(cap(b)-len(b)))
+		if len(sums) > 0 {
+			k = min(k, piece)
+		}
+		dst := b[len(b) : len(b)+int(k)]
+		if err := put(dst, done); err != nil {
+			return done, err
+		}
+		*c.buf = b[:len(b)+int(k)]
+		done += k
+		if len(sums) > 0 {
+			c.refs.Add(1)
+			job := sumJob{data: dst, c: c, sums: sums}
+			if done == n {
+				last = make(chan struct{})
+				job.done = last
+			}
+			f.sums <- job
+		}
+		if len(*c.buf) == cap(*c.buf) {
+			f.submit()
+		}
+	}
+	if last != nil {
+		<-last
 	}
 	return done, nil
+}
+
+// submit hands the chunk being filled to the writing goroutine.
+func (f *File) submit() {
+	f.jobs <- f.cur
+	f.off += int64(len(*f.cur.buf))
+	f.cur = nil
+}
+
+func (f *File) failed() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errors.New("fastcopy: write after Close")
+	}
+	return f.err
+}
+
+// sumLoop feeds pieces to their sums in order.
+func (f *File) sumLoop() {
+	defer f.wg.Done()
+	for j := range f.sums {
+		for _, h := range j.sums {
+			h.Write(j.data)
+		}
+		j.c.release()
+		if j.done != nil {
+			close(j.done)
+		}
+	}
+}
+
+// writeLoop writes chunks; each chunk has its own place in the file, so the writers need
+// no order among themselves.
+func (f *File) writeLoop() {
+	defer f.wg.Done()
+	for c := range f.jobs {
+		f.mu.Lock()
+		failed := f.err != nil
+		f.mu.Unlock()
+		if !failed {
+			if err := f.writeChunk(*c.buf, c.off); err != nil {
+				f.mu.Lock()
+				f.err = err
+				f.mu.Unlock()
+			}
+		}
+		c.release()
+	}
+}
+
+// writeChunk writes b at off, with direct I/O when possible. A short last chunk is padded
+// to a whole block for direct I/O; Close truncates the padding away.
+func (f *File) writeChunk(b []byte, off int64) error {
+	if d := f.direct; d != nil {
+		padded := (len(b) + blockSize - 1) / blockSize * blockSize
+		clear(b[len(b):padded])
+		_, err := d.WriteAt(b[:padded], off)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+		// The filesystem accepted O_DIRECT at open but not these writes: write through the
+		// page cache from here on.
+		f.mu.Lock()
+		f.direct = nil
+		f.mu.Unlock()
+		d.Close()
+	}
+	if _, err := f.f.WriteAt(b, off); err != nil {
+		return err
+	}
+	// Start writeback now, so the disk works while the next chunk fills.
+	_ = unix.SyncFileRange(int(f.f.Fd()), off, int64(len(b)), unix.SYNC_FILE_RANGE_WRITE)
+	return nil
 }
 
 func (f *File) source(path string) (*os.File, error) {
@@ -147,19 +323,55 @@ func (f *File) source(path string) (*os.File, error) {
 	return s, nil
 }
 
-// Close flushes the buffer and closes the source files it opened; the output file stays
-// open for its owner to sync and close.
+// Close writes what is left, waits for every write to finish, sets the file's size to the
+// end of the stream and leaves the file positioned there. The output file stays open for its
+// owner to sync and close; source files opened for reading are closed. Closing twice does
+// nothing.
 func (f *File) Close() error {
-	err := f.Flush()
+	f.mu.Lock()
+	closed := f.closed
+	f.mu.Unlock()
+	if closed {
+		return nil
+	}
+	end := f.off
+	if f.cur != nil {
+		end += int64(len(*f.cur.buf))
+		if len(*f.cur.buf) > 0 {
+			f.submit()
+		} else {
+			f.cur.release()
+			f.cur = nil
+		}
+	}
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	close(f.jobs)
+	close(f.sums)
+	f.wg.Wait()
 	for _, s := range f.srcs {
 		s.Close()
 	}
 	f.srcs = nil
+	err := f.err
+	if f.direct != nil {
+		if cerr := f.direct.Close(); err == nil {
+			err = cerr
+		}
+		f.direct = nil
+	}
+	if err == nil {
+		err = f.f.Truncate(end) // drops the padding of a direct last chunk
+	}
+	if err == nil {
+		_, err = f.f.Seek(end, io.SeekStart)
+	}
 	return err
 }
 
 // Counter counts the bytes written through it, passing file ranges on, so that writers
-// can report sizes without hiding ranges from the kernel copy.
+// can report sizes without hiding ranges from File.
 type Counter struct {
 	W io.Writer
 	N int64

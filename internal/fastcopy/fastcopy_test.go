@@ -2,49 +2,216 @@ package fastcopy
 
 import (
 	"bytes"
+	"hash"
+	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 )
 
-// TestFileInterleaves checks that buffered writes and kernel-copied ranges land in order and
-// byte-exact, for ranges below and above the kernel-copy threshold and at odd offsets.
-func TestFileInterleaves(t *testing.T) {
-	dir := t.TempDir()
-	src := make([]byte, 3<<20)
+// modes runs a test with direct I/O allowed and switched off.
+func modes(t *testing.T, test func(t *testing.T, direct bool)) {
+	for _, direct := range []bool{true, false} {
+		name := "direct"
+		if !direct {
+			name = "cached"
+		}
+		t.Run(name, func(t *testing.T) {
+			if !direct {
+				t.Setenv("CKPT_DIRECT_IO", "off")
+			}
+			test(t, direct)
+		})
+	}
+}
+
+func randomFile(t *testing.T, dir string, n int) (string, []byte) {
+	t.Helper()
+	src := make([]byte, n)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range src {
 		src[i] = byte(r.Uint32())
 	}
-	srcPath := filepath.Join(dir, "src")
-	if err := os.WriteFile(srcPath, src, 0o644); err != nil {
+	path := filepath.Join(dir, "src")
+	if err := os.WriteFile(path, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return path, src
+}
+
+// TestFileInterleaves checks that small writes and file ranges land in order and byte-exact,
+// across chunk boundaries, at unaligned offsets, with an unaligned final size, and that every
+// range's sums see exactly its bytes.
+func TestFileInterleaves(t *testing.T) {
+	modes(t, func(t *testing.T, direct bool) {
+		dir := t.TempDir()
+		srcPath, src := randomFile(t, dir, 3*chunkSize+12345)
+		out, err := os.Create(filepath.Join(dir, "out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		f := NewFile(out)
+		if direct && !f.Direct() {
+			t.Logf("the filesystem of %s refuses O_DIRECT: only the cached path is tested", dir)
+		}
+		var want bytes.Buffer
+		pieces := []struct {
+			off, n int
+			path   bool
+		}{
+			{0, 10, true}, {17, chunkSize + 3, true}, {5, 100 << 10, false}, {len(src) - 70000, 70000, true},
+			{1, 3, true}, {0, 0, true}, {9, 2*chunkSize + 1, true}, {3, piece + 1, false},
+		}
+		for i, p := range pieces {
+			hdr := []byte{byte(i), 'h'}
+			if _, err := f.Write(hdr); err != nil {
+				t.Fatal(err)
+			}
+			want.Write(hdr)
+			rng := Range{Data: src[p.off : p.off+p.n], Off: int64(p.off)}
+			if p.path {
+				rng.Path = srcPath
+			}
+			crc, xx := crc32.NewIEEE(), xxhash.New()
+			rng.Sums = []hash.Hash{crc, xx}
+			n, err := Write(f, rng)
+			if err != nil || n != int64(p.n) {
+				t.Fatalf("range %d: %d, %v", i, n, err)
+			}
+			if got, want := crc.Sum32(), crc32.ChecksumIEEE(rng.Data); got != want {
+				t.Errorf("range %d: CRC %08x, want %08x", i, got, want)
+			}
+			if got, want := xx.Sum64(), xxhash.Sum64(rng.Data); got != want {
+				t.Errorf("range %d: xxhash %016x, want %016x", i, got, want)
+			}
+			want.Write(rng.Data)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		if pos, _ := out.Seek(0, 1); pos != int64(want.Len()) {
+			t.Errorf("file positioned at %d after Close, want its end %d", pos, want.Len())
+		}
+		got, _ := os.ReadFile(filepath.Join(dir, "out"))
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("output differs (%d bytes, want %d)", len(got), want.Len())
+		}
+	})
+}
+
+// TestFileContinues checks that a File picks up where the file's owner stopped writing, at
+// an unaligned offset (which direct I/O cannot start from), and leaves earlier bytes alone.
+func TestFileContinues(t *testing.T) {
+	modes(t, func(t *testing.T, direct bool) {
+		dir := t.TempDir()
+		out, err := os.Create(filepath.Join(dir, "out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		out.WriteString("head")
+		f := NewFile(out)
+		if f.Direct() {
+			t.Error("direct I/O chosen at an unaligned offset")
+		}
+		body := bytes.Repeat([]byte("0123456789"), chunkSize/5)
+		f.Write(body)
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(filepath.Join(dir, "out"))
+		if string(got[:4]) != "head" || !bytes.Equal(got[4:], body) {
+			t.Fatalf("output differs (%d bytes)", len(got))
+		}
+	})
+}
+
+// TestFileSourceTooShort checks that a range past the end of its source file is an error
+// naming the file and the offset, and that Write after Close is refused.
+func TestFileSourceTooShort(t *testing.T) {
+	modes(t, func(t *testing.T, direct bool) {
+		dir := t.TempDir()
+		srcPath, src := randomFile(t, dir, 1000)
+		out, err := os.Create(filepath.Join(dir, "out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		f := NewFile(out)
+		long := append(src, make([]byte, 100)...)
+		_, err = f.WriteRange(Range{Data: long, Path: srcPath})
+		if err == nil || !strings.Contains(err.Error(), srcPath) || !strings.Contains(err.Error(), "offset 0") {
+			t.Fatalf("got %v, want an error naming %s and the offset", err, srcPath)
+		}
+		f.Close()
+		if _, err := f.Write([]byte("x")); err == nil {
+			t.Fatal("Write after Close succeeded")
+		}
+	})
+}
+
+// TestFileWriteError checks that a failing disk write surfaces from Close.
+func TestFileWriteError(t *testing.T) {
+	dir := t.TempDir()
 	out, err := os.Create(filepath.Join(dir, "out"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := NewFile(out)
-	var want bytes.Buffer
-	pieces := []struct{ off, n int }{{0, 10}, {17, 1 << 20}, {5, 100 << 10}, {3<<20 - 70000, 70000}, {1, 3}}
-	for i, p := range pieces {
-		hdr := []byte{byte(i), 'h'}
-		f.Write(hdr)
-		want.Write(hdr)
-		rng := Range{Data: src[p.off : p.off+p.n], Path: srcPath, Off: int64(p.off)}
-		n, err := Write(f, rng)
-		if err != nil || n != int64(p.n) {
-			t.Fatalf("range %d: %d, %v", i, n, err)
-		}
-		want.Write(src[p.off : p.off+p.n])
-	}
-	if err := f.Close(); err != nil {
+	ro, err := os.Open(out.Name()) // read-only: every write fails
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer ro.Close()
 	out.Close()
-	got, _ := os.ReadFile(filepath.Join(dir, "out"))
-	if !bytes.Equal(got, want.Bytes()) {
-		t.Fatalf("output differs (%d bytes, want %d)", len(got), want.Len())
+	t.Setenv("CKPT_DIRECT_IO", "off")
+	f := NewFile(ro)
+	for range 2 * inFlight {
+		if _, err := f.Write(make([]byte, chunkSize)); err != nil {
+			break
+		}
+	}
+	if err := f.Close(); err == nil {
+		t.Fatal("Close after failed writes returned nil")
+	}
+}
+
+// BenchmarkFile measures streaming a 256 MiB page-cache-warm file through File with two sums
+// (CRC-32 and xxhash64, as a torch output with a manifest has), including the final fsync.
+// Target: the disk's own streaming write speed (dd oflag=direct), at most 64 MiB resident.
+func BenchmarkFile(b *testing.B) {
+	dir := b.TempDir()
+	src := make([]byte, 256<<20)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	srcPath := filepath.Join(dir, "src")
+	if err := os.WriteFile(srcPath, src, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		out, err := os.Create(filepath.Join(dir, "out"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		f := NewFile(out)
+		if _, err := f.WriteRange(Range{Data: src, Path: srcPath, Sums: []hash.Hash{crc32.NewIEEE(), xxhash.New()}}); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if err := out.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		out.Close()
 	}
 }
