@@ -7,6 +7,7 @@ package convert
 
 import (
 	"fmt"
+	"hash"
 	"io"
 	"path/filepath"
 	"strings"
@@ -133,17 +134,11 @@ type writeJob struct {
 	done   int64
 	// sinceRelease counts bytes streamed since the source's resident pages were last dropped.
 	sinceRelease int64
-	// rangeHashes holds the xxhash64 of file ranges computed while they were copied, so the
-	// manifest does not read them a second time.
-	rangeHashes map[fileRange]uint64
+	// sums holds the xxhash64 digests fed while writing, keyed by the *statedict.Tensor or
+	// *statedict.Storage whose bytes they saw, so the manifest reads nothing a second time.
+	sums map[any]*xxhash.Digest
 	// rewrite replaces extra files of a folder output (nil content: left out).
 	rewrite map[string][]byte
-}
-
-// fileRange names bytes of a source file.
-type fileRange struct {
-	path   string
-	off, n int64
 }
 
 // releaseEvery is how many streamed bytes may stay resident from the mapped source before
@@ -187,18 +182,9 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	return done, nil
 }
 
-// WriteRange passes file ranges on (fastcopy), accounting for them as written, with a hash
-// for the manifest that the writer storing the bytes feeds.
+// WriteRange passes file ranges on (fastcopy), accounting for them as written.
 func (p *progressWriter) WriteRange(r fastcopy.Range) (int64, error) {
-	h := xxhash.New()
-	r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], h)
 	n, err := fastcopy.Write(p.w, r)
-	if err == nil {
-		if p.job.rangeHashes == nil {
-			p.job.rangeHashes = map[fileRange]uint64{}
-		}
-		p.job.rangeHashes[fileRange{r.Path, r.Off, int64(len(r.Data))}] = h.Sum64()
-	}
 	p.account(n)
 	return n, err
 }
@@ -210,6 +196,28 @@ func (p *progressWriter) account(n int64) {
 		p.job.opts.Progress(p.job.done, p.job.total)
 	}
 }
+
+// digest returns a new digest for the bytes of key (a tensor or storage) as they are written.
+func (j *writeJob) digest(key any) hash.Hash {
+	if j.sums == nil {
+		j.sums = map[any]*xxhash.Digest{}
+	}
+	d := xxhash.New()
+	j.sums[key] = d
+	return d
+}
+
+// summed returns t as an io.WriterTo that hashes its bytes for the manifest as it writes them.
+func (j *writeJob) summed(t *statedict.Tensor) io.WriterTo {
+	return writerToFunc(func(w io.Writer) (int64, error) {
+		return t.WriteTo(&fastcopy.Tee{W: w, Sum: j.digest(t)})
+	})
+}
+
+type writerToFunc func(io.Writer) (int64, error)
+
+// WriteTo calls f.
+func (f writerToFunc) WriteTo(w io.Writer) (int64, error) { return f(w) }
 
 // archiveName is the folder torch.save uses inside a zip written to path: the file name
 // without its last extension.

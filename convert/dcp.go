@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"hash"
 	"io"
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
@@ -18,7 +19,8 @@ func (j *writeJob) dcp() error {
 		return err
 	}
 	defer d.Abort()
-	n, err := dcp.Write(d.Path, j.src.Root, dcp.WriteOptions{Location: cpuTag, Progress: func(w io.Writer) io.Writer { return j.progress(w) }})
+	n, err := dcp.Write(d.Path, j.src.Root, dcp.WriteOptions{Location: cpuTag, Progress: func(w io.Writer) io.Writer { return j.progress(w) },
+		Sum: func(t *statedict.Tensor) hash.Hash { return j.digest(t) }})
 	if err != nil {
 		return err
 	}

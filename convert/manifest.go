@@ -99,13 +99,14 @@ func (j *writeJob) buildManifest(names map[*statedict.Tensor]string) (*Manifest,
 	return m, nil
 }
 
-// tensorHash is the xxhash64 of t's contiguous bytes: taken from the copy of its file range
-// when the writer already hashed it, else computed by reading it.
+// tensorHash is the xxhash64 of t's contiguous bytes: the digest fed while t (or its whole
+// storage) was written when there is one, else computed by reading t again.
 func (j *writeJob) tensorHash(t *statedict.Tensor) (uint64, error) {
-	if path, off, n, ok := t.FileRange(); ok {
-		if h, ok := j.rangeHashes[fileRange{path, off, n}]; ok {
-			return h, nil
-		}
+	if d, ok := j.sums[t]; ok {
+		return d.Sum64(), nil
+	}
+	if d, ok := j.sums[t.Storage]; ok && t.IsWholeStorage() {
+		return d.Sum64(), nil
 	}
 	h := xxhash.New()
 	n, err := t.WriteTo(h)

@@ -141,7 +141,7 @@ func (j *writeJob) writeSafetensors(w io.Writer, list []statedict.NamedTensor, m
 		return err
 	}
 	for _, info := range infos {
-		if err := sw.WriteTensor(info.Name, byName[info.Name]); err != nil {
+		if err := sw.WriteTensor(info.Name, j.summed(byName[info.Name])); err != nil {
 			return err
 		}
 	}

@@ -266,6 +266,13 @@ func (t *Tensor) FileRange() (path string, off, n int64, ok bool) {
 	return st.File, st.Offset + t.Offset*int64(t.DType.Size()), t.NBytes(), true
 }
 
+// IsWholeStorage reports whether the tensor's contiguous bytes (what WriteTo writes) are
+// exactly its storage's bytes as stored, so that a checksum of one is a checksum of the other.
+func (t *Tensor) IsWholeStorage() bool {
+	return t.Storage != nil && t.Validate() == nil && t.Offset == 0 && t.IsContiguous() &&
+		t.NBytes() == t.Storage.Size && t.fixup() == nil
+}
+
 // copyBuf is the size of the bounded buffer used when a view is not one contiguous run.
 const copyBuf = 1 << 20
 

@@ -3,6 +3,7 @@ package dcp
 import (
 	"bytes"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -25,6 +26,9 @@ type WriteOptions struct {
 	Location func(*statedict.Storage) string
 	// Progress, if set, wraps the data file writer (to count bytes).
 	Progress func(io.Writer) io.Writer
+	// Sum, if set, returns a hash to be fed the contiguous bytes of a tensor of root as they
+	// are written (nil: none).
+	Sum func(*statedict.Tensor) hash.Hash
 }
 
 // leaf is one flattened item of a DCP save plan.
@@ -118,7 +122,11 @@ func Write(dir string, root statedict.Value, opts WriteOptions) (int64, error) {
 	var items []item
 	var off int64
 	save := func(l leaf, v statedict.Value, t *statedict.Tensor) error {
-		n, err := torchzip.Write(w, v, torchzip.SaveOptions{Location: opts.Location})
+		so := torchzip.SaveOptions{Location: opts.Location}
+		if t != nil && opts.Sum != nil {
+			so.Sum = func(*statedict.Storage) hash.Hash { return opts.Sum(t) }
+		}
+		n, err := torchzip.Write(w, v, so)
 		if err != nil {
 			return fmt.Errorf("%s: %w", l.fqn, err)
 		}

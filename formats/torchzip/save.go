@@ -2,6 +2,7 @@ package torchzip
 
 import (
 	"fmt"
+	"hash"
 	"io"
 	"math/big"
 	"strconv"
@@ -20,6 +21,9 @@ type SaveOptions struct {
 	// Location returns the device tag recorded for a storage (the map_location remap);
 	// nil keeps each storage's saved tag.
 	Location func(*statedict.Storage) string
+	// Sum, if set, returns a hash to be fed a storage's bytes as they are written (nil: none),
+	// so callers can checksum what was written without reading it again.
+	Sum func(*statedict.Storage) hash.Hash
 }
 
 // Write writes root as a torch.save zip archive that torch.load(weights_only=True) reads:
@@ -59,7 +63,11 @@ func Write(w io.Writer, root statedict.Value, opts SaveOptions) (int64, error) {
 		}
 	}
 	for _, st := range p.order {
-		if err := z.record(name+"/data/"+p.keys[st], st.Size, st.WriteTo); err != nil {
+		var sum hash.Hash
+		if opts.Sum != nil {
+			sum = opts.Sum(st)
+		}
+		if err := z.record(name+"/data/"+p.keys[st], st.Size, sum, st.WriteTo); err != nil {
 			return cw.N, err
 		}
 	}

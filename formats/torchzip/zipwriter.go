@@ -41,8 +41,8 @@ func (z *zipWriter) write(b []byte) error {
 }
 
 // record writes one stored record of size bytes produced by produce, which must write
-// exactly size bytes.
-func (z *zipWriter) record(name string, size int64, produce func(io.Writer) (int64, error)) error {
+// exactly size bytes; sum, if not nil, is fed the record's bytes as well.
+func (z *zipWriter) record(name string, size int64, sum hash.Hash, produce func(io.Writer) (int64, error)) error {
 	e := zipEntry{name: name, offset: z.off, size: size}
 	big := size >= zip64Limit || e.offset >= zip64Limit
 	start := e.offset + 30 + int64(len(name)) + 4
@@ -84,7 +84,7 @@ func (z *zipWriter) record(name string, size int64, produce func(io.Writer) (int
 	if err := z.write(h); err != nil {
 		return err
 	}
-	cw := &crcWriter{w: z.w, crc: crc32.NewIEEE()}
+	cw := &crcWriter{w: z.w, crc: crc32.NewIEEE(), sum: sum}
 	if _, err := produce(cw); err != nil {
 		z.off += cw.n
 		return fmt.Errorf("%s: %w", name, err)
@@ -114,7 +114,7 @@ func (z *zipWriter) record(name string, size int64, produce func(io.Writer) (int
 
 // bytesRecord writes a small in-memory record.
 func (z *zipWriter) bytesRecord(name string, b []byte) error {
-	return z.record(name, int64(len(b)), func(w io.Writer) (int64, error) {
+	return z.record(name, int64(len(b)), nil, func(w io.Writer) (int64, error) {
 		n, err := w.Write(b)
 		return int64(n), err
 	})
@@ -209,17 +209,22 @@ func clamp16(v uint64) uint16 {
 	return uint16(v)
 }
 
-// crcWriter computes a record's CRC-32 and size. File ranges are checksummed by the writer
-// that stores them (fastcopy feeds the hash from its buffers on the other core).
+// crcWriter computes a record's CRC-32 and size, and feeds sum when there is one. File
+// ranges are checksummed by the writer that stores them (fastcopy feeds the hashes from its
+// buffers on the other core).
 type crcWriter struct {
 	w   io.Writer
 	crc hash.Hash32
+	sum hash.Hash
 	n   int64
 }
 
 // Write checksums p and passes it on.
 func (c *crcWriter) Write(p []byte) (int, error) {
 	c.crc.Write(p)
+	if c.sum != nil {
+		c.sum.Write(p)
+	}
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
@@ -228,6 +233,9 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 // WriteRange implements fastcopy.RangeWriter.
 func (c *crcWriter) WriteRange(r fastcopy.Range) (int64, error) {
 	r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], c.crc)
+	if c.sum != nil {
+		r.Sums = append(r.Sums, c.sum)
+	}
 	n, err := fastcopy.Write(c.w, r)
 	c.n += n
 	return n, err

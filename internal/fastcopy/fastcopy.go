@@ -370,6 +370,26 @@ func (f *File) Close() error {
 	return err
 }
 
+// Tee feeds Sum every byte written through it, passing file ranges on with Sum added to
+// their sums, so the bytes are hashed where they are finally stored.
+type Tee struct {
+	W   io.Writer
+	Sum hash.Hash
+}
+
+// Write passes p on and feeds what was written to the sum.
+func (t *Tee) Write(p []byte) (int, error) {
+	n, err := t.W.Write(p)
+	t.Sum.Write(p[:n])
+	return n, err
+}
+
+// WriteRange passes r on with the sum added.
+func (t *Tee) WriteRange(r Range) (int64, error) {
+	r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], t.Sum)
+	return Write(t.W, r)
+}
+
 // Counter counts the bytes written through it, passing file ranges on, so that writers
 // can report sizes without hiding ranges from File.
 type Counter struct {
