@@ -3,7 +3,8 @@
 # in one run, for a 2 GiB Llama-shaped bf16 torch.save checkpoint (written by torch in the
 # oracle on first use and kept in .bench/). Before every run: sync (no dirty pages left from
 # the previous one) and a warm read of the source. Every run ends with its output fsynced
-# (cp is timed with and without a following sync). Each row is the median of REPS runs
+# (cp is timed with and without a following sync); dd with direct I/O shows what the disk
+# itself allows for writing the same bytes durably. Each row is the median of REPS runs
 # (default 3). Prints a Markdown table for BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,6 +39,8 @@ echo "| run | seconds | GB/s | peak RSS MiB |"
 echo "|---|---|---|---|"
 measure "cp" cp "$src" .bench/out.cp
 measure "cp + sync" sh -c "cp '$src' .bench/out.cp && sync .bench/out.cp"
+# The disk's floor for this output: the same bytes copied with direct I/O and fsynced.
+measure "dd bs=8M oflag=direct conv=fsync" dd if="$src" of=.bench/out.dd bs=8M oflag=direct conv=fsync status=none
 measure "ckpt convert --to tpu → safetensors" .bench/ckpt convert --to tpu --format safetensors "$src" .bench/out.safetensors
 measure "ckpt convert --to tpu → torch" .bench/ckpt convert --to tpu --format torch "$src" .bench/out.pt
 # The Python path: the work alone (timed inside Python after import torch), then the whole
