@@ -8,7 +8,7 @@
 # is quant.Group.Dequantize read whole into a reused buffer by BenchmarkDequantize with one
 # goroutine per core, best of 3 runs of 5, its codes mapped from the page-cache-warm file.
 # Then the whole `ckpt convert --dequantize` command (read, dequantize, write the folder,
-# fsync, hash for the manifest) is timed, and `ckpt inspect --hash` of its output proves
+# hashing for the manifest as it writes, fsync) is timed, and `ckpt inspect --hash` of its output proves
 # every tensor bit-identical to the reference's.
 # Prints a Markdown table for BENCHMARKS.md.
 set -euo pipefail
