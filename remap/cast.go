@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -36,7 +38,9 @@ type castReader struct {
 	swap   bool
 }
 
-// ReadAt converts the source elements covering [off, off+len(p)) of the cast storage.
+// ReadAt converts the source elements covering [off, off+len(p)) of the cast storage. The
+// source elements are read straight from the mapping when the source is memory-resident, and
+// large reads are converted on every core. Safe for concurrent calls, as io.ReaderAt requires.
 func (c *castReader) ReadAt(p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
@@ -44,15 +48,20 @@ func (c *castReader) ReadAt(p []byte, off int64) (int, error) {
 	first := off / c.ts
 	last := (off + int64(len(p)) - 1) / c.ts
 	n := last - first + 1
-	in := make([]byte, n*c.fs)
-	if _, err := c.src.ReadAt(in, first*c.fs); err != nil {
-		return 0, err
-	}
-	if c.swap {
-		for i := int64(0); i < int64(len(in)); i += c.fs {
-			e := in[i : i+c.fs]
-			for a, z := 0, len(e)-1; a < z; a, z = a+1, z-1 {
-				e[a], e[z] = e[z], e[a]
+	var in []byte
+	if d, ok := c.src.Mapped(); ok && !c.swap && (last+1)*c.fs <= int64(len(d)) {
+		in = d[first*c.fs : (last+1)*c.fs]
+	} else {
+		in = make([]byte, n*c.fs)
+		if _, err := c.src.ReadAt(in, first*c.fs); err != nil {
+			return 0, err
+		}
+		if c.swap {
+			for i := int64(0); i < int64(len(in)); i += c.fs {
+				e := in[i : i+c.fs]
+				for a, z := 0, len(e)-1; a < z; a, z = a+1, z-1 {
+					e[a], e[z] = e[z], e[a]
+				}
 			}
 		}
 	}
@@ -61,11 +70,32 @@ func (c *castReader) ReadAt(p []byte, off int64) (int, error) {
 	if !aligned {
 		out = make([]byte, n*c.ts)
 	}
-	c.conv(out, in)
+	c.convParallel(out, in, n)
 	if !aligned {
 		copy(p, out[off-first*c.ts:])
 	}
 	return len(p), nil
+}
+
+// minParallelCast is the fewest elements worth splitting a conversion over goroutines.
+const minParallelCast = 1 << 16
+
+// convParallel converts n elements from in to out, split over up to GOMAXPROCS goroutines
+// (the caller takes a share).
+func (c *castReader) convParallel(out, in []byte, n int64) {
+	workers := min(int64(runtime.GOMAXPROCS(0)), n/minParallelCast)
+	if workers <= 1 {
+		c.conv(out, in)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := int64(1); i < workers; i++ {
+		a, b := n*i/workers, n*(i+1)/workers
+		wg.Go(func() { c.conv(out[a*c.ts:b*c.ts], in[a*c.fs:b*c.fs]) })
+	}
+	b := n / workers
+	c.conv(out[:b*c.ts], in[:b*c.fs])
+	wg.Wait()
 }
 
 // decoders read one little-endian element as float64 (exact for all four types).
@@ -107,15 +137,26 @@ func converter(from, to statedict.DType) (func(dst, src []byte), error) {
 	if from == statedict.Float32 && to == statedict.BFloat16 {
 		// The hot path of --dtype bfloat16, and the one conversion torch runs through its
 		// vectorized kernel (NaN → 0xFFFF on x86, which quant.Float32ToBF16 reproduces).
-		return func(dst, src []byte) {
-			for i, j := 0, 0; i+4 <= len(src); i, j = i+4, j+2 {
-				binary.LittleEndian.PutUint16(dst[j:], quant.Float32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(src[i:]))))
-			}
-		}, nil
+		return float32ToBF16, nil
 	}
 	return func(dst, src []byte) {
 		for i, j := 0, 0; i+fs <= len(src); i, j = i+fs, j+ts {
 			enc(dst[j:j+ts], dec(src[i:i+fs]))
 		}
 	}, nil
+}
+
+// float32ToBF16 converts little-endian float32 elements to bfloat16, two per step.
+func float32ToBF16(dst, src []byte) {
+	pairs := len(src) / 8
+	dst, src = dst[:pairs*4+len(src)%8/2], src[:pairs*8+len(src)%8]
+	for i := range pairs {
+		u := binary.LittleEndian.Uint64(src[8*i:])
+		lo := quant.Float32ToBF16(math.Float32frombits(uint32(u)))
+		hi := quant.Float32ToBF16(math.Float32frombits(uint32(u >> 32)))
+		binary.LittleEndian.PutUint32(dst[4*i:], uint32(lo)|uint32(hi)<<16)
+	}
+	if len(src)%8 >= 4 {
+		binary.LittleEndian.PutUint16(dst[4*pairs:], quant.Float32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(src[8*pairs:]))))
+	}
 }
