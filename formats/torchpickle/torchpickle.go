@@ -73,12 +73,14 @@ func Load(data []byte, resolve Resolver, opts Options) (statedict.Value, int64, 
 		},
 	})
 	v, err := dec.Decode()
+	end := dec.Offset()
 	if err != nil {
-		return nil, dec.Offset(), err
+		return nil, end, err
 	}
+	// From here the decoder and its memo are garbage: converting does not keep them alive.
 	c := converter{seen: map[any]statedict.Value{}}
 	out, err := c.value(v)
-	return out, dec.Offset(), err
+	return out, end, err
 }
 
 // ParsePID validates a storage persistent id ('storage', storage_type, key, location, numel[, view_metadata]).
