@@ -143,11 +143,21 @@ func (d *Decoder) object(g Global, kind ObjectKind, args Tuple) (*Object, error)
 	return &Object{Class: g, Kind: kind, Args: args}, nil
 }
 
-// call evaluates g(*args): natively for the pure-data constructors, else as
-// an inert Object of the given kind.
+// call evaluates g(*args): natively for the pure-data constructors, through
+// Options.Reduce when it takes the call, else as an inert Object of the given
+// kind.
 func (d *Decoder) call(g Global, args Tuple, kind ObjectKind) (Value, error) {
 	if v, ok, err := d.construct(g, args); err != nil || ok {
 		return v, err
+	}
+	if kind == Reduce && d.opts.Reduce != nil {
+		v, ok, err := d.opts.Reduce(g, args)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return v, d.charge(objectCost, "object")
+		}
 	}
 	return d.object(g, kind, args)
 }

@@ -14,6 +14,14 @@ type Options struct {
 	// PERSID a string) and returns the value to use in its place. If nil,
 	// a persistent id is an error.
 	PersistentLoad func(pid Value) (Value, error)
+	// Reduce, if set, is offered every REDUCE of a global that is not one of the
+	// pure-data constructors, with the arguments as they are at that point in the
+	// stream (when Python would make the call). It returns the value to use and
+	// true, or false to record the call as an inert *Object. A consumer that
+	// interprets a call anyway (torch's tensor rebuild functions) can so build its
+	// result at once and let the arguments be collected instead of holding a whole
+	// decoded tree. The value is opaque to the decoder: BUILD on it is an error.
+	Reduce func(g Global, args Tuple) (Value, bool, error)
 	// Limits bounds the resources a pickle may claim; zero fields take the
 	// values of DefaultLimits.
 	Limits Limits

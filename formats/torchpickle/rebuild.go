@@ -12,14 +12,11 @@ import (
 // everything else stays inert.
 func (c *converter) object(o *pickle.Object) (statedict.Value, error) {
 	g := o.Class
+	if n, v3, ok := tensorRebuild(g); ok {
+		return c.rebuildTensor(o.Args, n, v3)
+	}
 	if g.Module == "torch._utils" {
 		switch g.Name {
-		case "_rebuild_tensor":
-			return c.rebuildTensor(o.Args, 4, false)
-		case "_rebuild_tensor_v2":
-			return c.rebuildTensor(o.Args, 6, false)
-		case "_rebuild_tensor_v3":
-			return c.rebuildTensor(o.Args, 7, true)
 		case "_rebuild_parameter", "_rebuild_parameter_with_state":
 			return c.rebuildParameter(g.Name, o.Args)
 		case "_rebuild_qtensor":
@@ -36,6 +33,23 @@ func (c *converter) object(o *pickle.Object) (statedict.Value, error) {
 		return c.legacyTensor(dt, o.State)
 	}
 	return c.inert(o)
+}
+
+// tensorRebuild recognizes torch's plain tensor rebuild functions, returning their argument
+// count without the optional metadata dict and whether it is _rebuild_tensor_v3.
+func tensorRebuild(g pickle.Global) (n int, v3, ok bool) {
+	if g.Module != "torch._utils" {
+		return 0, false, false
+	}
+	switch g.Name {
+	case "_rebuild_tensor":
+		return 4, false, true
+	case "_rebuild_tensor_v2":
+		return 6, false, true
+	case "_rebuild_tensor_v3":
+		return 7, true, true
+	}
+	return 0, false, false
 }
 
 // legacyTensorClass recognizes torch.FloatTensor, torch.cuda.HalfTensor, ... used by very old

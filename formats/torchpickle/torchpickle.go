@@ -54,9 +54,23 @@ type Options struct {
 // It returns the value and the number of bytes the pickle occupied.
 func Load(data []byte, resolve Resolver, opts Options) (statedict.Value, int64, error) {
 	storages := map[string]*statedict.Storage{}
+	c := converter{seen: map[any]statedict.Value{}}
 	dec := pickle.NewDecoder(data, pickle.Options{
 		Limits: opts.Limits,
 		Allow:  opts.Allow,
+		// Plain tensors are built when their rebuild call is decoded, as torch.load does:
+		// their argument tuples, size and stride tuples and hook dicts are garbage at once,
+		// which halves the memory a pickle of many tensors needs while it is decoded.
+		Reduce: func(g pickle.Global, args pickle.Tuple) (pickle.Value, bool, error) {
+			if n, v3, ok := tensorRebuild(g); ok {
+				t, err := c.rebuildTensor(args, n, v3)
+				if err != nil {
+					return nil, false, fmt.Errorf("%s: %w", g, err)
+				}
+				return t, true, nil
+			}
+			return nil, false, nil
+		},
 		PersistentLoad: func(pid pickle.Value) (pickle.Value, error) {
 			req, err := ParsePID(pid)
 			if err != nil {
@@ -78,7 +92,6 @@ func Load(data []byte, resolve Resolver, opts Options) (statedict.Value, int64, 
 		return nil, end, err
 	}
 	// From here the decoder and its memo are garbage: converting does not keep them alive.
-	c := converter{seen: map[any]statedict.Value{}}
 	out, err := c.value(v)
 	return out, end, err
 }
@@ -170,6 +183,8 @@ func describe(v pickle.Value) string {
 		return "global " + v.String()
 	case *pickle.Object:
 		return "object " + v.Class.String()
+	case *statedict.Tensor:
+		return "a tensor"
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -197,6 +212,8 @@ func (c *converter) value(v pickle.Value) (statedict.Value, error) {
 	case *big.Int:
 		return x, nil
 	case []byte:
+		return x, nil
+	case *statedict.Tensor: // built while decoding
 		return x, nil
 	case pickle.Tuple:
 		out := make(statedict.Tuple, len(x))
