@@ -5,14 +5,18 @@
 # the previous one) and a warm read of the source. Every run ends with its output fsynced
 # (cp is timed with and without a following sync); dd with direct I/O shows what the disk
 # itself allows for writing the same bytes durably. Each row is the median of REPS runs
-# (default 3). Prints a Markdown table for BENCHMARKS.md.
+# (default 3). Prints a Markdown table for BENCHMARKS.md; then, after a blank line, a second
+# one for the cast of a float32 checkpoint to bfloat16 (--dtype bfloat16): ckpt and the Python
+# path with .to(torch.bfloat16), on an 8-layer float32 file of 2.17 GB (also kept in .bench/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/local/go/bin"
 reps=${REPS:-3}
 mkdir -p .bench
 src=.bench/llama-2g.pt
+f32=.bench/llama-f32.pt
 [ -f "$src" ] || scripts/oracle python scripts/bench/make_llama.py "/repo/$src" >&2
+[ -f "$f32" ] || scripts/oracle python scripts/bench/make_llama.py "/repo/$f32" 8 float32 >&2
 go build -o .bench/ckpt ./cmd/ckpt
 bytes=$(stat -c %s "$src")
 
@@ -35,28 +39,46 @@ measure() {
   row "$name" "$(printf '%s\n' "${times[@]}" | median)" "$(rss .bench/run.time)"
 }
 
-echo "| run | seconds | GB/s | peak RSS MiB |"
-echo "|---|---|---|---|"
+header() { echo "| run | seconds | GB/s | peak RSS MiB |"; echo "|---|---|---|---|"; }
+
+# convert_rows [DTYPE]: ckpt convert and the Python path on $src, casting every floating tensor
+# to DTYPE when given (ckpt --dtype DTYPE; Python v.to(torch.DTYPE) between load and save).
+convert_rows() {
+  local dtype=${1:-} opt=() cast=""
+  [ -z "$dtype" ] || { opt=(--dtype "$dtype"); cast=" + .to($dtype)"; }
+  measure "ckpt convert --to tpu${dtype:+ --dtype $dtype} → safetensors" .bench/ckpt convert --to tpu "${opt[@]}" --format safetensors "$src" .bench/out.safetensors
+  measure "ckpt convert --to tpu${dtype:+ --dtype $dtype} → torch" .bench/ckpt convert --to tpu "${opt[@]}" --format torch "$src" .bench/out.pt
+  # The Python path: the work alone (timed inside Python after import torch), then the whole
+  # command as a user runs it (interpreter start and import included), comparable with ckpt's.
+  local fmt ext what work whole prss res t0 t1
+  for fmt in safetensors torch; do
+    ext=$([ $fmt = safetensors ] && echo .safetensors || echo .pt)
+    what="torch.load(mmap)$cast + $([ $fmt = safetensors ] && echo save_file || echo torch.save)"
+    work=() whole=() prss=0
+    for _ in $(seq "$reps"); do
+      prepare
+      t0=$(now); res=$(scripts/oracle python scripts/bench/python_path.py "/repo/$src" "/repo/.bench/out$ext" $fmt ${dtype:+"$dtype"} | tail -1); t1=$(now)
+      work+=("$(echo "$res" | sed 's/.*"seconds": \([0-9.]*\).*/\1/')")
+      whole+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')")
+      prss=$(echo "$res" | sed 's/.*"peak_rss_mib": \([0-9.]*\).*/\1/' | awk '{printf "%.0f", $1}')
+    done
+    row "python $what (work only)" "$(printf '%s\n' "${work[@]}" | median)" "$prss"
+    row "python $what (whole command)" "$(printf '%s\n' "${whole[@]}" | median)" "$prss"
+  done
+}
+
+header
 measure "cp" cp "$src" .bench/out.cp
 measure "cp + sync" sh -c "cp '$src' .bench/out.cp && sync .bench/out.cp"
 # The disk's floor for this output: the same bytes copied with direct I/O and fsynced.
 measure "dd bs=8M oflag=direct conv=fsync" dd if="$src" of=.bench/out.dd bs=8M oflag=direct conv=fsync status=none
-measure "ckpt convert --to tpu → safetensors" .bench/ckpt convert --to tpu --format safetensors "$src" .bench/out.safetensors
-measure "ckpt convert --to tpu → torch" .bench/ckpt convert --to tpu --format torch "$src" .bench/out.pt
-# The Python path: the work alone (timed inside Python after import torch), then the whole
-# command as a user runs it (interpreter start and import included), comparable with ckpt's.
-for fmt in safetensors torch; do
-  ext=$([ $fmt = safetensors ] && echo .safetensors || echo .pt)
-  what="torch.load(mmap) + $([ $fmt = safetensors ] && echo save_file || echo torch.save)"
-  work=() whole=() prss=0
-  for _ in $(seq "$reps"); do
-    prepare
-    t0=$(now); res=$(scripts/oracle python scripts/bench/python_path.py "/repo/$src" "/repo/.bench/out$ext" $fmt | tail -1); t1=$(now)
-    work+=("$(echo "$res" | sed 's/.*"seconds": \([0-9.]*\).*/\1/')")
-    whole+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')")
-    prss=$(echo "$res" | sed 's/.*"peak_rss_mib": \([0-9.]*\).*/\1/' | awk '{printf "%.0f", $1}')
-  done
-  row "python $what (work only)" "$(printf '%s\n' "${work[@]}" | median)" "$prss"
-  row "python $what (whole command)" "$(printf '%s\n' "${whole[@]}" | median)" "$prss"
-done
+convert_rows
+
+# float32 → bfloat16. GB/s here is the source's size (the float32 file read) over the time;
+# the output is about half as many bytes.
+src=$f32
+bytes=$(stat -c %s "$src")
+echo
+header
+convert_rows bfloat16
 rm -rf .bench/out*
