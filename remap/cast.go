@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -146,17 +147,16 @@ func converter(from, to statedict.DType) (func(dst, src []byte), error) {
 	}, nil
 }
 
-// float32ToBF16 converts little-endian float32 elements to bfloat16, two per step.
-func float32ToBF16(dst, src []byte) {
-	pairs := len(src) / 8
-	dst, src = dst[:pairs*4+len(src)%8/2], src[:pairs*8+len(src)%8]
-	for i := range pairs {
-		u := binary.LittleEndian.Uint64(src[8*i:])
-		lo := quant.Float32ToBF16(math.Float32frombits(uint32(u)))
-		hi := quant.Float32ToBF16(math.Float32frombits(uint32(u >> 32)))
-		binary.LittleEndian.PutUint32(dst[4*i:], uint32(lo)|uint32(hi)<<16)
+// float32ToBF16Go converts little-endian float32 elements to bfloat16 one at a time, the
+// portable kernel (and the tail of the vector one).
+func float32ToBF16Go(dst, src []byte) {
+	n := len(src) / 4
+	if n == 0 {
+		return
 	}
-	if len(src)%8 >= 4 {
-		binary.LittleEndian.PutUint16(dst[4*pairs:], quant.Float32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(src[8*pairs:]))))
+	s := unsafe.Slice((*[4]byte)(unsafe.Pointer(unsafe.SliceData(src))), n)
+	d := unsafe.Slice((*[2]byte)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst)/2)[:n]
+	for i := range s {
+		binary.LittleEndian.PutUint16(d[i][:], quant.Float32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(s[i][:]))))
 	}
 }
