@@ -99,7 +99,20 @@ func (c *castReader) convParallel(out, in []byte, n int64) {
 	wg.Wait()
 }
 
-// decoders read one little-endian element as float64 (exact for all four types).
+// The casts are torch 2.14's, bit for bit, as testdata/cast/expected.json records them (every
+// 16-bit source value, thousands of float32 and float64 specials). Between the 16- and 32-bit
+// types each cast has a kernel of its own below. A NaN's fate depends on torch's path: its
+// vectorized float → bfloat16 rounding gives 0xFFFF (also for float64 sources, which it
+// narrows to float first), its scalar one 0x7FC0 (float16 → bfloat16 always takes it);
+// float16 → float32 quiets signalling NaNs, bfloat16 → float32 keeps the bits.
+//
+// torch runs float64 → bfloat16 vectorized in blocks (16 elements with AVX-512, 8 with AVX2)
+// and the last partial block of each thread's range scalar, so a NaN there becomes 0x7FC0:
+// a result that depends on the machine torch runs on. ckpt gives every such NaN 0xFFFF, the
+// vectorized result.
+
+// decoders read one little-endian element as float64 (exact for all four types), for casts
+// from and to float64.
 var decoders = map[statedict.DType]func([]byte) float64{
 	statedict.Float16:  func(b []byte) float64 { return float64(quant.F16ToFloat32(binary.LittleEndian.Uint16(b))) },
 	statedict.BFloat16: func(b []byte) float64 { return float64(quant.BF16ToFloat32(binary.LittleEndian.Uint16(b))) },
@@ -107,39 +120,78 @@ var decoders = map[statedict.DType]func([]byte) float64{
 	statedict.Float64:  func(b []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b)) },
 }
 
-// encoders write one element. Narrowing from float64 goes through float32 first, as torch's
-// c10::Half / c10::BFloat16 constructors take a float (double → float → half rounds twice,
-// and so must we to be bit-identical). These are torch's scalar conversions, which turn every
-// NaN into the canonical bfloat16 NaN 0x7FC0; float32 sources take torch's vectorized path
-// instead (see converter).
+// encoders write one element. Narrowing from float64 goes through float32 first, as torch
+// does (double → float → half rounds twice, and so must we to be bit-identical).
 var encoders = map[statedict.DType]func([]byte, float64){
-	statedict.Float16: func(b []byte, v float64) {
-		binary.LittleEndian.PutUint16(b, quant.Float32ToF16(float32(v)))
-	},
-	statedict.BFloat16: func(b []byte, v float64) {
-		if v != v {
-			binary.LittleEndian.PutUint16(b, 0x7FC0)
-			return
+	statedict.Float16:  func(b []byte, v float64) { binary.LittleEndian.PutUint16(b, quant.Float32ToF16(float32(v))) },
+	statedict.BFloat16: func(b []byte, v float64) { binary.LittleEndian.PutUint16(b, quant.Float32ToBF16(float32(v))) },
+	statedict.Float32:  func(b []byte, v float64) { binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v))) },
+	statedict.Float64:  func(b []byte, v float64) { binary.LittleEndian.PutUint64(b, math.Float64bits(v)) },
+}
+
+// kernels are the casts between float16, bfloat16 and float32.
+var kernels = map[[2]statedict.DType]func(dst, src []byte){
+	{statedict.Float32, statedict.BFloat16}: float32ToBF16,
+	{statedict.BFloat16, statedict.Float32}: func(dst, src []byte) {
+		s, d := pair[[2]byte, [4]byte](dst, src)
+		for i := range s {
+			binary.LittleEndian.PutUint32(d[i][:], uint32(binary.LittleEndian.Uint16(s[i][:]))<<16)
 		}
-		binary.LittleEndian.PutUint16(b, quant.Float32ToBF16(float32(v)))
 	},
-	statedict.Float32: func(b []byte, v float64) { binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v))) },
-	statedict.Float64: func(b []byte, v float64) { binary.LittleEndian.PutUint64(b, math.Float64bits(v)) },
+	{statedict.Float16, statedict.Float32}: func(dst, src []byte) {
+		s, d := pair[[2]byte, [4]byte](dst, src)
+		for i := range s {
+			binary.LittleEndian.PutUint32(d[i][:], math.Float32bits(quant.F16ToFloat32(binary.LittleEndian.Uint16(s[i][:]))))
+		}
+	},
+	{statedict.Float32, statedict.Float16}: func(dst, src []byte) {
+		s, d := pair[[4]byte, [2]byte](dst, src)
+		for i := range s {
+			binary.LittleEndian.PutUint16(d[i][:], quant.Float32ToF16(math.Float32frombits(binary.LittleEndian.Uint32(s[i][:]))))
+		}
+	},
+	{statedict.BFloat16, statedict.Float16}: func(dst, src []byte) {
+		s, d := pair[[2]byte, [2]byte](dst, src)
+		for i := range s {
+			binary.LittleEndian.PutUint16(d[i][:], quant.Float32ToF16(quant.BF16ToFloat32(binary.LittleEndian.Uint16(s[i][:]))))
+		}
+	},
+	{statedict.Float16, statedict.BFloat16}: func(dst, src []byte) {
+		s, d := pair[[2]byte, [2]byte](dst, src)
+		for i := range s {
+			h := binary.LittleEndian.Uint16(s[i][:])
+			out := uint16(0x7FC0) // torch's scalar NaN
+			if h&0x7C00 != 0x7C00 || h&0x03FF == 0 {
+				out = quant.Float32ToBF16(quant.F16ToFloat32(h))
+			}
+			binary.LittleEndian.PutUint16(d[i][:], out)
+		}
+	},
+}
+
+// pair views src as elements of type S and dst as as many elements of type D (byte arrays:
+// no alignment needed), so that kernels index both without bounds checks per element.
+func pair[S, D any](dst, src []byte) ([]S, []D) {
+	n := len(src) / int(unsafe.Sizeof(*new(S)))
+	if n == 0 {
+		return nil, nil
+	}
+	s := unsafe.Slice((*S)(unsafe.Pointer(unsafe.SliceData(src))), n)
+	d := unsafe.Slice((*D)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst)/int(unsafe.Sizeof(*new(D))))
+	return s, d[:n]
 }
 
 // converter returns a function converting a buffer of from-elements into to-elements.
 func converter(from, to statedict.DType) (func(dst, src []byte), error) {
+	if k, ok := kernels[[2]statedict.DType{from, to}]; ok {
+		return k, nil
+	}
 	dec, ok1 := decoders[from]
 	enc, ok2 := encoders[to]
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("no cast from %s to %s", from, to)
 	}
 	fs, ts := from.Size(), to.Size()
-	if from == statedict.Float32 && to == statedict.BFloat16 {
-		// The hot path of --dtype bfloat16, and the one conversion torch runs through its
-		// vectorized kernel (NaN → 0xFFFF on x86, which quant.Float32ToBF16 reproduces).
-		return float32ToBF16, nil
-	}
 	return func(dst, src []byte) {
 		for i, j := 0, 0; i+fs <= len(src); i, j = i+fs, j+ts {
 			enc(dst[j:j+ts], dec(src[i:i+fs]))
@@ -150,12 +202,7 @@ func converter(from, to statedict.DType) (func(dst, src []byte), error) {
 // float32ToBF16Go converts little-endian float32 elements to bfloat16 one at a time, the
 // portable kernel (and the tail of the vector one).
 func float32ToBF16Go(dst, src []byte) {
-	n := len(src) / 4
-	if n == 0 {
-		return
-	}
-	s := unsafe.Slice((*[4]byte)(unsafe.Pointer(unsafe.SliceData(src))), n)
-	d := unsafe.Slice((*[2]byte)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst)/2)[:n]
+	s, d := pair[[4]byte, [2]byte](dst, src)
 	for i := range s {
 		binary.LittleEndian.PutUint16(d[i][:], quant.Float32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(s[i][:]))))
 	}
