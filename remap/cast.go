@@ -26,6 +26,11 @@ func castStorage(src *statedict.Storage, from, to statedict.DType) (*statedict.S
 	}
 	n := src.Size / fs
 	r := &castReader{src: src, conv: conv, fs: fs, ts: ts, swap: src.BigEndian}
+	if from == statedict.Float64 && to == statedict.BFloat16 {
+		r.scalarFrom = n - n%vectorBlock
+	} else {
+		r.scalarFrom = n
+	}
 	st := statedict.NewReaderStorage(src.Key, src.Location, to, r, 0, n*ts)
 	st.File = src.File
 	return st, nil
@@ -37,7 +42,15 @@ type castReader struct {
 	conv   func(dst, src []byte)
 	fs, ts int64
 	swap   bool
+	// scalarFrom is the first element torch converts with its scalar code (float64 →
+	// bfloat16 only), whose NaNs become 0x7FC0 instead of the vectorized 0xFFFF.
+	scalarFrom int64
 }
+
+// vectorBlock is how many float64 elements torch's vectorized float64 → bfloat16 loop
+// converts at a time on the AVX-512 CPUs it reports here (8 on AVX2 CPUs); the remainder of
+// a tensor is converted by its scalar code.
+const vectorBlock = 16
 
 // ReadAt converts the source elements covering [off, off+len(p)) of the cast storage. The
 // source elements are read straight from the mapping when the source is memory-resident, and
@@ -72,6 +85,12 @@ func (c *castReader) ReadAt(p []byte, off int64) (int, error) {
 		out = make([]byte, n*c.ts)
 	}
 	c.convParallel(out, in, n)
+	for i := max(first, c.scalarFrom); i <= last; i++ {
+		j := i - first
+		if v := math.Float64frombits(binary.LittleEndian.Uint64(in[j*8:])); v != v {
+			binary.LittleEndian.PutUint16(out[j*2:], 0x7FC0)
+		}
+	}
 	if !aligned {
 		copy(p, out[off-first*c.ts:])
 	}
@@ -107,9 +126,11 @@ func (c *castReader) convParallel(out, in []byte, n int64) {
 // float16 → float32 quiets signalling NaNs, bfloat16 → float32 keeps the bits.
 //
 // torch runs float64 → bfloat16 vectorized in blocks (16 elements with AVX-512, 8 with AVX2)
-// and the last partial block of each thread's range scalar, so a NaN there becomes 0x7FC0:
-// a result that depends on the machine torch runs on. ckpt gives every such NaN 0xFFFF, the
-// vectorized result.
+// and the last partial block scalar, so a NaN there becomes 0x7FC0 (castReader.scalarFrom).
+// ckpt reproduces that for a tensor converted by one thread with AVX-512, as torch does here;
+// torch splits tensors of more than 32 768 elements over its threads, each with its own
+// partial block, which depends on the machine: there ckpt's NaNs may differ from a given
+// torch's.
 
 // decoders read one little-endian element as float64 (exact for all four types), for casts
 // from and to float64.

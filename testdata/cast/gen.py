@@ -59,6 +59,8 @@ def specials64():
             out.append((e << 52) | m)
             out.append((1 << 63) | (e << 52) | m)
     out += [rnd.getrandbits(64) for _ in range(300)]
+    # NaNs at the very end: torch converts the last partial block with its scalar code.
+    out += [0x7FF8000000000000, 0xFFF8000000000001, 0x7FF0000000000001]
     return out
 
 
