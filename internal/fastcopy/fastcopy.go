@@ -89,8 +89,11 @@ func directIO() bool { return os.Getenv("CKPT_DIRECT_IO") != "off" }
 // owns the file's contents past that offset until Close.
 type File struct {
 	f      *os.File
-	direct *os.File // the same file opened with O_DIRECT; nil when writing through the cache
-	srcs   map[string]*os.File
+	direct *os.File // the same file opened with O_DIRECT; nil when unavailable
+	// useDirect is cleared when direct writes fail with EINVAL (the filesystem accepted
+	// O_DIRECT at open but not these writes): from then on chunks go through the cache.
+	useDirect atomic.Bool
+	srcs      map[string]*os.File
 
 	cur   *chunk // chunk being filled; nil when none is
 	off   int64  // file offset of the chunk being filled
@@ -138,6 +141,7 @@ func NewFile(f *os.File) *File {
 	if out.err == nil && out.off%blockSize == 0 && directIO() {
 		if d, err := os.OpenFile(f.Name(), os.O_WRONLY|unix.O_DIRECT, 0); err == nil {
 			out.direct = d
+			out.useDirect.Store(true)
 		}
 	}
 	out.wg.Add(1 + writers)
@@ -149,11 +153,7 @@ func NewFile(f *os.File) *File {
 }
 
 // Direct reports whether the file is being written with direct I/O.
-func (f *File) Direct() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.direct != nil
-}
+func (f *File) Direct() bool { return f.useDirect.Load() }
 
 // Write copies p into the output stream.
 func (f *File) Write(p []byte) (int, error) {
@@ -286,22 +286,17 @@ func (f *File) writeLoop() {
 // writeChunk writes b at off, with direct I/O when possible. A short last chunk is padded
 // to a whole block for direct I/O; Close truncates the padding away.
 func (f *File) writeChunk(b []byte, off int64) error {
-	if d := f.direct; d != nil {
+	if f.useDirect.Load() {
 		padded := (len(b) + blockSize - 1) / blockSize * blockSize
 		clear(b[len(b):padded])
-		_, err := d.WriteAt(b[:padded], off)
+		_, err := writeDirect(f.direct, b[:padded], off)
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, unix.EINVAL) {
 			return err
 		}
-		// The filesystem accepted O_DIRECT at open but not these writes: write through the
-		// page cache from here on.
-		f.mu.Lock()
-		f.direct = nil
-		f.mu.Unlock()
-		d.Close()
+		f.useDirect.Store(false) // this chunk, and every later one, through the page cache
 	}
 	if _, err := f.f.WriteAt(b, off); err != nil {
 		return err
@@ -310,6 +305,10 @@ func (f *File) writeChunk(b []byte, off int64) error {
 	_ = unix.SyncFileRange(int(f.f.Fd()), off, int64(len(b)), unix.SYNC_FILE_RANGE_WRITE)
 	return nil
 }
+
+// writeDirect writes a chunk through the O_DIRECT descriptor (a variable so that tests can
+// make a filesystem refuse direct writes).
+var writeDirect = (*os.File).WriteAt
 
 func (f *File) source(path string) (*os.File, error) {
 	if s, ok := f.srcs[path]; ok {

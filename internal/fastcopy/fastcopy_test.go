@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sys/unix"
 )
 
 // modes runs a test with direct I/O allowed and switched off.
@@ -156,6 +158,43 @@ func TestFileSourceTooShort(t *testing.T) {
 			t.Fatal("Write after Close succeeded")
 		}
 	})
+}
+
+// TestFileDirectRefused checks the fall back to the page cache when the filesystem accepted
+// O_DIRECT at open but refuses the writes (EINVAL), from the second chunk on.
+func TestFileDirectRefused(t *testing.T) {
+	dir := t.TempDir()
+	out, err := os.Create(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	f := NewFile(out)
+	if !f.Direct() {
+		t.Skipf("the filesystem of %s refuses O_DIRECT at open: the fallback at write is not reachable here", dir)
+	}
+	var calls atomic.Int32
+	writeDirect = func(d *os.File, b []byte, off int64) (int, error) {
+		if calls.Add(1) > 1 {
+			return 0, &os.PathError{Op: "write", Path: d.Name(), Err: unix.EINVAL}
+		}
+		return d.WriteAt(b, off)
+	}
+	defer func() { writeDirect = (*os.File).WriteAt }()
+	want := bytes.Repeat([]byte("abcdefg"), 3*chunkSize/7+5)
+	if _, err := f.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f.Direct() {
+		t.Error("still direct after EINVAL")
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, "out"))
+	if !bytes.Equal(got, want) {
+		t.Fatalf("output differs (%d bytes, want %d)", len(got), len(want))
+	}
 }
 
 // TestFileWriteError checks that a failing disk write surfaces from Close.
