@@ -82,6 +82,37 @@ func TestScanExitStatus(t *testing.T) {
 	}
 }
 
+// TestCheckCLI: check passes an intact output and exits 5 naming the tensor whose bytes
+// changed, with the same finding in --json.
+func TestCheckCLI(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "out.pt")
+	if _, err := run(t, "convert", "--to", "tpu", "../../testdata/torch/training_cuda.pt", dst); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "check", dst); err != nil || !strings.Contains(out, "25 of 25 tensors intact") {
+		t.Fatalf("intact output: %v\n%s", err, out)
+	}
+	m := dst + ".ckpt-manifest.json"
+	b, _ := os.ReadFile(m)
+	var man map[string]any
+	json.Unmarshal(b, &man)
+	first := man["tensors"].([]any)[0].(map[string]any)
+	first["xxhash64"] = "0000000000000000"
+	b, _ = json.Marshal(man)
+	os.WriteFile(m, b, 0o644)
+	out, err := run(t, "check", "--json", dst)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitCorrupt || !strings.Contains(ee.msg, first["name"].(string)) {
+		t.Fatalf("damaged manifest: %v", err)
+	}
+	var rep struct {
+		Problems []struct{ Tensor, Kind string }
+	}
+	if json.Unmarshal([]byte(out), &rep) != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != "xxhash64" {
+		t.Fatalf("--json report: %s", out)
+	}
+}
+
 // TestConvertCLI runs the main job end to end and checks the refusal to overwrite.
 func TestConvertCLI(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "out.pt")

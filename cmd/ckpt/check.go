@@ -1,0 +1,65 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/spf13/cobra"
+)
+
+// exitCorrupt is check's exit status when the output differs from its manifest.
+const exitCorrupt = 5
+
+func newCheckCmd() *cobra.Command {
+	var asJSON bool
+	var manifest string
+	cmd := &cobra.Command{
+		Use:   "check OUTPUT",
+		Short: "Verify a converted checkpoint against its ckpt-manifest.json",
+		Long: `check re-reads a checkpoint written by ckpt convert (a file, a Hugging Face folder or a
+DCP directory) and compares it with the manifest convert wrote beside it (OUTPUT.ckpt-manifest.json)
+or inside it (ckpt-manifest.json): every tensor the manifest lists must be present with the
+recorded dtype, shape, size and xxhash64 of its bytes, and no other tensor may be present.
+Run it after copying a checkpoint to a TPU VM or a bucket mount. Exits 5 naming the first
+problem when the checkpoint differs from its manifest.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep, err := convert.Check(args[0], manifest)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(out, "%s: %d of %d tensors intact (%d bytes hashed), manifest %s\n",
+					rep.Path, rep.Checked, rep.Tensors, rep.Bytes, rep.Manifest)
+				if !rep.OK() {
+					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "TENSOR\tPROBLEM\tMANIFEST\tOUTPUT")
+					for _, p := range rep.Problems {
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Tensor, p.Kind, p.Want, p.Got)
+					}
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+				}
+			}
+			if !rep.OK() {
+				p := rep.Problems[0]
+				return &exitError{code: exitCorrupt, msg: fmt.Sprintf("%s: %d problem(s); first: tensor %q: %s", rep.Path, len(rep.Problems), p.Tensor, p.Kind)}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&manifest, "manifest", "", "the manifest to check against (default: the one convert wrote with OUTPUT)")
+	return cmd
+}

@@ -1,0 +1,165 @@
+package convert
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/inspect"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// CheckReport is what Check found; it is also `ckpt check --json`'s output.
+type CheckReport struct {
+	Path     string `json:"path"`
+	Manifest string `json:"manifest"`
+	// Tensors is how many tensors the manifest lists; Checked how many of them were found
+	// and hashed.
+	Tensors int `json:"tensors"`
+	Checked int `json:"checked"`
+	// Bytes is the total size of the tensors hashed.
+	Bytes    int64          `json:"bytes"`
+	Problems []CheckProblem `json:"problems"`
+}
+
+// OK reports whether the output holds exactly what its manifest records.
+func (r *CheckReport) OK() bool { return len(r.Problems) == 0 }
+
+// CheckProblem is one way the output differs from its manifest.
+type CheckProblem struct {
+	// Tensor is the tensor's name ("" for a problem with the output as a whole).
+	Tensor string `json:"tensor"`
+	// Kind is "missing" (in the manifest, not in the output), "extra" (in the output, not in
+	// the manifest), "dtype", "shape", "nbytes" or "xxhash64".
+	Kind string `json:"kind"`
+	Want string `json:"want,omitempty"`
+	Got  string `json:"got,omitempty"`
+}
+
+// ManifestPathFor returns where the manifest of the output at path is: ckpt-manifest.json
+// inside a folder, path.ckpt-manifest.json beside a file.
+func ManifestPathFor(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	return manifestPath(filepath.Clean(path), st.IsDir()), nil
+}
+
+// Check verifies a converted output against its manifest (manifest "" finds it beside or
+// inside path): every tensor the manifest lists must be in the output with the recorded
+// dtype, shape, size and xxhash64 of its contiguous bytes, and the output must hold no other
+// tensor. It tells whether a checkpoint copied to another machine or bucket is intact. The
+// tensors are hashed on every core, streaming from the mapped files.
+func Check(path, manifest string) (*CheckReport, error) {
+	if manifest == "" {
+		var err error
+		if manifest, err = ManifestPathFor(path); err != nil {
+			return nil, err
+		}
+	}
+	b, err := os.ReadFile(manifest)
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", manifest, err)
+	}
+	ck, err := formats.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	tensors, err := ck.Tensors()
+	if err != nil {
+		return nil, err
+	}
+	rep := &CheckReport{Path: path, Manifest: manifest, Tensors: len(m.Tensors), Problems: []CheckProblem{}}
+	byName := make(map[string]*statedict.Tensor, len(tensors))
+	for _, nt := range tensors {
+		byName[nt.Name] = nt.Tensor
+	}
+	type job struct {
+		want ManifestTensor
+		t    *statedict.Tensor
+		got  string
+		err  error
+	}
+	var jobs []*job
+	listed := make(map[string]bool, len(m.Tensors))
+	for _, mt := range m.Tensors {
+		listed[mt.Name] = true
+		t, ok := byName[mt.Name]
+		if !ok {
+			rep.Problems = append(rep.Problems, CheckProblem{Tensor: mt.Name, Kind: "missing"})
+			continue
+		}
+		if p, ok := describedAs(mt, t); !ok {
+			rep.Problems = append(rep.Problems, p)
+			continue
+		}
+		jobs = append(jobs, &job{want: mt, t: t})
+	}
+	for _, nt := range tensors {
+		if !listed[nt.Name] {
+			rep.Problems = append(rep.Problems, CheckProblem{Tensor: nt.Name, Kind: "extra"})
+		}
+	}
+	// Hash on every core; each worker takes the next tensor.
+	next := make(chan *job)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var sinceRelease int64
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for j := range next {
+				h := xxhash.New()
+				n, err := j.t.WriteTo(h)
+				j.got, j.err = fmt.Sprintf("%016x", h.Sum64()), err
+				mu.Lock()
+				rep.Bytes += n
+				if sinceRelease += n; sinceRelease >= releaseEvery {
+					ck.ReleaseMemory() // keep resident memory bounded, as convert does
+					sinceRelease = 0
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, j := range jobs {
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+	for _, j := range jobs {
+		switch {
+		case j.err != nil:
+			return nil, fmt.Errorf("%s: tensor %s: %w", path, j.want.Name, j.err)
+		case j.got != j.want.XXHash64:
+			rep.Problems = append(rep.Problems, CheckProblem{Tensor: j.want.Name, Kind: "xxhash64", Want: j.want.XXHash64, Got: j.got})
+		default:
+			rep.Checked++
+		}
+	}
+	return rep, nil
+}
+
+// describedAs compares a tensor's dtype, shape and size with its manifest entry.
+func describedAs(mt ManifestTensor, t *statedict.Tensor) (CheckProblem, bool) {
+	if dt := inspect.DTypeName(t); dt != mt.DType {
+		return CheckProblem{Tensor: mt.Name, Kind: "dtype", Want: mt.DType, Got: dt}, false
+	}
+	if fmt.Sprint(t.Shape) != fmt.Sprint(mt.Shape) {
+		return CheckProblem{Tensor: mt.Name, Kind: "shape", Want: fmt.Sprint(mt.Shape), Got: fmt.Sprint(t.Shape)}, false
+	}
+	if n := t.NBytes(); n != mt.NBytes {
+		return CheckProblem{Tensor: mt.Name, Kind: "nbytes", Want: fmt.Sprint(mt.NBytes), Got: fmt.Sprint(n)}, false
+	}
+	return CheckProblem{}, true
+}

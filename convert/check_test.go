@@ -1,0 +1,124 @@
+package convert_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
+)
+
+// TestCheckIntact checks that an untouched output of every format passes Check with every
+// manifest tensor hashed.
+func TestCheckIntact(t *testing.T) {
+	for _, tc := range []struct{ src, format, dst string }{
+		{"../testdata/torch/training_cuda.pt", convert.Torch, "out.pt"},
+		{"../testdata/torch/shufflenet_cuda.pt", convert.Safetensors, "out.safetensors"},
+		{"../testdata/torch/views.pt", convert.Safetensors, "out"},
+		{"../testdata/torch/training_cuda.pt", convert.DCP, "out"},
+	} {
+		t.Run(tc.format+"/"+tc.dst, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), tc.dst)
+			if _, err := convert.Run(convert.Options{Src: tc.src, Dst: dst, Format: tc.format}); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := convert.Check(dst, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.OK() || rep.Checked != rep.Tensors || rep.Tensors == 0 || rep.Bytes == 0 {
+				t.Fatalf("report %+v", rep)
+			}
+		})
+	}
+}
+
+// TestCheckFindsDamage damages a converted safetensors file or its manifest in each way
+// Check must notice, and checks the problem it reports.
+func TestCheckFindsDamage(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, dst string, m *convert.Manifest)
+		want   convert.CheckProblem
+	}{
+		{"flipped byte", func(t *testing.T, dst string, m *convert.Manifest) {
+			flipTensorByte(t, dst, m.Tensors[3].Name)
+		}, convert.CheckProblem{Kind: "xxhash64"}},
+		{"dtype", func(t *testing.T, dst string, m *convert.Manifest) { m.Tensors[3].DType = "float16" },
+			convert.CheckProblem{Kind: "dtype", Want: "float16", Got: "float32"}},
+		{"shape", func(t *testing.T, dst string, m *convert.Manifest) { m.Tensors[3].Shape = []int64{1, 2, 3} },
+			convert.CheckProblem{Kind: "shape", Want: "[1 2 3]"}},
+		{"missing", func(t *testing.T, dst string, m *convert.Manifest) {
+			m.Tensors = append(m.Tensors, convert.ManifestTensor{Name: "not.there", DType: "float32"})
+		}, convert.CheckProblem{Tensor: "not.there", Kind: "missing"}},
+		{"extra", func(t *testing.T, dst string, m *convert.Manifest) { m.Tensors = slices.Delete(m.Tensors, 3, 4) },
+			convert.CheckProblem{Kind: "extra"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "out.safetensors")
+			if _, err := convert.Run(convert.Options{Src: "../testdata/torch/shufflenet_cuda.pt", Dst: dst, Format: convert.Safetensors}); err != nil {
+				t.Fatal(err)
+			}
+			mpath := dst + "." + convert.ManifestName
+			var m convert.Manifest
+			b, _ := os.ReadFile(mpath)
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatal(err)
+			}
+			victim := m.Tensors[3].Name
+			tc.damage(t, dst, &m)
+			b, _ = json.Marshal(m)
+			if err := os.WriteFile(mpath, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := convert.Check(dst, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Problems) != 1 {
+				t.Fatalf("problems %+v, want one", rep.Problems)
+			}
+			p, want := rep.Problems[0], tc.want
+			if want.Tensor == "" {
+				want.Tensor = victim
+			}
+			if p.Tensor != want.Tensor || p.Kind != want.Kind || want.Want != "" && p.Want != want.Want || want.Got != "" && p.Got != want.Got {
+				t.Errorf("problem %+v, want %+v", p, want)
+			}
+		})
+	}
+}
+
+// flipTensorByte flips one bit in the middle of the named tensor's bytes in a file.
+func flipTensorByte(t *testing.T, path, name string) {
+	t.Helper()
+	ck, err := formats.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, _ := ck.Tensors()
+	var off int64 = -1
+	for _, nt := range ts {
+		if p, o, n, ok := nt.Tensor.FileRange(); ok && nt.Name == name && n > 0 && p != "" {
+			off = o + n/2
+		}
+	}
+	ck.Close()
+	if off < 0 {
+		t.Fatalf("tensor %s is not a file range", name)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	f.ReadAt(b, off)
+	b[0] ^= 0x10
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
