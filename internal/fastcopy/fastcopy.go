@@ -93,7 +93,9 @@ type File struct {
 	// useDirect is cleared when direct writes fail with EINVAL (the filesystem accepted
 	// O_DIRECT at open but not these writes): from then on chunks go through the cache.
 	useDirect atomic.Bool
-	srcs      map[string]*os.File
+	// srcs are the source files open for reading, most recently used last; at most
+	// maxSources stay open, so a folder of thousands of shards needs no more descriptors.
+	srcs []source
 
 	cur   *chunk // chunk being filled; nil when none is
 	off   int64  // file offset of the chunk being filled
@@ -135,7 +137,7 @@ type sumJob struct {
 // NewFile wraps f, which must be open for writing and positioned where writing continues.
 // Direct I/O is used when the filesystem supports it and that position is block-aligned.
 func NewFile(f *os.File) *File {
-	out := &File{f: f, srcs: map[string]*os.File{}, slots: make(chan struct{}, inFlight),
+	out := &File{f: f, slots: make(chan struct{}, inFlight),
 		jobs: make(chan *chunk, inFlight), sums: make(chan sumJob, inFlight*chunkSize/piece)}
 	out.off, out.err = f.Seek(0, io.SeekCurrent)
 	if out.err == nil && out.off%blockSize == 0 && directIO() {
@@ -310,15 +312,34 @@ func (f *File) writeChunk(b []byte, off int64) error {
 // make a filesystem refuse direct writes).
 var writeDirect = (*os.File).WriteAt
 
+// source is an open source file.
+type source struct {
+	path string
+	f    *os.File
+}
+
+// maxSources is how many source files a File keeps open at once.
+const maxSources = 16
+
+// source returns path opened for reading, reusing a recently used descriptor. Ranges arrive
+// in file order, so the cache almost always hits. Reads of a file closed here have finished:
+// they happen on the calling goroutine.
 func (f *File) source(path string) (*os.File, error) {
-	if s, ok := f.srcs[path]; ok {
-		return s, nil
+	for i, s := range f.srcs {
+		if s.path == path {
+			f.srcs = append(append(f.srcs[:i:i], f.srcs[i+1:]...), s)
+			return s.f, nil
+		}
+	}
+	if len(f.srcs) == maxSources {
+		f.srcs[0].f.Close()
+		f.srcs = f.srcs[1:]
 	}
 	s, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	f.srcs[path] = s
+	f.srcs = append(f.srcs, source{path, s})
 	return s, nil
 }
 
@@ -350,7 +371,7 @@ func (f *File) Close() error {
 	close(f.sums)
 	f.wg.Wait()
 	for _, s := range f.srcs {
-		s.Close()
+		s.f.Close()
 	}
 	f.srcs = nil
 	err := f.err

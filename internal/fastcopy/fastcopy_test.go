@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -158,6 +159,45 @@ func TestFileSourceTooShort(t *testing.T) {
 			t.Fatal("Write after Close succeeded")
 		}
 	})
+}
+
+// TestFileManySources checks that ranges of many source files (a folder of shards) are
+// copied byte-exact while at most maxSources of them are open at once, in any order.
+func TestFileManySources(t *testing.T) {
+	dir := t.TempDir()
+	const files = 3*maxSources + 1
+	var paths []string
+	for i := range files {
+		p := filepath.Join(dir, "src"+strconv.Itoa(i))
+		if err := os.WriteFile(p, bytes.Repeat([]byte{byte(i)}, 100), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	out, err := os.Create(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	f := NewFile(out)
+	var want []byte
+	for _, i := range append(rand.New(rand.NewPCG(3, 4)).Perm(files), rand.New(rand.NewPCG(5, 6)).Perm(files)...) {
+		data := bytes.Repeat([]byte{byte(i)}, 10)
+		if _, err := f.WriteRange(Range{Data: data, Path: paths[i], Off: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if len(f.srcs) > maxSources {
+			t.Fatalf("%d source files open, at most %d allowed", len(f.srcs), maxSources)
+		}
+		want = append(want, data...)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, "out"))
+	if !bytes.Equal(got, want) {
+		t.Fatal("output differs")
+	}
 }
 
 // TestFileDirectRefused checks the fall back to the page cache when the filesystem accepted

@@ -1,0 +1,55 @@
+package convert_test
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/convert"
+)
+
+// TestManyShardsFewDescriptors converts a Hugging Face folder of more shards than the
+// process may open files (RLIMIT_NOFILE lowered for the test) to every format and back, and
+// checks each output against its manifest: no step may hold one descriptor per shard.
+func TestManyShardsFewDescriptors(t *testing.T) {
+	dir := t.TempDir()
+	shards := filepath.Join(dir, "shards")
+	sum, err := convert.Run(convert.Options{Src: "../testdata/torch/shufflenet_cuda.pt", Dst: shards, Format: convert.Safetensors, MaxShardSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd to count open descriptors")
+	}
+	if len(sum.Files) < len(open)+100 {
+		t.Fatalf("only %d shards: too few to matter", len(sum.Files))
+	}
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	low := old
+	low.Cur = uint64(len(open) + 48) // far fewer than the shards
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	steps := []struct{ src, dst, format string }{
+		{shards, "one.pt", convert.Torch},
+		{shards, "dcp", convert.DCP},
+		{filepath.Join(dir, "dcp"), "back", convert.Safetensors},
+		{shards, "one.safetensors", convert.Safetensors},
+	}
+	for _, s := range steps {
+		dst := filepath.Join(dir, s.dst)
+		if _, err := convert.Run(convert.Options{Src: s.src, Dst: dst, Format: s.format}); err != nil {
+			t.Fatalf("%s → %s: %v", filepath.Base(s.src), s.dst, err)
+		}
+		rep, err := convert.Check(dst, "")
+		if err != nil || !rep.OK() || rep.Checked != 338 {
+			t.Fatalf("%s: check %+v, %v", s.dst, rep, err)
+		}
+	}
+}
