@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
+	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/spf13/cobra"
 )
 
@@ -21,6 +24,7 @@ type exitError struct {
 func (e *exitError) Error() string { return e.msg }
 
 func main() {
+	go removePartialOnSignal()
 	root := newRoot()
 	if err := root.Execute(); err != nil {
 		var ee *exitError
@@ -33,6 +37,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ckpt:", err)
 		os.Exit(1)
 	}
+}
+
+// removePartialOnSignal waits for SIGINT or SIGTERM, removes the outputs being written (Go
+// exits on these signals without running deferred cleanups, which would leave a partial
+// checkpoint as large as the real one under its temporary name) and exits 128+signal.
+func removePartialOnSignal() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	s := (<-sigs).(syscall.Signal)
+	if n := atomicfile.RemovePending(); n > 0 {
+		fmt.Fprintf(os.Stderr, "ckpt: %s: removed %d partial output(s)\n", s, n)
+	}
+	os.Exit(128 + int(s))
 }
 
 func newRoot() *cobra.Command {

@@ -8,7 +8,48 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 )
+
+// pending holds how to undo each output still being written, for RemovePending.
+var pending struct {
+	sync.Mutex
+	next  int
+	undos map[int]func()
+}
+
+// track registers undo for an output being written and returns its key for untrack.
+func track(undo func()) int {
+	pending.Lock()
+	defer pending.Unlock()
+	if pending.undos == nil {
+		pending.undos = map[int]func(){}
+	}
+	pending.next++
+	pending.undos[pending.next] = undo
+	return pending.next
+}
+
+func untrack(key int) {
+	pending.Lock()
+	defer pending.Unlock()
+	delete(pending.undos, key)
+}
+
+// RemovePending removes every output still being written (temporary files and folders;
+// a folder caught while replacing an older one puts the older one back) and returns how
+// many there were. It is for a signal handler: an interrupted conversion, which Go ends
+// without running deferred Aborts, leaves nothing behind.
+func RemovePending() int {
+	pending.Lock()
+	defer pending.Unlock()
+	n := len(pending.undos)
+	for k, undo := range pending.undos {
+		undo()
+		delete(pending.undos, k)
+	}
+	return n
+}
 
 // ErrExists is returned when the destination exists and overwriting was not allowed.
 var ErrExists = errors.New("destination exists (use --force to overwrite)")
@@ -18,6 +59,7 @@ type File struct {
 	*os.File
 	final string
 	done  bool
+	key   int
 }
 
 // Create starts writing path. With force false an existing path is an error.
@@ -31,7 +73,8 @@ func Create(path string, force bool) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &File{File: f, final: path}, nil
+	tmp := f.Name()
+	return &File{File: f, final: path, key: track(func() { os.Remove(tmp) })}, nil
 }
 
 // Commit fsyncs the file, renames it to its final name and fsyncs the folder.
@@ -40,6 +83,7 @@ func (f *File) Commit() error {
 		return errors.New("atomicfile: already committed or aborted")
 	}
 	f.done = true
+	defer untrack(f.key)
 	if err := f.Sync(); err != nil {
 		f.File.Close()
 		os.Remove(f.Name())
@@ -64,6 +108,7 @@ func (f *File) Abort() {
 	f.done = true
 	f.File.Close()
 	os.Remove(f.Name())
+	untrack(f.key)
 }
 
 // Dir is an output folder being written under a temporary name.
@@ -73,6 +118,7 @@ type Dir struct {
 	final string
 	force bool
 	done  bool
+	key   int
 }
 
 // CreateDir starts writing the folder path. With force false an existing path is an error.
@@ -86,7 +132,7 @@ func CreateDir(path string, force bool) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dir{Path: tmp, final: path, force: force}, nil
+	return &Dir{Path: tmp, final: path, force: force, key: track(func() { os.RemoveAll(tmp) })}, nil
 }
 
 // Commit fsyncs every file in the folder and the folder, then moves it into place (an
@@ -96,6 +142,7 @@ func (d *Dir) Commit() error {
 		return errors.New("atomicfile: already committed or aborted")
 	}
 	d.done = true
+	defer untrack(d.key)
 	entries, err := os.ReadDir(d.Path)
 	if err != nil {
 		os.RemoveAll(d.Path)
@@ -112,6 +159,7 @@ func (d *Dir) Commit() error {
 		return err
 	}
 	var old string
+	restore := -1
 	if d.force {
 		if _, err := os.Lstat(d.final); err == nil {
 			old = d.Path + ".old"
@@ -119,9 +167,13 @@ func (d *Dir) Commit() error {
 				os.RemoveAll(d.Path)
 				return err
 			}
+			// Until the new folder is in place, an interruption puts the old one back.
+			restore = track(func() { os.RemoveAll(d.Path); os.Rename(old, d.final) })
 		}
 	}
-	if err := os.Rename(d.Path, d.final); err != nil {
+	err = os.Rename(d.Path, d.final)
+	untrack(restore)
+	if err != nil {
 		if old != "" {
 			os.Rename(old, d.final)
 		}
@@ -141,6 +193,7 @@ func (d *Dir) Abort() {
 	}
 	d.done = true
 	os.RemoveAll(d.Path)
+	untrack(d.key)
 }
 
 func syncPath(p string) error {

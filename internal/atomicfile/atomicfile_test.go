@@ -93,3 +93,35 @@ func TestDir(t *testing.T) {
 		t.Fatalf("Abort left %v", got)
 	}
 }
+
+// TestRemovePending: outputs being written are removed (files and folders), committed
+// ones are not, and a Commit after the removal fails instead of producing an output.
+func TestRemovePending(t *testing.T) {
+	dir := t.TempDir()
+	done, err := Create(filepath.Join(dir, "done.pt"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := done.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := Create(filepath.Join(dir, "half.pt"), false)
+	f.WriteString("half")
+	d, _ := CreateDir(filepath.Join(dir, "folder"), false)
+	os.WriteFile(filepath.Join(d.Path, "model.safetensors"), []byte("x"), 0o644)
+	if n := RemovePending(); n != 2 {
+		t.Errorf("RemovePending removed %d outputs, want 2", n)
+	}
+	if got := entries(t, dir); len(got) != 1 || got[0] != "done.pt" {
+		t.Fatalf("left %v, want only done.pt", got)
+	}
+	if f.Commit() == nil || d.Commit() == nil {
+		t.Fatal("Commit after RemovePending succeeded")
+	}
+	if got := entries(t, dir); len(got) != 1 {
+		t.Fatalf("left %v after the failed Commits", got)
+	}
+	if n := RemovePending(); n != 0 {
+		t.Errorf("%d outputs still pending", n)
+	}
+}
