@@ -255,17 +255,6 @@ func (t *Tensor) Validate() error {
 	return nil
 }
 
-// FileRange reports where the tensor's contiguous bytes lie in a file, when they are stored
-// there verbatim (a dense little-endian view of a file-backed storage without lazy bits).
-func (t *Tensor) FileRange() (path string, off, n int64, ok bool) {
-	st := t.Storage
-	if st == nil || !st.FileBacked || st.File == "" || st.BigEndian || t.Conj || t.Neg ||
-		t.DType.ValuesPerByte() != 1 || !t.IsContiguous() || t.Validate() != nil {
-		return "", 0, 0, false
-	}
-	return st.File, st.Offset + t.Offset*int64(t.DType.Size()), t.NBytes(), true
-}
-
 // IsWholeStorage reports whether the tensor's contiguous bytes (what WriteTo writes) are
 // exactly its storage's bytes as stored, so that a checksum of one is a checksum of the other.
 func (t *Tensor) IsWholeStorage() bool {

@@ -154,9 +154,6 @@ func NewFile(f *os.File) *File {
 	return out
 }
 
-// Direct reports whether the file is being written with direct I/O.
-func (f *File) Direct() bool { return f.useDirect.Load() }
-
 // Write copies p into the output stream.
 func (f *File) Write(p []byte) (int, error) {
 	n, err := f.fill(int64(len(p)), nil, func(dst []byte, done int64) error {

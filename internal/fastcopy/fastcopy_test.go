@@ -59,7 +59,7 @@ func TestFileInterleaves(t *testing.T) {
 		}
 		defer out.Close()
 		f := NewFile(out)
-		if direct && !f.Direct() {
+		if direct && !f.useDirect.Load() {
 			t.Logf("the filesystem of %s refuses O_DIRECT: only the cached path is tested", dir)
 		}
 		var want bytes.Buffer
@@ -122,7 +122,7 @@ func TestFileContinues(t *testing.T) {
 		defer out.Close()
 		out.WriteString("head")
 		f := NewFile(out)
-		if f.Direct() {
+		if f.useDirect.Load() {
 			t.Error("direct I/O chosen at an unaligned offset")
 		}
 		body := bytes.Repeat([]byte("0123456789"), chunkSize/5)
@@ -210,7 +210,7 @@ func TestFileDirectRefused(t *testing.T) {
 	}
 	defer out.Close()
 	f := NewFile(out)
-	if !f.Direct() {
+	if !f.useDirect.Load() {
 		t.Skipf("the filesystem of %s refuses O_DIRECT at open: the fallback at write is not reachable here", dir)
 	}
 	var calls atomic.Int32
@@ -228,7 +228,7 @@ func TestFileDirectRefused(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if f.Direct() {
+	if f.useDirect.Load() {
 		t.Error("still direct after EINVAL")
 	}
 	got, _ := os.ReadFile(filepath.Join(dir, "out"))
