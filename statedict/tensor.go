@@ -30,7 +30,8 @@ type Storage struct {
 	// Offset is the byte offset of the storage within File, for error messages.
 	Offset int64
 	// FileBacked says the storage's bytes are exactly File[Offset:Offset+Size], as stored
-	// (not decompressed or computed), so writers may copy them file to file in the kernel.
+	// (not decompressed or computed), so writers may read them from the file (fastcopy's
+	// pread) instead of faulting the mapping in.
 	FileBacked bool
 
 	data []byte      // zero-copy bytes (a slice of an mmap'd file), or
@@ -83,9 +84,9 @@ func (s *Storage) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// WriteTo streams the storage's bytes as stored: file to file in the kernel when both ends
-// allow it (fastcopy), from the mapping without copying when the bytes are memory-resident,
-// else through a bounded buffer.
+// WriteTo streams the storage's bytes as stored: as a file range for a writer that reads
+// files itself (fastcopy), from the mapping without copying when the bytes are
+// memory-resident, else through a bounded buffer.
 func (s *Storage) WriteTo(w io.Writer) (int64, error) {
 	if d, ok := s.Mapped(); ok {
 		return s.writeMapped(w, d, 0)

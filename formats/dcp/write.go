@@ -181,8 +181,8 @@ func standalone(t *statedict.Tensor) (*statedict.Tensor, error) {
 	es := int64(t.DType.Size())
 	var st *statedict.Storage
 	if d, mapped := t.Storage.Mapped(); mapped && t.IsContiguous() && !t.Conj && !t.Neg && !t.Storage.BigEndian && t.DType.ValuesPerByte() == 1 {
-		// A slice of the mapped source: stays zero-copy, and file to file in the kernel
-		// when the source storage is file-backed.
+		// A slice of the mapped source: stays zero-copy, and a file range for the output
+		// writer when the source storage is file-backed.
 		st = statedict.NewMappedStorage(t.Storage.Key, t.Storage.Location, t.DType, d[t.Offset*es:t.Offset*es+nb])
 		st.File, st.Offset, st.FileBacked = t.Storage.File, t.Storage.Offset+t.Offset*es, t.Storage.FileBacked
 	} else if t.IsContiguous() && !t.Conj && !t.Neg && !t.Storage.BigEndian && t.DType.ValuesPerByte() == 1 {

@@ -215,7 +215,7 @@ func (w *Writer) WriteTensor(name string, src io.WriterTo) error {
 }
 
 // exactWriter passes at most left bytes to w. File ranges (fastcopy) bypass the buffer: it
-// is flushed and the range handed to out, so the kernel can copy file to file.
+// is flushed and the range handed to out, whose writer reads the file itself.
 type exactWriter struct {
 	w    *bufio.Writer
 	out  io.Writer

@@ -2,7 +2,7 @@
 // sequential stream of small pieces (headers, pickles) and large runs of tensor bytes, most of
 // them ranges of a page-cache-warm source file. File gathers the stream into large aligned
 // chunks, reads source ranges into them with pread (no page faults, no mapping kept
-// resident) and hands full chunks to a goroutine that writes them with direct I/O
+// resident) and hands full chunks to two goroutines that write them with direct I/O
 // (O_DIRECT): the bytes go from the chunk to the disk without a second copy into the page
 // cache and without waiting for writeback, so the final fsync finds nothing left to write.
 // Where direct I/O is unavailable (tmpfs, some network filesystems) or switched off with
