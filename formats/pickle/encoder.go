@@ -10,10 +10,13 @@ import (
 // accepts (PROTO 2, GLOBAL, REDUCE, BUILD, BINPERSID, BININT*, LONG1, BINFLOAT, BINUNICODE,
 // NONE, NEWTRUE/NEWFALSE, the tuple/list/dict opcodes, MARK, BINPUT/BINGET), so that what ckpt
 // writes loads with torch.load(weights_only=True). Callers emit values opcode by opcode;
-// memoisation is explicit (Put/Get), which is how shared tensors stay shared.
+// memoisation is explicit (Put/Get), which is how shared tensors stay shared; globals are
+// memoised by the encoder itself, as Python's pickler does, so a global repeated for every
+// tensor or metadata entry costs two bytes after its first use.
 type Encoder struct {
-	buf  []byte
-	memo uint32
+	buf     []byte
+	memo    uint32
+	globals map[Global]uint32
 }
 
 // NewEncoder starts a protocol-2 pickle.
@@ -117,9 +120,14 @@ func (e *Encoder) String(s string) {
 	e.buf = append(e.buf, s...)
 }
 
-// Global appends GLOBAL module name. Protocol 2 spells builtins as __builtin__ (Python's
-// fix_imports), which every unpickler maps back.
+// Global pushes the global module.name: GLOBAL and BINPUT the first time, BINGET after.
+// Protocol 2 spells builtins as __builtin__ (Python's fix_imports), which every unpickler
+// maps back.
 func (e *Encoder) Global(g Global) {
+	if i, ok := e.globals[g]; ok {
+		e.Get(i)
+		return
+	}
 	mod := g.Module
 	switch mod {
 	case "builtins":
@@ -132,6 +140,10 @@ func (e *Encoder) Global(g Global) {
 	e.buf = append(e.buf, '\n')
 	e.buf = append(e.buf, g.Name...)
 	e.buf = append(e.buf, '\n')
+	if e.globals == nil {
+		e.globals = map[Global]uint32{}
+	}
+	e.globals[g] = e.Put()
 }
 
 // Put memoises the value on top of the stack and returns its memo index.

@@ -1,6 +1,7 @@
 package pickle
 
 import (
+	"bytes"
 	"math"
 	"math/big"
 	"reflect"
@@ -30,6 +31,16 @@ func TestEncoderRoundTrip(t *testing.T) {
 		{"bytes", func(e *Encoder) { e.PyBytes([]byte{0, 0xff, 'a'}) }, []byte{0, 0xff, 'a'}},
 		{"global", func(e *Encoder) { e.Global(Global{"torch", "bfloat16"}) }, Global{"torch", "bfloat16"}},
 		{"builtins spelled for protocol 2", func(e *Encoder) { e.Global(Global{"builtins", "set"}) }, Global{"builtins", "set"}},
+		{"repeated global memoised", func(e *Encoder) {
+			e.Op(OpMark)
+			e.Global(Global{"torch", "bfloat16"})
+			e.String("x")
+			e.Put()
+			e.Global(Global{"torch", "bfloat16"})
+			e.Global(Global{"torch", "float16"})
+			e.Global(Global{"torch", "float16"})
+			e.Op(OpTuple)
+		}, Tuple{Global{"torch", "bfloat16"}, "x", Global{"torch", "bfloat16"}, Global{"torch", "float16"}, Global{"torch", "float16"}}},
 		{"tuple and memo", func(e *Encoder) {
 			e.Op(OpMark)
 			e.String("a")
@@ -56,5 +67,18 @@ func TestEncoderRoundTrip(t *testing.T) {
 				t.Fatalf("got %#v, want %#v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestEncoderGlobalOnce: a global used many times is spelled out once, as Python's pickler
+// memoises it, and fetched from the memo after.
+func TestEncoderGlobalOnce(t *testing.T) {
+	e := NewEncoder()
+	for range 1000 {
+		e.Global(Global{"torch._utils", "_rebuild_tensor_v2"})
+		e.Op('0') // POP
+	}
+	if n := bytes.Count(e.Finish(), []byte("_rebuild_tensor_v2")); n != 1 {
+		t.Fatalf("global spelled out %d times", n)
 	}
 }
