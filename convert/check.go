@@ -111,24 +111,28 @@ func Check(path, manifest string) (*CheckReport, error) {
 			rep.Problems = append(rep.Problems, CheckProblem{Tensor: nt.Name, Kind: "extra"})
 		}
 	}
-	// Hash on every core; each worker takes the next tensor.
+	// Hash on every core; each worker takes the next tensor. Mapped bytes are hashed in
+	// pieces and released as they are consumed, so even a tensor of many GB keeps resident
+	// memory bounded.
 	next := make(chan *job)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var sinceRelease int64
+	consumed := func(n int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		rep.Bytes += n
+		if sinceRelease += n; sinceRelease >= releaseEvery {
+			ck.ReleaseMemory()
+			sinceRelease = 0
+		}
+	}
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := range next {
-				h := xxhash.New()
-				n, err := j.t.WriteTo(h)
-				j.got, j.err = fmt.Sprintf("%016x", h.Sum64()), err
-				mu.Lock()
-				rep.Bytes += n
-				if sinceRelease += n; sinceRelease >= releaseEvery {
-					ck.ReleaseMemory() // keep resident memory bounded, as convert does
-					sinceRelease = 0
-				}
-				mu.Unlock()
+				h := &pieceHasher{d: xxhash.New(), consumed: consumed}
+				_, j.err = j.t.WriteTo(h)
+				j.got = fmt.Sprintf("%016x", h.d.Sum64())
 			}
 		})
 	}
@@ -162,4 +166,22 @@ func describedAs(mt ManifestTensor, t *statedict.Tensor) (CheckProblem, bool) {
 		return CheckProblem{Tensor: mt.Name, Kind: "nbytes", Want: fmt.Sprint(mt.NBytes), Got: fmt.Sprint(n)}, false
 	}
 	return CheckProblem{}, true
+}
+
+// pieceHasher hashes what is written to it a piece at a time, reporting each piece as
+// consumed so the caller can release the mapped pages behind it.
+type pieceHasher struct {
+	d        *xxhash.Digest
+	consumed func(int64)
+}
+
+// Write hashes p in pieces of releaseEvery/4.
+func (h *pieceHasher) Write(p []byte) (int, error) {
+	for done := 0; done < len(p); {
+		piece := p[done:min(len(p), done+releaseEvery/4)]
+		h.d.Write(piece)
+		done += len(piece)
+		h.consumed(int64(len(piece)))
+	}
+	return len(p), nil
 }
