@@ -143,7 +143,7 @@ type writeJob struct {
 
 // releaseEvery is how many streamed bytes may stay resident from the mapped source before
 // they are dropped (they remain in the page cache): it bounds the process's memory.
-const releaseEvery = 64 << 20
+const releaseEvery = 32 << 20
 
 // streamed accounts for n bytes read from the source and written out.
 func (j *writeJob) streamed(n int64) {
