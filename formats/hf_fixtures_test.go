@@ -2,6 +2,7 @@ package formats_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -26,10 +27,18 @@ type hfListing struct {
 }
 
 // TestHFFolders checks the Hugging Face folders written by transformers' save_pretrained
-// (and a sharded .bin folder) against what safetensors and torch report about them.
+// (and a sharded .bin folder) against what safetensors and torch report about them, as
+// plain folders and laid out as a Hugging Face hub cache snapshot (every file a symbolic
+// link to a blob elsewhere), which is how models downloaded with transformers are stored.
 func TestHFFolders(t *testing.T) {
-	for _, name := range []string{"qwen3_moe_sharded", "mistral_sharded", "mistral_bin_sharded"} {
+	for _, name := range []string{"qwen3_moe_sharded", "mistral_sharded", "mistral_bin_sharded",
+		"qwen3_moe_sharded (hub cache)", "mistral_sharded (hub cache)", "mistral_bin_sharded (hub cache)"} {
 		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join("../testdata/hf", name)
+			if fixture, ok := strings.CutSuffix(name, " (hub cache)"); ok {
+				name = fixture
+				dir = hubSnapshot(t, filepath.Join("../testdata/hf", name))
+			}
 			var want hfListing
 			b, err := os.ReadFile(filepath.Join("../testdata/hf", name+".json"))
 			if err != nil {
@@ -38,7 +47,7 @@ func TestHFFolders(t *testing.T) {
 			if err := json.Unmarshal(b, &want); err != nil {
 				t.Fatal(err)
 			}
-			ck, err := formats.Open(filepath.Join("../testdata/hf", name))
+			ck, err := formats.Open(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,6 +77,37 @@ func TestHFFolders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hubSnapshot lays the fixture folder src out as the Hugging Face hub cache does: the files
+// in blobs/ under their hashes, and snapshots/REV/ holding a relative symbolic link per file.
+// It returns the snapshot folder.
+func hubSnapshot(t *testing.T, src string) string {
+	t.Helper()
+	root := t.TempDir()
+	snap := filepath.Join(root, "snapshots", "0123abcd")
+	if err := os.MkdirAll(snap, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(root, "blobs"), 0o755)
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blob := fmt.Sprintf("blob%04d", i)
+		if err := os.WriteFile(filepath.Join(root, "blobs", blob), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..", "..", "blobs", blob), filepath.Join(snap, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return snap
 }
 
 // copyDir copies a fixture folder so a test can damage it.

@@ -68,8 +68,17 @@ func Scan(path string) ([]PickleScan, error) {
 	}
 	var out []PickleScan
 	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
+		if err != nil {
 			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			// A link to a file is scanned like the file (a Hugging Face hub cache snapshot
+			// is made of links to blobs); links to folders are not followed.
+			if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+				return nil
+			}
+		} else if !d.Type().IsRegular() {
+			return nil
 		}
 		scans, err := scanFile(p)
 		if err != nil {

@@ -77,6 +77,16 @@ func TestScanExitStatus(t *testing.T) {
 	if _, err := run(t, "scan", "../../testdata/torch/shufflenet_cuda.pt"); err != nil {
 		t.Fatalf("clean checkpoint: %v", err)
 	}
+	// A folder whose files are symbolic links (a Hugging Face hub cache snapshot) is
+	// scanned through them.
+	dir := t.TempDir()
+	abs, _ := filepath.Abs("../../testdata/torch/malicious.pt")
+	if err := os.Symlink(abs, filepath.Join(dir, "pytorch_model.bin")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "scan", dir); !errors.As(err, &ee) || ee.code != exitDangerous {
+		t.Fatalf("scan of a folder linking to malicious.pt: %v", err)
+	}
 	if _, err := run(t, "scan", "../../testdata/dcp/model"); err != nil {
 		t.Fatalf("clean DCP folder: %v", err)
 	}

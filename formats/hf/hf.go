@@ -10,6 +10,7 @@ package hf
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -264,6 +265,7 @@ func indexFile(idx *Index, name string) string {
 
 // extraFiles lists the regular files of dir other than the weights (config.json,
 // generation_config.json, tokenizer files, hf_quant_config.json, …), which converters copy.
+// Symbolic links to regular files count: a Hugging Face hub cache snapshot is made of them.
 func extraFiles(dir string, weights map[string]bool) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -271,7 +273,7 @@ func extraFiles(dir string, weights map[string]bool) ([]string, error) {
 	}
 	var out []string
 	for _, de := range entries {
-		if de.Type().IsRegular() && !weights[de.Name()] {
+		if !weights[de.Name()] && (de.Type().IsRegular() || de.Type()&fs.ModeSymlink != 0 && exists(filepath.Join(dir, de.Name()))) {
 			out = append(out, de.Name())
 		}
 	}
