@@ -92,6 +92,10 @@ func Run(opts Options) (*Summary, error) {
 	}
 	sum := &Summary{Src: opts.Src, Dst: opts.Dst, SrcFormat: ck.Format, Format: opts.Format, Remap: rep, Warnings: rep.Warnings}
 	sum.Quantization, sum.Warnings = q.report, append(sum.Warnings, q.warnings...)
+	if len(ck.Ignored) > 0 {
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted",
+			strings.Join(ck.Ignored, ", "), ck.Format))
+	}
 	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras}
 	tensors, err := out.Tensors()
 	if err != nil {

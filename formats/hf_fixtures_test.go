@@ -200,3 +200,31 @@ func TestHFFolderErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestHFFolderOtherWeights: weights of another layout next to the ones read (Mistral's
+// consolidated.safetensors, an old pytorch_model.bin) and a Trainer checkpoint's pickles are
+// listed as ignored, not as files to carry along; configuration files still are.
+func TestHFFolderOtherWeights(t *testing.T) {
+	dir := copyDir(t, "../testdata/hf/mistral_sharded")
+	for _, name := range []string{"consolidated.safetensors", "pytorch_model.bin", "pytorch_model.bin.index.json",
+		"optimizer.pt", "rng_state.pth", "training_args.bin", "params.json", "tokenizer.model"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ck, err := formats.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	extras, ignored := append([]string{}, ck.Extras...), append([]string{}, ck.Ignored...)
+	sort.Strings(extras)
+	sort.Strings(ignored)
+	if want := []string{"config.json", "generation_config.json", "params.json", "tokenizer.model"}; !reflect.DeepEqual(extras, want) {
+		t.Errorf("extras %v, want %v", extras, want)
+	}
+	if want := []string{"consolidated.safetensors", "optimizer.pt", "pytorch_model.bin", "pytorch_model.bin.index.json",
+		"rng_state.pth", "training_args.bin"}; !reflect.DeepEqual(ignored, want) {
+		t.Errorf("ignored %v, want %v", ignored, want)
+	}
+}

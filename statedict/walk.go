@@ -114,6 +114,10 @@ type Checkpoint struct {
 	// Extras are files that travel with the checkpoint (config.json, tokenizer files),
 	// relative to Path when it is a folder.
 	Extras []string
+	// Ignored are files of the folder that hold weights or pickles outside the layout that
+	// was read (another format's copy of the weights, consolidated or training-state files):
+	// neither read nor carried along, so a converter can say it left them out.
+	Ignored []string
 	// Closers release the mapped files; Close calls them.
 	Closers []io.Closer
 }

@@ -100,12 +100,12 @@ func openSingle(dir string, l layout, openFile func(string) (*statedict.Checkpoi
 		ck.Close()
 		return nil, err
 	}
-	extras, err := extraFiles(dir, map[string]bool{l.single: true})
+	extras, ignored, err := extraFiles(dir, map[string]bool{l.single: true})
 	if err != nil {
 		ck.Close()
 		return nil, err
 	}
-	return &statedict.Checkpoint{Format: l.format, Path: dir, Root: root, Extras: extras, Closers: ck.Closers}, nil
+	return &statedict.Checkpoint{Format: l.format, Path: dir, Root: root, Extras: extras, Ignored: ignored, Closers: ck.Closers}, nil
 }
 
 // flatTensorDict checks that a weights file holds a flat {name: tensor} mapping, as
@@ -247,7 +247,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 	for _, s := range shards {
 		skip[s] = true
 	}
-	if out.Extras, err = extraFiles(dir, skip); err != nil {
+	if out.Extras, out.Ignored, err = extraFiles(dir, skip); err != nil {
 		return nil, err
 	}
 	out.Root = root
@@ -263,19 +263,39 @@ func indexFile(idx *Index, name string) string {
 	return ""
 }
 
-// extraFiles lists the regular files of dir other than the weights (config.json,
-// generation_config.json, tokenizer files, hf_quant_config.json, …), which converters copy.
-// Symbolic links to regular files count: a Hugging Face hub cache snapshot is made of them.
-func extraFiles(dir string, weights map[string]bool) ([]string, error) {
+// extraFiles lists the regular files of dir other than the weights read (config.json,
+// generation_config.json, tokenizer files, hf_quant_config.json, …), which converters copy,
+// and apart from them the files holding weights or pickles of another layout, which they
+// must not carry along unconverted. Symbolic links to regular files count: a Hugging Face
+// hub cache snapshot is made of them.
+func extraFiles(dir string, weights map[string]bool) (extras, ignored []string, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []string
 	for _, de := range entries {
-		if !weights[de.Name()] && (de.Type().IsRegular() || de.Type()&fs.ModeSymlink != 0 && exists(filepath.Join(dir, de.Name()))) {
-			out = append(out, de.Name())
+		name := de.Name()
+		if weights[name] || !(de.Type().IsRegular() || de.Type()&fs.ModeSymlink != 0 && exists(filepath.Join(dir, name))) {
+			continue
+		}
+		if otherWeights(name) {
+			ignored = append(ignored, name)
+		} else {
+			extras = append(extras, name)
 		}
 	}
-	return out, nil
+	return extras, ignored, nil
+}
+
+// otherWeights reports whether a file holds weights or pickles rather than configuration:
+// shards and single files of any checkpoint format and their indexes (pytorch_model.bin
+// next to model.safetensors, Mistral's consolidated.safetensors), and the training-state
+// pickles of a Trainer checkpoint folder (optimizer.pt, scheduler.pt, rng_state.pth,
+// training_args.bin).
+func otherWeights(name string) bool {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".msgpack", ".gguf", ".distcp", ".npz", ".onnx":
+		return true
+	}
+	return strings.HasSuffix(name, ".index.json")
 }
