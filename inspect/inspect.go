@@ -30,6 +30,9 @@ type Report struct {
 	// Quantized groups quantized tensors with their scales into logical tensors; set when
 	// the checkpoint is (or looks) quantized.
 	Quantized *Quantized `json:"quantized,omitempty"`
+	// Ignored lists files of a folder that hold weights or pickles outside the checkpoint
+	// read (another layout's copy of the weights, training-state pickles).
+	Ignored []string `json:"ignored,omitempty"`
 }
 
 // Tensor describes one stored tensor.
@@ -93,7 +96,7 @@ type Options struct {
 
 // Build describes ck.
 func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
-	r := &Report{Format: ck.Format, Path: ck.Path, Tensors: []Tensor{}, NonTensors: []NonTensor{}, Totals: []DTypeTotal{}}
+	r := &Report{Format: ck.Format, Path: ck.Path, Tensors: []Tensor{}, NonTensors: []NonTensor{}, Totals: []DTypeTotal{}, Ignored: ck.Ignored}
 	firstByStorage := map[*statedict.Storage]string{}
 	totals := map[string]*DTypeTotal{}
 	err := statedict.Walk(ck.Root, "", func(name string, v statedict.Value) error {

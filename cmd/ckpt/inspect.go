@@ -98,6 +98,9 @@ func printReport(w io.Writer, r *inspect.Report) error {
 	if err := printQuantized(w, r.Quantized); err != nil {
 		return err
 	}
+	if len(r.Ignored) > 0 {
+		fmt.Fprintf(w, "\nnot read (weights or pickles outside this %s checkpoint): %s\n", r.Format, strings.Join(r.Ignored, ", "))
+	}
 	if len(r.NonTensors) > 0 {
 		byType := map[string]int{}
 		for _, n := range r.NonTensors {

@@ -166,3 +166,25 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectIgnored: inspect names the files of a folder it did not read because they hold
+// weights of another layout.
+func TestInspectIgnored(t *testing.T) {
+	dir := t.TempDir()
+	st, err := os.ReadFile("../../testdata/safetensors/every_dtype.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "model.safetensors"), st, 0o644)
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644)
+	pt, _ := os.ReadFile("../../testdata/torch/views.pt")
+	os.WriteFile(filepath.Join(dir, "pytorch_model.bin"), pt, 0o644)
+	out, err := run(t, "inspect", "--json", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct{ Ignored []string }
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Ignored) != 1 || rep.Ignored[0] != "pytorch_model.bin" {
+		t.Fatalf("ignored %v (%v)", rep.Ignored, err)
+	}
+}
