@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
@@ -23,7 +24,11 @@ func openDir(dir string) (*statedict.Checkpoint, error) {
 	if _, ok := hf.Detect(dir); ok {
 		return hf.Open(dir, openFile)
 	}
-	return nil, fmt.Errorf("%s: not a checkpoint folder (no DCP .metadata, no model.safetensors, pytorch_model.bin or index file)", dir)
+	err := fmt.Errorf("%s: not a checkpoint folder (no DCP .metadata, no model.safetensors, pytorch_model.bin or index file)", dir)
+	if files := hf.WeightFiles(dir); len(files) > 0 {
+		err = fmt.Errorf("%w; it holds %s: pass a file itself (ckpt reads any single checkpoint file)", err, strings.Join(files, ", "))
+	}
+	return nil, err
 }
 
 func openSafetensors(path string) (*statedict.Checkpoint, error) {

@@ -287,6 +287,14 @@ func extraFiles(dir string, weights map[string]bool) (extras, ignored []string, 
 	return extras, ignored, nil
 }
 
+// WeightFiles lists the files of dir that hold weights or pickles, judged by their names,
+// so that an error about a folder ckpt does not read as a whole can name the files it could
+// read one by one.
+func WeightFiles(dir string) []string {
+	_, files, _ := extraFiles(dir, nil)
+	return files
+}
+
 // otherWeights reports whether a file holds weights or pickles rather than configuration:
 // shards and single files of any checkpoint format and their indexes (pytorch_model.bin
 // next to model.safetensors, Mistral's consolidated.safetensors), and the training-state
