@@ -24,7 +24,10 @@ type exitError struct {
 func (e *exitError) Error() string { return e.msg }
 
 func main() {
-	go removePartialOnSignal()
+	// Registered before any work starts, so no signal can arrive unhandled.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go removePartialOnSignal(sigs)
 	root := newRoot()
 	if err := root.Execute(); err != nil {
 		var ee *exitError
@@ -39,12 +42,11 @@ func main() {
 	}
 }
 
-// removePartialOnSignal waits for SIGINT or SIGTERM, removes the outputs being written (Go
-// exits on these signals without running deferred cleanups, which would leave a partial
-// checkpoint as large as the real one under its temporary name) and exits 128+signal.
-func removePartialOnSignal() {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+// removePartialOnSignal waits for SIGINT or SIGTERM on sigs, removes the outputs being
+// written (Go exits on these signals without running deferred cleanups, which would leave a
+// partial checkpoint as large as the real one under its temporary name) and exits
+// 128+signal.
+func removePartialOnSignal(sigs <-chan os.Signal) {
 	s := (<-sigs).(syscall.Signal)
 	if n := atomicfile.RemovePending(); n > 0 {
 		fmt.Fprintf(os.Stderr, "ckpt: %s: removed %d partial output(s)\n", s, n)
