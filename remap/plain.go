@@ -20,8 +20,8 @@ var numpyDTypes = map[string]statedict.DType{
 
 // plainValue turns values that torch.load(weights_only=True) refuses into the plain data
 // they hold: a numpy scalar becomes a Python int/float/bool, a numpy array a CPU tensor
-// (then remapped like every tensor), an argparse.Namespace the dict of its attributes. ok
-// is false for values left as they are.
+// (then remapped like every tensor), an argparse.Namespace the dict of its attributes, a
+// pickled nn.Module its state_dict. ok is false for values left as they are.
 func (r *remapper) plainValue(v statedict.Value, name string) (statedict.Value, bool, error) {
 	switch x := v.(type) {
 	case *statedict.NDArray:
@@ -64,6 +64,13 @@ func (r *remapper) plainValue(v statedict.Value, name string) (statedict.Value, 
 		r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: numpy array %s%v → tensor", name, x.DType, x.Shape))
 		return t, true, nil
 	case *statedict.Object:
+		if sd, n, ok, err := moduleStateDict(x); ok || err != nil {
+			if err != nil {
+				return nil, false, fmt.Errorf("%s: %w", name, err)
+			}
+			r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: pickled nn.Module %s → its state_dict (%d tensors)", displayName(name), x.Class, n))
+			return sd, true, nil
+		}
 		if x.Class == "argparse.Namespace" {
 			if d, ok := x.State.(*statedict.Dict); ok {
 				r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: argparse.Namespace → dict", name))
@@ -115,4 +122,12 @@ func scalar(b []byte, dt statedict.DType, bigEndian bool) statedict.Value {
 		return complex(math.Float64frombits(bo.Uint64(b)), math.Float64frombits(bo.Uint64(b[8:])))
 	}
 	return nil
+}
+
+// displayName names the checkpoint's root "(root)" in reports.
+func displayName(name string) string {
+	if name == "" {
+		return "(root)"
+	}
+	return name
 }

@@ -160,6 +160,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			for _, s := range sum.Remap.Stripped {
 				fmt.Fprintf(out, "stripped wrapper prefix %s\n", s)
 			}
+			for _, c := range sum.Remap.Converted {
+				fmt.Fprintf(out, "converted %s\n", c)
+			}
 			for from, to := range sum.Remap.Locations {
 				fmt.Fprintf(out, "storages tagged %s → %s\n", from, to)
 			}
