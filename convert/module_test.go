@@ -31,7 +31,7 @@ func TestPickledModules(t *testing.T) {
 		t.Run(file, func(t *testing.T) {
 			var modules map[string][]struct {
 				Name, DType, SHA256 string
-				Shape              []int64
+				Shape               []int64
 			}
 			if err := json.Unmarshal(expected[file], &modules); err != nil {
 				t.Fatal(err)
