@@ -129,7 +129,7 @@ func TestConvertLoadsInTorch(t *testing.T) {
 				continue
 			}
 			jobs = append(jobs, checkJob{Name: name, Format: v.format, Src: "/repo/testdata/torch/" + filepath.Base(src),
-				Out: chroot + "/" + out, Tag: v.tag, DType: v.dtype, Dropped: dropped, CPU: sum.Remap.RNG})
+				Out: chroot + "/" + out, Tag: v.tag, DType: v.dtype, Dropped: dropped, CPU: append(sum.Remap.RNG, sum.Remap.HostData...)})
 		}
 	}
 	runChecks(t, o, host, chroot, jobs)
@@ -157,7 +157,7 @@ func TestConvertFoldersLoadInTorch(t *testing.T) {
 				continue
 			}
 			jobs = append(jobs, checkJob{Name: name, Format: f.format, Src: "/repo/testdata/" + src,
-				Out: chroot + "/" + out, Tag: "tpu", DType: "keep", CPU: sum.Remap.RNG})
+				Out: chroot + "/" + out, Tag: "tpu", DType: "keep", CPU: append(sum.Remap.RNG, sum.Remap.HostData...)})
 		}
 	}
 	runChecks(t, o, host, chroot, jobs)

@@ -76,7 +76,11 @@ type Report struct {
 	// Optimizers says how each optimizer state was made to follow its model.
 	Optimizers []*optimizerstate.Report `json:"optimizers,omitempty"`
 	// RNG lists the RNG states written as CPU tensors; DroppedRNG the CUDA ones dropped.
-	RNG        []string `json:"rng,omitempty"`
+	RNG []string `json:"rng,omitempty"`
+	// HostData lists the tensors made from numpy arrays (PlainData): host data, never on a
+	// device in the source, so they stay tagged "cpu" (numpy's RNG state must, for
+	// np.random.set_state to take it back).
+	HostData   []string `json:"host_data,omitempty"`
 	DroppedRNG []string `json:"dropped_rng,omitempty"`
 	// Repaired lists scheduler values restored after a DCP round trip (MultiStepLR
 	// milestones).
@@ -97,7 +101,8 @@ func Apply(root statedict.Value, opts Options) (statedict.Value, *Report, error)
 		root = v
 	}
 	r := &remapper{opts: opts, rep: rep, storages: map[*statedict.Storage]*statedict.Storage{},
-		tensors: map[*statedict.Tensor]*statedict.Tensor{}, hits: make([]int, len(opts.Renames))}
+		tensors: map[*statedict.Tensor]*statedict.Tensor{}, hits: make([]int, len(opts.Renames)),
+		host: map[*statedict.Storage]bool{}}
 	tr, err := newTraining(root, opts)
 	if err != nil {
 		return nil, nil, err
@@ -154,6 +159,8 @@ type remapper struct {
 	tensors  map[*statedict.Tensor]*statedict.Tensor
 	hits     []int
 	training *training
+	// host holds the storages made from numpy arrays, which keep their "cpu" tag.
+	host map[*statedict.Storage]bool
 }
 
 func (r *remapper) dropped(name string) bool {
@@ -360,7 +367,7 @@ func (r *remapper) storage(t *statedict.Tensor, name string, inOptim bool) (*sta
 	// An optimizer's step counter stays where it was (a CPU tensor): torch keeps it off the
 	// device unless the optimizer is capturable or fused.
 	keepStep := inOptim && (strings.HasSuffix(name, ".step") || name == "step")
-	if r.rngOnCPU(name) {
+	if r.rngOnCPU(name) || r.host[src] {
 		st.Location = "cpu"
 	} else if r.opts.Location != nil && !keepStep {
 		to, err := r.opts.Location(src.Location)
