@@ -68,6 +68,9 @@ type Summary struct {
 	Warnings  []string          `json:"warnings,omitempty"`
 	// Quantization says what happened to a quantized checkpoint's tensors and config.
 	Quantization *QuantReport `json:"quantization,omitempty"`
+	// ConfigDType is set ("float32 → bfloat16") when config.json's dtype was rewritten to
+	// the --dtype the weights were cast to.
+	ConfigDType string `json:"config_dtype,omitempty"`
 }
 
 // Run performs the conversion.
@@ -104,6 +107,15 @@ func Run(opts Options) (*Summary, error) {
 	var total int64
 	for _, t := range tensors {
 		total += t.Tensor.NBytes()
+	}
+	if q.rewrite == nil {
+		q.rewrite = map[string][]byte{}
+	}
+	if sum.ConfigDType, err = configDType(ck, q.rewrite, opts.Remap.DType); err != nil {
+		return nil, err
+	}
+	if sum.ConfigDType != "" {
+		sum.ConfigDType += " → " + opts.Remap.DType.String()
 	}
 	w := &writeJob{opts: opts, src: out, mapped: ck, sum: sum, total: total, rewrite: q.rewrite}
 	switch opts.Format {

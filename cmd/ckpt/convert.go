@@ -169,6 +169,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			if sum.Remap.Cast > 0 {
 				fmt.Fprintf(out, "cast %d tensors to %s\n", sum.Remap.Cast, dtype)
 			}
+			if sum.ConfigDType != "" {
+				fmt.Fprintf(out, "config.json dtype %s\n", sum.ConfigDType)
+			}
 			if len(sum.Remap.Dropped) > 0 {
 				fmt.Fprintf(out, "dropped %d entries\n", len(sum.Remap.Dropped))
 			}
