@@ -71,6 +71,9 @@ type Summary struct {
 	// ConfigDType is set ("float32 → bfloat16") when config.json's dtype was rewritten to
 	// the --dtype the weights were cast to.
 	ConfigDType string `json:"config_dtype,omitempty"`
+	// Alongside summarizes the conversion of each training-state file of an HF Trainer
+	// checkpoint folder (optimizer.pt, scheduler.pt, rng_state.pth, …) into the output folder.
+	Alongside []*Summary `json:"alongside,omitempty"`
 }
 
 // Run performs the conversion.
@@ -95,9 +98,20 @@ func Run(opts Options) (*Summary, error) {
 	}
 	sum := &Summary{Src: opts.Src, Dst: opts.Dst, SrcFormat: ck.Format, Format: opts.Format, Remap: rep, Warnings: rep.Warnings}
 	sum.Quantization, sum.Warnings = q.report, append(sum.Warnings, q.warnings...)
-	if len(ck.Ignored) > 0 {
+	// A folder output takes an HF Trainer checkpoint's training state along, converted; the
+	// other files of other layouts are left out.
+	folderOut := opts.Format == Safetensors && !strings.HasSuffix(opts.Dst, ".safetensors")
+	var alongside, left []string
+	for _, f := range ck.Ignored {
+		if folderOut && trainerState(f) {
+			alongside = append(alongside, f)
+		} else {
+			left = append(left, f)
+		}
+	}
+	if len(left) > 0 {
 		sum.Warnings = append(sum.Warnings, fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted",
-			strings.Join(ck.Ignored, ", "), ck.Format))
+			strings.Join(left, ", "), ck.Format))
 	}
 	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras}
 	tensors, err := out.Tensors()
@@ -117,7 +131,7 @@ func Run(opts Options) (*Summary, error) {
 	if sum.ConfigDType != "" {
 		sum.ConfigDType += " → " + opts.Remap.DType.String()
 	}
-	w := &writeJob{opts: opts, src: out, mapped: ck, sum: sum, total: total, rewrite: q.rewrite}
+	w := &writeJob{opts: opts, src: out, mapped: ck, sum: sum, total: total, rewrite: q.rewrite, alongside: alongside}
 	switch opts.Format {
 	case Torch:
 		err = w.torch()
@@ -155,6 +169,9 @@ type writeJob struct {
 	sums map[any]*xxhash.Digest
 	// rewrite replaces extra files of a folder output (nil content: left out).
 	rewrite map[string][]byte
+	// alongside are training-state files of the source folder converted into the output
+	// folder next to the weights.
+	alongside []string
 }
 
 // releaseEvery is how many streamed bytes may stay resident from the mapped source before
@@ -234,6 +251,41 @@ type writerToFunc func(io.Writer) (int64, error)
 
 // WriteTo calls f.
 func (f writerToFunc) WriteTo(w io.Writer) (int64, error) { return f(w) }
+
+// trainerState reports whether a file is training state that an HF Trainer checkpoint folder
+// holds next to the model (optimizer, LR scheduler, grad scaler, RNG states): torch.save
+// files a folder output converts alongside the weights, so training resumes from the output.
+// training_args.bin is not among them: it pickles a TrainingArguments object, code ckpt
+// does not run.
+func trainerState(name string) bool {
+	switch name {
+	case "optimizer.pt", "scheduler.pt", "scaler.pt":
+		return true
+	}
+	return strings.HasPrefix(name, "rng_state") && strings.HasSuffix(name, ".pth")
+}
+
+// convertAlongside converts the training-state files of the source folder into dir, the
+// output folder being written, with the same device and training-state options.
+func (j *writeJob) convertAlongside(dir string) error {
+	for _, name := range j.alongside {
+		ro := j.opts.Remap
+		sub, err := Run(Options{Src: filepath.Join(j.mapped.Path, name), Dst: filepath.Join(dir, name), Format: Torch,
+			Force: true, ToolVersion: j.opts.ToolVersion, Args: j.opts.Args,
+			Remap: remap.Options{Location: ro.Location, PlainData: ro.PlainData, OptimizerDType: ro.OptimizerDType, KeepCUDARNG: ro.KeepCUDARNG}})
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		// Where they will be once the folder is in place.
+		sub.Dst, sub.Manifest = filepath.Join(j.opts.Dst, name), filepath.Join(j.opts.Dst, filepath.Base(sub.Manifest))
+		j.sum.Alongside = append(j.sum.Alongside, sub)
+		j.sum.Files = append(j.sum.Files, name, filepath.Base(sub.Manifest))
+		for _, w := range sub.Warnings {
+			j.sum.Warnings = append(j.sum.Warnings, name+": "+w)
+		}
+	}
+	return nil
+}
 
 // archiveName is the folder torch.save uses inside a zip written to path: the file name
 // without its last extension.

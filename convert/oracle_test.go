@@ -213,3 +213,67 @@ func TestConvertRefusesOverwrite(t *testing.T) {
 		t.Fatalf("failed conversion left files: %v", entries)
 	}
 }
+
+// TestTrainerFolderLoadsInTorch converts an HF Trainer checkpoint folder (weights, optimizer,
+// scheduler and RNG pickles, trainer_state.json, and a training_args.bin that pickles code)
+// to a folder: the training-state files are converted alongside the weights, each loading in
+// torch bit-identical to torch's load of the original with the requested tags, and
+// training_args.bin is left out with a warning, never loaded.
+func TestTrainerFolderLoadsInTorch(t *testing.T) {
+	o := oracle.Require(t)
+	host, chroot := oracle.TempDir(t)
+	src := filepath.Join(host, "checkpoint-500")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{ // name in the folder → torch-written fixture
+		"optimizer.pt":      "torch/training_cuda.pt",
+		"scheduler.pt":      "torch/protocol4.pt",
+		"rng_state.pth":     "torch/numpy_args.pt",
+		"training_args.bin": "torch/malicious.pt",
+	}
+	for _, dir := range []string{"../testdata/hf/mistral_sharded"} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+			os.WriteFile(filepath.Join(src, e.Name()), b, 0o644)
+		}
+	}
+	for name, fixture := range files {
+		b, err := os.ReadFile("../testdata/" + fixture)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(src, name), b, 0o644)
+	}
+	os.WriteFile(filepath.Join(src, "trainer_state.json"), []byte(`{"global_step": 500}`), 0o644)
+	loc, _ := remap.ParseMapLocation("tpu")
+	dst := filepath.Join(host, "out")
+	sum, err := convert.Run(convert.Options{Src: src, Dst: dst, Format: convert.Safetensors,
+		Remap: remap.Options{Location: loc, PlainData: true, KeepCUDARNG: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "training_args.bin")); !os.IsNotExist(err) {
+		t.Error("training_args.bin was carried along")
+	}
+	if !strings.Contains(strings.Join(sum.Warnings, "\n"), "left out training_args.bin") {
+		t.Errorf("warnings %v do not name training_args.bin", sum.Warnings)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "trainer_state.json")); err != nil {
+		t.Error("trainer_state.json not copied")
+	}
+	if len(sum.Alongside) != 3 {
+		t.Fatalf("%d files converted alongside, want 3", len(sum.Alongside))
+	}
+	var jobs []checkJob
+	for _, sub := range sum.Alongside {
+		name := filepath.Base(sub.Dst)
+		if rep, err := convert.Check(sub.Dst, ""); err != nil || !rep.OK() {
+			t.Errorf("%s: check %+v, %v", name, rep, err)
+		}
+		jobs = append(jobs, checkJob{Name: name, Format: convert.Torch, Src: "/repo/testdata/" + files[name],
+			Out: chroot + "/out/" + name, Tag: "tpu", DType: "keep", CPU: append(sub.Remap.RNG, sub.Remap.HostData...)})
+	}
+	runChecks(t, o, host, chroot, jobs)
+}

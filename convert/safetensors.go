@@ -262,6 +262,9 @@ func (j *writeJob) safetensorsFolder() error {
 	if err := j.copyExtras(d.Path); err != nil {
 		return err
 	}
+	if err := j.convertAlongside(d.Path); err != nil {
+		return err
+	}
 	j.sum.Tied = tied
 	m, err := j.buildManifest(namesOf(list))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -188,6 +189,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			}
 			for _, r := range sum.Remap.Repaired {
 				fmt.Fprintf(out, "repaired %s (a DCP round trip had turned the Counter's int keys into strings)\n", r)
+			}
+			for _, a := range sum.Alongside {
+				fmt.Fprintf(out, "converted %s alongside (%d tensors; manifest %s)\n", filepath.Base(a.Dst), a.Tensors, filepath.Base(a.Manifest))
 			}
 			fmt.Fprintf(out, "wrote %s (%s, %d tensors, %s) in %.2fs; manifest %s\n",
 				sum.Dst, sum.Format, sum.Tensors, humanBytes(sum.Bytes), sum.Seconds, sum.Manifest)
