@@ -42,6 +42,9 @@ type Tensor struct {
 	Shape    []int64 `json:"shape"`
 	Location string  `json:"location"`
 	NBytes   int64   `json:"nbytes"`
+	// Module is the class of the pickled nn.Module whose state_dict the tensor belongs to
+	// (torch.save of a model object); empty for tensors stored as such.
+	Module string `json:"module,omitempty"`
 	// SHA256 is the hash of the tensor's contiguous little-endian bytes (what
 	// tensor.contiguous() holds, lazy conj/neg resolved); set with Options.Hash.
 	SHA256 string `json:"sha256,omitempty"`
@@ -99,13 +102,8 @@ func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
 	r := &Report{Format: ck.Format, Path: ck.Path, Tensors: []Tensor{}, NonTensors: []NonTensor{}, Totals: []DTypeTotal{}, Ignored: ck.Ignored}
 	firstByStorage := map[*statedict.Storage]string{}
 	totals := map[string]*DTypeTotal{}
-	err := statedict.Walk(ck.Root, "", func(name string, v statedict.Value) error {
-		t, ok := v.(*statedict.Tensor)
-		if !ok {
-			r.NonTensors = append(r.NonTensors, describe(name, v))
-			return nil
-		}
-		it := Tensor{Name: name, DType: DTypeName(t), Shape: t.Shape, NBytes: t.NBytes()}
+	add := func(name string, t *statedict.Tensor, module string) error {
+		it := Tensor{Name: name, DType: DTypeName(t), Shape: t.Shape, NBytes: t.NBytes(), Module: module}
 		if t.Storage != nil {
 			it.Location = t.Storage.Location
 			if first, ok := firstByStorage[t.Storage]; ok {
@@ -134,6 +132,28 @@ func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
 		tot.NBytes += it.NBytes
 		r.TotalBytes += it.NBytes
 		return nil
+	}
+	err := statedict.Walk(ck.Root, "", func(name string, v statedict.Value) error {
+		t, ok := v.(*statedict.Tensor)
+		if !ok {
+			r.NonTensors = append(r.NonTensors, describe(name, v))
+			// A pickled nn.Module holds its weights in its __dict__: list its state_dict.
+			if o, isObj := v.(*statedict.Object); isObj {
+				sd, isModule, err := o.ModuleStateDict()
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				if isModule {
+					for _, e := range sd.Entries() {
+						if err := add(statedict.JoinName(name, statedict.KeyString(e.Key)), e.Value.(*statedict.Tensor), o.Class); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return nil
+		}
+		return add(name, t, "")
 	})
 	if err != nil {
 		return nil, err

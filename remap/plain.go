@@ -66,11 +66,11 @@ func (r *remapper) plainValue(v statedict.Value, name string) (statedict.Value, 
 		r.rep.HostData = append(r.rep.HostData, name)
 		return t, true, nil
 	case *statedict.Object:
-		if sd, n, ok, err := moduleStateDict(x); ok || err != nil {
+		if sd, ok, err := x.ModuleStateDict(); ok || err != nil {
 			if err != nil {
 				return nil, false, fmt.Errorf("%s: %w", name, err)
 			}
-			r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: pickled nn.Module %s → its state_dict (%d tensors)", displayName(name), x.Class, n))
+			r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: pickled nn.Module %s → its state_dict (%d tensors)", displayName(name), x.Class, sd.Len()))
 			return sd, true, nil
 		}
 		if x.Class == "argparse.Namespace" {

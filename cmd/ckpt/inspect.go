@@ -83,6 +83,9 @@ func printReport(w io.Writer, r *inspect.Report) error {
 		if t.SharesStorageWith != "" {
 			note = "shares storage with " + t.SharesStorageWith
 		}
+		if t.Module != "" {
+			note = strings.TrimSpace(note + " in pickled " + t.Module)
+		}
 		if t.SHA256 != "" {
 			note = strings.TrimSpace(note + " sha256:" + t.SHA256[:16])
 		}

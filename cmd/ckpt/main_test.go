@@ -188,3 +188,55 @@ func TestInspectIgnored(t *testing.T) {
 		t.Fatalf("ignored %v (%v)", rep.Ignored, err)
 	}
 }
+
+// TestInspectPickledModules: inspect lists the state_dict of a pickled nn.Module as torch's
+// module.state_dict() gives it (names in order, dtypes, shapes, bytes), marking its tensors.
+func TestInspectPickledModules(t *testing.T) {
+	b, err := os.ReadFile("../../testdata/modules/expected.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var expected map[string]json.RawMessage
+	json.Unmarshal(b, &expected)
+	for _, file := range []string{"module.pt", "wrapped.pt"} {
+		var modules map[string][]struct {
+			Name, DType, SHA256 string
+			Shape               []int64
+		}
+		if err := json.Unmarshal(expected[file], &modules); err != nil {
+			t.Fatal(err)
+		}
+		out, err := run(t, "inspect", "--json", "--hash", "../../testdata/modules/"+file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep struct {
+			Tensors []struct {
+				Name, DType, SHA256, Module string
+				Shape                       []int64
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		for path, want := range modules {
+			i := 0
+			for _, g := range rep.Tensors {
+				if g.Module == "" {
+					continue
+				}
+				if i >= len(want) {
+					t.Fatalf("%s: more module tensors than torch's state_dict", file)
+				}
+				w := want[i]
+				if full := strings.TrimPrefix(path+"."+w.Name, "."); g.Name != full || g.DType != w.DType || g.SHA256 != w.SHA256 || len(g.Shape) != len(w.Shape) {
+					t.Errorf("%s: got %s %s %v, torch %s %s %v", file, g.Name, g.DType, g.Shape, full, w.DType, w.Shape)
+				}
+				i++
+			}
+			if i != len(want) {
+				t.Errorf("%s: %d module tensors, torch's state_dict has %d", file, i, len(want))
+			}
+		}
+	}
+}

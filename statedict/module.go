@@ -1,37 +1,33 @@
-package remap
+package statedict
 
-import (
-	"fmt"
+import "fmt"
 
-	"github.com/ckpt-dev/ckpt/statedict"
-)
-
-// moduleStateDict returns what module.state_dict() gives for a pickled nn.Module (torch.save
-// of a model object, or a model object inside a checkpoint dict, as YOLO-style checkpoints
-// hold), read from the module's pickled __dict__ without importing or running its class:
-// its parameters, then its persistent buffers (None entries skipped), then each submodule's
-// entries under "name.", as Module._save_to_state_dict and state_dict do. Tensors come out
+// ModuleStateDict returns what module.state_dict() gives when o is a pickled nn.Module
+// (torch.save of a model object, or a model object inside a checkpoint dict, as YOLO-style
+// checkpoints hold), read from the module's pickled __dict__ without importing or running its
+// class: its parameters, then its persistent buffers (None entries skipped), then each
+// submodule's entries under "name.", as Module._save_to_state_dict and state_dict do. Tensors come out
 // detached (plain tensors, no requires_grad), sharing storage with the module's. ok is false
 // when o is not a module. Custom get_extra_state and state_dict hooks are code, which
 // ckpt never runs: what they would add is not there.
-func moduleStateDict(o *statedict.Object) (sd *statedict.Dict, n int, ok bool, err error) {
+func (o *Object) ModuleStateDict() (sd *Dict, ok bool, err error) {
 	if _, ok := moduleDict(o); !ok {
-		return nil, 0, false, nil
+		return nil, false, nil
 	}
-	sd = statedict.NewDict("collections.OrderedDict")
-	err = addModule(sd, o, "", map[*statedict.Object]bool{})
-	return sd, sd.Len(), true, err
+	sd = NewDict("collections.OrderedDict")
+	err = addModule(sd, o, "", map[*Object]bool{})
+	return sd, true, err
 }
 
 // moduleDict returns the pickled __dict__ of an nn.Module: a dict holding _parameters,
 // _buffers and _modules.
-func moduleDict(o *statedict.Object) (*statedict.Dict, bool) {
-	d, ok := o.State.(*statedict.Dict)
+func moduleDict(o *Object) (*Dict, bool) {
+	d, ok := o.State.(*Dict)
 	if !ok {
 		return nil, false
 	}
 	for _, k := range []string{"_parameters", "_buffers", "_modules"} {
-		if _, ok := field(d, k).(*statedict.Dict); !ok {
+		if _, ok := field(d, k).(*Dict); !ok {
 			return nil, false
 		}
 	}
@@ -40,7 +36,7 @@ func moduleDict(o *statedict.Object) (*statedict.Dict, bool) {
 
 // addModule adds the state of module o under prefix; open holds the modules being added,
 // so that a module containing itself is an error instead of endless recursion.
-func addModule(sd *statedict.Dict, o *statedict.Object, prefix string, open map[*statedict.Object]bool) error {
+func addModule(sd *Dict, o *Object, prefix string, open map[*Object]bool) error {
 	if open[o] {
 		return fmt.Errorf("%s: module %s contains itself", prefix, o.Class)
 	}
@@ -51,8 +47,8 @@ func addModule(sd *statedict.Dict, o *statedict.Object, prefix string, open map[
 		return fmt.Errorf("%s: %s in _modules is not an nn.Module", prefix, o.Class)
 	}
 	nonPersistent := map[string]bool{}
-	if set, ok := field(d, "_non_persistent_buffers_set").(*statedict.Object); ok && len(set.Args) == 1 {
-		if l, ok := set.Args[0].(*statedict.List); ok {
+	if set, ok := field(d, "_non_persistent_buffers_set").(*Object); ok && len(set.Args) == 1 {
+		if l, ok := set.Args[0].(*List); ok {
 			for _, it := range l.Items {
 				if s, ok := it.(string); ok {
 					nonPersistent[s] = true
@@ -61,12 +57,12 @@ func addModule(sd *statedict.Dict, o *statedict.Object, prefix string, open map[
 		}
 	}
 	for _, part := range []string{"_parameters", "_buffers"} {
-		for _, e := range field(d, part).(*statedict.Dict).Entries() {
+		for _, e := range field(d, part).(*Dict).Entries() {
 			name, _ := e.Key.(string)
 			if e.Value == nil || part == "_buffers" && nonPersistent[name] {
 				continue
 			}
-			t, ok := e.Value.(*statedict.Tensor)
+			t, ok := e.Value.(*Tensor)
 			if !ok {
 				return fmt.Errorf("%s%s: %s entry is %T, not a tensor", prefix, name, part, e.Value)
 			}
@@ -75,12 +71,12 @@ func addModule(sd *statedict.Dict, o *statedict.Object, prefix string, open map[
 			sd.Set(prefix+name, &c)
 		}
 	}
-	for _, e := range field(d, "_modules").(*statedict.Dict).Entries() {
+	for _, e := range field(d, "_modules").(*Dict).Entries() {
 		if e.Value == nil {
 			continue
 		}
 		name, _ := e.Key.(string)
-		sub, ok := e.Value.(*statedict.Object)
+		sub, ok := e.Value.(*Object)
 		if !ok {
 			return fmt.Errorf("%s%s: _modules entry is %T, not a module", prefix, name, e.Value)
 		}
@@ -92,7 +88,7 @@ func addModule(sd *statedict.Dict, o *statedict.Object, prefix string, open map[
 }
 
 // field is d[key], nil when absent.
-func field(d *statedict.Dict, key string) statedict.Value {
+func field(d *Dict, key string) Value {
 	v, _ := d.Get(key)
 	return v
 }
