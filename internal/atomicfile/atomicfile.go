@@ -69,6 +69,9 @@ func Create(path string, force bool) (*File, error) {
 			return nil, fmt.Errorf("%s: %w", path, ErrExists)
 		}
 	}
+	if err := checkParent(path); err != nil {
+		return nil, err
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".partial-*")
 	if err != nil {
 		return nil, err
@@ -127,6 +130,9 @@ func CreateDir(path string, force bool) (*Dir, error) {
 		if _, err := os.Lstat(path); err == nil {
 			return nil, fmt.Errorf("%s: %w", path, ErrExists)
 		}
+	}
+	if err := checkParent(path); err != nil {
+		return nil, err
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(path), "."+filepath.Base(path)+".partial-*")
 	if err != nil {
@@ -194,6 +200,22 @@ func (d *Dir) Abort() {
 	d.done = true
 	os.RemoveAll(d.Path)
 	untrack(d.key)
+}
+
+// checkParent says plainly when the folder an output would go into does not exist.
+func checkParent(path string) error {
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s: the folder %s does not exist", path, dir)
+		}
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s: %s is not a folder", path, dir)
+	}
+	return nil
 }
 
 func syncPath(p string) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -123,5 +124,16 @@ func TestRemovePending(t *testing.T) {
 	}
 	if n := RemovePending(); n != 0 {
 		t.Errorf("%d outputs still pending", n)
+	}
+}
+
+// TestMissingParent: an output in a folder that does not exist is refused naming the folder.
+func TestMissingParent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing")
+	if _, err := Create(filepath.Join(dir, "out.pt"), false); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
+		t.Errorf("Create: %v", err)
+	}
+	if _, err := CreateDir(filepath.Join(dir, "out"), false); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
+		t.Errorf("CreateDir: %v", err)
 	}
 }
