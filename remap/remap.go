@@ -246,22 +246,6 @@ func isOptimizerState(d *statedict.Dict) bool {
 	return s && g && isList
 }
 
-// isStateDict recognizes a model state dict: string keys, every value a tensor.
-func isStateDict(d *statedict.Dict) bool {
-	if d.Len() == 0 {
-		return false
-	}
-	for _, e := range d.Entries() {
-		if _, ok := e.Key.(string); !ok {
-			return false
-		}
-		if _, ok := e.Value.(*statedict.Tensor); !ok {
-			return false
-		}
-	}
-	return true
-}
-
 // wrapperPrefixes are added by wrappers around a model: DDP/DataParallel and torch.compile.
 var wrapperPrefixes = []string{"module.", "_orig_mod."}
 
@@ -273,7 +257,7 @@ func (r *remapper) names(d *statedict.Dict, where string, inOptim bool) ([]state
 	for i, e := range d.Entries() {
 		out[i] = e.Key
 	}
-	if inOptim || !isStateDict(d) {
+	if inOptim || !optimizerstate.IsModelStateDict(d) {
 		return out, nil
 	}
 	if r.opts.StripWrappers {

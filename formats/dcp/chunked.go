@@ -1,6 +1,7 @@
 package dcp
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -93,7 +94,7 @@ func NewChunked(dtype statedict.DType, shape []int64, chunks []Chunk) (*Chunked,
 		c.inner *= d
 	}
 	c.slab = shape[c.split] * c.inner
-	slices.SortStableFunc(c.chunks, func(a, b piece) int { return cmpInt(a.off[c.split], b.off[c.split]) })
+	slices.SortStableFunc(c.chunks, func(a, b piece) int { return cmp.Compare(a.off[c.split], b.off[c.split]) })
 	return c, nil
 }
 

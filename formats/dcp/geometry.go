@@ -1,6 +1,7 @@
 package dcp
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
@@ -117,7 +118,7 @@ func overlap(shape []int64, chunks []ChunkMeta) (int, int, bool) {
 		}
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
-		return cmpInt(chunks[a].Offsets[sweep], chunks[b].Offsets[sweep])
+		return cmp.Compare(chunks[a].Offsets[sweep], chunks[b].Offsets[sweep])
 	})
 	for x, i := range order {
 		end := chunks[i].Offsets[sweep] + chunks[i].Sizes[sweep]
@@ -131,16 +132,6 @@ func overlap(shape []int64, chunks []ChunkMeta) (int, int, bool) {
 		}
 	}
 	return 0, 0, false
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // gap names an element that no chunk covers, trying the corners of the grid the chunk

@@ -20,6 +20,7 @@ package safetensors
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -492,9 +493,9 @@ func describe(tok json.Token) string {
 func (h *Header) validate(file string, size int64) error {
 	slices.SortStableFunc(h.Tensors, func(a, b TensorInfo) int {
 		if a.Begin != b.Begin {
-			return cmpInt(a.Begin, b.Begin)
+			return cmp.Compare(a.Begin, b.Begin)
 		}
-		return cmpInt(a.End, b.End)
+		return cmp.Compare(a.End, b.End)
 	})
 	var start int64
 	for i := range h.Tensors {
@@ -544,16 +545,6 @@ func (h *Header) validate(file string, size int64) error {
 		}
 	}
 	return nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // numElements multiplies the dimensions left to right in uint64, failing on overflow even when
