@@ -80,14 +80,7 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (statedict.Value, 
 		return nil, nil, fmt.Errorf("--dequantize=%q: all or auto", opts.Dequantize)
 	}
 	cast := opts.Remap.DType != statedict.Invalid
-	cfg, err := quant.LoadConfig(ck)
-	var plan *quant.Plan
-	if err == nil {
-		var tensors []statedict.NamedTensor
-		if tensors, err = ck.Tensors(); err == nil {
-			plan, err = quant.Detect(cfg, tensors)
-		}
-	}
+	_, plan, err := quant.DetectCheckpoint(ck)
 	if err != nil {
 		if opts.Dequantize != DequantizeNone || cast {
 			return nil, nil, fmt.Errorf("%s: %w", opts.Src, err)

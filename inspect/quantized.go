@@ -40,14 +40,7 @@ type QuantGroup struct {
 
 // quantized describes ck's quantization, or returns nil when it is not quantized.
 func quantized(ck *statedict.Checkpoint) *Quantized {
-	cfg, err := quant.LoadConfig(ck)
-	var plan *quant.Plan
-	if err == nil {
-		var tensors []statedict.NamedTensor
-		if tensors, err = ck.Tensors(); err == nil {
-			plan, err = quant.Detect(cfg, tensors)
-		}
-	}
+	cfg, plan, err := quant.DetectCheckpoint(ck)
 	q := &Quantized{Groups: []QuantGroup{}}
 	if cfg != nil {
 		q.Method, q.Config = cfg.Method, cfg.Files

@@ -157,6 +157,21 @@ type detector struct {
 	plan   *Plan
 }
 
+// DetectCheckpoint reads ck's quantization config (LoadConfig) and finds its quantized
+// groups among its tensors (Detect). plan is nil for a checkpoint that is not quantized;
+// cfg is returned once read even when detection fails, so a caller can name the method.
+func DetectCheckpoint(ck *statedict.Checkpoint) (cfg *Config, plan *Plan, err error) {
+	if cfg, err = LoadConfig(ck); err != nil {
+		return cfg, nil, err
+	}
+	tensors, err := ck.Tensors()
+	if err != nil {
+		return cfg, nil, err
+	}
+	plan, err = Detect(cfg, tensors)
+	return cfg, plan, err
+}
+
 // Detect finds the quantized groups of a checkpoint from its configuration (nil
 // when it has none) and its tensors' names, dtypes and shapes. A checkpoint
 // without configuration gives a nil plan, unless it looks quantized (FP8 or packed
