@@ -26,18 +26,7 @@ func (j *writeJob) dcp() error {
 	}
 	j.sum.Bytes = n
 	j.sum.Files = []string{dcp.DataFile, dcp.MetadataFile}
-	m, err := j.buildManifest(nil)
-	if err != nil {
-		return err
-	}
-	if err := writeManifestInto(d.Path, m); err != nil {
-		return err
-	}
-	if err := d.Commit(); err != nil {
-		return err
-	}
-	j.sum.Manifest = manifestPath(j.opts.Dst, true)
-	return nil
+	return j.commitDir(d, nil)
 }
 
 func cpuTag(*statedict.Storage) string { return "cpu" }

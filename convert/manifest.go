@@ -3,6 +3,7 @@ package convert
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -152,6 +154,35 @@ func (j *writeJob) commitFile(f *atomicfile.File, names map[*statedict.Tensor]st
 	}
 	j.sum.Manifest = manifestPath(dst, false)
 	return mf.Commit()
+}
+
+// commitDir finishes a folder output being built in d: it writes the manifest inside (names
+// maps written tensors to their names when they differ from the tree's), then moves the
+// folder into place.
+func (j *writeJob) commitDir(d *atomicfile.Dir, names map[*statedict.Tensor]string) error {
+	m, err := j.buildManifest(names)
+	if err != nil {
+		return err
+	}
+	if err := writeManifestInto(d.Path, m); err != nil {
+		return err
+	}
+	if err := d.Commit(); err != nil {
+		return err
+	}
+	j.sum.Manifest = manifestPath(j.opts.Dst, true)
+	return nil
+}
+
+// writeOut streams what write produces into the output file f through fastcopy (aligned
+// chunks, direct I/O) and returns the bytes written.
+func writeOut(f *os.File, write func(io.Writer) (int64, error)) (int64, error) {
+	out := fastcopy.NewFile(f)
+	n, err := write(out)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
 }
 
 // writeManifestInto writes the manifest inside a folder output being built.

@@ -123,29 +123,31 @@ func stMetadata(tied map[string]string) map[string]string {
 	return md
 }
 
-// writeSafetensors writes tensors to w in the reference writer's order.
-func (j *writeJob) writeSafetensors(w io.Writer, list []statedict.NamedTensor, md map[string]string) error {
+// writeSafetensors writes tensors to w in the reference writer's order and returns the
+// bytes written.
+func (j *writeJob) writeSafetensors(w io.Writer, list []statedict.NamedTensor, md map[string]string) (int64, error) {
 	infos := make([]safetensors.TensorInfo, len(list))
 	byName := make(map[string]*statedict.Tensor, len(list))
 	for i, nt := range list {
 		info, err := safetensors.TensorInfoFor(nt.Name, nt.Tensor)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		infos[i] = info
 		byName[nt.Name] = nt.Tensor
 	}
 	safetensors.SortLikeReference(infos)
-	sw, err := safetensors.NewWriter(j.progress(w), infos, md)
+	cw := &fastcopy.Counter{W: w}
+	sw, err := safetensors.NewWriter(j.progress(cw), infos, md)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, info := range infos {
 		if err := sw.WriteTensor(info.Name, j.summed(byName[info.Name])); err != nil {
-			return err
+			return cw.N, err
 		}
 	}
-	return sw.Close()
+	return cw.N, sw.Close()
 }
 
 // safetensorsFile writes a single .safetensors file.
@@ -160,16 +162,11 @@ func (j *writeJob) safetensorsFile() error {
 		return err
 	}
 	defer f.Abort()
-	out := fastcopy.NewFile(f.File)
-	cw := &fastcopy.Counter{W: out}
-	err = j.writeSafetensors(cw, list, stMetadata(tied))
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
+	n, err := writeOut(f.File, func(w io.Writer) (int64, error) { return j.writeSafetensors(w, list, stMetadata(tied)) })
 	if err != nil {
 		return err
 	}
-	j.sum.Bytes, j.sum.Tied = cw.N, tied
+	j.sum.Bytes, j.sum.Tied = n, tied
 	return j.commitFile(f, namesOf(list))
 }
 
@@ -225,19 +222,14 @@ func (j *writeJob) safetensorsFolder() error {
 		if err != nil {
 			return err
 		}
-		out := fastcopy.NewFile(f)
-		cw := &fastcopy.Counter{W: out}
-		err = j.writeSafetensors(cw, shard, stMetadata(tiedIn(tied, shard)))
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
+		n, err := writeOut(f, func(w io.Writer) (int64, error) { return j.writeSafetensors(w, shard, stMetadata(tiedIn(tied, shard))) })
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		j.sum.Bytes += cw.N
+		j.sum.Bytes += n
 		j.sum.Files = append(j.sum.Files, name)
 		for _, nt := range shard {
 			weightMap[nt.Name] = name
@@ -266,18 +258,7 @@ func (j *writeJob) safetensorsFolder() error {
 		return err
 	}
 	j.sum.Tied = tied
-	m, err := j.buildManifest(namesOf(list))
-	if err != nil {
-		return err
-	}
-	if err := writeManifestInto(d.Path, m); err != nil {
-		return err
-	}
-	if err := d.Commit(); err != nil {
-		return err
-	}
-	j.sum.Manifest = manifestPath(j.opts.Dst, true)
-	return nil
+	return j.commitDir(d, namesOf(list))
 }
 
 // tiedIn returns the tied aliases whose kept tensor is in shard.

@@ -2,10 +2,10 @@ package convert
 
 import (
 	"hash"
+	"io"
 
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
-	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -17,12 +17,10 @@ func (j *writeJob) torch() error {
 		return err
 	}
 	defer f.Abort()
-	out := fastcopy.NewFile(f.File)
-	n, err := torchzip.Write(j.progress(out), j.src.Root, torchzip.SaveOptions{ArchiveName: archiveName(dst),
-		Sum: func(st *statedict.Storage) hash.Hash { return j.digest(st) }})
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
+	n, err := writeOut(f.File, func(w io.Writer) (int64, error) {
+		return torchzip.Write(j.progress(w), j.src.Root, torchzip.SaveOptions{ArchiveName: archiveName(dst),
+			Sum: func(st *statedict.Storage) hash.Hash { return j.digest(st) }})
+	})
 	if err != nil {
 		return err
 	}
