@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -151,9 +150,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(sum)
+				return printJSON(out, sum)
 			}
 			for _, w := range sum.Warnings {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)

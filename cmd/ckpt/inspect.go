@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -44,9 +43,7 @@ not fit its model or cannot be mapped unambiguously.`,
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				err = enc.Encode(rep)
+				err = printJSON(cmd.OutOrStdout(), rep)
 			} else {
 				err = printReport(cmd.OutOrStdout(), rep)
 			}

@@ -4,8 +4,10 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -52,6 +54,13 @@ func removePartialOnSignal(sigs <-chan os.Signal) {
 		fmt.Fprintf(os.Stderr, "ckpt: %s: removed %d partial output(s)\n", s, n)
 	}
 	os.Exit(128 + int(s))
+}
+
+// printJSON writes v as indented JSON, the --json output of every command.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func newRoot() *cobra.Command {

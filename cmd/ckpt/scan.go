@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/ckpt-dev/ckpt/formats"
@@ -69,9 +68,7 @@ decoded into objects or executed. Exits 3 naming the global when a dangerous one
 				res.Dangerous = append(res.Dangerous, g.Global.String())
 			}
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(res); err != nil {
+				if err := printJSON(out, res); err != nil {
 					return err
 				}
 			} else {
