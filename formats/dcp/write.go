@@ -188,6 +188,9 @@ func standalone(t *statedict.Tensor) (*statedict.Tensor, error) {
 	} else if t.IsContiguous() && !t.Conj && !t.Neg && !t.Storage.BigEndian && t.DType.ValuesPerByte() == 1 {
 		st = statedict.NewReaderStorage(t.Storage.Key, t.Storage.Location, t.DType, t.Storage, t.Offset*es, nb)
 	} else {
+		if err := t.CheckView(); err != nil {
+			return nil, err
+		}
 		var buf bytes.Buffer
 		buf.Grow(int(nb))
 		if _, err := t.WriteTo(&buf); err != nil {
