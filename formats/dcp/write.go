@@ -162,8 +162,15 @@ func Write(dir string, root statedict.Value, opts WriteOptions) (int64, error) {
 	if err := f.Close(); err != nil {
 		return off, err
 	}
-	md := encodeMetadata(items)
-	return off, os.WriteFile(filepath.Join(dir, ".metadata"), md, 0o644)
+	mf, err := os.Create(filepath.Join(dir, MetadataFile))
+	if err != nil {
+		return off, err
+	}
+	defer mf.Close()
+	if err := encodeMetadata(mf, items); err != nil {
+		return off, err
+	}
+	return off, mf.Close()
 }
 
 // item is one written entry with its place in the data file.
@@ -209,9 +216,25 @@ const (
 	opNewObj = 0x81
 )
 
-// encodeMetadata pickles the Metadata dataclass for items.
-func encodeMetadata(items []item) []byte {
+// metadataBatch is how many dict entries one MARK … SETITEMS holds, as Python's pickler
+// batches them: the unpickler's stack then never holds more than one batch.
+const metadataBatch = 1000
+
+// encodeMetadata pickles the Metadata dataclass for items to w, streaming: the encoder's
+// buffer is flushed as it fills, so memory does not grow with the number of items.
+func encodeMetadata(w io.Writer, items []item) error {
 	e := pickle.NewEncoder()
+	var werr error
+	// next ends a batch of dict entries every metadataBatch items and flushes.
+	next := func(i int) {
+		if (i+1)%metadataBatch == 0 && i+1 < len(items) {
+			e.Op(pickle.OpSetItems)
+			e.Op(pickle.OpMark)
+		}
+		if e.Len() >= 1<<20 && werr == nil {
+			werr = e.Flush(w)
+		}
+	}
 	obj := func(module, class string) {
 		e.Global(pickle.Global{Module: module, Name: class})
 		e.Op(pickle.OpEmptyTuple)
@@ -231,10 +254,11 @@ func encodeMetadata(items []item) []byte {
 	e.String("state_dict_metadata")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for _, it := range items {
+	for i, it := range items {
 		e.String(it.fqn)
 		if it.tensor == nil {
 			obj(mdModule, "BytesStorageMetadata")
+			next(i)
 			continue
 		}
 		t := it.tensor
@@ -273,13 +297,14 @@ func encodeMetadata(items []item) []byte {
 		e.Op(pickle.OpAppend)
 		e.Op(pickle.OpSetItems)
 		e.Op(pickle.OpBuild)
+		next(i)
 	}
 	e.Op(pickle.OpSetItems)
 
 	e.String("planner_data")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for _, it := range items {
+	for i, it := range items {
 		e.String(it.fqn)
 		e.Op(pickle.OpMark)
 		for _, p := range it.path {
@@ -291,13 +316,14 @@ func encodeMetadata(items []item) []byte {
 			}
 		}
 		e.Op(pickle.OpTuple)
+		next(i)
 	}
 	e.Op(pickle.OpSetItems)
 
 	e.String("storage_data")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for _, it := range items {
+	for i, it := range items {
 		obj(mdModule, "MetadataIndex")
 		e.Op(pickle.OpEmptyDict)
 		e.Op(pickle.OpMark)
@@ -325,6 +351,7 @@ func encodeMetadata(items []item) []byte {
 		e.Int(it.length)
 		e.Op(pickle.OpSetItems)
 		e.Op(pickle.OpBuild)
+		next(i)
 	}
 	e.Op(pickle.OpSetItems)
 
@@ -334,7 +361,11 @@ func encodeMetadata(items []item) []byte {
 	e.String("1.0.0")
 	e.Op(pickle.OpSetItems)
 	e.Op(pickle.OpBuild)
-	return e.Finish()
+	if werr != nil {
+		return werr
+	}
+	_, err := w.Write(e.Finish())
+	return err
 }
 
 // tuple emits a tuple of ints.
