@@ -1,6 +1,14 @@
 // Package formats opens a checkpoint in any supported on-disk format, recognizing the
 // format by content rather than by file name: torch.save zip archives, legacy torch.save
 // streams and safetensors files (folders: Hugging Face and torch.distributed.checkpoint).
+//
+// It also scans checkpoints for code ([Scan]): every pickle torch.load(weights_only=False)
+// or DCP's loader would unpickle, found where they find it, is checked against a
+// default-deny policy — torch's weights_only allowlist and the pure-data reconstructors
+// ckpt models are allowed; every other global, dotted names included, is refused as
+// "known code execution" or "would import and call unknown code". Bytes no archive record,
+// pickle or DCP item accounts for, records torch refuses and layouts torch does not load
+// are problems that keep the scan from vouching for a file.
 package formats
 
 import (
