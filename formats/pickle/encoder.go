@@ -1,8 +1,8 @@
 package pickle
 
 import (
-	"io"
 	"encoding/binary"
+	"io"
 	"math"
 	"math/big"
 )
