@@ -15,7 +15,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -222,8 +221,8 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 }
 
 // WriteRange passes file ranges on (fastcopy), accounting for them as written.
-func (p *progressWriter) WriteRange(r fastcopy.Range) (int64, error) {
-	n, err := fastcopy.Write(p.w, r)
+func (p *progressWriter) WriteRange(r statedict.Range) (int64, error) {
+	n, err := statedict.WriteRange(p.w, r)
 	p.account(n)
 	return n, err
 }
@@ -249,7 +248,7 @@ func (j *writeJob) digest(key any) hash.Hash {
 // summed returns t as an io.WriterTo that hashes its bytes for the manifest as it writes them.
 func (j *writeJob) summed(t *statedict.Tensor) io.WriterTo {
 	return writerToFunc(func(w io.Writer) (int64, error) {
-		return t.WriteTo(&fastcopy.Tee{W: w, Sum: j.digest(t)})
+		return t.WriteTo(&statedict.Tee{W: w, Sum: j.digest(t)})
 	})
 }
 

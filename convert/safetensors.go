@@ -11,7 +11,6 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
-	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -137,7 +136,7 @@ func (j *writeJob) writeSafetensors(w io.Writer, list []statedict.NamedTensor, m
 		byName[nt.Name] = nt.Tensor
 	}
 	safetensors.SortLikeReference(infos)
-	cw := &fastcopy.Counter{W: w}
+	cw := &statedict.Counter{W: w}
 	sw, err := safetensors.NewWriter(j.progress(cw), infos, md)
 	if err != nil {
 		return 0, err
