@@ -78,7 +78,7 @@ func (f Format) String() string {
 	if f < numFormats {
 		return layouts[f].name
 	}
-	return fmt.Sprintf("quant.Format(%d)", uint8(f))
+	return fmt.Sprintf("codec.Format(%d)", uint8(f))
 }
 
 // Lookup tables built once from layouts: fp8ToF32 is what torch's
