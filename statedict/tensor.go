@@ -150,6 +150,15 @@ type Tensor struct {
 	Foreign string
 }
 
+// DTypeName is the tensor's dtype as torch names it ("bfloat16"), or the source format's
+// name for a dtype torch does not have (Foreign).
+func (t *Tensor) DTypeName() string {
+	if t.Foreign != "" {
+		return t.Foreign
+	}
+	return t.DType.String()
+}
+
 // ContiguousStrides returns the row-major strides of shape.
 func ContiguousStrides(shape []int64) []int64 {
 	st := make([]int64, len(shape))
