@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"path"
 	"path/filepath"
-	"maps"
 	"sort"
 	"strings"
 
