@@ -6,7 +6,7 @@ import (
 	"math"
 	"math/big"
 
-	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -62,7 +62,7 @@ func (r *remapper) plainValue(v statedict.Value, name string) (statedict.Value, 
 			t.Strides = statedict.ContiguousStrides(x.Shape)
 		}
 		r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: numpy array %s%v → tensor", name, x.DType, x.Shape))
-		r.host[st] = true
+		r.policies[t] = statedict.Policy{Host: true, Why: "host data (a numpy array)"}
 		r.rep.HostData = append(r.rep.HostData, name)
 		return t, true, nil
 	case *statedict.Object:
@@ -99,7 +99,7 @@ func scalar(b []byte, dt statedict.DType, bigEndian bool) statedict.Value {
 	case statedict.Float32:
 		return float64(math.Float32frombits(bo.Uint32(b)))
 	case statedict.Float16:
-		return float64(quant.F16ToFloat32(bo.Uint16(b)))
+		return float64(codec.F16ToFloat32(bo.Uint16(b)))
 	case statedict.Int8:
 		return int64(int8(b[0]))
 	case statedict.Int16:

@@ -8,8 +8,6 @@ import (
 	"math/bits"
 	"os"
 	"strconv"
-
-	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 )
 
 // Storage is a flat run of bytes that one or more tensors view, as torch's UntypedStorage.
@@ -112,7 +110,7 @@ func (s *Storage) WriteTo(w io.Writer) (int64, error) {
 // writeMapped writes d, which starts at byte start of the storage's mapped bytes.
 func (s *Storage) writeMapped(w io.Writer, d []byte, start int64) (int64, error) {
 	if s.FileBacked && s.File != "" {
-		return fastcopy.Write(w, fastcopy.Range{Data: d, Path: s.File, Off: s.Offset + start})
+		return WriteRange(w, Range{Data: d, Path: s.File, Off: s.Offset + start})
 	}
 	n, err := w.Write(d)
 	return int64(n), err
@@ -152,6 +150,15 @@ type Tensor struct {
 	// Foreign is the source format's dtype name when torch has no such dtype (safetensors
 	// "F6_E2M3"). DType is then Uint8 and Shape is the byte count, so the bytes still travel.
 	Foreign string
+}
+
+// DTypeName is the tensor's dtype as torch names it ("bfloat16"), or the source format's
+// name for a dtype torch does not have (Foreign).
+func (t *Tensor) DTypeName() string {
+	if t.Foreign != "" {
+		return t.Foreign
+	}
+	return t.DType.String()
 }
 
 // ContiguousStrides returns the row-major strides of shape.

@@ -6,13 +6,9 @@ import (
 	"io"
 
 	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/spf13/cobra"
 )
-
-// exitDangerous is scan's exit status when a global the policy refuses is found; 1 stays
-// for errors: problems that keep the scan from vouching for the checkpoint, and finding
-// no pickle at all.
-const exitDangerous = 3
 
 // scanJSON is the --json output of scan.
 type scanJSON struct {
@@ -86,7 +82,7 @@ Exit status: 3 when anything is refused; 1 when the scan cannot vouch for the ch
 (malformed pickles, bytes no record or item accounts for, records torch refuses, a layout
 torch does not load, or no pickle at all); 0 when every pickle was found and every global
 is allowed.`,
-		Args: cobra.ExactArgs(1),
+		Args: positional("PATH", "ckpt scan model.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := formats.Scan(args[0])
 			if err != nil {
@@ -171,8 +167,9 @@ func printScan(out io.Writer, res *formats.ScanResult) {
 	}
 }
 
-// scanVerdict turns a scan into the exit status: refused findings first, then problems,
-// then finding nothing to vouch for.
+// scanVerdict turns a scan into the command's error: refused findings (wrapping
+// statedict.ErrDangerous: exit 3) first, then problems, then finding nothing to vouch for
+// (exit 1).
 func scanVerdict(res *formats.ScanResult) error {
 	if bad := res.Refused(); len(bad) > 0 {
 		f := bad[0]
@@ -195,7 +192,7 @@ func scanVerdict(res *formats.ScanResult) error {
 		if n := len(bad); n > 1 {
 			msg += fmt.Sprintf(" (and %d more refused)", n-1)
 		}
-		return &exitError{code: exitDangerous, msg: msg}
+		return fmt.Errorf("%s: %w", msg, statedict.ErrDangerous)
 	}
 	if len(res.Problems) > 0 {
 		p := res.Problems[0]
