@@ -50,7 +50,7 @@ func Detect(path string) (Kind, error) {
 	switch {
 	case bytes.HasPrefix(head, torchzip.Magic):
 		return TorchZip, nil
-	case bytes.HasPrefix(head, torchlegacy.Magic):
+	case torchlegacy.IsLegacy(head):
 		return TorchLegacy, nil
 	case bytes.HasPrefix(head, []byte("PYTORCH1")):
 		return "", fmt.Errorf("%s: a pre-1.0 preview torch archive (PYTORCH1), which torch itself no longer reads", path)

@@ -102,6 +102,20 @@ func TestScanRefusesWhatTorchRuns(t *testing.T) {
 			}
 		})
 	}
+	t.Run("legacy_p4_clean.pt", func(t *testing.T) {
+		// torch's legacy writer with pickle_protocol=4 puts the magic number in a FRAME: a
+		// legacy file all the same, read and scanned clean.
+		if r := torch["legacy_p4_clean.pt"]; r.Executed || r.Error != "" {
+			t.Fatalf("torch: %+v", r)
+		}
+		p := filepath.Join(dir, "legacy_p4_clean.pt")
+		if out, err := run(t, "scan", p); err != nil {
+			t.Errorf("scan: %v\n%s", err, out)
+		}
+		if out, err := run(t, "inspect", "--json", p); err != nil || !strings.Contains(out, `"torch-legacy"`) || !strings.Contains(out, `"shape": [`) {
+			t.Errorf("inspect: %v\n%s", err, out)
+		}
+	})
 	t.Run("escaped.pt", func(t *testing.T) {
 		if r := torch["escaped.pt"]; r.Executed || !strings.Contains(r.Error, "not in a subdirectory") {
 			t.Fatalf("torch: %+v", r)

@@ -25,6 +25,8 @@ Payload fixtures (scan must exit 3 on each, torch must execute each):
   dcp_bytes_p0/                  a DCP folder whose bytes item is a protocol-0 payload pickle
   dcp_hidden/                    a DCP folder whose tensor bytes hold an end-of-central-
                                  directory signature, before a bytes item that is a payload
+Clean (scan exits 0, ckpt reads it):
+  legacy_p4_clean.pt             torch's legacy writer with pickle_protocol=4: a FRAME'd magic number
 Refused by torch (scan exits 1, ckpt refuses to read it):
   escaped.pt                     a torch.save zip with a record ../../escaped.txt
 Resource bombs (torch loads them; ckpt must fail cleanly in bounded memory and time):
@@ -94,6 +96,9 @@ def legacy_stream(magic_pickle):
 
 
 def legacy(out):
+    # Clean: torch's own legacy writer with pickle protocol 4 (the magic number in a FRAME).
+    torch.save({"w": torch.arange(6.0).reshape(2, 3), "step": 3}, os.path.join(out, "legacy_p4_clean.pt"),
+               _use_new_zipfile_serialization=False, pickle_protocol=4)
     write(os.path.join(out, "legacy_frame.pt"), legacy_stream(pickle.dumps(MAGIC, protocol=4)))
     write(os.path.join(out, "legacy_textlong.pt"), legacy_stream(b"L" + str(MAGIC).encode() + b"L\n."))
 
