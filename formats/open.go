@@ -89,10 +89,22 @@ func Open(path string) (*statedict.Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	var ck *statedict.Checkpoint
 	if st.IsDir() {
-		return openDir(path)
+		ck, err = openDir(path)
+	} else {
+		ck, err = openFile(path)
 	}
-	return openFile(path)
+	if err != nil {
+		return nil, err
+	}
+	// Each pickle was checked as it was read; a folder's checkpoint joins many (DCP bytes
+	// items, shards), whose expansions add up.
+	if err := statedict.CheckExpansion(ck.Root); err != nil {
+		ck.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return ck, nil
 }
 
 func openFile(path string) (*statedict.Checkpoint, error) {
