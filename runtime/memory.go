@@ -192,7 +192,7 @@ func place(tensors []TensorSpec, o MemoryOptions) ([]placed, error) {
 			if t.Role == RoleOptimizer && t.Param != "" {
 				name = t.Param
 			}
-			p.s, err = o.Plan.Sharding(name, t.Shape, o.Mesh)
+			p.s, err = o.Plan.sharding(name, t.Shape, o.Mesh, t.Role != RoleOther)
 		}
 		if err != nil {
 			return nil, err

@@ -229,9 +229,15 @@ func knownAxisNames() string {
 	return strings.Join(s, ", ")
 }
 
-// Sharding is the layout of the tensor called name with the given shape on mesh m. Shards
-// apply along the mesh axes left to right, FSDP-style (late) ones after the others.
+// Sharding is the layout of the model tensor called name with the given shape on mesh m.
+// Shards apply along the mesh axes left to right, FSDP-style (late) ones after the others.
 func (p *Plan) Sharding(name string, shape []int64, m *Mesh) (Sharding, error) {
+	return p.sharding(name, shape, m, true)
+}
+
+// sharding places a tensor by the plan file's rules and, with builtin, the built-in tables;
+// without, axes no file rule names replicate it.
+func (p *Plan) sharding(name string, shape []int64, m *Mesh, builtin bool) (Sharding, error) {
 	if err := p.Check(m); err != nil {
 		return Sharding{}, err
 	}
@@ -245,9 +251,12 @@ func (p *Plan) Sharding(name string, shape []int64, m *Mesh) (Sharding, error) {
 		if err != nil {
 			return Sharding{}, fmt.Errorf("tensor %s: %w", name, err)
 		}
-		if r == nil {
+		switch {
+		case r == nil && builtin:
 			r = builtinRule(kind, name, ndim, hasFSDP)
-		} else {
+		case r == nil:
+			r = &Rule{Place: Replicate}
+		default:
 			r.Late = kind == KindFSDP
 		}
 		pl := r.Place
