@@ -205,13 +205,15 @@ func place(tensors []TensorSpec, o MemoryOptions) ([]placed, error) {
 	return out, nil
 }
 
-// share is rank coord's raw and padded bytes of a placed tensor.
-func (p *placed) share(g *Generation, m *Mesh, coord []int) Bytes {
-	c := p.s.chunk(p.spec.Shape, m, coord)
-	if c.Empty() || p.host {
+// share is rank coord's raw and padded bytes of a placed tensor; sizes is scratch space
+// of at least the tensor's rank.
+func (p *placed) share(g *Generation, m *Mesh, coord []int, sizes []int64) Bytes {
+	if p.host {
 		return Bytes{}
 	}
-	return Bytes{RawBytes(p.dtype, c.Sizes), g.PaddedBytes(p.dtype, c.Sizes)}
+	sizes = sizes[:len(p.spec.Shape)]
+	p.s.localSizes(p.spec.Shape, m, coord, sizes)
+	return Bytes{RawBytes(p.dtype, sizes), g.PaddedBytes(p.dtype, sizes)}
 }
 
 func (d *DeviceMemory) add(r Role, b Bytes) {
@@ -254,32 +256,34 @@ func PlanMemory(tensors []TensorSpec, o MemoryOptions) (*MemoryPlan, error) {
 		coords[r] = m.Coord(r)
 		mp.Devices[r].Rank, mp.Devices[r].Host = r, t.Host(r)
 	}
+	var sizes []int64
 	for i := range ps {
 		p := &ps[i]
+		sizes = slices.Grow(sizes[:0], len(p.spec.Shape))
 		// A rank's share depends only on its coordinates along the axes sharding the
 		// tensor: compute each distinct share once.
 		var axes []int
+		n := 1
 		for a, pl := range p.s.Placements {
 			if pl.Shard {
 				axes = append(axes, a)
+				n *= m.Axes[a].Size
 			}
 		}
-		cache := map[int]Bytes{}
+		shares, done := make([]Bytes, n), make([]bool, n)
 		for r, c := range coords {
 			key := 0
 			for _, a := range axes {
 				key = key*m.Axes[a].Size + c[a]
 			}
-			b, ok := cache[key]
-			if !ok {
-				b = p.share(t.Gen, m, c)
-				cache[key] = b
+			if !done[key] {
+				shares[key], done[key] = p.share(t.Gen, m, c, sizes), true
 			}
-			mp.Devices[r].add(p.spec.Role, b)
+			mp.Devices[r].add(p.spec.Role, shares[key])
 		}
 		mp.Tensors = append(mp.Tensors, TensorMemory{
 			Name: p.spec.Name, Role: p.spec.Role, DType: p.dtype, Shape: p.spec.Shape, Param: p.spec.Param,
-			Sharding: p.s, Largest: cache[0], Host: p.host,
+			Sharding: p.s, Largest: shares[0], Host: p.host,
 		})
 	}
 	for r, d := range mp.Devices {
@@ -306,8 +310,10 @@ func rank0(tensors []TensorSpec, o MemoryOptions) (Bytes, error) {
 	}
 	var b Bytes
 	zero := make([]int, o.Mesh.NDim())
+	var sizes []int64
 	for i := range ps {
-		b.add(ps[i].share(o.Topology.Gen, o.Mesh, zero))
+		sizes = slices.Grow(sizes[:0], len(ps[i].spec.Shape))
+		b.add(ps[i].share(o.Topology.Gen, o.Mesh, zero, sizes))
 	}
 	return b, nil
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -244,5 +245,54 @@ func TestSuggestions(t *testing.T) {
 	}
 	if s := find(mp, "4× the devices"); s.Topology != "v5litepod-4" || s.Mesh != "fsdp=4" || !s.Fits {
 		t.Errorf("%+v", s)
+	}
+}
+
+// BenchmarkPlanMemory plans Llama-3-70B with AdamW (2169 tensors) over the 4096 devices
+// of a v5p-8192 slice with fsdp=512,tp=8: the largest plan ckpt plan is asked for.
+func BenchmarkPlanMemory(b *testing.B) {
+	specs := llama3_70B.specs(true)
+	top, _ := ParseTopology("v5p-8192")
+	m, _ := ParseMesh("fsdp=512,tp=8")
+	for b.Loop() {
+		if _, err := PlanMemory(specs, MemoryOptions{Topology: top, Mesh: m}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestRankZeroIsFullest: under torch.chunk splits the first chunk along every dimension is
+// the largest, so rank 0 holds at least as many raw and padded bytes of every tensor as any
+// other rank, however uneven the shapes; PlanMemory's suggestions rely on it.
+func TestRankZeroIsFullest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	v5e, _ := LookupGeneration("v5e")
+	v7, _ := LookupGeneration("tpu7x")
+	meshes := []string{"a=3", "a=2,b=3", "a=4,b=2,c=3", "a=5,b=2"}
+	for range 2000 {
+		m, _ := ParseMesh(meshes[rng.IntN(len(meshes))])
+		shape := make([]int64, 1+rng.IntN(3))
+		for i := range shape {
+			shape[i] = int64(rng.IntN(40))
+		}
+		s := Sharding{Placements: make([]Placement, m.NDim())}
+		for i := range s.Placements {
+			if rng.IntN(3) > 0 {
+				s.Placements[i] = Shard(rng.IntN(len(shape)))
+			}
+		}
+		if rng.IntN(2) == 0 {
+			s.Order = rng.Perm(m.NDim())
+		}
+		p := placed{spec: &TensorSpec{Shape: shape}, dtype: statedict.BFloat16, s: s}
+		sizes := make([]int64, len(shape))
+		for _, g := range []*Generation{v5e, v7} {
+			zero := p.share(g, m, make([]int, m.NDim()), sizes)
+			for r := range m.Size() {
+				if b := p.share(g, m, m.Coord(r), sizes); b.Raw > zero.Raw || b.Padded > zero.Padded {
+					t.Fatalf("%v %v on %s: rank %d holds %+v, rank 0 %+v", shape, s, m, r, b, zero)
+				}
+			}
+		}
 	}
 }

@@ -175,6 +175,25 @@ func (s Sharding) Chunk(shape []int64, m *Mesh, rank int) (Chunk, error) {
 	return s.chunk(shape, m, m.Coord(rank)), nil
 }
 
+// localSizes writes the sizes of the chunk at coordinate coord of a validated sharding
+// into sizes (len(shape) long) without computing offsets or allocating.
+func (s Sharding) localSizes(shape []int64, m *Mesh, coord []int, sizes []int64) {
+	copy(sizes, shape)
+	for i := range s.Placements {
+		axis := i
+		if s.Order != nil {
+			axis = s.Order[i]
+		}
+		if p := s.Placements[axis]; p.Shard {
+			d := p.Dim
+			if d < 0 {
+				d += len(shape)
+			}
+			sizes[d], _ = ShardSizeOffset(sizes[d], m.Axes[axis].Size, coord[axis])
+		}
+	}
+}
+
 // chunk computes the chunk at coordinate coord of a validated sharding.
 func (s Sharding) chunk(shape []int64, m *Mesh, coord []int) Chunk {
 	c := Chunk{Offsets: make([]int64, len(shape)), Sizes: slices.Clone(shape)}
