@@ -80,6 +80,9 @@ type Summary struct {
 func Run(opts Options) (*Summary, error) {
 	start := time.Now()
 	opts.Dst = filepath.Clean(opts.Dst) // "DST/" names the folder DST
+	if err := checkApart(opts.Src, opts.Dst); err != nil {
+		return nil, err
+	}
 	ck, err := formats.Open(opts.Src)
 	if err != nil {
 		return nil, err
@@ -109,11 +112,14 @@ func Run(opts Options) (*Summary, error) {
 			left = append(left, f)
 		}
 	}
+	if len(ck.Outside) > 0 {
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("left out %s: links leading outside the checkpoint folder, never read", strings.Join(ck.Outside, ", ")))
+	}
 	if len(left) > 0 {
 		sum.Warnings = append(sum.Warnings, fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted",
 			strings.Join(left, ", "), ck.Format))
 	}
-	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras}
+	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files}
 	tensors, err := out.Tensors()
 	if err != nil {
 		return nil, err
