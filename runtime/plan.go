@@ -285,9 +285,20 @@ func (p *Plan) fileRule(name, axis string, ndim int) (*Rule, error) {
 	if p == nil {
 		return nil, nil
 	}
-	for i, fr := range p.Rules {
+	for i := range p.Rules {
+		fr := &p.Rules[i]
 		pl, ok := fr.Placements[axis]
-		if !ok || !fr.re.MatchString(name) {
+		if !ok {
+			continue
+		}
+		re := fr.re
+		if re == nil { // a rule built in Go rather than by ParsePlan (compiled each time: Plans are read concurrently)
+			var err error
+			if re, err = regexp.Compile(fr.Match); err != nil {
+				return nil, fmt.Errorf("plan rule %d: %w", i, err)
+			}
+		}
+		if !re.MatchString(name) {
 			continue
 		}
 		if pl.Shard && (pl.Dim >= ndim || pl.Dim < -ndim) {

@@ -190,3 +190,15 @@ func TestStateSharding(t *testing.T) {
 		t.Errorf("row factor of an fsdp×tp parameter: %s", got)
 	}
 }
+
+func TestPlanBuiltInGo(t *testing.T) {
+	p := &Plan{Rules: []FileRule{{Match: `norm\.weight$`, Placements: map[string]Placement{"fsdp": Replicate}}}}
+	m, _ := ParseMesh("fsdp=2")
+	if s, err := p.Sharding("model.norm.weight", []int64{8}, m); err != nil || !s.Replicated() {
+		t.Errorf("%s, %v", s, err)
+	}
+	bad := &Plan{Rules: []FileRule{{Match: `(`, Placements: map[string]Placement{"fsdp": Replicate}}}}
+	if _, err := bad.Sharding("x", []int64{8}, m); err == nil {
+		t.Error("a bad regexp built in Go was accepted")
+	}
+}
