@@ -21,8 +21,8 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/manifest"
-	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -48,8 +48,8 @@ const (
 	DequantizeNone DequantizeMode = ""
 	// DequantizeAll unpacks every quantized tensor.
 	DequantizeAll DequantizeMode = "all"
-	// DequantizeAuto unpacks what Options.TPUGen cannot run natively: FP8 except
-	// float8_e4m3fn on v7x, FP4 everywhere.
+	// DequantizeAuto unpacks what the target's TPU generation does not run natively (see
+	// quant.Group.NativeOn): FP4 everywhere, float8_e4m3fn except on TPU7x.
 	DequantizeAuto DequantizeMode = "auto"
 )
 
@@ -81,8 +81,10 @@ type Options struct {
 	// Dequantize says what to do with quantized tensors; dequantized tensors take
 	// Remap.DType (bfloat16 when unset).
 	Dequantize DequantizeMode
-	// TPUGen is the target generation DequantizeAuto decides for.
-	TPUGen quant.TPUGen
+	// Target is what the conversion writes for: the device tag storages get (unless
+	// Remap.Place decides otherwise), the TPU generation DequantizeAuto decides for, and
+	// the slice, mesh and plan of sharded outputs. nil keeps device tags.
+	Target *runtime.Target
 }
 
 // DefaultOptions returns the options of `ckpt convert --to tpu SRC DST`: every storage
@@ -94,9 +96,8 @@ func DefaultOptions(src, dst string) Options {
 	if strings.HasSuffix(dst, ".safetensors") {
 		format = Safetensors
 	}
-	place, _ := remap.ParseMapLocation(remap.TPU)
-	return Options{Src: src, Dst: dst, Format: format,
-		Remap: remap.Options{Place: place, StripWrappers: true, PlainData: true}}
+	return Options{Src: src, Dst: dst, Format: format, Target: &runtime.Target{Device: remap.TPU},
+		Remap: remap.Options{StripWrappers: true, PlainData: true}}
 }
 
 // Summary reports what a conversion did; it is also the --json output.
@@ -204,6 +205,9 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		return nil, err
 	}
 	ro := opts.Remap
+	if ro.Place == nil && opts.Target != nil {
+		ro.Place = placement(opts.Target)
+	}
 	pol := statedict.Policies{}
 	pol.Merge(ro.Policies)
 	pol.Merge(q.policies)
@@ -263,6 +267,14 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		}
 	}
 	return p, nil
+}
+
+// placement places tensors as the target does.
+func placement(t *runtime.Target) remap.Placement {
+	return func(name string, x *statedict.Tensor) (string, error) {
+		p, err := t.Place(name, x.Shape, x.DType, x.Storage.Location)
+		return p.Device, err
+	}
 }
 
 // contentBytes is how many tensor bytes a layout writes: every storage once for the
@@ -338,7 +350,7 @@ func convertAlongside(parent *subOutput, p *planned, opts Options, name string) 
 	}
 	defer ck.Close()
 	ro := opts.Remap
-	sub := Options{Src: src, Dst: filepath.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args,
+	sub := Options{Src: src, Dst: filepath.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target,
 		Remap: remap.Options{Place: ro.Place, PlainData: ro.PlainData, OptimizerDType: ro.OptimizerDType, KeepCUDARNG: ro.KeepCUDARNG}}
 	sp, err := plan(ck, sub, formats.TorchFile)
 	if err != nil {

@@ -49,7 +49,7 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (*quantStep, error
 	switch opts.Dequantize {
 	case DequantizeNone, DequantizeAll:
 	case DequantizeAuto:
-		if opts.TPUGen == "" {
+		if opts.Target == nil || opts.Target.Generation == nil {
 			return nil, fmt.Errorf("dequantizing for the target needs its TPU generation (v5e, v5p, v6e or v7x)")
 		}
 	default:
@@ -76,7 +76,7 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (*quantStep, error
 	}
 	unpack := map[*quant.Group]bool{}
 	for _, g := range plan.Groups {
-		unpack[g] = opts.Dequantize == DequantizeAll || opts.Dequantize == DequantizeAuto && !g.NativeOn(opts.TPUGen)
+		unpack[g] = opts.Dequantize == DequantizeAll || opts.Dequantize == DequantizeAuto && !g.NativeOn(opts.Target.Generation)
 	}
 	all := len(unpack) > 0
 	for _, u := range unpack {
@@ -84,7 +84,7 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (*quantStep, error
 	}
 	if n := countTrue(unpack); n > 0 && !all {
 		return nil, fmt.Errorf("%s: dequantizing for %s would unpack %d of the %d quantized tensors and keep the rest, which one %s quantization config cannot describe; unpack all of them instead",
-			opts.Src, opts.TPUGen, n, len(plan.Groups), plan.Config.Method)
+			opts.Src, opts.Target.Generation, n, len(plan.Groups), plan.Config.Method)
 	}
 	d, ok := ck.Root.(*statedict.Dict)
 	if !ok {

@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/convert"
-	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -46,18 +46,15 @@ hf_quant_config.json) pass through unchanged with their scales and config, which
 leaves alone. --dequantize unpacks every quantized tensor to --dtype (bfloat16 by default)
 exactly as the reference dequantizers do, under the names transformers gives them after
 loading; scales are dropped and the quantization config removed. --dequantize=auto
---tpu-gen GEN unpacks only what that TPU generation cannot run natively (FP8 e4m3fn runs on
-v7x; FP4 nowhere). A checkpoint that looks quantized but whose config is missing or
+--tpu-gen GEN unpacks only what that TPU generation's matrix units do not take natively
+(ckpt devices lists them: float8_e4m3fn on TPU7x only, float8_e5m2 from v5e on, FP4 nowhere). A checkpoint that looks quantized but whose config is missing or
 disagrees with its tensors is refused when dequantizing or casting.`,
 		Args: positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, ToolVersion: toolVersion(), Args: os.Args}
 			switch to {
-			case "tpu":
-			case "cpu":
-				if !cmd.Flags().Changed("map-location") {
-					mapLoc = "cpu"
-				}
+			case "tpu", "cpu":
+				opts.Target = &runtime.Target{Device: to}
 			default:
 				return usage(fmt.Errorf("--to %q: the targets are tpu and cpu", to))
 			}
@@ -68,11 +65,12 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 					opts.Format = convert.Safetensors
 				}
 			}
-			loc, err := remap.ParseMapLocation(mapLoc)
-			if err != nil {
-				return usage(err)
+			var err error
+			if cmd.Flags().Changed("map-location") {
+				if opts.Remap.Place, err = remap.ParseMapLocation(mapLoc); err != nil {
+					return usage(err)
+				}
 			}
-			opts.Remap.Place = loc
 			switch dtype {
 			case "keep", "":
 			case "bfloat16", "float32", "float16":
@@ -99,13 +97,13 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				return usage(fmt.Errorf("--dequantize=%q: all or auto", dequantize))
 			}
 			if opts.Dequantize == convert.DequantizeAuto && tpuGen == "" {
-				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v5e, v5p, v6e or v7x)"))
+				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v4, v5e, v5p, v6e or tpu7x)"))
 			}
 			if tpuGen != "" {
 				if opts.Dequantize != convert.DequantizeAuto {
 					return usage(fmt.Errorf("--tpu-gen applies to --dequantize=auto only"))
 				}
-				if opts.TPUGen, err = quant.ParseTPUGen(tpuGen); err != nil {
+				if opts.Target.Generation, err = runtime.LookupGeneration(tpuGen); err != nil {
 					return usage(fmt.Errorf("--tpu-gen: %w", err))
 				}
 			}
@@ -204,14 +202,14 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f := cmd.Flags()
 	f.StringVar(&to, "to", "tpu", "target runtime: tpu or cpu")
 	f.StringVar(&format, "format", "", "output format: torch, safetensors or dcp (default: safetensors for a .safetensors DST, else torch)")
-	f.StringVar(&mapLoc, "map-location", remap.TPU, "device tag for every storage (tpu, cpu, tpu:N) or a table FROM=TO,… of exact tags")
+	f.StringVar(&mapLoc, "map-location", "", "device tag for every storage in place of the target's (tpu, cpu, tpu:N), or a table FROM=TO,… of exact tags")
 	f.StringVar(&dtype, "dtype", "keep", "cast floating-point weights: keep, bfloat16, float32 or float16 (optimizer state and integers untouched)")
 	f.StringVar(&optimDType, "optimizer-dtype", "keep", "cast optimizer moments (per-parameter state except step): keep, bfloat16, float32 or float16")
 	f.StringArrayVar(&optimNames, "optimizer-names", nil, "[PATH=]FILE: the model names of an optimizer's parameters in id order, one per line, when shapes cannot map them")
 	f.BoolVar(&keepCUDARNG, "keep-cuda-rng", false, "keep CUDA RNG states (as CPU byte tensors) instead of dropping them")
 	f.StringVar(&dequantize, "dequantize", "", "unpack quantized tensors to --dtype (default bfloat16): --dequantize (all) or --dequantize=auto (with --tpu-gen)")
 	f.Lookup("dequantize").NoOptDefVal = string(convert.DequantizeAll)
-	f.StringVar(&tpuGen, "tpu-gen", "", "target TPU generation for --dequantize=auto: v5e, v5p, v6e or v7x")
+	f.StringVar(&tpuGen, "tpu-gen", "", "target TPU generation for --dequantize=auto: v4, v5e, v5p, v6e or tpu7x (v7x)")
 	f.StringArrayVar(&renames, "rename", nil, "REGEX=REPL applied to tensor names, in order (repeatable)")
 	f.StringVar(&sel, "select", "", "keep only the sub-tree at this dotted key (e.g. state_dict)")
 	f.StringArrayVar(&drops, "drop", nil, "drop entries whose flattened name matches REGEX (repeatable)")
