@@ -1,0 +1,195 @@
+package forward
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/verify/forward/kernel"
+)
+
+// Case is one tiny model written by testdata/forward/gen.py.
+type Case struct {
+	Name      string `json:"name"`
+	Path      string `json:"path"`
+	Tokens    []int  `json:"tokens"`
+	ModelType string `json:"model_type"`
+}
+
+var (
+	casesOnce sync.Once
+	casesDir  string
+	cases     []Case
+	casesErr  error
+)
+
+// generated runs the generator once per test binary and returns its cases and folder.
+func generated(t *testing.T) ([]Case, string) {
+	t.Helper()
+	o := oracle.Require(t)
+	casesOnce.Do(func() {
+		host, chroot := oracle.TempDir(t)
+		// The folder must outlive the test that first asked for it.
+		host, chroot = filepath.Dir(host)+"/forward-cases", filepath.Dir(chroot)+"/forward-cases"
+		var out []byte
+		out, casesErr = o.Python("testdata/forward/gen.py", chroot)
+		if casesErr == nil {
+			casesErr = json.Unmarshal(out, &cases)
+		}
+		casesDir = host
+	})
+	if casesErr != nil {
+		t.Fatal(casesErr)
+	}
+	return cases, casesDir
+}
+
+// readLogits reads the "logits" tensor [1, T, vocab] the generator wrote.
+func readLogits(t *testing.T, path string) ([]float32, []int64) {
+	t.Helper()
+	ck, err := formats.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	ts, err := ck.Tensors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nt := range ts {
+		if nt.Name != "logits" {
+			continue
+		}
+		if nt.Tensor.DType != statedict.Float32 {
+			t.Fatalf("%s: logits are %s", path, nt.Tensor.DType)
+		}
+		m, err := matrixOf(view{name: "logits", t: nt.Tensor, base: nt.Tensor.Offset, rs: nt.Tensor.NumEl(), cs: 1, rows: 1, cols: int(nt.Tensor.NumEl())}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := m.rowsF32(0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, nt.Tensor.Shape
+	}
+	t.Fatalf("%s: no logits tensor", path)
+	return nil, nil
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	var m float64
+	for i := range a {
+		d := math.Abs(float64(a[i]) - float64(b[i]))
+		if math.IsNaN(d) {
+			return math.Inf(1)
+		}
+		m = max(m, d)
+	}
+	return m
+}
+
+// TestMatchesTransformers runs every generated model in float32 and compares the logits
+// with transformers' float32 eager forward: at most 1e-4 apart. It runs once per matmul
+// kernel this machine has (AVX-512, AVX2, the portable fallback).
+func TestMatchesTransformers(t *testing.T) {
+	cs, dir := generated(t)
+	def := kernel.Current()
+	defer kernel.Use(def)
+	for _, impl := range kernel.Available() {
+		if err := kernel.Use(impl); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			t.Run(impl+"/"+c.Name, func(t *testing.T) { checkCase(t, dir, c) })
+		}
+	}
+}
+
+func checkCase(t *testing.T, dir string, c Case) {
+	{
+		{
+			want, shape := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
+			m, err := Open(filepath.Join(dir, c.Path), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			got, err := m.Forward(c.Tokens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(shape) != 3 || shape[1] != int64(len(c.Tokens)) || int(shape[2]) != m.Config().Vocab || len(got) != len(want) {
+				t.Fatalf("logits shape %v, got %d values for %d tokens × vocab %d", shape, len(got), len(c.Tokens), m.Config().Vocab)
+			}
+			d := maxAbsDiff(got, want)
+			t.Logf("%s (%s): max abs error %.3g over %d logits", c.Name, c.ModelType, d, len(got))
+			if d > 1e-4 {
+				t.Errorf("max abs error %g > 1e-4", d)
+			}
+		}
+	}
+}
+
+// TestMXFP4MatchesQuant checks the forward pass's MXFP4 row decoder bit for bit against
+// package quant's dequantization (itself bit-exact with transformers), on every expert of
+// the generated gpt-oss MXFP4 checkpoint.
+func TestMXFP4MatchesQuant(t *testing.T) {
+	_, dir := generated(t)
+	ck, err := formats.Open(filepath.Join(dir, "gpt_oss_mxfp4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	_, plan, err := quant.DetectCheckpoint(ck)
+	if err != nil || plan == nil {
+		t.Fatalf("plan %v, err %v", plan, err)
+	}
+	tensors := map[string]*statedict.Tensor{}
+	list, _ := ck.Tensors()
+	for _, nt := range list {
+		tensors[nt.Name] = nt.Tensor
+	}
+	checked := 0
+	for _, g := range plan.Groups {
+		E, in, out := int(g.Shape[0]), int(g.Shape[1]), int(g.Shape[2])
+		deq, err := g.Dequantize(statedict.BFloat16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := make([]byte, deq.NBytes())
+		if _, err := deq.Storage.ReadAt(all, 0); err != nil {
+			t.Fatal(err)
+		}
+		for e := range E {
+			m, err := mxfp4Expert(g.Name, g, tensors, e, E, out, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows := make([]byte, out*in*2)
+			if err := m.fill(rows, 0, out); err != nil {
+				t.Fatal(err)
+			}
+			for o := range out {
+				for i := range in {
+					got := binary.NativeEndian.Uint16(rows[(o*in+i)*2:])
+					want := binary.LittleEndian.Uint16(all[((e*in+i)*out+o)*2:])
+					if got != want {
+						t.Fatalf("%s expert %d [out %d, in %d]: %#04x, quant %#04x", g.Name, e, o, i, got, want)
+					}
+					checked++
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no MXFP4 values checked")
+	}
+}
