@@ -1,0 +1,119 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/internal/oracle"
+)
+
+// readF32 reads a float32 tensor's values from a checkpoint file.
+func readF32(t *testing.T, path, name string) ([]float32, []int64) {
+	t.Helper()
+	ck, err := formats.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	ts, err := ck.Tensors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nt := range ts {
+		if nt.Name == name {
+			var b strings.Builder
+			if _, err := nt.Tensor.WriteTo(&b); err != nil {
+				t.Fatal(err)
+			}
+			raw := []byte(b.String())
+			v := make([]float32, len(raw)/4)
+			for i := range v {
+				v[i] = math.Float32frombits(uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24)
+			}
+			return v, nt.Tensor.Shape
+		}
+	}
+	t.Fatalf("%s: no tensor %s", path, name)
+	return nil, nil
+}
+
+// TestForwardMatchesTransformers runs `ckpt forward --out` on tiny models written by
+// testdata/forward/gen.py (a torch.save file, a Hugging Face folder with MXFP4 experts) and
+// compares the written logits with transformers' float32 logits: within 1e-4.
+func TestForwardMatchesTransformers(t *testing.T) {
+	o := oracle.Require(t)
+	host, chroot := oracle.TempDir(t)
+	out, err := o.Python("testdata/forward/gen.py", chroot, "llama_dynamic_pt", "qwen3_moe", "gpt_oss_mxfp4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name   string `json:"name"`
+		Path   string `json:"path"`
+		Tokens []int  `json:"tokens"`
+	}
+	if err := json.Unmarshal(out, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			ids := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(c.Tokens)), ","), "[]")
+			dst := filepath.Join(t.TempDir(), "logits.safetensors")
+			stdout, err := run(t, "forward", filepath.Join(host, c.Path), "--tokens", ids, "--out", dst, "--json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rep forwardReport
+			if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+				t.Fatal(err)
+			}
+			got, shape := readF32(t, dst, "logits")
+			want, wshape := readF32(t, filepath.Join(host, c.Name+".logits.safetensors"), "logits")
+			if fmt.Sprint(shape) != fmt.Sprint(wshape) || len(got) != len(want) {
+				t.Fatalf("logits shape %v, transformers %v", shape, wshape)
+			}
+			var d float64
+			for i := range got {
+				d = max(d, math.Abs(float64(got[i])-float64(want[i])))
+			}
+			t.Logf("%s: max abs error %.3g", c.Name, d)
+			if d > 1e-4 || math.IsNaN(d) {
+				t.Errorf("max abs error %g > 1e-4", d)
+			}
+			if len(rep.Top1) != len(c.Tokens) || rep.Vocab != int(shape[2]) {
+				t.Errorf("report %+v", rep)
+			}
+			// The output exists: a second run needs --force.
+			if _, err := run(t, "forward", filepath.Join(host, c.Path), "--tokens", ids, "--out", dst); err == nil {
+				t.Error("forward replaced an existing --out without --force")
+			}
+		})
+	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"model_type": "bert", "architectures": ["BertModel"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--config", cfg}, "not supported by the forward pass (supported: gpt_oss, llama"},
+		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1,x"}, `"x" is not a token id`},
+		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--precision", "fp8"}, "float32 or tpu"},
+	} {
+		_, err := run(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
