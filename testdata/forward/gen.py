@@ -60,6 +60,14 @@ CASES = {
     "qwen3_moe_step": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", base(
         head_dim=16, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=16, norm_topk_prob=False,
         decoder_sparse_step=2, tie_word_embeddings=True), "bf16"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", base(
+        head_dim=16, num_hidden_layers=3, sliding_window=3, query_pre_attn_scalar=24, tie_word_embeddings=True,
+        attn_logit_softcapping=5.0, final_logit_softcapping=3.0), "safetensors"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", base(
+        head_dim=16, num_hidden_layers=4, sliding_window=3, query_pre_attn_scalar=16, tie_word_embeddings=True,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        rope_parameters={"full_attention": dict(rope_type="linear", rope_theta=1000000.0, factor=8.0),
+                         "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}), "bf16"),
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", base(
         head_dim=16, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, num_hidden_layers=3,
         sliding_window=4, layer_types=["sliding_attention", "full_attention", "sliding_attention"],

@@ -32,6 +32,13 @@ type family struct {
 	gptOssLayers bool
 	// defaultRope is the rope_parameters the config class sets when config.json has none.
 	defaultRope map[string]any
+	// gemma is 2 or 3 for Gemma's decoder: embeddings scaled by √hidden, RMSNorm weights
+	// applied as (1 + w), norms around both blocks, GELU-tanh, query_pre_attn_scalar,
+	// logit soft-capping; Gemma 3 adds q/k norms and a rope of its own for sliding layers.
+	gemma int
+	// slidingPattern: without layer_types, every pattern-th layer is full attention and
+	// the others sliding (Gemma); 0 for none.
+	slidingPattern int
 }
 
 type moeKind int
@@ -53,6 +60,8 @@ var families = map[string]*family{
 		sinks: true, moe: moeGptOss, gptOssLayers: true,
 		defaultRope: map[string]any{"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
 			"truncate": false, "original_max_position_embeddings": 4096.0}},
+	"gemma2":      {modelType: "gemma2", defaultTheta: 10000, headDim: 256, readsAttnBias: true, gemma: 2, slidingPattern: 2},
+	"gemma3_text": {modelType: "gemma3_text", defaultTheta: 1e6, headDim: 256, readsAttnBias: true, qkNorm: true, gemma: 3, slidingPattern: 6},
 }
 
 // Supported lists the model_type values the forward pass runs, sorted.
@@ -87,7 +96,18 @@ type Config struct {
 	// Window is the sliding-window length of the layers where Sliding[i] is set.
 	Window  int
 	Sliding []bool
-	Rope    Rope
+	// Rope is the rotary embedding of every layer, or of the full-attention layers when
+	// RopeLocal is set (Gemma 3's sliding layers).
+	Rope      Rope
+	RopeLocal *Rope
+	// Gemma: EmbedScale multiplies the embeddings (0: none); NormPlusOne applies RMSNorm
+	// weights as 1 + w; Sandwich adds post-attention, pre- and post-feedforward norms.
+	EmbedScale            float32
+	NormPlusOne, Sandwich bool
+	// AttnScale multiplies the attention scores (head_dim^-0.5, or
+	// query_pre_attn_scalar^-0.5); AttnSoftcap and FinalSoftcap cap scores and logits as
+	// cap·tanh(x/cap) (0: none).
+	AttnScale, AttnSoftcap, FinalSoftcap float64
 	// MoE: Experts experts per MoE layer, TopK routed per token; MoELayer[i] says which
 	// layers are MoE; MoEIntermediate is an expert's hidden size.
 	Experts, TopK, MoEIntermediate int
@@ -142,6 +162,19 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	c.RMSNormEps = g.float("rms_norm_eps", map[bool]float64{true: 1e-5, false: 1e-6}[mt == "gpt_oss"])
 	c.HiddenAct = g.str("hidden_act", "silu")
+	c.AttnScale = 1 / math.Sqrt(float64(c.HeadDim))
+	if fam.gemma != 0 {
+		c.HiddenAct = g.str("hidden_activation", g.str("hidden_act", "gelu_pytorch_tanh"))
+		c.EmbedScale = float32(math.Sqrt(float64(c.Hidden)))
+		c.NormPlusOne, c.Sandwich = true, true
+		c.AttnScale = 1 / math.Sqrt(g.float("query_pre_attn_scalar", 256))
+		caps := map[int][2]float64{2: {50, 30}, 3: {0, 0}}[fam.gemma]
+		c.AttnSoftcap = g.nullableFloat("attn_logit_softcapping", caps[0])
+		c.FinalSoftcap = g.nullableFloat("final_logit_softcapping", caps[1])
+		if g.bool("use_bidirectional_attention", false) {
+			return nil, fmt.Errorf("config.json: use_bidirectional_attention is not supported")
+		}
+	}
 	c.TieEmbeddings = g.bool("tie_word_embeddings", false)
 	c.AttnBias, c.OBias = fam.attnBias, fam.oBias
 	if fam.readsAttnBias {
@@ -165,8 +198,8 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.Heads%c.KVHeads != 0 {
 		return nil, fmt.Errorf("config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.Heads, c.KVHeads)
 	}
-	if c.HiddenAct != "silu" && mt != "gpt_oss" {
-		return nil, fmt.Errorf("config.json: hidden_act %q is not supported (silu is)", c.HiddenAct)
+	if c.HiddenAct != "silu" && c.HiddenAct != "gelu_pytorch_tanh" && mt != "gpt_oss" {
+		return nil, fmt.Errorf("config.json: hidden activation %q is not supported (silu, gelu_pytorch_tanh are)", c.HiddenAct)
 	}
 	if err := c.window(g); err != nil {
 		return nil, err
@@ -209,6 +242,9 @@ func (c *Config) window(g *getter) error {
 				c.Sliding[i] = win > 0 && i >= g.int("max_window_layers", 28)
 			case c.fam.gptOssLayers:
 				c.Sliding[i] = (i+1)%2 == 1
+			case c.fam.slidingPattern > 0:
+				p := g.int("sliding_window_pattern", c.fam.slidingPattern)
+				c.Sliding[i] = p > 0 && (i+1)%p != 0
 			}
 		}
 	}
@@ -221,9 +257,12 @@ func (c *Config) window(g *getter) error {
 			win = 4096
 		}
 	}
-	if c.fam.gptOssLayers {
-		if _, ok := g.raw["sliding_window"]; !ok {
+	if _, ok := g.raw["sliding_window"]; !ok {
+		switch {
+		case c.fam.gptOssLayers:
 			win = 128
+		case c.fam.gemma != 0:
+			win = 4096
 		}
 	}
 	c.Window = win
@@ -308,6 +347,14 @@ func (g *getter) float(key string, def float64) float64 {
 		return def
 	}
 	return f
+}
+
+// nullableFloat is float for a field where null means "none" (0) rather than the default.
+func (g *getter) nullableFloat(key string, def float64) float64 {
+	if v, ok := g.raw[key]; ok && v == nil {
+		return 0
+	}
+	return g.float(key, def)
 }
 
 func (g *getter) bool(key string, def bool) bool {

@@ -3,7 +3,8 @@
 // checkpoint opened with formats.Open and produces float32 logits [T, vocab] for a sequence
 // of token ids, following transformers 5.12's modeling code (eager attention) for Llama
 // (with linear, dynamic, YaRN, LongRoPE and llama3 RoPE scaling), Mistral, Qwen2, Qwen3,
-// Qwen3-MoE and gpt-oss (attention sinks, sliding windows, MXFP4 experts). It is what
+// Qwen3-MoE, gpt-oss (attention sinks, sliding windows, MXFP4 experts), Gemma 2 and Gemma 3
+// text models (soft-capping, sandwich norms, local and global RoPE). It is what
 // `ckpt forward` and the verification forward of `ckpt verify --forward` run.
 //
 // Two precisions: [Float32] widens every weight exactly and computes in float32, matching

@@ -34,23 +34,47 @@ func (m *Model) Forward(tokens []int) ([]float32, error) {
 		if err != nil {
 			return nil, err
 		}
+		if c.EmbedScale != 0 {
+			for j := range row {
+				row[j] *= c.EmbedScale
+			}
+		}
 		copy(h[i*H:], row)
 	}
 	rope, err := newRopeTable(&c.Rope, T)
 	if err != nil {
 		return nil, err
 	}
+	ropeLocal := rope
+	if c.RopeLocal != nil {
+		if ropeLocal, err = newRopeTable(c.RopeLocal, T); err != nil {
+			return nil, err
+		}
+	}
 	x := make([]float32, T*H)
 	out := make([]float32, T*H)
 	for i, l := range m.layers {
 		rmsNorm(x, h, l.inNorm, c.RMSNormEps)
-		if err := m.attention(out, x, T, l, rope, tpu); err != nil {
+		r := rope
+		if l.sliding {
+			r = ropeLocal
+		}
+		if err := m.attention(out, x, T, l, r, tpu); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
-		add(h, out)
-		rmsNorm(x, h, l.postNorm, c.RMSNormEps)
+		if c.Sandwich {
+			rmsNorm(out, out, l.postNorm, c.RMSNormEps)
+			add(h, out)
+			rmsNorm(x, h, l.preFF, c.RMSNormEps)
+		} else {
+			add(h, out)
+			rmsNorm(x, h, l.postNorm, c.RMSNormEps)
+		}
 		if err := m.mlp(out, x, T, l, tpu); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		if c.Sandwich {
+			rmsNorm(out, out, l.postFF, c.RMSNormEps)
 		}
 		add(h, out)
 		m.ck.ReleaseMemory()
@@ -59,6 +83,11 @@ func (m *Model) Forward(tokens []int) ([]float32, error) {
 	logits := make([]float32, T*c.Vocab)
 	if err := linear(logits, x, T, m.lmHead, nil, tpu); err != nil {
 		return nil, err
+	}
+	if cp := float32(c.FinalSoftcap); cp != 0 {
+		for i, v := range logits {
+			logits[i] = softcap(v, cp)
+		}
 	}
 	m.ck.ReleaseMemory()
 	return logits, nil
@@ -163,7 +192,7 @@ func (m *Model) attention(dst, x []float32, T int, l *layer, rope *ropeTable, tp
 		q, k, v = roundedBF16(q), roundedBF16(k), roundedBF16(v)
 	}
 	ctx := make([]float32, T*nh*D)
-	scaling := float32(1 / math.Sqrt(float64(D)))
+	scaling := float32(c.AttnScale)
 	window := 0
 	if l.sliding {
 		window = c.Window
@@ -195,7 +224,7 @@ func (m *Model) attention(dst, x []float32, T int, l *layer, rope *ropeTable, tp
 					if l.sinks != nil {
 						sink = l.sinks[hd]
 					}
-					softmax(row, lo, i+1, scaling, l.sinks != nil, sink)
+					softmax(row, lo, i+1, scaling, float32(c.AttnSoftcap), l.sinks != nil, sink)
 					if tpu {
 						for j := lo; j <= i; j++ {
 							row[j] = roundBF16(row[j])
@@ -215,13 +244,16 @@ func (m *Model) attention(dst, x []float32, T int, l *layer, rope *ropeTable, tp
 	return linear(dst, ctx, T, l.o, l.ob, tpu)
 }
 
-// softmax replaces row[lo:hi] (scaled by scaling) by its softmax and zeroes the rest, as
-// eager attention's masked softmax in float32 does; with a sink the extra logit joins the
-// normalization and is dropped (gpt-oss).
-func softmax(row []float32, lo, hi int, scaling float32, hasSink bool, sink float32) {
+// softmax replaces row[lo:hi] (scaled by scaling, then soft-capped when cp is not 0) by its
+// softmax and zeroes the rest, as eager attention's masked softmax in float32 does; with a
+// sink the extra logit joins the normalization and is dropped (gpt-oss).
+func softmax(row []float32, lo, hi int, scaling, cp float32, hasSink bool, sink float32) {
 	mx := float32(math.Inf(-1))
 	for j := lo; j < hi; j++ {
 		row[j] *= scaling
+		if cp != 0 {
+			row[j] = softcap(row[j], cp)
+		}
 		mx = max(mx, row[j])
 	}
 	if hasSink {
@@ -251,11 +283,15 @@ func (m *Model) mlp(dst, x []float32, T int, l *layer, tpu bool) error {
 		}
 		return m.qwen3MoE(dst, x, T, l, tpu)
 	}
-	return swiglu(dst, x, T, l.gate, l.up, l.down, l.gateB, l.upB, l.downB, tpu)
+	act := silu
+	if m.cfg.HiddenAct == "gelu_pytorch_tanh" {
+		act = geluTanh
+	}
+	return glu(dst, x, T, l.gate, l.up, l.down, l.gateB, l.upB, l.downB, act, tpu)
 }
 
-// swiglu computes down(silu(gate(x)) · up(x)).
-func swiglu(dst, x []float32, T int, gate, up, down *matrix, gb, ub, db []float32, tpu bool) error {
+// glu computes down(act(gate(x)) · up(x)).
+func glu(dst, x []float32, T int, gate, up, down *matrix, gb, ub, db []float32, act func(float32) float32, tpu bool) error {
 	I := gate.rows
 	g := make([]float32, T*I)
 	u := make([]float32, T*I)
@@ -266,9 +302,21 @@ func swiglu(dst, x []float32, T int, gate, up, down *matrix, gb, ub, db []float3
 		return err
 	}
 	for i, a := range g {
-		g[i] = silu(a) * u[i]
+		g[i] = act(a) * u[i]
 	}
 	return linear(dst, g, T, down, db, tpu)
+}
+
+// softcap is cap·tanh(x/cap), as Gemma caps attention scores and logits.
+func softcap(x, cp float32) float32 {
+	return float32(math.Tanh(float64(x/cp))) * cp
+}
+
+// geluTanh is torch's gelu(approximate="tanh"): ½x(1 + tanh(√(2/π)(x + 0.044715x³))).
+func geluTanh(x float32) float32 {
+	const k = 0.7978845608028654 // √(2/π)
+	inner := float32(k) * (x + 0.044715*x*x*x)
+	return 0.5 * x * (1 + float32(math.Tanh(float64(inner))))
 }
 
 func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
@@ -310,7 +358,7 @@ func (m *Model) qwen3MoE(dst, x []float32, T int, l *layer, tpu bool) error {
 	routes := make([]route, T)
 	for t := range T {
 		p := slices.Clone(logits[t*E : (t+1)*E])
-		softmax(p, 0, E, 1, false, 0)
+		softmax(p, 0, E, 1, 0, false, 0)
 		top := topk(p, c.TopK)
 		w := make([]float32, len(top))
 		var sum float32
@@ -326,7 +374,7 @@ func (m *Model) qwen3MoE(dst, x []float32, T int, l *layer, tpu bool) error {
 		routes[t] = route{top, w}
 	}
 	return m.runExperts(dst, x, T, l, routes, func(out, xs []float32, n int, e *expert) error {
-		return swiglu(out, xs, n, e.gate, e.up, e.down, nil, nil, nil, tpu)
+		return glu(out, xs, n, e.gate, e.up, e.down, nil, nil, nil, silu, tpu)
 	})
 }
 
@@ -347,7 +395,7 @@ func (m *Model) gptOssMoE(dst, x []float32, T int, l *layer, tpu bool) error {
 		for i, e := range top {
 			w[i] = row[e]
 		}
-		softmax(w, 0, len(w), 1, false, 0)
+		softmax(w, 0, len(w), 1, 0, false, 0)
 		routes[t] = route{top, w}
 	}
 	const alpha, limit = 1.702, 7.0

@@ -7,6 +7,7 @@ import (
 // layer holds one decoder layer's weights.
 type layer struct {
 	inNorm, postNorm []float32
+	preFF, postFF    []float32 // Gemma's norms around the MLP
 	q, k, v, o       *matrix
 	qb, kb, vb, ob   []float32
 	qNorm, kNorm     []float32
@@ -49,6 +50,7 @@ func (m *Model) load(ws *weights) error {
 	if m.norm, err = ws.vec("model.norm.weight", c.Hidden); err != nil {
 		return err
 	}
+	m.norm = c.normWeight(m.norm)
 	for i := range c.Layers {
 		l, err := m.loadLayer(ws, i)
 		if err != nil {
@@ -75,6 +77,7 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 		must(e)
 		return v
 	}
+	norm := func(name string, n int) []float32 { return c.normWeight(vec(name, n)) }
 	mat := func(name string, rows, cols int) *matrix {
 		v, e := ws.mat(p+name, rows, cols, round)
 		must(e)
@@ -82,8 +85,12 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 	}
 	H, D := c.Hidden, c.HeadDim
 	qd, kvd := c.Heads*D, c.KVHeads*D
-	l.inNorm = vec("input_layernorm.weight", H)
-	l.postNorm = vec("post_attention_layernorm.weight", H)
+	l.inNorm = norm("input_layernorm.weight", H)
+	l.postNorm = norm("post_attention_layernorm.weight", H)
+	if c.Sandwich {
+		l.preFF = norm("pre_feedforward_layernorm.weight", H)
+		l.postFF = norm("post_feedforward_layernorm.weight", H)
+	}
 	l.q = mat("self_attn.q_proj.weight", qd, H)
 	l.k = mat("self_attn.k_proj.weight", kvd, H)
 	l.v = mat("self_attn.v_proj.weight", kvd, H)
@@ -97,8 +104,8 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 		l.ob = vec("self_attn.o_proj.bias", H)
 	}
 	if c.QKNorm {
-		l.qNorm = vec("self_attn.q_norm.weight", D)
-		l.kNorm = vec("self_attn.k_norm.weight", D)
+		l.qNorm = norm("self_attn.q_norm.weight", D)
+		l.kNorm = norm("self_attn.k_norm.weight", D)
 	}
 	if c.Sinks {
 		l.sinks = vec("self_attn.sinks", c.Heads)
@@ -194,6 +201,17 @@ func (l *layer) loadGptOssMoE(ws *weights, p string, c *Config) error {
 		l.experts = append(l.experts, x)
 	}
 	return nil
+}
+
+// normWeight returns the factor an RMSNorm multiplies by: its weight, or 1 + weight for
+// Gemma (computed in float32, as Gemma's RMSNorm does).
+func (c *Config) normWeight(w []float32) []float32 {
+	if c.NormPlusOne {
+		for i := range w {
+			w[i] = 1 + w[i]
+		}
+	}
+	return w
 }
 
 // slice returns rows [r0, r1) of m as a matrix of its own.

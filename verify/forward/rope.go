@@ -12,6 +12,9 @@ import (
 // llama3/yarn/longrope take original_max_position_embeddings from the top level or
 // max_position_embeddings.
 func (c *Config) rope(raw map[string]any) error {
+	if c.fam.gemma == 3 {
+		return c.gemma3Rope(raw)
+	}
 	var rp map[string]any
 	for _, key := range []string{"rope_scaling", "rope_parameters"} {
 		if m, ok := raw[key].(map[string]any); ok && len(m) > 0 {
@@ -32,6 +35,57 @@ func (c *Config) rope(raw map[string]any) error {
 			rp["rope_theta"] = c.fam.defaultTheta
 		}
 	}
+	r, err := c.resolveRope(raw, rp)
+	if err != nil {
+		return err
+	}
+	c.Rope = *r
+	return nil
+}
+
+// gemma3Rope follows Gemma3TextConfig.convert_rope_params_to_dict: rope_parameters holds one
+// dict per layer type; legacy rope_scaling updates the full-attention one, rope_theta
+// (default 1e6) and rope_local_base_freq (default 1e4) give their thetas.
+func (c *Config) gemma3Rope(raw map[string]any) error {
+	per := map[string]map[string]any{}
+	if m, ok := raw["rope_parameters"].(map[string]any); ok {
+		for _, lt := range []string{"full_attention", "sliding_attention"} {
+			if d, ok := m[lt].(map[string]any); ok {
+				per[lt] = maps.Clone(d)
+			}
+		}
+	}
+	for _, lt := range []string{"full_attention", "sliding_attention"} {
+		if per[lt] == nil {
+			per[lt] = map[string]any{"rope_type": "default"}
+		}
+	}
+	if m, ok := raw["rope_scaling"].(map[string]any); ok {
+		maps.Copy(per["full_attention"], m)
+	}
+	for lt, key := range map[string]string{"full_attention": "rope_theta", "sliding_attention": "rope_local_base_freq"} {
+		if _, ok := per[lt]["rope_theta"]; !ok {
+			if t, ok := raw[key]; ok {
+				per[lt]["rope_theta"] = t
+			} else {
+				per[lt]["rope_theta"] = map[string]float64{"full_attention": 1e6, "sliding_attention": 1e4}[lt]
+			}
+		}
+	}
+	full, err := c.resolveRope(raw, per["full_attention"])
+	if err != nil {
+		return err
+	}
+	local, err := c.resolveRope(raw, per["sliding_attention"])
+	if err != nil {
+		return err
+	}
+	c.Rope, c.RopeLocal = *full, local
+	return nil
+}
+
+// resolveRope completes one rope parameter dict (rope_theta already set) and checks it.
+func (c *Config) resolveRope(raw, rp map[string]any) (*Rope, error) {
 	typ, _ := rp["rope_type"].(string)
 	if typ == "" {
 		typ, _ = rp["type"].(string)
@@ -48,23 +102,25 @@ func (c *Config) rope(raw map[string]any) error {
 		}
 	case "default", "linear", "dynamic":
 	default:
-		return fmt.Errorf("config.json: rope type %q is not supported (default, linear, dynamic, yarn, longrope, llama3)", typ)
+		return nil, fmt.Errorf("config.json: rope type %q is not supported (default, linear, dynamic, yarn, longrope, llama3)", typ)
 	}
 	for _, src := range []map[string]any{rp, raw} {
 		if f, ok := src["partial_rotary_factor"].(float64); ok && f != 1 {
-			return fmt.Errorf("config.json: partial_rotary_factor %g is not supported", f)
+			return nil, fmt.Errorf("config.json: partial_rotary_factor %g is not supported", f)
 		}
 	}
 	theta, ok := rp["rope_theta"].(float64)
 	if !ok || theta <= 1 {
-		return fmt.Errorf("config.json: rope_theta %v must be a number above 1", rp["rope_theta"])
+		return nil, fmt.Errorf("config.json: rope_theta %v must be a number above 1", rp["rope_theta"])
 	}
 	if c.HeadDim%2 != 0 {
-		return fmt.Errorf("config.json: head_dim %d must be even for rotary embeddings", c.HeadDim)
+		return nil, fmt.Errorf("config.json: head_dim %d must be even for rotary embeddings", c.HeadDim)
 	}
-	c.Rope = Rope{Type: typ, Theta: theta, params: rp, maxPos: c.MaxPositions, headDim: c.HeadDim}
-	_, err := c.Rope.InvFreq(1)
-	return err
+	r := &Rope{Type: typ, Theta: theta, params: rp, maxPos: c.MaxPositions, headDim: c.HeadDim}
+	if _, err := r.InvFreq(1); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 func (r *Rope) num(key string, def float64, required bool) (float64, error) {
