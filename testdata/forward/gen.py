@@ -6,10 +6,12 @@ For every case it builds a model with random weights from a small config of one
 architecture, saves it under OUTDIR/CASE (a Hugging Face folder, a torch file, ...),
 reloads it with transformers' from_pretrained in float32 with eager attention, runs
 TOKENS through it and writes the logits [1, T, vocab] as OUTDIR/CASE.logits.safetensors
-(tensor "logits"). It prints a JSON list of {"name", "path", "tokens"} on stdout; "path"
+(tensor "logits"), and as OUTDIR/CASE.tpu.safetensors the logits of the same model with
+every matrix product's inputs rounded to bfloat16 (tpu_matmuls). It prints a JSON list of {"name", "path", "tokens"} on stdout; "path"
 is what to hand to `ckpt forward`, relative to OUTDIR.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -79,6 +81,24 @@ CASES = {
                                                beta_slow=1.0, truncate=False, original_max_position_embeddings=16)),
         "mxfp4"),
 }
+
+@contextlib.contextmanager
+def tpu_matmuls():
+    """Every matrix product's float32 inputs rounded to bfloat16 (nearest even), products and
+    sums in float32: a TPU matrix unit at default precision. Patches F.linear, torch.matmul
+    and Tensor.__matmul__, which the eager modeling code calls for every product."""
+    def r(t):
+        return t.to(torch.bfloat16).to(torch.float32) if t.dtype == torch.float32 else t
+    F = torch.nn.functional
+    lin, mm, tmm = F.linear, torch.matmul, torch.Tensor.__matmul__
+    F.linear = lambda x, w, b=None: lin(r(x), r(w), b)
+    torch.matmul = lambda a, b, **kw: mm(r(a), r(b), **kw)
+    torch.Tensor.__matmul__ = lambda a, b: tmm(r(a), r(b))
+    try:
+        yield
+    finally:
+        F.linear, torch.matmul, torch.Tensor.__matmul__ = lin, mm, tmm
+
 
 FP4_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
 
@@ -153,7 +173,10 @@ def make(name, outdir):
     ref.eval()
     with torch.no_grad():
         logits = ref(torch.tensor([TOKENS])).logits.float().contiguous()
+        with tpu_matmuls():
+            tpu = ref(torch.tensor([TOKENS])).logits.float().contiguous()
     save_file({"logits": logits}, os.path.join(outdir, name + ".logits.safetensors"))
+    save_file({"logits": tpu}, os.path.join(outdir, name + ".tpu.safetensors"))
     return {"name": name, "path": path, "tokens": TOKENS, "model_type": cfg.model_type}
 
 

@@ -193,3 +193,48 @@ func TestMXFP4MatchesQuant(t *testing.T) {
 		t.Fatal("no MXFP4 values checked")
 	}
 }
+
+// TestTPUPrecisionMatchesEmulation compares --precision tpu with transformers run with every
+// matrix product's inputs rounded to bfloat16 (gen.py's tpu_matmuls). Rounding to bfloat16
+// amplifies the last-bit differences of float32 summation orders, so the two cannot agree
+// bit for bit; what must hold is that both depart from the float32 logits by the same
+// amount (a forward pass that rounded nothing, or rounded more than the matrix inputs, would
+// not), and that they stay close to each other.
+func TestTPUPrecisionMatchesEmulation(t *testing.T) {
+	cs, dir := generated(t)
+	for _, c := range cs {
+		t.Run(c.Name, func(t *testing.T) {
+			f32, _ := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
+			emu, _ := readLogits(t, filepath.Join(dir, c.Name+".tpu.safetensors"))
+			m, err := Open(filepath.Join(dir, c.Path), Options{Precision: TPU})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			got, err := m.Forward(c.Tokens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mean := func(a, b []float32) float64 {
+				var s float64
+				for i := range a {
+					s += math.Abs(float64(a[i]) - float64(b[i]))
+				}
+				return s / float64(len(a))
+			}
+			var scale float64
+			for _, v := range emu {
+				scale = max(scale, math.Abs(float64(v)))
+			}
+			ours, theirs, between := mean(got, f32), mean(emu, f32), mean(got, emu)
+			t.Logf("%s: mean |tpu−f32| %.3g (emulation %.3g), mean |tpu−emulation| %.3g, max |tpu−emulation| %.3g of max |logit| %.3g",
+				c.Name, ours, theirs, between, maxAbsDiff(got, emu), scale)
+			if ratio := ours / theirs; !(ratio > 0.5 && ratio < 2) {
+				t.Errorf("departure from float32 %.3g is %.2f× the emulation's %.3g", ours, ratio, theirs)
+			}
+			if d := maxAbsDiff(got, emu); d > 0.05*scale {
+				t.Errorf("max |tpu−emulation| %.3g exceeds 5%% of the largest logit %.3g", d, scale)
+			}
+		})
+	}
+}
