@@ -19,8 +19,13 @@ const tileBytes = 256 << 10
 // rounded to bfloat16 first, and float32 weights too unless the matrix is exempt.
 func linear(dst, x []float32, T int, w *matrix, bias []float32, tpu bool) error {
 	n, k := w.rows, w.cols
+	var xb []uint16 // the rounded activations as bfloat16 bits, for bfloat16 weights
 	if tpu {
 		x = roundedBF16(x[:T*k])
+		xb = make([]uint16, len(x))
+		for i, v := range x {
+			xb[i] = uint16(math.Float32bits(v) >> 16)
+		}
 	}
 	workers := min(runtime.GOMAXPROCS(0), max(1, n/16))
 	var wg sync.WaitGroup
@@ -35,7 +40,7 @@ func linear(dst, x []float32, T int, w *matrix, bias []float32, tpu bool) error 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[g] = w.product(dst, x, T, j0, j1)
+			errs[g] = w.product(dst, x, xb, T, j0, j1)
 		}()
 	}
 	wg.Wait()
@@ -55,13 +60,21 @@ func linear(dst, x []float32, T int, w *matrix, bias []float32, tpu bool) error 
 	return nil
 }
 
-// product computes output features [j0, j1) of all T rows.
-func (w *matrix) product(dst, x []float32, T, j0, j1 int) error {
+// product computes output features [j0, j1) of all T rows; xb, when set, holds x as
+// bfloat16 bits (TPU precision), multiplied with bfloat16 weights as they are.
+func (w *matrix) product(dst, x []float32, xb []uint16, T, j0, j1 int) error {
 	n, k := w.rows, w.cols
 	out := dst[j0:]
+	bf16 := func(dst []float32, w []uint16, rows int) {
+		if xb != nil {
+			kernel.MatMulBF16x2(dst, n, xb, k, w, k, T, rows, k)
+		} else {
+			kernel.MatMulBF16(dst, n, x, k, w, k, T, rows, k)
+		}
+	}
 	switch {
 	case w.bf16 != nil:
-		kernel.MatMulBF16(out, n, x, k, w.bf16[j0*k:], k, T, j1-j0, k)
+		bf16(out, w.bf16[j0*k:], j1-j0)
 		return nil
 	case w.f32 != nil:
 		kernel.MatMulF32(out, n, x, k, w.f32[j0*k:], k, T, j1-j0, k)
@@ -80,7 +93,7 @@ func (w *matrix) product(dst, x []float32, T, j0, j1 int) error {
 			return err
 		}
 		if w.tileBF16 {
-			kernel.MatMulBF16(dst[r:], n, x, k, unsafe.Slice((*uint16)(unsafe.Pointer(&tile[0])), len(tile)/2), k, T, r1-r, k)
+			bf16(dst[r:], unsafe.Slice((*uint16)(unsafe.Pointer(&tile[0])), len(tile)/2), r1-r)
 			continue
 		}
 		f := unsafe.Slice((*float32)(unsafe.Pointer(&tile[0])), len(tile)/4)

@@ -30,6 +30,10 @@ type Impl struct {
 	// for i<mr, j<nr, with k a multiple of Step (0 allowed).
 	bf16 [][]func(dst *float32, ldd int, x *float32, ldx int, w *uint16, ldw int, k int)
 	f32  [][]func(dst *float32, ldd int, x *float32, ldx int, w *float32, ldw int, k int)
+	// dp[mr][nr], when the CPU has a bfloat16 dot-product instruction (AVX512_BF16), is
+	// the bfloat16×bfloat16 product over k a multiple of dpStep; nil otherwise.
+	dp     [][]func(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+	dpStep int
 }
 
 // impls lists the implementations usable on this machine, best first; the last is Generic.
@@ -91,6 +95,45 @@ func MatMulBF16(dst []float32, ldd int, x []float32, ldx int, w []uint16, ldw in
 				var s float32
 				for p, v := range xr {
 					s += v * math.Float32frombits(uint32(wr[p])<<16)
+				}
+				dst[i*ldd+j] += s
+			}
+		}
+	}
+}
+
+// MatMulBF16x2 is MatMulBF16 with bfloat16 activations too: dst[i*ldd+j] = Σ_{p<k}
+// x[i*ldx+p]·w[j*ldw+p], both bfloat16 bits, products exact, sums in float32 — a TPU matrix
+// unit's default precision. With AVX512_BF16 it runs VDPBF16PS, which treats bfloat16
+// subnormals as zero and flushes subnormal sums; otherwise it widens x and runs MatMulBF16.
+func MatMulBF16x2(dst []float32, ldd int, x []uint16, ldx int, w []uint16, ldw int, m, n, k int) {
+	check(len(dst), ldd, m, n, len(x), ldx, len(w), ldw, k)
+	if m == 0 || n == 0 {
+		return
+	}
+	im := current
+	if im.dp == nil || k == 0 {
+		xf := make([]float32, m*k)
+		for i := range m {
+			for p, h := range x[i*ldx : i*ldx+k] {
+				xf[i*k+p] = math.Float32frombits(uint32(h) << 16)
+			}
+		}
+		MatMulBF16(dst, ldd, xf, k, w, ldw, m, n, k)
+		return
+	}
+	kk := k - k%im.dpStep
+	blocks(m, n, im, func(i, j, mr, nr int) {
+		im.dp[mr][nr](&dst[i*ldd+j], ldd, &x[i*ldx], ldx, &w[j*ldw], ldw, kk)
+	})
+	if kk < k {
+		for i := range m {
+			xr := x[i*ldx+kk : i*ldx+k]
+			for j := range n {
+				wr := w[j*ldw+kk : j*ldw+k]
+				var s float32
+				for p, v := range xr {
+					s += math.Float32frombits(uint32(v)<<16) * math.Float32frombits(uint32(wr[p])<<16)
 				}
 				dst[i*ldd+j] += s
 			}

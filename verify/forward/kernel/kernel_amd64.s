@@ -5465,3 +5465,2219 @@ f32_avx2_4x3_done:
 	VMOVSS       X0, 8(AX)
 	VZEROUPPER
 	RET
+
+// func bf16dp_avx512bf16_1x1(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_1x1(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	VXORPS Z0, Z0, Z0
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_1x1_done
+
+bf16dp_avx512bf16_1x1_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, DI
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_1x1_loop
+
+bf16dp_avx512bf16_1x1_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_1x2(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_1x2(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_1x2_done
+
+bf16dp_avx512bf16_1x2_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_1x2_loop
+
+bf16dp_avx512bf16_1x2_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_1x3(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_1x3(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	LEAQ   (R8)(R12*1), R9
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_1x3_done
+
+bf16dp_avx512bf16_1x3_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (R9), Z18
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	ADDQ      $0x00000040, R9
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_1x3_loop
+
+bf16dp_avx512bf16_1x3_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z2, Y21
+	VADDPS        Y21, Y2, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_1x4(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_1x4(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	LEAQ   (R8)(R12*1), R9
+	LEAQ   (R9)(R12*1), R10
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_1x4_done
+
+bf16dp_avx512bf16_1x4_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (R9), Z18
+	VMOVDQU32 (R10), Z19
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xdb
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	ADDQ      $0x00000040, R9
+	ADDQ      $0x00000040, R10
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_1x4_loop
+
+bf16dp_avx512bf16_1x4_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z2, Y21
+	VADDPS        Y21, Y2, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VEXTRACTF64X4 $0x01, Z3, Y21
+	VADDPS        Y21, Y3, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 12(R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_2x1(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_2x1(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z4, Z4, Z4
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_2x1_done
+
+bf16dp_avx512bf16_2x1_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DI
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_2x1_loop
+
+bf16dp_avx512bf16_2x1_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_2x2(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_2x2(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_2x2_done
+
+bf16dp_avx512bf16_2x2_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_2x2_loop
+
+bf16dp_avx512bf16_2x2_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z5, Y21
+	VADDPS        Y21, Y5, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_2x3(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_2x3(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	LEAQ   (R8)(R12*1), R9
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_2x3_done
+
+bf16dp_avx512bf16_2x3_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (R9), Z18
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xf2
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	ADDQ      $0x00000040, R9
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_2x3_loop
+
+bf16dp_avx512bf16_2x3_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z2, Y21
+	VADDPS        Y21, Y2, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z5, Y21
+	VADDPS        Y21, Y5, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z6, Y21
+	VADDPS        Y21, Y6, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_2x4(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_2x4(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	LEAQ   (R8)(R12*1), R9
+	LEAQ   (R9)(R12*1), R10
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_2x4_done
+
+bf16dp_avx512bf16_2x4_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (R9), Z18
+	VMOVDQU32 (R10), Z19
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xdb
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xf2
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xfb
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	ADDQ      $0x00000040, R9
+	ADDQ      $0x00000040, R10
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_2x4_loop
+
+bf16dp_avx512bf16_2x4_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z2, Y21
+	VADDPS        Y21, Y2, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VEXTRACTF64X4 $0x01, Z3, Y21
+	VADDPS        Y21, Y3, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 12(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z5, Y21
+	VADDPS        Y21, Y5, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z6, Y21
+	VADDPS        Y21, Y6, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VEXTRACTF64X4 $0x01, Z7, Y21
+	VADDPS        Y21, Y7, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 12(R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_3x1(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_3x1(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	LEAQ   (CX)(R11*1), DX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z4, Z4, Z4
+	VXORPS Z8, Z8, Z8
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_3x1_done
+
+bf16dp_avx512bf16_3x1_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	VMOVDQU32 (DX), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DX
+	ADDQ      $0x00000040, DI
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_3x1_loop
+
+bf16dp_avx512bf16_3x1_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z8, Y21
+	VADDPS        Y21, Y8, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_3x2(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_3x2(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	LEAQ   (CX)(R11*1), DX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_3x2_done
+
+bf16dp_avx512bf16_3x2_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	VMOVDQU32 (DX), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DX
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_3x2_loop
+
+bf16dp_avx512bf16_3x2_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z5, Y21
+	VADDPS        Y21, Y5, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z8, Y21
+	VADDPS        Y21, Y8, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z9, Y21
+	VADDPS        Y21, Y9, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_3x3(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_3x3(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	LEAQ   (CX)(R11*1), DX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	LEAQ   (R8)(R12*1), R9
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_3x3_done
+
+bf16dp_avx512bf16_3x3_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (R9), Z18
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xf2
+	VMOVDQU32 (DX), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DX
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	ADDQ      $0x00000040, R9
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_3x3_loop
+
+bf16dp_avx512bf16_3x3_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z2, Y21
+	VADDPS        Y21, Y2, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z5, Y21
+	VADDPS        Y21, Y5, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z6, Y21
+	VADDPS        Y21, Y6, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z8, Y21
+	VADDPS        Y21, Y8, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z9, Y21
+	VADDPS        Y21, Y9, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z10, Y21
+	VADDPS        Y21, Y10, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_3x4(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_3x4(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	LEAQ   (CX)(R11*1), DX
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	LEAQ   (R8)(R12*1), R9
+	LEAQ   (R9)(R12*1), R10
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_3x4_done
+
+bf16dp_avx512bf16_3x4_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (R9), Z18
+	VMOVDQU32 (R10), Z19
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xdb
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xf2
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xfb
+	VMOVDQU32 (DX), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xdb
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DX
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	ADDQ      $0x00000040, R9
+	ADDQ      $0x00000040, R10
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_3x4_loop
+
+bf16dp_avx512bf16_3x4_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z2, Y21
+	VADDPS        Y21, Y2, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VEXTRACTF64X4 $0x01, Z3, Y21
+	VADDPS        Y21, Y3, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 12(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z5, Y21
+	VADDPS        Y21, Y5, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z6, Y21
+	VADDPS        Y21, Y6, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VEXTRACTF64X4 $0x01, Z7, Y21
+	VADDPS        Y21, Y7, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 12(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z8, Y21
+	VADDPS        Y21, Y8, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z9, Y21
+	VADDPS        Y21, Y9, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z10, Y21
+	VADDPS        Y21, Y10, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VEXTRACTF64X4 $0x01, Z11, Y21
+	VADDPS        Y21, Y11, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 12(R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_4x1(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_4x1(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	LEAQ   (CX)(R11*1), DX
+	LEAQ   (DX)(R11*1), SI
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z4, Z4, Z4
+	VXORPS Z8, Z8, Z8
+	VXORPS Z12, Z12, Z12
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_4x1_done
+
+bf16dp_avx512bf16_4x1_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	VMOVDQU32 (DX), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	VMOVDQU32 (SI), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DX
+	ADDQ      $0x00000040, SI
+	ADDQ      $0x00000040, DI
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_4x1_loop
+
+bf16dp_avx512bf16_4x1_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z8, Y21
+	VADDPS        Y21, Y8, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z12, Y21
+	VADDPS        Y21, Y12, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_4x2(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_4x2(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	LEAQ   (CX)(R11*1), DX
+	LEAQ   (DX)(R11*1), SI
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_4x2_done
+
+bf16dp_avx512bf16_4x2_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	VMOVDQU32 (DX), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	VMOVDQU32 (SI), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DX
+	ADDQ      $0x00000040, SI
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_4x2_loop
+
+bf16dp_avx512bf16_4x2_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z5, Y21
+	VADDPS        Y21, Y5, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z8, Y21
+	VADDPS        Y21, Y8, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z9, Y21
+	VADDPS        Y21, Y9, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z12, Y21
+	VADDPS        Y21, Y12, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z13, Y21
+	VADDPS        Y21, Y13, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_4x3(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_4x3(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	LEAQ   (CX)(R11*1), DX
+	LEAQ   (DX)(R11*1), SI
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	LEAQ   (R8)(R12*1), R9
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_4x3_done
+
+bf16dp_avx512bf16_4x3_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (R9), Z18
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xf2
+	VMOVDQU32 (DX), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	VMOVDQU32 (SI), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xf2
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DX
+	ADDQ      $0x00000040, SI
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	ADDQ      $0x00000040, R9
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_4x3_loop
+
+bf16dp_avx512bf16_4x3_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z2, Y21
+	VADDPS        Y21, Y2, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z5, Y21
+	VADDPS        Y21, Y5, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z6, Y21
+	VADDPS        Y21, Y6, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z8, Y21
+	VADDPS        Y21, Y8, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z9, Y21
+	VADDPS        Y21, Y9, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z10, Y21
+	VADDPS        Y21, Y10, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z12, Y21
+	VADDPS        Y21, Y12, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z13, Y21
+	VADDPS        Y21, Y13, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z14, Y21
+	VADDPS        Y21, Y14, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VZEROUPPER
+	RET
+
+// func bf16dp_avx512bf16_4x4(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·bf16dp_avx512bf16_4x4(SB), NOSPLIT, $0-56
+	MOVQ   k+48(FP), AX
+	MOVQ   ldx+24(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   x+16(FP), BX
+	LEAQ   (BX)(R11*1), CX
+	LEAQ   (CX)(R11*1), DX
+	LEAQ   (DX)(R11*1), SI
+	MOVQ   ldw+40(FP), R12
+	SHLQ   $0x01, R12
+	MOVQ   w+32(FP), DI
+	LEAQ   (DI)(R12*1), R8
+	LEAQ   (R8)(R12*1), R9
+	LEAQ   (R9)(R12*1), R10
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	TESTQ  AX, AX
+	JZ     bf16dp_avx512bf16_4x4_done
+
+bf16dp_avx512bf16_4x4_loop:
+	VMOVDQU32 (DI), Z16
+	VMOVDQU32 (R8), Z17
+	VMOVDQU32 (R9), Z18
+	VMOVDQU32 (R10), Z19
+	VMOVDQU32 (BX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xdb
+	VMOVDQU32 (CX), Z20
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xf2
+	BYTE      $0x62
+	BYTE      $0xb2
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xfb
+	VMOVDQU32 (DX), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc0
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xc9
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xd2
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xdb
+	VMOVDQU32 (SI), Z20
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe0
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xe9
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xf2
+	BYTE      $0x62
+	BYTE      $0x32
+	BYTE      $0x5e
+	BYTE      $0x40
+	BYTE      $0x52
+	BYTE      $0xfb
+	ADDQ      $0x00000040, BX
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000040, DX
+	ADDQ      $0x00000040, SI
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, R8
+	ADDQ      $0x00000040, R9
+	ADDQ      $0x00000040, R10
+	SUBQ      $0x00000020, AX
+	JNZ       bf16dp_avx512bf16_4x4_loop
+
+bf16dp_avx512bf16_4x4_done:
+	MOVQ          dst+0(FP), R13
+	MOVQ          ldd+8(FP), R11
+	SHLQ          $0x02, R11
+	VEXTRACTF64X4 $0x01, Z0, Y21
+	VADDPS        Y21, Y0, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z1, Y21
+	VADDPS        Y21, Y1, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z2, Y21
+	VADDPS        Y21, Y2, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VEXTRACTF64X4 $0x01, Z3, Y21
+	VADDPS        Y21, Y3, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 12(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z4, Y21
+	VADDPS        Y21, Y4, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z5, Y21
+	VADDPS        Y21, Y5, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z6, Y21
+	VADDPS        Y21, Y6, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VEXTRACTF64X4 $0x01, Z7, Y21
+	VADDPS        Y21, Y7, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 12(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z8, Y21
+	VADDPS        Y21, Y8, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z9, Y21
+	VADDPS        Y21, Y9, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z10, Y21
+	VADDPS        Y21, Y10, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VEXTRACTF64X4 $0x01, Z11, Y21
+	VADDPS        Y21, Y11, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 12(R13)
+	ADDQ          R11, R13
+	VEXTRACTF64X4 $0x01, Z12, Y21
+	VADDPS        Y21, Y12, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, (R13)
+	VEXTRACTF64X4 $0x01, Z13, Y21
+	VADDPS        Y21, Y13, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 4(R13)
+	VEXTRACTF64X4 $0x01, Z14, Y21
+	VADDPS        Y21, Y14, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 8(R13)
+	VEXTRACTF64X4 $0x01, Z15, Y21
+	VADDPS        Y21, Y15, Y21
+	VEXTRACTF32X4 $0x01, Y21, X22
+	VADDPS        X22, X21, X22
+	VPERMILPS     $0x4e, X22, X23
+	VADDPS        X23, X22, X22
+	VPERMILPS     $0xb1, X22, X23
+	VADDPS        X23, X22, X22
+	VMOVSS        X22, 12(R13)
+	VZEROUPPER
+	RET

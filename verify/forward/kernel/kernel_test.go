@@ -73,16 +73,28 @@ func TestMatMul(t *testing.T) {
 			for i, v := range wf {
 				wb[i] = uint16(math.Float32bits(v) >> 16)
 			}
-			for _, wt := range []string{"bf16", "f32"} {
+			xb := make([]uint16, len(x))
+			for i, v := range x {
+				xb[i] = uint16(math.Float32bits(v) >> 16)
+			}
+			for _, wt := range []string{"bf16", "f32", "bf16x2"} {
 				dst := make([]float32, (sh.m-1)*ldd+sh.n)
 				for i := range dst {
 					dst[i] = float32(math.NaN()) // every output must be written
 				}
 				var want []float64
-				if wt == "bf16" {
+				switch wt {
+				case "bf16":
 					MatMulBF16(dst, ldd, x, ldx, wb, ldw, sh.m, sh.n, sh.k)
 					want = ref(x, ldx, func(j, p int) float32 { return math.Float32frombits(uint32(wb[j*ldw+p]) << 16) }, sh.m, sh.n, sh.k)
-				} else {
+				case "bf16x2":
+					MatMulBF16x2(dst, ldd, xb, ldx, wb, ldw, sh.m, sh.n, sh.k)
+					xw := make([]float32, len(xb))
+					for i, h := range xb {
+						xw[i] = math.Float32frombits(uint32(h) << 16)
+					}
+					want = ref(xw, ldx, func(j, p int) float32 { return math.Float32frombits(uint32(wb[j*ldw+p]) << 16) }, sh.m, sh.n, sh.k)
+				default:
 					MatMulF32(dst, ldd, x, ldx, wf, ldw, sh.m, sh.n, sh.k)
 					want = ref(x, ldx, func(j, p int) float32 { return wf[j*ldw+p] }, sh.m, sh.n, sh.k)
 				}
@@ -148,7 +160,7 @@ func TestBadShapesPanic(t *testing.T) {
 func BenchmarkMatMul(b *testing.B) {
 	for _, sh := range []shape{{32, 1024, 1024}, {32, 3072, 1024}, {32, 1024, 3072}, {1, 4096, 4096}} {
 		for _, name := range Available() {
-			for _, wt := range []string{"bf16", "f32"} {
+			for _, wt := range []string{"bf16", "f32", "bf16x2"} {
 				b.Run(fmt.Sprintf("%s/%s/%dx%dx%d", name, wt, sh.m, sh.n, sh.k), func(b *testing.B) {
 					def := Current()
 					defer Use(def)
@@ -157,12 +169,16 @@ func BenchmarkMatMul(b *testing.B) {
 					x := randVals(r, sh.m*sh.k)
 					wf := randVals(r, sh.n*sh.k)
 					wb := make([]uint16, len(wf))
+					xb := make([]uint16, len(x))
 					dst := make([]float32, sh.m*sh.n)
 					b.ResetTimer()
 					for b.Loop() {
-						if wt == "bf16" {
+						switch wt {
+						case "bf16":
 							MatMulBF16(dst, sh.n, x, sh.k, wb, sh.k, sh.m, sh.n, sh.k)
-						} else {
+						case "bf16x2":
+							MatMulBF16x2(dst, sh.n, xb, sh.k, wb, sh.k, sh.m, sh.n, sh.k)
+						default:
 							MatMulF32(dst, sh.n, x, sh.k, wf, sh.k, sh.m, sh.n, sh.k)
 						}
 					}

@@ -281,3 +281,83 @@ func f32_avx2_4x2(dst *float32, ldd int, x *float32, ldx int, w *float32, ldw in
 //
 //go:noescape
 func f32_avx2_4x3(dst *float32, ldd int, x *float32, ldx int, w *float32, ldw int, k int)
+
+// bf16dp_avx512bf16_1x1 computes a 1×1 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_1x1(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_1x2 computes a 1×2 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_1x2(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_1x3 computes a 1×3 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_1x3(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_1x4 computes a 1×4 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_1x4(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_2x1 computes a 2×1 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_2x1(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_2x2 computes a 2×2 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_2x2(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_2x3 computes a 2×3 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_2x3(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_2x4 computes a 2×4 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_2x4(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_3x1 computes a 3×1 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_3x1(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_3x2 computes a 3×2 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_3x2(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_3x3 computes a 3×3 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_3x3(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_3x4 computes a 3×4 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_3x4(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_4x1 computes a 4×1 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_4x1(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_4x2 computes a 4×2 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_4x2(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_4x3 computes a 4×3 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_4x3(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)
+
+// bf16dp_avx512bf16_4x4 computes a 4×4 block of bfloat16 products with VDPBF16PS, k a multiple of 32.
+//
+//go:noescape
+func bf16dp_avx512bf16_4x4(dst *float32, ldd int, x *uint16, ldx int, w *uint16, ldw int, k int)

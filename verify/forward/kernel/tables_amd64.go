@@ -33,3 +33,11 @@ var avx2F32 = [][]func(*float32, int, *float32, int, *float32, int, int){
 	{nil, f32_avx2_3x1, f32_avx2_3x2, f32_avx2_3x3},
 	{nil, f32_avx2_4x1, f32_avx2_4x2, f32_avx2_4x3},
 }
+
+var avx512bf16DP = [][]func(*float32, int, *uint16, int, *uint16, int, int){
+	nil,
+	{nil, bf16dp_avx512bf16_1x1, bf16dp_avx512bf16_1x2, bf16dp_avx512bf16_1x3, bf16dp_avx512bf16_1x4},
+	{nil, bf16dp_avx512bf16_2x1, bf16dp_avx512bf16_2x2, bf16dp_avx512bf16_2x3, bf16dp_avx512bf16_2x4},
+	{nil, bf16dp_avx512bf16_3x1, bf16dp_avx512bf16_3x2, bf16dp_avx512bf16_3x3, bf16dp_avx512bf16_3x4},
+	{nil, bf16dp_avx512bf16_4x1, bf16dp_avx512bf16_4x2, bf16dp_avx512bf16_4x3, bf16dp_avx512bf16_4x4},
+}
