@@ -21,8 +21,8 @@ import (
 	"os"
 
 	. "github.com/mmcloughlin/avo/build"
-	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/ir"
+	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 )
 
@@ -280,9 +280,13 @@ func dpKernel(mr, nr int) {
 	RET()
 }
 
-func zmm(n int) reg.VecPhysical { return []reg.VecPhysical{reg.Z0, reg.Z1, reg.Z2, reg.Z3, reg.Z4, reg.Z5, reg.Z6, reg.Z7, reg.Z8, reg.Z9, reg.Z10, reg.Z11, reg.Z12, reg.Z13, reg.Z14, reg.Z15, reg.Z16, reg.Z17, reg.Z18, reg.Z19, reg.Z20}[n] }
+func zmm(n int) reg.VecPhysical {
+	return []reg.VecPhysical{reg.Z0, reg.Z1, reg.Z2, reg.Z3, reg.Z4, reg.Z5, reg.Z6, reg.Z7, reg.Z8, reg.Z9, reg.Z10, reg.Z11, reg.Z12, reg.Z13, reg.Z14, reg.Z15, reg.Z16, reg.Z17, reg.Z18, reg.Z19, reg.Z20}[n]
+}
 
-func ymm(n int) reg.VecPhysical { return []reg.VecPhysical{reg.Y0, reg.Y1, reg.Y2, reg.Y3, reg.Y4, reg.Y5, reg.Y6, reg.Y7, reg.Y8, reg.Y9, reg.Y10, reg.Y11, reg.Y12, reg.Y13, reg.Y14, reg.Y15}[n] }
+func ymm(n int) reg.VecPhysical {
+	return []reg.VecPhysical{reg.Y0, reg.Y1, reg.Y2, reg.Y3, reg.Y4, reg.Y5, reg.Y6, reg.Y7, reg.Y8, reg.Y9, reg.Y10, reg.Y11, reg.Y12, reg.Y13, reg.Y14, reg.Y15}[n]
+}
 
 // vdpbf16ps encodes VDPBF16PS zmm(dst), zmm(src1), zmm(src2): EVEX.512.F3.0F38.W0 52 /r,
 // dst in ModRM.reg (R, R' extend it), src1 in EVEX.vvvv (V' extends it), src2 in ModRM.rm
