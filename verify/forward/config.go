@@ -186,14 +186,19 @@ func ParseConfig(data []byte) (*Config, error) {
 	if g.err != nil {
 		return nil, g.err
 	}
+	// Bounds far above any released model keep a hostile config from sizing allocations.
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"hidden_size", c.Hidden}, {"num_hidden_layers", c.Layers}, {"num_attention_heads", c.Heads},
-		{"num_key_value_heads", c.KVHeads}, {"vocab_size", c.Vocab}, {"head_dim", c.HeadDim}} {
-		if f.v <= 0 {
-			return nil, fmt.Errorf("config.json: %s must be a positive integer, got %d", f.name, f.v)
+		max  int
+	}{{"hidden_size", c.Hidden, 1 << 20}, {"num_hidden_layers", c.Layers, 1 << 14}, {"num_attention_heads", c.Heads, 1 << 14},
+		{"num_key_value_heads", c.KVHeads, 1 << 14}, {"vocab_size", c.Vocab, 1 << 26}, {"head_dim", c.HeadDim, 1 << 16}} {
+		if f.v <= 0 || f.v > f.max {
+			return nil, fmt.Errorf("config.json: %s must be an integer from 1 to %d, got %d", f.name, f.max, f.v)
 		}
+	}
+	if c.Intermediate < 0 || c.Intermediate > 1<<24 {
+		return nil, fmt.Errorf("config.json: intermediate_size %d out of range", c.Intermediate)
 	}
 	if c.Heads%c.KVHeads != 0 {
 		return nil, fmt.Errorf("config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.Heads, c.KVHeads)
@@ -304,6 +309,9 @@ func (c *Config) moe(g *getter) error {
 	}
 	if g.err != nil {
 		return g.err
+	}
+	if c.Experts > 1<<16 || c.MoEIntermediate < 0 || c.MoEIntermediate > 1<<24 {
+		return fmt.Errorf("config.json: %d experts of size %d out of range", c.Experts, c.MoEIntermediate)
 	}
 	if c.TopK <= 0 || c.TopK > c.Experts {
 		return fmt.Errorf("config.json: num_experts_per_tok %d must be between 1 and the %d experts", c.TopK, c.Experts)
