@@ -117,3 +117,69 @@ func TestForwardErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardAfterConvert runs the forward pass on what ckpt convert writes from a
+// generated model — a DCP directory, a torch.save file, a Hugging Face folder with MXFP4
+// experts dequantized to bfloat16 — and checks it computes what the source computes: the
+// same logits in float32 (the weights are the same numbers), and for a bfloat16 cast nearly
+// the same logits in TPU precision (which rounds the float32 source's matrices the same way).
+func TestForwardAfterConvert(t *testing.T) {
+	o := oracle.Require(t)
+	host, chroot := oracle.TempDir(t)
+	if _, err := o.Python("testdata/forward/gen.py", chroot, "llama_gqa", "gpt_oss_mxfp4"); err != nil {
+		t.Fatal(err)
+	}
+	ids := "1,5,9,2,7,3,11,4,8,6,10,12"
+	logits := func(t *testing.T, path string, extra ...string) []float32 {
+		t.Helper()
+		dst := filepath.Join(t.TempDir(), "logits.safetensors")
+		if _, err := run(t, append([]string{"forward", path, "--tokens", ids, "--out", dst}, extra...)...); err != nil {
+			t.Fatal(err)
+		}
+		v, _ := readF32(t, dst, "logits")
+		return v
+	}
+	maxDiff := func(a, b []float32) float64 {
+		var d float64
+		for i := range a {
+			d = max(d, math.Abs(float64(a[i])-float64(b[i])))
+		}
+		return d
+	}
+	out := t.TempDir()
+	for _, tc := range []struct {
+		name, src string
+		convert   []string
+		precision string
+		tol       float64
+	}{
+		{"dcp", "llama_gqa", []string{"--format", "dcp"}, "float32", 1e-6},
+		{"torch", "llama_gqa", []string{"--format", "torch"}, "float32", 1e-6},
+		// The cast also rounds the norms and embeddings, which TPU precision keeps in float32 for
+		// the source; bfloat16 rounding amplifies that to differences of about 1%.
+		{"bf16-safetensors", "llama_gqa", []string{"--format", "safetensors", "--dtype", "bfloat16"}, "tpu", 0.05},
+		{"mxfp4-dequantized", "gpt_oss_mxfp4", []string{"--format", "safetensors", "--dequantize=all"}, "float32", 1e-6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := filepath.Join(host, tc.src)
+			dst := filepath.Join(out, tc.name)
+			if tc.convert[1] == "torch" {
+				dst += ".pt"
+			}
+			if _, err := run(t, append(append([]string{"convert", "--to", "tpu"}, tc.convert...), src, dst)...); err != nil {
+				t.Fatal(err)
+			}
+			var cfg []string // a folder output carries its own config.json (rewritten by convert)
+			if _, err := os.Stat(filepath.Join(dst, "config.json")); err != nil {
+				cfg = []string{"--config", filepath.Join(src, "config.json")}
+			}
+			want := logits(t, src, "--precision", tc.precision)
+			got := logits(t, dst, append([]string{"--precision", tc.precision}, cfg...)...)
+			d := maxDiff(got, want)
+			t.Logf("%s: max abs difference %.3g", tc.name, d)
+			if d > tc.tol || len(got) != len(want) {
+				t.Errorf("converted model's logits differ by %g (tolerance %g)", d, tc.tol)
+			}
+		})
+	}
+}

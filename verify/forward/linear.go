@@ -86,6 +86,7 @@ func (w *matrix) product(dst, x []float32, xb []uint16, T, j0, j1 int) error {
 	}
 	rows := max(1, min(j1-j0, tileBytes/(es*k)))
 	buf := make([]byte, rows*k*es)
+	var hbuf []uint16
 	for r := j0; r < j1; r += rows {
 		r1 := min(r+rows, j1)
 		tile := buf[:(r1-r)*k*es]
@@ -98,9 +99,18 @@ func (w *matrix) product(dst, x []float32, xb []uint16, T, j0, j1 int) error {
 		}
 		f := unsafe.Slice((*float32)(unsafe.Pointer(&tile[0])), len(tile)/4)
 		if w.round {
-			for i, v := range f {
-				f[i] = roundBF16(v)
+			// Rounded weights are bfloat16 numbers: multiply them as bfloat16, by the same
+			// kernel as weights stored in bfloat16, so a float32 checkpoint and its bfloat16
+			// cast compute identical TPU-precision logits.
+			if cap(hbuf) < len(f) {
+				hbuf = make([]uint16, len(f))
 			}
+			h := hbuf[:len(f)]
+			for i, v := range f {
+				h[i] = quant.Float32ToBF16(v)
+			}
+			bf16(dst[r:], h, r1-r)
+			continue
 		}
 		kernel.MatMulF32(dst[r:], n, x, k, f, k, T, r1-r, k)
 	}

@@ -123,7 +123,7 @@ func configPath(path string) (string, error) {
 	}
 	p := filepath.Join(dir, "config.json")
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("%s: no config.json (looked for %s); pass the model's config.json explicitly", path, p)
+		return "", fmt.Errorf("%s: no config.json (looked for %s); give the model's config.json (ckpt forward --config FILE)", path, p)
 	}
 	return p, nil
 }
