@@ -16,7 +16,7 @@ export PATH="$PATH:/usr/local/go/bin"
 rounds=${ROUNDS:-5}
 model=.bench/qwen3-0.6b
 mkdir -p .bench
-[ -f "$model/model.safetensors" ] || scripts/oracle python scripts/bench/make_qwen3.py "/repo/$model" >&2
+[ -f "$model/model.safetensors" ] || scripts/oracle python scripts/bench/forward_make_qwen3.py "/repo/$model" >&2
 go build -o .bench/ckpt ./cmd/ckpt
 tokens=$(seq -s, 1000 1000 32000) # 32 tokens
 bytes=$(stat -c %s "$model/model.safetensors")
@@ -30,8 +30,8 @@ names=("ckpt forward (float32)" "ckpt forward --precision tpu" "transformers bf1
 cmds=(
   ".bench/ckpt forward $model --tokens $tokens --out .bench/logits-ckpt.safetensors --force"
   ".bench/ckpt forward $model --tokens $tokens --precision tpu --out .bench/logits-tpu.safetensors --force"
-  "scripts/oracle python scripts/bench/forward_ref.py /repo/$model bfloat16 $tokens /repo/.bench/logits-bf16.safetensors"
-  "scripts/oracle python scripts/bench/forward_ref.py /repo/$model float32 $tokens /repo/.bench/logits-f32.safetensors"
+  "scripts/oracle python scripts/bench/forward_transformers.py /repo/$model bfloat16 $tokens /repo/.bench/logits-bf16.safetensors"
+  "scripts/oracle python scripts/bench/forward_transformers.py /repo/$model float32 $tokens /repo/.bench/logits-f32.safetensors"
 )
 declare -A times rsss
 for r in $(seq "$rounds"); do
@@ -55,13 +55,18 @@ done
 echo
 echo "checkpoint: $(awk -v b="$bytes" 'BEGIN{printf "%.0f MiB", b/1048576}') ($bytes bytes); uptime: $(uptime | sed 's/.*load/load/')"
 echo
-echo "Kernel throughput (one goroutine, go test -bench, GFLOP/s = 2·m·n·k per product):"
+echo "Kernel throughput, one goroutine (go test -bench; 2·m·n·k FLOP per product), per wall-clock"
+echo "second and per second of CPU time (what the kernel does while it has a core):"
 echo
-go test -run XXX -bench 'BenchmarkMatMul/' -benchtime 1s ./verify/forward/kernel/ | awk '/GFLOP/ {printf "| %s | %s |\n", $1, $(NF-1)}'
+echo "| kernel / weights / m×n×k | GFLOP/s | GFLOP/cpu-s |"
+echo "|---|---|---|"
+go test -run XXX -bench 'BenchmarkMatMul/(avx512|avx2)/' -benchtime 1s ./verify/forward/kernel/ | awk '/GFLOP/ {
+  w = c = ""; for (i = 2; i < NF; i++) { if ($(i+1) == "GFLOP/s") w = $i; if ($(i+1) == "GFLOP/cpu-s") c = $i }
+  n = $1; sub(/^BenchmarkMatMul\//, "", n); sub(/-[0-9]+$/, "", n); printf "| %s | %s | %s |\n", n, w, c }'
 echo
 echo "Logits of the last round against transformers float32 (max abs, mean abs, top-1 agreement):"
 echo
 echo "| logits | max abs | mean abs | top-1 agree |"
 echo "|---|---|---|---|"
-scripts/oracle python scripts/bench/compare_logits.py /repo/.bench/logits-f32.safetensors \
+scripts/oracle python scripts/bench/forward_compare.py /repo/.bench/logits-f32.safetensors \
   /repo/.bench/logits-ckpt.safetensors /repo/.bench/logits-tpu.safetensors /repo/.bench/logits-bf16.safetensors

@@ -2,7 +2,7 @@
 28 layers, intermediate 3072, vocab 151936, 16 heads, 8 KV heads, head_dim 128, tied
 embeddings) as a bfloat16 Hugging Face folder (about 1.19 GB of safetensors).
 
-    python3 make_qwen3.py OUTDIR
+    python3 forward_make_qwen3.py OUTDIR
 """
 import sys
 

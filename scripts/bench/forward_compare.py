@@ -1,6 +1,6 @@
 """Max abs difference between the "logits" tensors of safetensors files, against the first.
 
-    python3 compare_logits.py REF.safetensors OTHER.safetensors...
+    python3 forward_compare.py REF.safetensors OTHER.safetensors...
 """
 import sys
 

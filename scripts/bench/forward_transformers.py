@@ -1,7 +1,7 @@
 """The transformers path ckpt forward is measured against: from_pretrained + one forward of
 the given tokens on CPU, timed inside Python after the imports.
 
-    python3 forward_ref.py MODEL_DIR DTYPE TOKENS [OUT]
+    python3 forward_transformers.py MODEL_DIR DTYPE TOKENS [OUT]
 
 DTYPE is bfloat16 or float32; TOKENS comma-separated ids. With OUT the float32 logits are
 written as the safetensors tensor "logits", as ckpt forward --out does. Prints the load and
