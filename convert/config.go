@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/ckpt-dev/ckpt/quant"
@@ -26,7 +24,7 @@ func configDType(ck *statedict.Checkpoint, rewrite map[string][]byte, dtype stat
 	src, planned := rewrite[quant.ConfigFile]
 	if !planned {
 		var err error
-		if src, err = os.ReadFile(filepath.Join(ck.Path, quant.ConfigFile)); err != nil {
+		if src, err = ck.ReadFile(quant.ConfigFile); err != nil {
 			return "", err
 		}
 	} else if src == nil {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -80,6 +79,9 @@ type Summary struct {
 func Run(opts Options) (*Summary, error) {
 	start := time.Now()
 	opts.Dst = filepath.Clean(opts.Dst) // "DST/" names the folder DST
+	if err := checkApart(opts.Src, opts.Dst); err != nil {
+		return nil, err
+	}
 	ck, err := formats.Open(opts.Src)
 	if err != nil {
 		return nil, err
@@ -109,11 +111,14 @@ func Run(opts Options) (*Summary, error) {
 			left = append(left, f)
 		}
 	}
+	if len(ck.Outside) > 0 {
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("left out %s: links leading outside the checkpoint folder, never read", strings.Join(ck.Outside, ", ")))
+	}
 	if len(left) > 0 {
 		sum.Warnings = append(sum.Warnings, fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted",
 			strings.Join(left, ", "), ck.Format))
 	}
-	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras}
+	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files}
 	tensors, err := out.Tensors()
 	if err != nil {
 		return nil, err
@@ -216,8 +221,8 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 }
 
 // WriteRange passes file ranges on (fastcopy), accounting for them as written.
-func (p *progressWriter) WriteRange(r fastcopy.Range) (int64, error) {
-	n, err := fastcopy.Write(p.w, r)
+func (p *progressWriter) WriteRange(r statedict.Range) (int64, error) {
+	n, err := statedict.WriteRange(p.w, r)
 	p.account(n)
 	return n, err
 }
@@ -243,7 +248,7 @@ func (j *writeJob) digest(key any) hash.Hash {
 // summed returns t as an io.WriterTo that hashes its bytes for the manifest as it writes them.
 func (j *writeJob) summed(t *statedict.Tensor) io.WriterTo {
 	return writerToFunc(func(w io.Writer) (int64, error) {
-		return t.WriteTo(&fastcopy.Tee{W: w, Sum: j.digest(t)})
+		return t.WriteTo(&statedict.Tee{W: w, Sum: j.digest(t)})
 	})
 }
 

@@ -14,7 +14,7 @@ import (
 // torch.load and copies tensor chunks into the caller's tensors, wherever those live, so a
 // device tag in the file could only make loading fail.
 func (j *writeJob) dcp() error {
-	d, err := atomicfile.CreateDir(j.opts.Dst, j.opts.Force)
+	d, err := atomicfile.CreateDir(j.opts.Dst, j.opts.Force, ownedFiles)
 	if err != nil {
 		return err
 	}

@@ -119,6 +119,21 @@ func (j *writeJob) tensorHash(t *statedict.Tensor) (uint64, error) {
 	return h.Sum64(), nil
 }
 
+// ownedFiles is the atomicfile.Owner of folder outputs: the files a ckpt manifest inside
+// dir lists (and the manifest itself), which a forced conversion may replace. A folder
+// without a manifest ckpt wrote claims nothing.
+func ownedFiles(dir string) ([]string, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil {
+		return nil, false
+	}
+	var m Manifest
+	if json.Unmarshal(b, &m) != nil || m.Tool != "ckpt" {
+		return nil, false
+	}
+	return append(m.Output.Files, ManifestName), true
+}
+
 // writeManifestFile writes the manifest of a file output atomically beside it.
 func writeManifestFile(path string, m *Manifest, force bool) (*atomicfile.File, error) {
 	f, err := atomicfile.Create(path, force)

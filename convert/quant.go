@@ -2,8 +2,6 @@ package convert
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -186,7 +184,7 @@ func removeConfig(ck *statedict.Checkpoint, cfg *quant.Config) (map[string][]byt
 			rw[f] = nil
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(ck.Path, f))
+		b, err := ck.ReadFile(f)
 		if err != nil {
 			return nil, err
 		}

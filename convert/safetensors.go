@@ -11,7 +11,6 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
-	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -137,7 +136,7 @@ func (j *writeJob) writeSafetensors(w io.Writer, list []statedict.NamedTensor, m
 		byName[nt.Name] = nt.Tensor
 	}
 	safetensors.SortLikeReference(infos)
-	cw := &fastcopy.Counter{W: w}
+	cw := &statedict.Counter{W: w}
 	sw, err := safetensors.NewWriter(j.progress(cw), infos, md)
 	if err != nil {
 		return 0, err
@@ -206,7 +205,7 @@ func (j *writeJob) safetensorsFolder() error {
 	if len(shards) == 0 {
 		shards = append(shards, nil)
 	}
-	d, err := atomicfile.CreateDir(j.opts.Dst, j.opts.Force)
+	d, err := atomicfile.CreateDir(j.opts.Dst, j.opts.Force, ownedFiles)
 	if err != nil {
 		return err
 	}
@@ -288,7 +287,7 @@ func (j *writeJob) copyExtras(dir string) error {
 			if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
 				return err
 			}
-		} else if err := copyFile(filepath.Join(j.src.Path, name), filepath.Join(dir, name)); err != nil {
+		} else if err := copyFile(j.src, name, filepath.Join(dir, name)); err != nil {
 			return err
 		}
 		j.sum.Files = append(j.sum.Files, name)
@@ -296,8 +295,9 @@ func (j *writeJob) copyExtras(dir string) error {
 	return nil
 }
 
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
+// copyFile copies the file name of ck's folder (read confined to it) to dst.
+func copyFile(ck *statedict.Checkpoint, name, dst string) error {
+	in, err := ck.Files.Open(name)
 	if err != nil {
 		return err
 	}

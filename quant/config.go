@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -94,7 +92,7 @@ func LoadConfig(ck *statedict.Checkpoint) (*Config, error) {
 		default:
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(ck.Path, name))
+		b, err := ck.ReadFile(name)
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -199,11 +200,11 @@ func scaleValues(name string, t *statedict.Tensor) ([]float32, error) {
 			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
 	case statedict.BFloat16:
-		DecodeBF16(out, b)
+		codec.DecodeBF16(out, b)
 	case statedict.Float16:
-		DecodeF16(out, b)
+		codec.DecodeF16(out, b)
 	case statedict.Float8E8M0FNU:
-		DecodeFP8(out, b, E8M0FNU)
+		codec.DecodeFP8(out, b, codec.E8M0FNU)
 	case statedict.Uint8:
 		for i, e := range b {
 			out[i] = float32(math.Ldexp(1, int(e)-127)) // 2^128 overflows float32 to +inf, as exp2 does
@@ -246,9 +247,9 @@ func quiet(x float32) float32 { return math.Float32frombits(math.Float32bits(x) 
 func roundTo(x float32, d statedict.DType) float32 {
 	switch d {
 	case statedict.BFloat16:
-		return BF16ToFloat32(Float32ToBF16(x))
+		return codec.BF16ToFloat32(codec.Float32ToBF16(x))
 	case statedict.Float16:
-		return F16ToFloat32(Float32ToF16(x))
+		return codec.F16ToFloat32(codec.Float32ToF16(x))
 	}
 	return x
 }
@@ -257,9 +258,9 @@ func roundTo(x float32, d statedict.DType) float32 {
 func outBits(y float32, d statedict.DType) uint32 {
 	switch d {
 	case statedict.BFloat16:
-		return uint32(Float32ToBF16(y))
+		return uint32(codec.Float32ToBF16(y))
 	case statedict.Float16:
-		return uint32(Float32ToF16(y))
+		return uint32(codec.Float32ToF16(y))
 	}
 	return math.Float32bits(y)
 }

@@ -1,19 +1,6 @@
-// Package quant converts the element formats of quantized PyTorch checkpoints
-// bit-exactly as torch 2.14 does: the five 8-bit float formats (float8_e4m3fn,
-// float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz, float8_e8m0fnu), packed FP4 E2M1
-// (float4_e2m1fn_x2), bfloat16 and float16.
-//
-// Decoding widens to float32 exactly, including torch's NaN bit patterns; encoding
-// rounds to nearest, ties to even, with each format's overflow rule as torch's
-// CPU casts apply it (see [Format.Encode]). Scalar functions convert one element;
-// the Decode*/Encode* slice kernels convert whole buffers of little-endian bytes
-// without allocating and are the inner loops of dequantization.
-//
-// Ground truth is torch itself: testdata/quant holds tables written by
-// testdata/quant/gen.py in the oracle chroot, and the tests compare every entry
-// (and CRCs of all 2^32 float32 inputs per encoder) bit for bit.
-//
-// # Quantized checkpoints
+// Package quant understands the quantized checkpoints of the Hugging Face ecosystem and
+// dequantizes them bit-exactly as their reference implementations do. The element codecs
+// it builds on (FP8, FP4, bfloat16, float16) are package codec's.
 //
 // [LoadConfig] reads a Hugging Face folder's quantization config (config.json
 // quantization_config, ModelOpt's hf_quant_config.json) and [Detect] finds the

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -33,7 +34,7 @@ func buildMXFP4(out statedict.DType) *fp4Table {
 	t := new(fp4Table)
 	for e := range 256 {
 		for n := range 16 {
-			t[e][n] = outBits(float32(math.Ldexp(float64(fp4ToF32[n]), e-127)), out)
+			t[e][n] = outBits(float32(math.Ldexp(float64(codec.FP4ToFloat32(byte(n))), e-127)), out)
 		}
 	}
 	return t
@@ -212,14 +213,14 @@ func (k *nvfp4Kernel) prepare() error {
 		var p float32
 		switch k.recipe {
 		case recipeNVFP4ModelOpt:
-			p = mul32(fp8ToF32[E4M3FN][s], g[0])
+			p = mul32(codec.E4M3FN.Decode(byte(s)), g[0])
 		case recipeNVFP4CT:
-			p = div32(BF16ToFloat32(fp8ToBF16[E4M3FN][s]), g[0])
+			p = div32(codec.BF16ToFloat32(codec.E4M3FN.DecodeBF16(byte(s))), g[0])
 		case recipeNVFP4CTScalar:
-			p = BF16ToFloat32(bf16Scalar(div32(BF16ToFloat32(fp8ToBF16[E4M3FN][s]), g[0])))
+			p = codec.BF16ToFloat32(codec.BF16Scalar(div32(codec.BF16ToFloat32(codec.E4M3FN.DecodeBF16(byte(s))), g[0])))
 		}
 		for n := range 16 {
-			v := fp4ToF32[n]
+			v := codec.FP4ToFloat32(byte(n))
 			switch k.recipe {
 			case recipeNVFP4ModelOpt:
 				if n == 8 {
@@ -229,10 +230,10 @@ func (k *nvfp4Kernel) prepare() error {
 			case recipeNVFP4CT:
 				k.tab[s][n] = outBits(mul32(v, p), k.out)
 			case recipeNVFP4CTScalar:
-				y := bf16Scalar(mul32(v, p)) // a bfloat16 result: T = bfloat16 keeps its bits
+				y := codec.BF16Scalar(mul32(v, p)) // a bfloat16 result: T = bfloat16 keeps its bits
 				k.tab[s][n] = uint32(y)
 				if k.out != statedict.BFloat16 {
-					k.tab[s][n] = outBits(BF16ToFloat32(y), k.out)
+					k.tab[s][n] = outBits(codec.BF16ToFloat32(y), k.out)
 				}
 			}
 		}

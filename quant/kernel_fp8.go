@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -22,7 +23,7 @@ import (
 // need them; a few recent row blocks are kept.
 type fp8Kernel struct {
 	codes                     *codes
-	f                         Format
+	f                         codec.Format
 	batch, rows, cols, bh, bw int64
 	scale                     *statedict.Tensor
 	scaleName                 string
@@ -96,7 +97,7 @@ func (k *fp8Kernel) rowTables(b, r int64) *fp8Tables {
 		for cb := range k.gc {
 			s := k.scaleAt(b, r, cb*k.bw)
 			if k.recipe == recipeF32 { // the common recipe, without bits' dispatch
-				for code, v := range &fp8ToF32[k.f] {
+				for code, v := range k.f.Table() {
 					bits[code] = outBits(mul32(v, s), k.out)
 				}
 			} else {
@@ -129,13 +130,13 @@ func (k *fp8Kernel) scaleAt(b, r, c int64) float32 {
 
 // bits is the recipe's output for one code and its scale.
 func (k *fp8Kernel) bits(code byte, s float32) uint32 {
-	v := fp8ToF32[k.f][code]
+	v := k.f.Decode(code)
 	switch k.recipe {
 	case recipeInScale: // S(S(v)·s) in the scale's dtype, then cast to T
 		d := k.scale.DType
 		y := roundTo(mul32(roundTo(v, d), s), d)
 		if d == statedict.Float16 && k.out == statedict.BFloat16 {
-			return uint32(bf16Scalar(y)) // torch casts float16 → bfloat16 with the scalar conversion
+			return uint32(codec.BF16Scalar(y)) // torch casts float16 → bfloat16 with the scalar conversion
 		}
 		return outBits(y, k.out)
 	case recipeInTarget: // T(T(v)·T(s)), s already rounded to T

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -86,7 +87,7 @@ type Group struct {
 	Scales []string
 
 	recipe recipe
-	format Format // FP8 element format of the codes
+	format codec.Format // FP8 element format of the codes
 	weight *statedict.Tensor
 	scales []*statedict.Tensor
 }
@@ -131,10 +132,10 @@ func isFP8(d statedict.DType) bool {
 	return false
 }
 
-// fp8Format maps an FP8 dtype to its Format (isFP8 must hold).
-func fp8Format(d statedict.DType) Format {
-	return map[statedict.DType]Format{statedict.Float8E4M3FN: E4M3FN, statedict.Float8E5M2: E5M2,
-		statedict.Float8E4M3FNUZ: E4M3FNUZ, statedict.Float8E5M2FNUZ: E5M2FNUZ}[d]
+// fp8Format maps an FP8 dtype to its codec.Format (isFP8 must hold).
+func fp8Format(d statedict.DType) codec.Format {
+	return map[statedict.DType]codec.Format{statedict.Float8E4M3FN: codec.E4M3FN, statedict.Float8E5M2: codec.E5M2,
+		statedict.Float8E4M3FNUZ: codec.E4M3FNUZ, statedict.Float8E5M2FNUZ: codec.E5M2FNUZ}[d]
 }
 
 // isPacked reports whether d holds FP4 codes two per byte: uint8 as producers write

@@ -6,7 +6,7 @@ import (
 	"math"
 	"math/big"
 
-	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -99,7 +99,7 @@ func scalar(b []byte, dt statedict.DType, bigEndian bool) statedict.Value {
 	case statedict.Float32:
 		return float64(math.Float32frombits(bo.Uint32(b)))
 	case statedict.Float16:
-		return float64(quant.F16ToFloat32(bo.Uint16(b)))
+		return float64(codec.F16ToFloat32(bo.Uint16(b)))
 	case statedict.Int8:
 		return int64(int8(b[0]))
 	case statedict.Int16:

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -367,7 +368,7 @@ func (r *remapper) storage(t *statedict.Tensor, name string, inOptim bool) (*sta
 	}
 	if target != statedict.Invalid && target != t.DType && castable(t.DType) && castable(target) &&
 		!strings.HasSuffix(name, ".step") && name != "step" {
-		cast, err := castStorage(&st, t.DType, target)
+		cast, err := codec.CastStorage(&st, t.DType, target)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}

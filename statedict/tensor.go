@@ -6,8 +6,6 @@ import (
 	"io"
 	"math"
 	"math/bits"
-
-	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 )
 
 // Storage is a flat run of bytes that one or more tensors view, as torch's UntypedStorage.
@@ -110,7 +108,7 @@ func (s *Storage) WriteTo(w io.Writer) (int64, error) {
 // writeMapped writes d, which starts at byte start of the storage's mapped bytes.
 func (s *Storage) writeMapped(w io.Writer, d []byte, start int64) (int64, error) {
 	if s.FileBacked && s.File != "" {
-		return fastcopy.Write(w, fastcopy.Range{Data: d, Path: s.File, Off: s.Offset + start})
+		return WriteRange(w, Range{Data: d, Path: s.File, Off: s.Offset + start})
 	}
 	n, err := w.Write(d)
 	return int64(n), err

@@ -3,6 +3,7 @@ package statedict
 import (
 	"fmt"
 	"io"
+	"io/fs"
 )
 
 // Leaf is a non-container value of a checkpoint tree with its flattened name.
@@ -118,8 +119,22 @@ type Checkpoint struct {
 	// was read (another format's copy of the weights, consolidated or training-state files):
 	// neither read nor carried along, so a converter can say it left them out.
 	Ignored []string
+	// Outside are links of the folder that lead outside the checkpoint's tree: never read,
+	// never carried along.
+	Outside []string
+	// Files reads the folder's files by relative name (Extras among them), confined to the
+	// checkpoint's tree; nil for a single-file checkpoint.
+	Files fs.FS
 	// Closers release the mapped files; Close calls them.
 	Closers []io.Closer
+}
+
+// ReadFile reads the file name of the checkpoint's folder (one of its Extras) through Files.
+func (c *Checkpoint) ReadFile(name string) ([]byte, error) {
+	if c.Files == nil {
+		return nil, fmt.Errorf("%s: no file %s: not a folder", c.Path, name)
+	}
+	return fs.ReadFile(c.Files, name)
 }
 
 // Tensors returns every tensor of the tree with its flattened name, in Walk order.

@@ -100,12 +100,12 @@ func openSingle(dir string, l layout, openFile func(string) (*statedict.Checkpoi
 		ck.Close()
 		return nil, err
 	}
-	extras, ignored, err := extraFiles(dir, map[string]bool{l.single: true})
-	if err != nil {
-		ck.Close()
+	out := &statedict.Checkpoint{Format: l.format, Path: dir, Root: root, Closers: ck.Closers}
+	if err := addFiles(out, dir, map[string]bool{l.single: true}); err != nil {
+		out.Close()
 		return nil, err
 	}
-	return &statedict.Checkpoint{Format: l.format, Path: dir, Root: root, Extras: extras, Ignored: ignored, Closers: ck.Closers}, nil
+	return out, nil
 }
 
 // flatTensorDict checks that a weights file holds a flat {name: tensor} mapping, as
@@ -247,7 +247,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 	for _, s := range shards {
 		skip[s] = true
 	}
-	if out.Extras, out.Ignored, err = extraFiles(dir, skip); err != nil {
+	if err := addFiles(out, dir, skip); err != nil {
 		return nil, err
 	}
 	out.Root = root
@@ -263,19 +263,43 @@ func indexFile(idx *Index, name string) string {
 	return ""
 }
 
-// extraFiles lists the regular files of dir other than the weights read (config.json,
-// generation_config.json, tokenizer files, hf_quant_config.json, …), which converters copy,
-// and apart from them the files holding weights or pickles of another layout, which they
-// must not carry along unconverted. Symbolic links to regular files count: a Hugging Face
-// hub cache snapshot is made of them.
-func extraFiles(dir string, weights map[string]bool) (extras, ignored []string, err error) {
-	entries, err := os.ReadDir(dir)
+// addFiles gives ck confined access to dir's files and lists them (see extraFiles).
+func addFiles(ck *statedict.Checkpoint, dir string, weights map[string]bool) error {
+	f, err := OpenFolder(dir)
 	if err != nil {
-		return nil, nil, err
+		return err
+	}
+	ck.Closers = append(ck.Closers, f)
+	ck.Files = f
+	ck.Extras, ck.Ignored, ck.Outside, err = extraFiles(f, weights)
+	return err
+}
+
+// extraFiles lists the regular files of the folder other than the weights read
+// (config.json, generation_config.json, tokenizer files, hf_quant_config.json, …), which
+// converters copy, and apart from them the files holding weights or pickles of another
+// layout, which they must not carry along unconverted. Symbolic links to regular files
+// count when they stay inside the folder or its hub cache blobs (a Hugging Face hub cache
+// snapshot is made of them); links leading elsewhere are listed in outside, never read.
+func extraFiles(f *Folder, weights map[string]bool) (extras, ignored, outside []string, err error) {
+	entries, err := os.ReadDir(f.dir)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	for _, de := range entries {
 		name := de.Name()
-		if weights[name] || !(de.Type().IsRegular() || de.Type()&fs.ModeSymlink != 0 && exists(filepath.Join(dir, name))) {
+		if weights[name] {
+			continue
+		}
+		if de.Type()&fs.ModeSymlink != 0 {
+			if !exists(filepath.Join(f.dir, name)) {
+				continue // dangling, or a link to a folder
+			}
+			if !f.Confined(name) {
+				outside = append(outside, name)
+				continue
+			}
+		} else if !de.Type().IsRegular() {
 			continue
 		}
 		if otherWeights(name) {
@@ -284,14 +308,19 @@ func extraFiles(dir string, weights map[string]bool) (extras, ignored []string, 
 			extras = append(extras, name)
 		}
 	}
-	return extras, ignored, nil
+	return extras, ignored, outside, nil
 }
 
 // WeightFiles lists the files of dir that hold weights or pickles, judged by their names,
 // so that an error about a folder ckpt does not read as a whole can name the files it could
 // read one by one.
 func WeightFiles(dir string) []string {
-	_, files, _ := extraFiles(dir, nil)
+	f, err := OpenFolder(dir)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	_, files, _, _ := extraFiles(f, nil)
 	return files
 }
 

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -222,15 +221,15 @@ type exactWriter struct {
 	left int64
 }
 
-// WriteRange implements fastcopy.RangeWriter.
-func (e *exactWriter) WriteRange(r fastcopy.Range) (int64, error) {
+// WriteRange implements statedict.RangeWriter.
+func (e *exactWriter) WriteRange(r statedict.Range) (int64, error) {
 	if int64(len(r.Data)) > e.left {
 		return 0, fmt.Errorf("%d bytes more than its dtype and shape need", int64(len(r.Data))-e.left)
 	}
 	if err := e.w.Flush(); err != nil {
 		return 0, err
 	}
-	n, err := fastcopy.Write(e.out, r)
+	n, err := statedict.WriteRange(e.out, r)
 	e.left -= n
 	return n, err
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
-	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -50,7 +49,7 @@ func Write(w io.Writer, root statedict.Value, opts SaveOptions) (int64, error) {
 			return 0, fmt.Errorf("storage %q is big-endian: convert it to little-endian before writing", st.Key)
 		}
 	}
-	cw := &fastcopy.Counter{W: w}
+	cw := &statedict.Counter{W: w}
 	z := &zipWriter{w: cw}
 	for _, r := range []struct{ name, data string }{
 		{"data.pkl", string(pkl)},

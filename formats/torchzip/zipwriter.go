@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/internal/fastcopy"
+	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // Alignment is the data alignment of every record, torch's default storage_alignment.
@@ -230,13 +230,13 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// WriteRange implements fastcopy.RangeWriter.
-func (c *crcWriter) WriteRange(r fastcopy.Range) (int64, error) {
+// WriteRange implements statedict.RangeWriter.
+func (c *crcWriter) WriteRange(r statedict.Range) (int64, error) {
 	r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], c.crc)
 	if c.sum != nil {
 		r.Sums = append(r.Sums, c.sum)
 	}
-	n, err := fastcopy.Write(c.w, r)
+	n, err := statedict.WriteRange(c.w, r)
 	c.n += n
 	return n, err
 }

@@ -1,6 +1,13 @@
 // Package atomicfile writes outputs so that a crash or error never leaves something that
 // looks like a finished checkpoint: everything is written under a temporary name in the
 // destination's folder, fsynced, and renamed into place only when complete.
+//
+// It never deletes what it did not write. Replacing an existing destination (force) is
+// allowed for a single file, an empty folder, or a folder whose every entry the caller's
+// [Owner] claims (the files a manifest of an earlier conversion lists); a folder holding
+// anything else is refused, naming what it holds. The final output gets the mode a new file
+// or folder gets under the process's umask, as cp gives it; only the temporary one is
+// private while being written.
 package atomicfile
 
 import (
@@ -8,6 +15,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 )
 
@@ -54,6 +63,17 @@ func RemovePending() int {
 // ErrExists is returned when the destination exists and overwriting was not allowed.
 var ErrExists = errors.New("destination exists (use --force to overwrite)")
 
+// ErrIsFolder is returned when a file output would replace a folder.
+var ErrIsFolder = errors.New("destination is a folder; a file output never replaces one")
+
+// ErrForeign is returned when replacing a folder would delete what ckpt did not write.
+var ErrForeign = errors.New("refusing to replace a folder holding files ckpt did not write")
+
+// Owner reports which entries of the existing folder dir an earlier run wrote (names
+// relative to dir, the manifest itself included), so that replacing dir deletes nothing
+// else. ok is false when dir is not an output of an earlier run.
+type Owner func(dir string) (owned []string, ok bool)
+
 // File is an output file being written under a temporary name.
 type File struct {
 	*os.File
@@ -62,10 +82,14 @@ type File struct {
 	key   int
 }
 
-// Create starts writing path. With force false an existing path is an error.
+// Create starts writing path. With force false an existing path is an error; with force an
+// existing file (or link) is replaced on Commit, but never a folder.
 func Create(path string, force bool) (*File, error) {
-	if !force {
-		if _, err := os.Lstat(path); err == nil {
+	if st, err := os.Lstat(path); err == nil {
+		if st.IsDir() {
+			return nil, fmt.Errorf("%s: %w", path, ErrIsFolder)
+		}
+		if !force {
 			return nil, fmt.Errorf("%s: %w", path, ErrExists)
 		}
 	}
@@ -96,6 +120,14 @@ func (f *File) Commit() error {
 		os.Remove(f.Name())
 		return err
 	}
+	if err := os.Chmod(f.Name(), fileMode()); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if st, err := os.Lstat(f.final); err == nil && st.IsDir() {
+		os.Remove(f.Name())
+		return fmt.Errorf("%s: %w", f.final, ErrIsFolder)
+	}
 	if err := os.Rename(f.Name(), f.final); err != nil {
 		os.Remove(f.Name())
 		return err
@@ -120,16 +152,17 @@ type Dir struct {
 	Path  string
 	final string
 	force bool
+	owner Owner
 	done  bool
 	key   int
 }
 
-// CreateDir starts writing the folder path. With force false an existing path is an error.
-func CreateDir(path string, force bool) (*Dir, error) {
-	if !force {
-		if _, err := os.Lstat(path); err == nil {
-			return nil, fmt.Errorf("%s: %w", path, ErrExists)
-		}
+// CreateDir starts writing the folder path. An existing empty folder is replaced; with force
+// false any other existing path is an error; with force a file is replaced, and a folder only
+// when owner claims every entry in it (see [Owner]; a nil owner claims nothing).
+func CreateDir(path string, force bool, owner Owner) (*Dir, error) {
+	if err := replaceable(path, force, owner); err != nil {
+		return nil, err
 	}
 	if err := checkParent(path); err != nil {
 		return nil, err
@@ -138,43 +171,120 @@ func CreateDir(path string, force bool) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dir{Path: tmp, final: path, force: force, key: track(func() { os.RemoveAll(tmp) })}, nil
+	return &Dir{Path: tmp, final: path, force: force, owner: owner, key: track(func() { os.RemoveAll(tmp) })}, nil
 }
 
-// Commit fsyncs every file in the folder and the folder, then moves it into place (an
-// existing destination, allowed by force, is replaced only after the new one is complete).
+// replaceable checks that the folder output path may be written: it does not exist, or is
+// an empty folder, or (with force) a file or a folder whose entries owner all claims.
+func replaceable(path string, force bool, owner Owner) error {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return nil
+	}
+	if !st.IsDir() {
+		if !force {
+			return fmt.Errorf("%s: %w", path, ErrExists)
+		}
+		return nil
+	}
+	foreign, n, err := foreignEntries(path, owner)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n == 0:
+		return nil
+	case !force:
+		return fmt.Errorf("%s: %w", path, ErrExists)
+	case len(foreign) > 0:
+		return fmt.Errorf("%s: %w: %s", path, ErrForeign, listNames(foreign))
+	}
+	return nil
+}
+
+// foreignEntries lists the entries of dir that owner does not claim, and how many entries
+// dir has.
+func foreignEntries(dir string, owner Owner) (foreign []string, n int, err error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	owned := map[string]bool{}
+	if owner != nil {
+		if names, ok := owner(dir); ok {
+			for _, nm := range names {
+				owned[filepath.Clean(nm)] = true
+			}
+		}
+	}
+	for _, e := range entries {
+		// Only regular files can be claimed: ckpt writes no links or subfolders.
+		if !owned[e.Name()] || !e.Type().IsRegular() {
+			foreign = append(foreign, e.Name())
+		}
+	}
+	return foreign, len(entries), nil
+}
+
+// listNames names up to five entries and how many more there are.
+func listNames(names []string) string {
+	sort.Strings(names)
+	if len(names) > 5 {
+		return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Commit fsyncs every file in the folder and the folder, then moves it into place. An
+// existing destination is replaced only after the new one is complete, and only if it may
+// be (checked again here: files added to it meanwhile are never deleted).
 func (d *Dir) Commit() error {
 	if d.done {
 		return errors.New("atomicfile: already committed or aborted")
 	}
 	d.done = true
 	defer untrack(d.key)
-	entries, err := os.ReadDir(d.Path)
-	if err != nil {
+	fail := func(err error) error {
 		os.RemoveAll(d.Path)
 		return err
+	}
+	entries, err := os.ReadDir(d.Path)
+	if err != nil {
+		return fail(err)
 	}
 	for _, e := range entries {
 		if err := syncPath(filepath.Join(d.Path, e.Name())); err != nil {
-			os.RemoveAll(d.Path)
-			return err
+			return fail(err)
 		}
 	}
+	if err := os.Chmod(d.Path, dirMode()); err != nil {
+		return fail(err)
+	}
 	if err := syncDir(d.Path); err != nil {
-		os.RemoveAll(d.Path)
-		return err
+		return fail(err)
+	}
+	if err := replaceable(d.final, d.force, d.owner); err != nil {
+		return fail(err)
 	}
 	var old string
 	restore := -1
-	if d.force {
-		if _, err := os.Lstat(d.final); err == nil {
-			old = d.Path + ".old"
-			if err := os.Rename(d.final, old); err != nil {
-				os.RemoveAll(d.Path)
-				return err
+	if st, err := os.Lstat(d.final); err == nil {
+		old = d.Path + ".old"
+		if err := os.Rename(d.final, old); err != nil {
+			return fail(err)
+		}
+		// Until the new folder is in place, an interruption puts the old one back.
+		restore = track(func() { os.RemoveAll(d.Path); os.Rename(old, d.final) })
+		if st.IsDir() {
+			// Whatever arrived between the check and the move stays: put it all back.
+			if foreign, _, err := foreignEntries(old, d.owner); err != nil || len(foreign) > 0 {
+				untrack(restore)
+				os.Rename(old, d.final)
+				if err == nil {
+					err = fmt.Errorf("%s: %w: %s", d.final, ErrForeign, listNames(foreign))
+				}
+				return fail(err)
 			}
-			// Until the new folder is in place, an interruption puts the old one back.
-			restore = track(func() { os.RemoveAll(d.Path); os.Rename(old, d.final) })
 		}
 	}
 	err = os.Rename(d.Path, d.final)
@@ -183,13 +293,32 @@ func (d *Dir) Commit() error {
 		if old != "" {
 			os.Rename(old, d.final)
 		}
-		os.RemoveAll(d.Path)
-		return err
+		return fail(err)
 	}
 	if old != "" {
-		os.RemoveAll(old)
+		removeOwned(old)
 	}
 	return syncDir(filepath.Dir(d.final))
+}
+
+// removeOwned deletes a replaced destination moved aside: a file, or a folder of the files
+// (only) that were checked to be ckpt's own.
+func removeOwned(old string) {
+	st, err := os.Lstat(old)
+	if err != nil {
+		return
+	}
+	if !st.IsDir() {
+		os.Remove(old)
+		return
+	}
+	entries, _ := os.ReadDir(old)
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			os.Remove(filepath.Join(old, e.Name()))
+		}
+	}
+	os.Remove(old) // fails, keeping it, if anything else is left
 }
 
 // Abort removes the temporary folder.

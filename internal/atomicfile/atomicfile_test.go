@@ -60,18 +60,27 @@ func TestFile(t *testing.T) {
 	}
 }
 
-// TestDir: a folder output replaces an existing one only when complete.
+// TestDir: a folder output replaces an existing one only when complete, and only one whose
+// every entry the owner claims; an empty folder is replaced without force.
 func TestDir(t *testing.T) {
 	dir := t.TempDir()
 	dst := filepath.Join(dir, "hf")
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dst, "old"), []byte("x"), 0o644)
-	if _, err := CreateDir(dst, false); !errors.Is(err, ErrExists) {
+	d, err := CreateDir(dst, false, nil)
+	if err != nil {
+		t.Fatalf("an empty folder: %v", err)
+	}
+	os.WriteFile(filepath.Join(d.Path, "old"), []byte("x"), 0o644)
+	if err := d.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CreateDir(dst, false, nil); !errors.Is(err, ErrExists) {
 		t.Fatalf("overwrote without force: %v", err)
 	}
-	d, err := CreateDir(dst, true)
+	owner := func(string) ([]string, bool) { return []string{"old", "manifest"}, true }
+	d, err = CreateDir(dst, true, owner)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +97,104 @@ func TestDir(t *testing.T) {
 	if got := entries(t, dir); len(got) != 1 {
 		t.Fatalf("leftovers: %v", got)
 	}
-	d, _ = CreateDir(filepath.Join(dir, "other"), false)
+	d, _ = CreateDir(filepath.Join(dir, "other"), false, nil)
 	d.Abort()
 	if got := entries(t, dir); len(got) != 1 {
 		t.Fatalf("Abort left %v", got)
+	}
+}
+
+// TestDirKeepsForeign: with force, a folder holding anything the owner does not claim
+// (a file, a subfolder, a link) is refused naming it, before and at Commit, and nothing of
+// it is touched.
+func TestDirKeepsForeign(t *testing.T) {
+	ours := func(string) ([]string, bool) { return []string{"model.safetensors", "ckpt-manifest.json"}, true }
+	notOurs := func(string) ([]string, bool) { return nil, false }
+	cases := []struct {
+		name  string
+		make  func(dst string)
+		owner Owner
+	}{
+		{"no manifest", func(dst string) { os.WriteFile(filepath.Join(dst, "model.safetensors"), []byte("x"), 0o644) }, notOurs},
+		{"nil owner", func(dst string) { os.WriteFile(filepath.Join(dst, "model.safetensors"), []byte("x"), 0o644) }, nil},
+		{"unlisted file", func(dst string) { os.WriteFile(filepath.Join(dst, "notes.txt"), []byte("x"), 0o644) }, ours},
+		{"subfolder", func(dst string) {
+			os.MkdirAll(filepath.Join(dst, "llama"), 0o755)
+			os.WriteFile(filepath.Join(dst, "llama", "keep.bin"), []byte("x"), 0o644)
+		}, ours},
+		{"listed name is a folder", func(dst string) { os.MkdirAll(filepath.Join(dst, "model.safetensors"), 0o755) }, ours},
+		{"link", func(dst string) { os.Symlink("/etc/passwd", filepath.Join(dst, "model.safetensors")) }, ours},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "out")
+			os.Mkdir(dst, 0o755)
+			c.make(dst)
+			before := entries(t, dst)
+			if _, err := CreateDir(dst, true, c.owner); !errors.Is(err, ErrForeign) || !strings.Contains(err.Error(), before[0]) {
+				t.Fatalf("CreateDir: %v, want ErrForeign naming %s", err, before[0])
+			}
+			if got := entries(t, dst); strings.Join(got, ",") != strings.Join(before, ",") {
+				t.Fatalf("destination changed: %v → %v", before, got)
+			}
+		})
+	}
+	// A foreign file arriving while the output is written is found at Commit.
+	dst := filepath.Join(t.TempDir(), "out")
+	os.Mkdir(dst, 0o755)
+	os.WriteFile(filepath.Join(dst, "model.safetensors"), []byte("old"), 0o644)
+	d, err := CreateDir(dst, true, ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(d.Path, "model.safetensors"), []byte("new"), 0o644)
+	os.WriteFile(filepath.Join(dst, "arrived.txt"), []byte("x"), 0o644)
+	if err := d.Commit(); !errors.Is(err, ErrForeign) {
+		t.Fatalf("Commit: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "model.safetensors")); string(b) != "old" {
+		t.Fatalf("replaced: %q", b)
+	}
+	if got := entries(t, filepath.Dir(dst)); len(got) != 1 {
+		t.Fatalf("leftovers: %v", got)
+	}
+}
+
+// TestFileNeverReplacesFolder: a file output refuses an existing folder, even with force.
+func TestFileNeverReplacesFolder(t *testing.T) {
+	dst := t.TempDir()
+	if _, err := Create(dst, true); !errors.Is(err, ErrIsFolder) {
+		t.Fatalf("Create over a folder: %v", err)
+	}
+}
+
+// TestModes: committed outputs get the modes the umask gives new files and folders, as cp
+// does, however private the temporary ones were.
+func TestModes(t *testing.T) {
+	want := umask()
+	dir := t.TempDir()
+	f, err := Create(filepath.Join(dir, "f.pt"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := CreateDir(filepath.Join(dir, "d"), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mode := range map[string]os.FileMode{"f.pt": 0o666 &^ want, "d": 0o777 &^ want} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v, want %v (umask %03o)", name, st.Mode().Perm(), mode, want)
+		}
 	}
 }
 
@@ -108,7 +211,7 @@ func TestRemovePending(t *testing.T) {
 	}
 	f, _ := Create(filepath.Join(dir, "half.pt"), false)
 	f.WriteString("half")
-	d, _ := CreateDir(filepath.Join(dir, "folder"), false)
+	d, _ := CreateDir(filepath.Join(dir, "folder"), false, nil)
 	os.WriteFile(filepath.Join(d.Path, "model.safetensors"), []byte("x"), 0o644)
 	if n := RemovePending(); n != 2 {
 		t.Errorf("RemovePending removed %d outputs, want 2", n)
@@ -133,7 +236,7 @@ func TestMissingParent(t *testing.T) {
 	if _, err := Create(filepath.Join(dir, "out.pt"), false); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
 		t.Errorf("Create: %v", err)
 	}
-	if _, err := CreateDir(filepath.Join(dir, "out"), false); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
+	if _, err := CreateDir(filepath.Join(dir, "out"), false, nil); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
 		t.Errorf("CreateDir: %v", err)
 	}
 }

@@ -26,36 +26,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/ckpt-dev/ckpt/statedict"
 )
-
-// Range is a run of bytes that is both in memory (Data, typically a slice of an mmap'd
-// file) and in a file (Path at Off), for File to read without touching the mapping.
-type Range struct {
-	Data []byte
-	Path string
-	Off  int64
-	// Sums are fed the range's bytes, in order, by whoever finally stores them, before
-	// WriteRange returns.
-	Sums []hash.Hash
-}
-
-// RangeWriter is a writer that can take a Range without the bytes passing through it.
-type RangeWriter interface {
-	WriteRange(r Range) (int64, error)
-}
-
-// Write writes r to w, through w's WriteRange when it has one (else r's sums are fed here).
-func Write(w io.Writer, r Range) (int64, error) {
-	if rw, ok := w.(RangeWriter); ok {
-		return rw.WriteRange(r)
-	}
-	n, err := w.Write(r.Data)
-	for _, h := range r.Sums {
-		h.Write(r.Data[:n])
-	}
-	return int64(n), err
-}
 
 const (
 	// blockSize is the alignment direct I/O needs of file offsets, lengths and memory:
@@ -85,10 +57,36 @@ var buffers = sync.Pool{New: func() any {
 // directIO reports whether direct I/O may be tried; CKPT_DIRECT_IO=off switches it off.
 func directIO() bool { return os.Getenv("CKPT_DIRECT_IO") != "off" }
 
+// osPath holds the operating system's fast path: opening a second descriptor with direct
+// I/O, telling whether a write failed because direct I/O was refused, and starting
+// writeback of a written range. Linux has all three (fastcopy_linux.go); elsewhere, or with
+// CKPT_WRITE_PATH=portable, the portable path writes through the page cache and leaves
+// writeback to the final fsync.
+type osPath struct {
+	openDirect func(name string) (*os.File, error)
+	refused    func(err error) bool
+	writeback  func(f *os.File, off, n int64)
+}
+
+var portablePath = osPath{
+	openDirect: func(string) (*os.File, error) { return nil, errors.ErrUnsupported },
+	refused:    func(error) bool { return false },
+	writeback:  func(*os.File, int64, int64) {},
+}
+
+// path is the write path in use: the system's, unless CKPT_WRITE_PATH=portable.
+func path() osPath {
+	if os.Getenv("CKPT_WRITE_PATH") == "portable" {
+		return portablePath
+	}
+	return systemPath
+}
+
 // File is a sequential writer over an output file, from the file's current offset on. It
 // owns the file's contents past that offset until Close.
 type File struct {
 	f      *os.File
+	os     osPath
 	direct *os.File // the same file opened with O_DIRECT; nil when unavailable
 	// useDirect is cleared when direct writes fail with EINVAL (the filesystem accepted
 	// O_DIRECT at open but not these writes): from then on chunks go through the cache.
@@ -137,11 +135,11 @@ type sumJob struct {
 // NewFile wraps f, which must be open for writing and positioned where writing continues.
 // Direct I/O is used when the filesystem supports it and that position is block-aligned.
 func NewFile(f *os.File) *File {
-	out := &File{f: f, slots: make(chan struct{}, inFlight),
+	out := &File{f: f, os: path(), slots: make(chan struct{}, inFlight),
 		jobs: make(chan *chunk, inFlight), sums: make(chan sumJob, inFlight*chunkSize/piece)}
 	out.off, out.err = f.Seek(0, io.SeekCurrent)
 	if out.err == nil && out.off%blockSize == 0 && directIO() {
-		if d, err := os.OpenFile(f.Name(), os.O_WRONLY|unix.O_DIRECT, 0); err == nil {
+		if d, err := out.os.openDirect(f.Name()); err == nil {
 			out.direct = d
 			out.useDirect.Store(true)
 		}
@@ -165,7 +163,7 @@ func (f *File) Write(p []byte) (int, error) {
 
 // WriteRange reads r from its file (from r.Data when it has none) into the output stream,
 // feeding r.Sums as it goes.
-func (f *File) WriteRange(r Range) (int64, error) {
+func (f *File) WriteRange(r statedict.Range) (int64, error) {
 	put := func(dst []byte, done int64) error {
 		copy(dst, r.Data[done:])
 		return nil
@@ -292,7 +290,7 @@ func (f *File) writeChunk(b []byte, off int64) error {
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, unix.EINVAL) {
+		if !f.os.refused(err) {
 			return err
 		}
 		f.useDirect.Store(false) // this chunk, and every later one, through the page cache
@@ -301,7 +299,7 @@ func (f *File) writeChunk(b []byte, off int64) error {
 		return err
 	}
 	// Start writeback now, so the disk works while the next chunk fills.
-	_ = unix.SyncFileRange(int(f.f.Fd()), off, int64(len(b)), unix.SYNC_FILE_RANGE_WRITE)
+	f.os.writeback(f.f, off, int64(len(b)))
 	return nil
 }
 
@@ -385,45 +383,4 @@ func (f *File) Close() error {
 		_, err = f.f.Seek(end, io.SeekStart)
 	}
 	return err
-}
-
-// Tee feeds Sum every byte written through it, passing file ranges on with Sum added to
-// their sums, so the bytes are hashed where they are finally stored.
-type Tee struct {
-	W   io.Writer
-	Sum hash.Hash
-}
-
-// Write passes p on and feeds what was written to the sum.
-func (t *Tee) Write(p []byte) (int, error) {
-	n, err := t.W.Write(p)
-	t.Sum.Write(p[:n])
-	return n, err
-}
-
-// WriteRange passes r on with the sum added.
-func (t *Tee) WriteRange(r Range) (int64, error) {
-	r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], t.Sum)
-	return Write(t.W, r)
-}
-
-// Counter counts the bytes written through it, passing file ranges on, so that writers
-// can report sizes without hiding ranges from File.
-type Counter struct {
-	W io.Writer
-	N int64
-}
-
-// Write passes p on, counting it.
-func (c *Counter) Write(p []byte) (int, error) {
-	n, err := c.W.Write(p)
-	c.N += int64(n)
-	return n, err
-}
-
-// WriteRange passes r on, counting it.
-func (c *Counter) WriteRange(r Range) (int64, error) {
-	n, err := Write(c.W, r)
-	c.N += n
-	return n, err
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-
-	"golang.org/x/sys/unix"
 )
 
 // File is a read-only memory mapping of a whole file.
@@ -38,7 +36,7 @@ func Open(name string) (*File, error) {
 	if size != int64(int(size)) {
 		return nil, fmt.Errorf("%s: file of %d bytes is too large to map", name, size)
 	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	data, err := mapFile(f, int(size))
 	if err != nil {
 		return nil, fmt.Errorf("%s: mmap: %w", name, err)
 	}
@@ -73,17 +71,17 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 // for streaming conversions. Errors are ignored: it is only a hint.
 func (f *File) Advise() {
 	if len(f.data) > 0 {
-		_ = unix.Madvise(f.data, unix.MADV_SEQUENTIAL)
+		adviseSequential(f.data)
 	}
 }
 
-// DontNeed drops the mapping's resident pages from this process (MADV_DONTNEED). The file
-// stays mapped and its pages stay in the page cache; touching them again faults them back
-// in. Streaming readers call it after consuming data so that the process's resident memory
-// stays independent of the checkpoint's size.
+// DontNeed drops the mapping's resident pages from this process. The file stays mapped and
+// its pages stay in the page cache; touching them again faults them back in. Streaming
+// readers call it after consuming data so that the process's resident memory stays
+// independent of the checkpoint's size.
 func (f *File) DontNeed() {
 	if len(f.data) > 0 {
-		_ = unix.Madvise(f.data, unix.MADV_DONTNEED)
+		dontNeed(f.data)
 	}
 }
 
@@ -92,7 +90,7 @@ func (f *File) Close() error {
 	if len(f.data) == 0 {
 		return nil
 	}
-	err := unix.Munmap(f.data)
+	err := unmap(f.data)
 	f.data = nil
 	return err
 }

@@ -1,4 +1,4 @@
-package remap
+package codec
 
 import (
 	"crypto/sha256"
@@ -71,7 +71,7 @@ func TestCastMatchesTorch(t *testing.T) {
 			from, _ := statedict.ParseDType(names[0])
 			to, _ := statedict.ParseDType(names[1])
 			st := statedict.NewMappedStorage("0", "cpu", from, sources[names[0]])
-			cast, err := castStorage(st, from, to)
+			cast, err := CastStorage(st, from, to)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package remap
+package codec
 
 import (
 	"encoding/binary"
@@ -8,14 +8,13 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// castStorage returns a storage holding src's elements (of dtype from) converted to dtype to
+// CastStorage returns a storage holding src's elements (of dtype from) converted to dtype to
 // the way torch's Tensor.to(dtype) converts them. Its bytes are computed on demand from the
 // source range being read, so casting streams like copying does.
-func castStorage(src *statedict.Storage, from, to statedict.DType) (*statedict.Storage, error) {
+func CastStorage(src *statedict.Storage, from, to statedict.DType) (*statedict.Storage, error) {
 	conv, err := converter(from, to)
 	if err != nil {
 		return nil, err
@@ -132,20 +131,20 @@ func (c *castReader) convParallel(out, in []byte, n int64) {
 // partial block, which depends on the machine: there ckpt's NaNs may differ from a given
 // torch's.
 
-// decoders read one little-endian element as float64 (exact for all four types), for casts
+// castDecoders read one little-endian element as float64 (exact for all four types), for casts
 // from and to float64.
-var decoders = map[statedict.DType]func([]byte) float64{
-	statedict.Float16:  func(b []byte) float64 { return float64(quant.F16ToFloat32(binary.LittleEndian.Uint16(b))) },
-	statedict.BFloat16: func(b []byte) float64 { return float64(quant.BF16ToFloat32(binary.LittleEndian.Uint16(b))) },
+var castDecoders = map[statedict.DType]func([]byte) float64{
+	statedict.Float16:  func(b []byte) float64 { return float64(F16ToFloat32(binary.LittleEndian.Uint16(b))) },
+	statedict.BFloat16: func(b []byte) float64 { return float64(BF16ToFloat32(binary.LittleEndian.Uint16(b))) },
 	statedict.Float32:  func(b []byte) float64 { return float64(math.Float32frombits(binary.LittleEndian.Uint32(b))) },
 	statedict.Float64:  func(b []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b)) },
 }
 
-// encoders write one element. Narrowing from float64 goes through float32 first, as torch
+// castEncoders write one element. Narrowing from float64 goes through float32 first, as torch
 // does (double → float → half rounds twice, and so must we to be bit-identical).
-var encoders = map[statedict.DType]func([]byte, float64){
-	statedict.Float16:  func(b []byte, v float64) { binary.LittleEndian.PutUint16(b, quant.Float32ToF16(float32(v))) },
-	statedict.BFloat16: func(b []byte, v float64) { binary.LittleEndian.PutUint16(b, quant.Float32ToBF16(float32(v))) },
+var castEncoders = map[statedict.DType]func([]byte, float64){
+	statedict.Float16:  func(b []byte, v float64) { binary.LittleEndian.PutUint16(b, Float32ToF16(float32(v))) },
+	statedict.BFloat16: func(b []byte, v float64) { binary.LittleEndian.PutUint16(b, Float32ToBF16(float32(v))) },
 	statedict.Float32:  func(b []byte, v float64) { binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v))) },
 	statedict.Float64:  func(b []byte, v float64) { binary.LittleEndian.PutUint64(b, math.Float64bits(v)) },
 }
@@ -162,19 +161,19 @@ var kernels = map[[2]statedict.DType]func(dst, src []byte){
 	{statedict.Float16, statedict.Float32}: func(dst, src []byte) {
 		s, d := pair[[2]byte, [4]byte](dst, src)
 		for i := range s {
-			binary.LittleEndian.PutUint32(d[i][:], math.Float32bits(quant.F16ToFloat32(binary.LittleEndian.Uint16(s[i][:]))))
+			binary.LittleEndian.PutUint32(d[i][:], math.Float32bits(F16ToFloat32(binary.LittleEndian.Uint16(s[i][:]))))
 		}
 	},
 	{statedict.Float32, statedict.Float16}: func(dst, src []byte) {
 		s, d := pair[[4]byte, [2]byte](dst, src)
 		for i := range s {
-			binary.LittleEndian.PutUint16(d[i][:], quant.Float32ToF16(math.Float32frombits(binary.LittleEndian.Uint32(s[i][:]))))
+			binary.LittleEndian.PutUint16(d[i][:], Float32ToF16(math.Float32frombits(binary.LittleEndian.Uint32(s[i][:]))))
 		}
 	},
 	{statedict.BFloat16, statedict.Float16}: func(dst, src []byte) {
 		s, d := pair[[2]byte, [2]byte](dst, src)
 		for i := range s {
-			binary.LittleEndian.PutUint16(d[i][:], quant.Float32ToF16(quant.BF16ToFloat32(binary.LittleEndian.Uint16(s[i][:]))))
+			binary.LittleEndian.PutUint16(d[i][:], Float32ToF16(BF16ToFloat32(binary.LittleEndian.Uint16(s[i][:]))))
 		}
 	},
 	{statedict.Float16, statedict.BFloat16}: func(dst, src []byte) {
@@ -183,7 +182,7 @@ var kernels = map[[2]statedict.DType]func(dst, src []byte){
 			h := binary.LittleEndian.Uint16(s[i][:])
 			out := uint16(0x7FC0) // torch's scalar NaN
 			if h&0x7C00 != 0x7C00 || h&0x03FF == 0 {
-				out = quant.Float32ToBF16(quant.F16ToFloat32(h))
+				out = Float32ToBF16(F16ToFloat32(h))
 			}
 			binary.LittleEndian.PutUint16(d[i][:], out)
 		}
@@ -207,8 +206,8 @@ func converter(from, to statedict.DType) (func(dst, src []byte), error) {
 	if k, ok := kernels[[2]statedict.DType{from, to}]; ok {
 		return k, nil
 	}
-	dec, ok1 := decoders[from]
-	enc, ok2 := encoders[to]
+	dec, ok1 := castDecoders[from]
+	enc, ok2 := castEncoders[to]
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("no cast from %s to %s", from, to)
 	}
@@ -225,6 +224,6 @@ func converter(from, to statedict.DType) (func(dst, src []byte), error) {
 func float32ToBF16Go(dst, src []byte) {
 	s, d := pair[[4]byte, [2]byte](dst, src)
 	for i := range s {
-		binary.LittleEndian.PutUint16(d[i][:], quant.Float32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(s[i][:]))))
+		binary.LittleEndian.PutUint16(d[i][:], Float32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(s[i][:]))))
 	}
 }

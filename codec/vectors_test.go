@@ -1,4 +1,4 @@
-package quant
+package codec
 
 import (
 	"math"
@@ -211,7 +211,7 @@ func TestFormatString(t *testing.T) {
 		want string
 	}{
 		{E4M3FN, "float8_e4m3fn"}, {E5M2, "float8_e5m2"}, {E4M3FNUZ, "float8_e4m3fnuz"},
-		{E5M2FNUZ, "float8_e5m2fnuz"}, {E8M0FNU, "float8_e8m0fnu"}, {Format(9), "quant.Format(9)"},
+		{E5M2FNUZ, "float8_e5m2fnuz"}, {E8M0FNU, "float8_e8m0fnu"}, {Format(9), "codec.Format(9)"},
 	} {
 		if got := tc.f.String(); got != tc.want {
 			t.Errorf("Format(%d).String() = %q, want %q", uint8(tc.f), got, tc.want)

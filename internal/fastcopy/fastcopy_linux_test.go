@@ -13,21 +13,22 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/ckpt-dev/ckpt/statedict"
 	"golang.org/x/sys/unix"
 )
 
-// modes runs a test with direct I/O allowed and switched off.
+// modes runs a test with direct I/O allowed, switched off, and on the portable path other
+// systems take (no direct I/O, no early writeback).
 func modes(t *testing.T, test func(t *testing.T, direct bool)) {
-	for _, direct := range []bool{true, false} {
-		name := "direct"
-		if !direct {
-			name = "cached"
-		}
-		t.Run(name, func(t *testing.T) {
-			if !direct {
+	for _, mode := range []string{"direct", "cached", "portable"} {
+		t.Run(mode, func(t *testing.T) {
+			switch mode {
+			case "cached":
 				t.Setenv("CKPT_DIRECT_IO", "off")
+			case "portable":
+				t.Setenv("CKPT_WRITE_PATH", "portable")
 			}
-			test(t, direct)
+			test(t, mode == "direct")
 		})
 	}
 }
@@ -76,13 +77,13 @@ func TestFileInterleaves(t *testing.T) {
 				t.Fatal(err)
 			}
 			want.Write(hdr)
-			rng := Range{Data: src[p.off : p.off+p.n], Off: int64(p.off)}
+			rng := statedict.Range{Data: src[p.off : p.off+p.n], Off: int64(p.off)}
 			if p.path {
 				rng.Path = srcPath
 			}
 			crc, xx := crc32.NewIEEE(), xxhash.New()
 			rng.Sums = []hash.Hash{crc, xx}
-			n, err := Write(f, rng)
+			n, err := statedict.WriteRange(f, rng)
 			if err != nil || n != int64(p.n) {
 				t.Fatalf("range %d: %d, %v", i, n, err)
 			}
@@ -150,7 +151,7 @@ func TestFileSourceTooShort(t *testing.T) {
 		defer out.Close()
 		f := NewFile(out)
 		long := append(src, make([]byte, 100)...)
-		_, err = f.WriteRange(Range{Data: long, Path: srcPath})
+		_, err = f.WriteRange(statedict.Range{Data: long, Path: srcPath})
 		if err == nil || !strings.Contains(err.Error(), srcPath) || !strings.Contains(err.Error(), "offset 0") {
 			t.Fatalf("got %v, want an error naming %s and the offset", err, srcPath)
 		}
@@ -183,7 +184,7 @@ func TestFileManySources(t *testing.T) {
 	var want []byte
 	for _, i := range append(rand.New(rand.NewPCG(3, 4)).Perm(files), rand.New(rand.NewPCG(5, 6)).Perm(files)...) {
 		data := bytes.Repeat([]byte{byte(i)}, 10)
-		if _, err := f.WriteRange(Range{Data: data, Path: paths[i], Off: 7}); err != nil {
+		if _, err := f.WriteRange(statedict.Range{Data: data, Path: paths[i], Off: 7}); err != nil {
 			t.Fatal(err)
 		}
 		if len(f.srcs) > maxSources {
@@ -282,7 +283,7 @@ func BenchmarkFile(b *testing.B) {
 			b.Fatal(err)
 		}
 		f := NewFile(out)
-		if _, err := f.WriteRange(Range{Data: src, Path: srcPath, Sums: []hash.Hash{crc32.NewIEEE(), xxhash.New()}}); err != nil {
+		if _, err := f.WriteRange(statedict.Range{Data: src, Path: srcPath, Sums: []hash.Hash{crc32.NewIEEE(), xxhash.New()}}); err != nil {
 			b.Fatal(err)
 		}
 		if err := f.Close(); err != nil {

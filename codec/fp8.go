@@ -1,4 +1,4 @@
-package quant
+package codec
 
 import (
 	"fmt"
@@ -78,7 +78,7 @@ func (f Format) String() string {
 	if f < numFormats {
 		return layouts[f].name
 	}
-	return fmt.Sprintf("quant.Format(%d)", uint8(f))
+	return fmt.Sprintf("codec.Format(%d)", uint8(f))
 }
 
 // Lookup tables built once from layouts: fp8ToF32 is what torch's
@@ -107,7 +107,7 @@ func init() {
 		for b := range 256 {
 			v := l.decode(uint8(b))
 			fp8ToF32[f][b] = v
-			fp8ToBF16[f][b] = bf16Scalar(v)
+			fp8ToBF16[f][b] = BF16Scalar(v)
 		}
 	}
 }
@@ -152,6 +152,15 @@ func (l *layout) decode(b uint8) float32 {
 func (f Format) Decode(b byte) float32 {
 	return fp8ToF32[f][b]
 }
+
+// DecodeBF16 returns the bfloat16 bits of the code b as torch's u8.view(dtype).to(bfloat16)
+// gives them.
+func (f Format) DecodeBF16(b byte) uint16 {
+	return fp8ToBF16[f][b]
+}
+
+// Table is Decode for all 256 codes, for kernels that build tables from it.
+func (f Format) Table() *[256]float32 { return &fp8ToF32[f] }
 
 // Encode rounds x to the nearest code of the format, ties to even, as torch
 // 2.14's CPU cast float32 → dtype does (Tensor.to and torch.tensor(…, dtype=)).

@@ -1,4 +1,4 @@
-package quant
+package codec
 
 import "math"
 
@@ -18,9 +18,9 @@ func Float32ToBF16(x float32) uint16 {
 	return uint16((u+0x7FFF+(u>>16)&1)>>16 | -nan)
 }
 
-// bf16Scalar is torch's scalar c10::BFloat16 rounding: as Float32ToBF16, but NaN
+// BF16Scalar is torch's scalar c10::BFloat16 rounding: as Float32ToBF16, but NaN
 // gives 0x7FC0.
-func bf16Scalar(x float32) uint16 {
+func BF16Scalar(x float32) uint16 {
 	if x != x {
 		return 0x7FC0
 	}

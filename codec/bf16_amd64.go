@@ -1,4 +1,4 @@
-package remap
+package codec
 
 import "golang.org/x/sys/cpu"
 

@@ -1,4 +1,4 @@
-package quant
+package codec
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package quant
+package codec
 
 // fp4ToF32 holds the 16 FP4 E2M1 values indexed by nibble, built at init from the
 // format definition; fp4x2ToF32 the two values of every packed byte, in element

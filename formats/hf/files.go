@@ -1,0 +1,79 @@
+package hf
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// Folder gives read access to the files of a checkpoint folder, confined to it: a file, or
+// a symbolic link that resolves inside the folder — or, for a snapshot of the Hugging Face
+// hub cache (…/models--org--name/snapshots/<rev>/, whose files are links to ../../blobs/),
+// inside that repository's blobs/ folder. A link leading anywhere else (a
+// tokenizer_config.json pointing at /home/user/secret.txt) is refused, so its target is
+// never read or copied into an output. It implements fs.FS.
+type Folder struct {
+	dir   string   // the folder as given
+	real  string   // its resolved path
+	blobs string   // the hub cache blobs/ folder links may lead into, or ""
+	root  *os.Root // the folder (or, for a hub snapshot, its repository) opened confined
+	sub   string   // the folder's path inside root ("" or "snapshots/<rev>")
+}
+
+// OpenFolder opens dir for confined reading. Close releases it.
+func OpenFolder(dir string) (*Folder, error) {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, err
+	}
+	f := &Folder{dir: dir, real: real}
+	rootDir := real
+	if parent := filepath.Dir(real); filepath.Base(parent) == "snapshots" {
+		repo := filepath.Dir(parent)
+		if st, err := os.Stat(filepath.Join(repo, "blobs")); err == nil && st.IsDir() {
+			f.blobs = filepath.Join(repo, "blobs")
+			rootDir = repo
+			f.sub = path.Join("snapshots", filepath.Base(real))
+		}
+	}
+	if f.root, err = os.OpenRoot(rootDir); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Close releases the folder.
+func (f *Folder) Close() error { return f.root.Close() }
+
+// Confined reports whether name (a path relative to the folder) resolves to a place the
+// folder may be read from; a missing file is not confined.
+func (f *Folder) Confined(name string) bool {
+	real, err := filepath.EvalSymlinks(filepath.Join(f.real, filepath.FromSlash(name)))
+	if err != nil {
+		return false
+	}
+	return inside(real, f.real) || f.blobs != "" && inside(real, f.blobs)
+}
+
+// Open opens name (slash-separated, relative to the folder) if it is confined.
+func (f *Folder) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	if !f.Confined(name) {
+		return nil, &fs.PathError{Op: "open", Path: filepath.Join(f.dir, name), Err: ErrOutside}
+	}
+	return f.root.Open(path.Join(f.sub, name))
+}
+
+// ErrOutside is returned for a file whose link leads outside the checkpoint folder.
+var ErrOutside = fmt.Errorf("a link leading outside the checkpoint folder (not read)")
+
+// inside reports whether p is dir or lies inside it.
+func inside(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}

@@ -1,0 +1,75 @@
+package statedict
+
+import (
+	"hash"
+	"io"
+)
+
+// Range is a run of bytes that is both in memory (Data, typically a slice of an mmap'd
+// file) and in a file (Path at Off), for a file writer to read without touching the mapping.
+type Range struct {
+	Data []byte
+	Path string
+	Off  int64
+	// Sums are fed the range's bytes, in order, by whoever finally stores them, before
+	// WriteRange returns.
+	Sums []hash.Hash
+}
+
+// RangeWriter is a writer that can take a Range without the bytes passing through it.
+type RangeWriter interface {
+	WriteRange(r Range) (int64, error)
+}
+
+// WriteRange writes r to w, through w's WriteRange when it has one (else r's sums are fed here).
+func WriteRange(w io.Writer, r Range) (int64, error) {
+	if rw, ok := w.(RangeWriter); ok {
+		return rw.WriteRange(r)
+	}
+	n, err := w.Write(r.Data)
+	for _, h := range r.Sums {
+		h.Write(r.Data[:n])
+	}
+	return int64(n), err
+}
+
+// Tee feeds Sum every byte written through it, passing file ranges on with Sum added to
+// their sums, so the bytes are hashed where they are finally stored.
+type Tee struct {
+	W   io.Writer
+	Sum hash.Hash
+}
+
+// Write passes p on and feeds what was written to the sum.
+func (t *Tee) Write(p []byte) (int, error) {
+	n, err := t.W.Write(p)
+	t.Sum.Write(p[:n])
+	return n, err
+}
+
+// WriteRange passes r on with the sum added.
+func (t *Tee) WriteRange(r Range) (int64, error) {
+	r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], t.Sum)
+	return WriteRange(t.W, r)
+}
+
+// Counter counts the bytes written through it, passing file ranges on, so that writers
+// can report sizes without hiding ranges from File.
+type Counter struct {
+	W io.Writer
+	N int64
+}
+
+// Write passes p on, counting it.
+func (c *Counter) Write(p []byte) (int, error) {
+	n, err := c.W.Write(p)
+	c.N += int64(n)
+	return n, err
+}
+
+// WriteRange passes r on, counting it.
+func (c *Counter) WriteRange(r Range) (int64, error) {
+	n, err := WriteRange(c.W, r)
+	c.N += n
+	return n, err
+}
