@@ -6,7 +6,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/verify/forward/kernel"
 )
 
@@ -107,7 +107,7 @@ func (w *matrix) product(dst, x []float32, xb []uint16, T, j0, j1 int) error {
 			}
 			h := hbuf[:len(f)]
 			for i, v := range f {
-				h[i] = quant.Float32ToBF16(v)
+				h[i] = codec.Float32ToBF16(v)
 			}
 			bf16(dst[r:], h, r1-r)
 			continue
@@ -120,7 +120,7 @@ func (w *matrix) product(dst, x []float32, xb []uint16, T, j0, j1 int) error {
 // roundBF16 rounds x to the nearest bfloat16, ties to even, and widens it back: what a
 // TPU's matrix unit does to float32 inputs at default precision.
 func roundBF16(x float32) float32 {
-	return math.Float32frombits(uint32(quant.Float32ToBF16(x)) << 16)
+	return math.Float32frombits(uint32(codec.Float32ToBF16(x)) << 16)
 }
 
 // roundedBF16 returns a copy of x with every element rounded to bfloat16.

@@ -6,7 +6,7 @@ import (
 	"math"
 	"unsafe"
 
-	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -113,7 +113,7 @@ func (v view) read(dst []byte, r0, r1 int) error {
 			case statedict.Float32:
 				binary.NativeEndian.PutUint32(out[4*i:], uint32(bits))
 			case statedict.Float16:
-				binary.NativeEndian.PutUint32(out[4*i:], math.Float32bits(quant.F16ToFloat32(uint16(bits))))
+				binary.NativeEndian.PutUint32(out[4*i:], math.Float32bits(codec.F16ToFloat32(uint16(bits))))
 			case statedict.Float64:
 				binary.NativeEndian.PutUint32(out[4*i:], math.Float32bits(float32(math.Float64frombits(bits))))
 			}
@@ -193,7 +193,7 @@ var fp4BF16 = func() *[256][16]uint16 {
 	var t [256][16]uint16
 	for s := range 256 {
 		for n := range 16 {
-			v := math.Ldexp(float64(quant.FP4ToFloat32(byte(n))), s-127)
+			v := math.Ldexp(float64(codec.FP4ToFloat32(byte(n))), s-127)
 			t[s][n] = uint16(math.Float32bits(float32(v)) >> 16)
 		}
 	}
