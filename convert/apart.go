@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/formats/manifest"
 )
 
 // checkApart refuses a destination that is the source, contains it or lies inside it:
@@ -21,7 +23,7 @@ func checkApart(src, dst string) error {
 		return err
 	}
 	switch {
-	case s == d || sameFile(src, dst) || sameFile(src, manifestPath(dst, false)):
+	case s == d || sameFile(src, dst) || sameFile(src, manifest.PathFor(dst, false)):
 		return fmt.Errorf("%s: the destination is the source itself; ckpt never overwrites its input", dst)
 	case within(s, d):
 		return fmt.Errorf("%s: the destination contains the source %s; ckpt never overwrites its input", dst, src)

@@ -1,54 +1,97 @@
-// Package convert is ckpt's main job as a library: open a checkpoint in any supported format,
-// remap it (device tags, dtypes, names, selection), and write it as a torch.save file, a
-// safetensors file or Hugging Face folder, or a torch.distributed.checkpoint directory that
-// real PyTorch loads. Tensors stream from the mapped source to the output; nothing is held
-// whole in memory, and the output appears under its final name only when complete.
+// Package convert is ckpt's main job as a library: open a checkpoint in any supported
+// format, decide what to do with each tensor (quant for quantized layers, optimizerstate for
+// training state), remap it (device tags, dtypes, names, selection), and write it in any
+// layout formats.Writers lists — a torch.save file, a safetensors file, a Hugging Face
+// folder, a torch.distributed.checkpoint directory — with a manifest of what was written.
+// Tensors stream from the mapped source to the output; nothing is held whole in memory, and
+// the output appears under its final name only when complete.
+//
+// The steps are open → plan → write → manifest; each lives with the package that knows its
+// layout, and convert only orchestrates.
 package convert
 
 import (
+	"context"
 	"fmt"
-	"hash"
-	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/formats/hf"
+	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// Output formats.
+// Format is an output format.
+type Format string
+
+// Output formats. Safetensors writes a single file when the destination ends in
+// ".safetensors" and a Hugging Face folder otherwise.
 const (
-	Torch       = "torch"
-	Safetensors = "safetensors"
-	DCP         = "dcp"
+	Torch       Format = "torch"
+	Safetensors Format = "safetensors"
+	DCP         Format = "dcp"
 )
 
-// Options describe one conversion.
+// DequantizeMode says what a conversion does with quantized tensors.
+type DequantizeMode string
+
+// Dequantization modes (Options.Dequantize).
+const (
+	// DequantizeNone passes quantized tensors through unchanged, with their scales and
+	// quantization config (TPU-side kernels can take them); the dtype cast leaves their
+	// scales alone.
+	DequantizeNone DequantizeMode = ""
+	// DequantizeAll unpacks every quantized tensor.
+	DequantizeAll DequantizeMode = "all"
+	// DequantizeAuto unpacks what Options.TPUGen cannot run natively: FP8 except
+	// float8_e4m3fn on v7x, FP4 everywhere.
+	DequantizeAuto DequantizeMode = "auto"
+)
+
+// Options describe one conversion. The zero value of each field changes nothing (device
+// tags kept, no cast, no renaming); DefaultOptions gives what `ckpt convert --to tpu` does.
 type Options struct {
 	Src, Dst string
-	// Format is Torch, Safetensors or DCP.
-	Format string
+	// Format is the output format.
+	Format Format
 	Remap  remap.Options
-	// MaxShardSize splits a safetensors folder output into shards of at most this many bytes
-	// (a larger tensor gets a shard of its own); 0 means 5 GB, transformers' default.
+	// MaxShardSize splits a Hugging Face folder's weights into shards of at most this many
+	// bytes (a larger tensor gets a shard of its own); 0 means 5 GB, transformers' default.
 	MaxShardSize int64
-	// Force allows replacing an existing destination.
+	// Force allows replacing an existing destination: a file, or a folder an earlier
+	// conversion wrote (never one holding anything else, never the source).
 	Force bool
-	// Progress, if set, is told how many tensor bytes were written so far.
+	// Progress, if set, is told how many tensor bytes were written so far, of how many:
+	// done never exceeds total, and the last call has done == total.
 	Progress func(done, total int64)
 	// ToolVersion is recorded in the manifest.
 	ToolVersion string
 	// Args is the command line recorded in the manifest.
 	Args []string
-	// Dequantize is DequantizeNone, DequantizeAll or DequantizeAuto; dequantized tensors
-	// take Remap.DType (bfloat16 when unset).
-	Dequantize string
+	// Dequantize says what to do with quantized tensors; dequantized tensors take
+	// Remap.DType (bfloat16 when unset).
+	Dequantize DequantizeMode
 	// TPUGen is the target generation DequantizeAuto decides for.
 	TPUGen quant.TPUGen
+}
+
+// DefaultOptions returns the options of `ckpt convert --to tpu SRC DST`: every storage
+// tagged "tpu", DDP and torch.compile prefixes stripped, values torch.load(weights_only=True)
+// refuses turned into the data they hold, a torch.save file (a safetensors file for a DST
+// ending in .safetensors).
+func DefaultOptions(src, dst string) Options {
+	format := Torch
+	if strings.HasSuffix(dst, ".safetensors") {
+		format = Safetensors
+	}
+	place, _ := remap.ParseMapLocation(remap.TPU)
+	return Options{Src: src, Dst: dst, Format: format,
+		Remap: remap.Options{Place: place, StripWrappers: true, PlainData: true}}
 }
 
 // Summary reports what a conversion did; it is also the --json output.
@@ -56,7 +99,7 @@ type Summary struct {
 	Src       string            `json:"src"`
 	Dst       string            `json:"dst"`
 	SrcFormat string            `json:"src_format"`
-	Format    string            `json:"format"`
+	Format    Format            `json:"format"`
 	Files     []string          `json:"files"`
 	Manifest  string            `json:"manifest"`
 	Tensors   int               `json:"tensors"`
@@ -68,17 +111,38 @@ type Summary struct {
 	// Quantization says what happened to a quantized checkpoint's tensors and config.
 	Quantization *QuantReport `json:"quantization,omitempty"`
 	// ConfigDType is set ("float32 → bfloat16") when config.json's dtype was rewritten to
-	// the --dtype the weights were cast to.
+	// the dtype the weights were cast to.
 	ConfigDType string `json:"config_dtype,omitempty"`
 	// Alongside summarizes the conversion of each training-state file of an HF Trainer
 	// checkpoint folder (optimizer.pt, scheduler.pt, rng_state.pth, …) into the output folder.
 	Alongside []*Summary `json:"alongside,omitempty"`
 }
 
-// Run performs the conversion.
-func Run(opts Options) (*Summary, error) {
+// layout resolves the output format and destination to the layout written.
+func layout(f Format, dst string) (formats.Layout, error) {
+	switch f {
+	case Torch:
+		return formats.TorchFile, nil
+	case Safetensors:
+		if strings.HasSuffix(dst, ".safetensors") {
+			return formats.SafetensorsFile, nil
+		}
+		return formats.HFFolder, nil
+	case DCP:
+		return formats.DCPFolder, nil
+	}
+	return "", fmt.Errorf("unknown output format %q (torch, safetensors, dcp)", f)
+}
+
+// Run performs the conversion. Cancelling ctx stops it between pieces of output and
+// removes everything written so far; the destination is then as it was.
+func Run(ctx context.Context, opts Options) (*Summary, error) {
 	start := time.Now()
 	opts.Dst = filepath.Clean(opts.Dst) // "DST/" names the folder DST
+	lay, err := layout(opts.Format, opts.Dst)
+	if err != nil {
+		return nil, err
+	}
 	if err := checkApart(opts.Src, opts.Dst); err != nil {
 		return nil, err
 	}
@@ -87,229 +151,191 @@ func Run(opts Options) (*Summary, error) {
 		return nil, err
 	}
 	defer ck.Close()
-	qroot, q, err := prepareQuantized(ck, opts)
+	p, err := plan(ck, opts, lay)
 	if err != nil {
 		return nil, err
 	}
-	root, rep, err := remap.Apply(qroot, opts.Remap)
+	out, err := newOutput(ctx, opts.Dst, formats.Writers[lay].Folder, opts.Force, opts.Progress)
+	if err != nil {
+		return nil, err
+	}
+	defer out.abort()
+	out.total = p.total
+	if err := write(out.root(), p, opts); err != nil {
+		return nil, err
+	}
+	if err := out.commit(); err != nil {
+		return nil, err
+	}
+	p.sum.Seconds = time.Since(start).Seconds()
+	return p.sum, nil
+}
+
+// planned is a conversion planned: the remapped checkpoint to write and what was decided.
+type planned struct {
+	ck, src *statedict.Checkpoint // the remapped checkpoint; the source it reads from
+	lay     formats.Layout
+	sum     *Summary
+	rewrite map[string][]byte
+	// alongside are training-state files of the source folder to convert next to the
+	// weights.
+	alongside []string
+	total     int64
+}
+
+// plan decides what to write: quantized groups unpacked or shielded from the cast, the
+// training state's policies, the remap, config rewrites and the files taken along.
+func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned, error) {
+	q, err := prepareQuantized(ck, opts)
+	if err != nil {
+		return nil, err
+	}
+	ro := opts.Remap
+	pol := statedict.Policies{}
+	pol.Merge(ro.Policies)
+	pol.Merge(q.policies)
+	ro.Policies = pol
+	root, rep, err := remap.Apply(q.root, ro)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", opts.Src, err)
 	}
-	if err := unhide(root); err != nil {
-		return nil, err
+	p := &planned{src: ck, lay: lay, rewrite: q.rewrite}
+	p.sum = &Summary{Src: opts.Src, Dst: opts.Dst, SrcFormat: ck.Format, Format: opts.Format, Remap: rep, Warnings: rep.Warnings}
+	p.sum.Quantization, p.sum.Warnings = q.report, append(p.sum.Warnings, q.warnings...)
+	if p.rewrite == nil {
+		p.rewrite = map[string][]byte{}
 	}
-	sum := &Summary{Src: opts.Src, Dst: opts.Dst, SrcFormat: ck.Format, Format: opts.Format, Remap: rep, Warnings: rep.Warnings}
-	sum.Quantization, sum.Warnings = q.report, append(sum.Warnings, q.warnings...)
+	p.rewrite[manifest.Name] = nil // a source's own manifest describes the source
 	// A folder output takes an HF Trainer checkpoint's training state along, converted; the
 	// other files of other layouts are left out.
-	folderOut := opts.Format == Safetensors && !strings.HasSuffix(opts.Dst, ".safetensors")
-	var alongside, left []string
+	folderOut := lay == formats.HFFolder
+	var left []string
 	for _, f := range ck.Ignored {
-		if folderOut && trainerState(f) {
-			alongside = append(alongside, f)
+		if folderOut && hf.IsTrainerState(f) {
+			p.alongside = append(p.alongside, f)
 		} else {
 			left = append(left, f)
 		}
 	}
 	if len(ck.Outside) > 0 {
-		sum.Warnings = append(sum.Warnings, fmt.Sprintf("left out %s: links leading outside the checkpoint folder, never read", strings.Join(ck.Outside, ", ")))
+		p.sum.Warnings = append(p.sum.Warnings, fmt.Sprintf("left out %s: links leading outside the checkpoint folder, never read", strings.Join(ck.Outside, ", ")))
 	}
 	if len(left) > 0 {
-		sum.Warnings = append(sum.Warnings, fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted",
+		p.sum.Warnings = append(p.sum.Warnings, fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted",
 			strings.Join(left, ", "), ck.Format))
 	}
-	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files}
-	tensors, err := out.Tensors()
+	p.ck = &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files}
+	tensors, err := p.ck.Tensors()
 	if err != nil {
 		return nil, err
 	}
+	p.sum.Tensors = len(tensors)
+	p.total = contentBytes(tensors, formats.Writers[lay].Tree)
+	if opts.Remap.DType != statedict.Invalid && slices.Contains(ck.Extras, hf.ConfigFile) {
+		cfg, ok := p.rewrite[hf.ConfigFile]
+		if !ok {
+			if cfg, err = ck.ReadFile(hf.ConfigFile); err != nil {
+				return nil, err
+			}
+		}
+		if cfg != nil {
+			newCfg, old, err := hf.ConfigDType(cfg, opts.Remap.DType)
+			if err != nil {
+				return nil, err
+			}
+			if old != "" {
+				p.rewrite[hf.ConfigFile] = newCfg
+				p.sum.ConfigDType = old + " → " + opts.Remap.DType.String()
+			}
+		}
+	}
+	return p, nil
+}
+
+// contentBytes is how many tensor bytes a layout writes: every storage once for the
+// layouts that keep storages shared (a torch.save file writes whole storages), every
+// tensor's contiguous bytes for the others.
+func contentBytes(tensors []statedict.NamedTensor, storages bool) int64 {
 	var total int64
-	for _, t := range tensors {
-		total += t.Tensor.NBytes()
-	}
-	if q.rewrite == nil {
-		q.rewrite = map[string][]byte{}
-	}
-	if sum.ConfigDType, err = configDType(ck, q.rewrite, opts.Remap.DType); err != nil {
-		return nil, err
-	}
-	if sum.ConfigDType != "" {
-		sum.ConfigDType += " → " + opts.Remap.DType.String()
-	}
-	w := &writeJob{opts: opts, src: out, mapped: ck, sum: sum, total: total, rewrite: q.rewrite, alongside: alongside}
-	switch opts.Format {
-	case Torch:
-		err = w.torch()
-	case Safetensors:
-		if strings.HasSuffix(opts.Dst, ".safetensors") {
-			err = w.safetensorsFile()
-		} else {
-			err = w.safetensorsFolder()
+	seen := map[any]bool{}
+	for _, nt := range tensors {
+		t := nt.Tensor
+		var key any = t
+		n := t.NBytes()
+		if storages && t.Storage != nil {
+			key, n = t.Storage, t.Storage.Size
 		}
-	case DCP:
-		err = w.dcp()
-	default:
-		err = fmt.Errorf("unknown output format %q (torch, safetensors, dcp)", opts.Format)
+		if !seen[key] {
+			seen[key] = true
+			total += n
+		}
 	}
+	return total
+}
+
+// write writes the planned checkpoint through out with the layout's writer, then the
+// training state taken along and the manifest.
+func write(out *subOutput, p *planned, opts Options) error {
+	prev := out.o.src
+	out.o.src = p.src
+	defer func() { out.o.src = prev }()
+	w, err := formats.Writers[p.lay].Write(out, p.ck, statedict.WriteOptions{Sum: out.o.sum, MaxShardSize: opts.MaxShardSize, Rewrite: p.rewrite})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	sum.Tensors = len(tensors)
-	sum.Seconds = time.Since(start).Seconds()
-	return sum, nil
-}
-
-// writeJob carries the state of one write.
-type writeJob struct {
-	opts   Options
-	src    *statedict.Checkpoint // the remapped tree to write
-	mapped *statedict.Checkpoint // the opened source, whose mapped files back src's tensors
-	sum    *Summary
-	total  int64
-	done   int64
-	// sinceRelease counts bytes streamed since the source's resident pages were last dropped.
-	sinceRelease int64
-	// sums holds the xxhash64 digests fed while writing, keyed by the *statedict.Tensor or
-	// *statedict.Storage whose bytes they saw, so the manifest reads nothing a second time.
-	sums map[any]*xxhash.Digest
-	// rewrite replaces extra files of a folder output (nil content: left out).
-	rewrite map[string][]byte
-	// alongside are training-state files of the source folder converted into the output
-	// folder next to the weights.
-	alongside []string
-}
-
-// releaseEvery is how many streamed bytes may stay resident from the mapped source before
-// they are dropped (they remain in the page cache): it bounds the process's memory.
-const releaseEvery = 32 << 20
-
-// streamed accounts for n bytes read from the source and written out.
-func (j *writeJob) streamed(n int64) {
-	j.sinceRelease += n
-	if j.sinceRelease >= releaseEvery {
-		j.mapped.ReleaseMemory()
-		j.sinceRelease = 0
+	p.sum.Files, p.sum.Bytes, p.sum.Tied = w.Files, w.Bytes, w.Tied
+	if len(w.Tied) == 0 {
+		p.sum.Tied = nil
 	}
-}
-
-// progress wraps w so bytes written through it are reported and the source's pages released
-// as they are consumed.
-func (j *writeJob) progress(w io.Writer) io.Writer {
-	return &progressWriter{w: w, job: j}
-}
-
-type progressWriter struct {
-	w   io.Writer
-	job *writeJob
-}
-
-// Write passes b on, accounting for it.
-func (p *progressWriter) Write(b []byte) (int, error) {
-	// Large slices of the mapped source are written in pieces so their pages can be
-	// released between pieces: resident memory stays bounded even for huge tensors.
-	var done int
-	for done < len(b) {
-		piece := b[done:min(len(b), done+releaseEvery/4)]
-		n, err := p.w.Write(piece)
-		done += n
-		p.account(int64(n))
-		if err != nil {
-			return done, err
+	if len(w.NotWritten) > 0 {
+		for _, nw := range w.NotWritten {
+			p.sum.Warnings = append(p.sum.Warnings, fmt.Sprintf("%s value not written (%s holds tensors only)", nw, opts.Format))
 		}
 	}
-	return done, nil
-}
-
-// WriteRange passes file ranges on (fastcopy), accounting for them as written.
-func (p *progressWriter) WriteRange(r statedict.Range) (int64, error) {
-	n, err := statedict.WriteRange(p.w, r)
-	p.account(n)
-	return n, err
-}
-
-func (p *progressWriter) account(n int64) {
-	p.job.done += n
-	p.job.streamed(n)
-	if p.job.opts.Progress != nil {
-		p.job.opts.Progress(p.job.done, p.job.total)
-	}
-}
-
-// digest returns a new digest for the bytes of key (a tensor or storage) as they are written.
-func (j *writeJob) digest(key any) hash.Hash {
-	if j.sums == nil {
-		j.sums = map[any]*xxhash.Digest{}
-	}
-	d := xxhash.New()
-	j.sums[key] = d
-	return d
-}
-
-// summed returns t as an io.WriterTo that hashes its bytes for the manifest as it writes them.
-func (j *writeJob) summed(t *statedict.Tensor) io.WriterTo {
-	return writerToFunc(func(w io.Writer) (int64, error) {
-		return t.WriteTo(&statedict.Tee{W: w, Sum: j.digest(t)})
-	})
-}
-
-type writerToFunc func(io.Writer) (int64, error)
-
-// WriteTo calls f.
-func (f writerToFunc) WriteTo(w io.Writer) (int64, error) { return f(w) }
-
-// trainerState reports whether a file is training state that an HF Trainer checkpoint folder
-// holds next to the model (optimizer, LR scheduler, grad scaler, RNG states): torch.save
-// files a folder output converts alongside the weights, so training resumes from the output.
-// training_args.bin is not among them: it pickles a TrainingArguments object, code ckpt
-// does not run.
-func trainerState(name string) bool {
-	switch name {
-	case "optimizer.pt", "scheduler.pt", "scaler.pt":
-		return true
-	}
-	return strings.HasPrefix(name, "rng_state") && strings.HasSuffix(name, ".pth")
-}
-
-// convertAlongside converts the training-state files of the source folder into dir, the
-// output folder being written, with the same device and training-state options.
-func (j *writeJob) convertAlongside(dir string) error {
-	for _, name := range j.alongside {
-		ro := j.opts.Remap
-		sub, err := Run(Options{Src: filepath.Join(j.mapped.Path, name), Dst: filepath.Join(dir, name), Format: Torch,
-			Force: true, ToolVersion: j.opts.ToolVersion, Args: j.opts.Args,
-			Remap: remap.Options{Location: ro.Location, PlainData: ro.PlainData, OptimizerDType: ro.OptimizerDType, KeepCUDARNG: ro.KeepCUDARNG}})
+	for _, name := range p.alongside {
+		sub, err := convertAlongside(out, p, opts, name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		// Where they will be once the folder is in place.
-		sub.Dst, sub.Manifest = filepath.Join(j.opts.Dst, name), filepath.Join(j.opts.Dst, filepath.Base(sub.Manifest))
-		j.sum.Alongside = append(j.sum.Alongside, sub)
-		j.sum.Files = append(j.sum.Files, name, filepath.Base(sub.Manifest))
+		p.sum.Alongside = append(p.sum.Alongside, sub)
+		p.sum.Files = append(p.sum.Files, name, name+"."+manifest.Name)
 		for _, w := range sub.Warnings {
-			j.sum.Warnings = append(j.sum.Warnings, name+": "+w)
+			p.sum.Warnings = append(p.sum.Warnings, name+": "+w)
 		}
 	}
+	m, err := buildManifest(out.o, p, opts, w.Names)
+	if err != nil {
+		return err
+	}
+	path, err := out.writeManifest(m)
+	if err != nil {
+		return err
+	}
+	p.sum.Manifest = path
 	return nil
 }
 
-// archiveName is the folder torch.save uses inside a zip written to path: the file name
-// without its last extension.
-func archiveName(path string) string {
-	base := filepath.Base(path)
-	if ext := filepath.Ext(base); ext != "" && ext != base {
-		base = strings.TrimSuffix(base, ext)
+// convertAlongside converts the training-state file name of the source folder into the
+// folder being written, with the same device and training-state options.
+func convertAlongside(parent *subOutput, p *planned, opts Options, name string) (*Summary, error) {
+	src := filepath.Join(p.src.Path, name)
+	ck, err := formats.Open(src)
+	if err != nil {
+		return nil, err
 	}
-	if base == "" || !isASCII(base) {
-		return "archive"
+	defer ck.Close()
+	ro := opts.Remap
+	sub := Options{Src: src, Dst: filepath.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args,
+		Remap: remap.Options{Place: ro.Place, PlainData: ro.PlainData, OptimizerDType: ro.OptimizerDType, KeepCUDARNG: ro.KeepCUDARNG}}
+	sp, err := plan(ck, sub, formats.TorchFile)
+	if err != nil {
+		return nil, err
 	}
-	return base
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
+	parent.o.mu.Lock()
+	parent.o.total += sp.total
+	parent.o.mu.Unlock()
+	if err := write(parent.sub(name), sp, sub); err != nil {
+		return nil, err
 	}
-	return true
+	return sp.sum, nil
 }

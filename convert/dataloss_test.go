@@ -60,7 +60,7 @@ func TestForceNeverDeletesForeign(t *testing.T) {
 	cases := []struct {
 		name   string
 		make   func(t *testing.T, base string) setup
-		format string
+		format convert.Format
 		want   string
 	}{
 		{"models folder with a subfolder", func(t *testing.T, base string) setup {
@@ -89,7 +89,7 @@ func TestForceNeverDeletesForeign(t *testing.T) {
 		}, convert.Safetensors, "inside the source folder"},
 		{"a folder of another conversion's files plus one of the user's", func(t *testing.T, base string) setup {
 			copyTree(t, "../testdata/hf/mistral_sharded", filepath.Join(base, "hf"))
-			if _, err := convert.Run(convert.Options{Src: filepath.Join(base, "hf"), Dst: filepath.Join(base, "out"), Format: convert.Safetensors}); err != nil {
+			if _, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(base, "hf"), Dst: filepath.Join(base, "out"), Format: convert.Safetensors}); err != nil {
 				t.Fatal(err)
 			}
 			os.WriteFile(filepath.Join(base, "out", "NOTES.md"), []byte("mine"), 0o644)
@@ -106,7 +106,7 @@ func TestForceNeverDeletesForeign(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := c.make(t, t.TempDir())
 			before := snapshot(t, s.root)
-			_, err := convert.Run(convert.Options{Src: s.src, Dst: s.dst, Format: c.format, Force: true})
+			_, err := convert.Run(t.Context(), convert.Options{Src: s.src, Dst: s.dst, Format: c.format, Force: true})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("convert --force: %v, want an error naming %q", err, c.want)
 			}
@@ -128,13 +128,13 @@ func TestForceNeverDeletesForeign(t *testing.T) {
 func TestForceReplacesOwnOutput(t *testing.T) {
 	src := "../testdata/hf/mistral_sharded"
 	dst := filepath.Join(t.TempDir(), "out")
-	if _, err := convert.Run(convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, MaxShardSize: 1000}); err != nil {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, MaxShardSize: 1000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := convert.Run(convert.Options{Src: src, Dst: dst, Format: convert.Safetensors}); !errors.Is(err, atomicfile.ErrExists) {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors}); !errors.Is(err, atomicfile.ErrExists) {
 		t.Fatalf("without --force: %v", err)
 	}
-	if _, err := convert.Run(convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, Force: true}); err != nil {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -148,7 +148,7 @@ func TestForceReplacesOwnOutput(t *testing.T) {
 	// An empty folder is a destination without --force.
 	empty := filepath.Join(t.TempDir(), "empty")
 	os.Mkdir(empty, 0o755)
-	if _, err := convert.Run(convert.Options{Src: src, Dst: empty, Format: convert.DCP}); err != nil {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: empty, Format: convert.DCP}); err != nil {
 		t.Errorf("into an empty folder: %v", err)
 	}
 }
@@ -192,7 +192,7 @@ func TestLinksStayInside(t *testing.T) {
 		{snap, []string{"ckpt-manifest.json", "config.json", "generation_config.json", "model.safetensors"}, []string{"tokenizer_config.json"}},
 	} {
 		dst := filepath.Join(t.TempDir(), "out")
-		sum, err := convert.Run(convert.Options{Src: c.src, Dst: dst, Format: convert.Safetensors})
+		sum, err := convert.Run(t.Context(), convert.Options{Src: c.src, Dst: dst, Format: convert.Safetensors})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,7 @@ func TestFolderLeavesOtherWeightsOut(t *testing.T) {
 	pt, _ := os.ReadFile("../testdata/torch/views.pt")
 	os.WriteFile(filepath.Join(src, "pytorch_model.bin"), pt, 0o644)
 	dst := filepath.Join(t.TempDir(), "out")
-	sum, err := convert.Run(convert.Options{Src: src, Dst: dst, Format: convert.Safetensors})
+	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -20,8 +21,9 @@ import (
 // covers each path by which bytes reach an output.
 func TestManifestHashesOutput(t *testing.T) {
 	type variant struct {
-		name, format, dst string
-		dtype             statedict.DType
+		name, dst string
+		format    convert.Format
+		dtype     statedict.DType
 	}
 	variants := []variant{
 		{name: "torch", format: convert.Torch, dst: "out.pt"},
@@ -55,7 +57,7 @@ func TestManifestHashesOutput(t *testing.T) {
 func checkManifest(t *testing.T, opts convert.Options, dst string) {
 	t.Helper()
 	opts.Dst = filepath.Join(t.TempDir(), dst)
-	sum, err := convert.Run(opts)
+	sum, err := convert.Run(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func checkManifest(t *testing.T, opts convert.Options, dst string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m convert.Manifest
+	var m manifest.Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package convert_test
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,9 +11,11 @@ import (
 
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/verify"
 )
 
 // checkResult is what testdata/convert/check_load.py reports.
@@ -89,7 +92,9 @@ func runChecks(t *testing.T, o *oracle.Oracle, host, chroot string, jobs []check
 func TestConvertLoadsInTorch(t *testing.T) {
 	o := oracle.Require(t)
 	type variant struct {
-		name, format, mapLoc, tag, dtype, ext string
+		name                    string
+		format                  convert.Format
+		mapLoc, tag, dtype, ext string
 	}
 	variants := []variant{
 		{"torch-tpu", convert.Torch, "tpu", "tpu", "keep", ".pt"},
@@ -112,7 +117,7 @@ func TestConvertLoadsInTorch(t *testing.T) {
 			}
 			out := strings.ReplaceAll(name, "/", "_") + v.ext
 			opts := convert.Options{Src: src, Dst: filepath.Join(host, out), Format: v.format, MaxShardSize: 4096,
-				Remap: remap.Options{Location: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
+				Remap: remap.Options{Place: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
 			if v.dtype != "keep" {
 				opts.Remap.DType, _ = statedict.ParseDType(v.dtype)
 			}
@@ -123,12 +128,12 @@ func TestConvertLoadsInTorch(t *testing.T) {
 					opts.Remap.Drop = append(opts.Remap.Drop, regexp.MustCompile("^"+regexp.QuoteMeta(n)+"$"))
 				}
 			}
-			sum, err := convert.Run(opts)
+			sum, err := convert.Run(t.Context(), opts)
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
 				continue
 			}
-			jobs = append(jobs, checkJob{Name: name, Format: v.format, Src: "/repo/testdata/torch/" + filepath.Base(src),
+			jobs = append(jobs, checkJob{Name: name, Format: string(v.format), Src: "/repo/testdata/torch/" + filepath.Base(src),
 				Out: chroot + "/" + out, Tag: v.tag, DType: v.dtype, Dropped: dropped, CPU: append(sum.Remap.RNG, sum.Remap.HostData...)})
 		}
 	}
@@ -141,22 +146,25 @@ func TestConvertLoadsInTorch(t *testing.T) {
 func TestConvertFoldersLoadInTorch(t *testing.T) {
 	o := oracle.Require(t)
 	sources := []string{"dcp/model", "dcp/sharded", "dcp/scalars", "hf/qwen3_moe_sharded", "hf/mistral_sharded", "hf/mistral_bin_sharded"}
-	formats := []struct{ format, ext string }{{convert.Torch, ".pt"}, {convert.Safetensors, ""}, {convert.DCP, ""}}
+	formats := []struct {
+		format convert.Format
+		ext    string
+	}{{convert.Torch, ".pt"}, {convert.Safetensors, ""}, {convert.DCP, ""}}
 	host, chroot := oracle.TempDir(t)
 	loc, _ := remap.ParseMapLocation("tpu")
 	var jobs []checkJob
 	for _, src := range sources {
 		for _, f := range formats {
-			name := src + "/" + f.format
+			name := src + "/" + string(f.format)
 			out := strings.ReplaceAll(name, "/", "_") + f.ext
 			opts := convert.Options{Src: "../testdata/" + src, Dst: filepath.Join(host, out), Format: f.format, MaxShardSize: 8192,
-				Remap: remap.Options{Location: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
-			sum, err := convert.Run(opts)
+				Remap: remap.Options{Place: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
+			sum, err := convert.Run(t.Context(), opts)
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
 				continue
 			}
-			jobs = append(jobs, checkJob{Name: name, Format: f.format, Src: "/repo/testdata/" + src,
+			jobs = append(jobs, checkJob{Name: name, Format: string(f.format), Src: "/repo/testdata/" + src,
 				Out: chroot + "/" + out, Tag: "tpu", DType: "keep", CPU: append(sum.Remap.RNG, sum.Remap.HostData...)})
 		}
 	}
@@ -166,7 +174,7 @@ func TestConvertFoldersLoadInTorch(t *testing.T) {
 // unrepresentable lists the tensors of src that format cannot hold: dtypes safetensors has
 // no name for (complex32, complex128, quantized, bits), quantized tensors in DCP. Converting
 // them is an error unless dropped.
-func unrepresentable(t *testing.T, src, format string) []string {
+func unrepresentable(t *testing.T, src string, format convert.Format) []string {
 	t.Helper()
 	ck, err := formats.Open(src)
 	if err != nil {
@@ -195,15 +203,15 @@ func TestConvertRefusesOverwrite(t *testing.T) {
 	if err := os.WriteFile(dst, []byte("precious"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := convert.Run(convert.Options{Src: "../testdata/torch/views.pt", Dst: dst, Format: convert.Torch})
-	if err == nil || !strings.Contains(err.Error(), "--force") {
+	_, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/views.pt", Dst: dst, Format: convert.Torch})
+	if !errors.Is(err, atomicfile.ErrExists) {
 		t.Fatalf("overwrote without --force: %v", err)
 	}
 	if b, _ := os.ReadFile(dst); string(b) != "precious" {
 		t.Fatal("destination changed")
 	}
 	// A rename rule that matches nothing fails before anything is written.
-	_, err = convert.Run(convert.Options{Src: "../testdata/torch/views.pt", Dst: filepath.Join(dir, "new.pt"), Format: convert.Torch,
+	_, err = convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/views.pt", Dst: filepath.Join(dir, "new.pt"), Format: convert.Torch,
 		Remap: remap.Options{Renames: []remap.Rename{{Pattern: regexp.MustCompile("^nothing$"), Repl: "x"}}}})
 	if err == nil {
 		t.Fatal("a rename hitting nothing was accepted")
@@ -249,8 +257,8 @@ func TestTrainerFolderLoadsInTorch(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "trainer_state.json"), []byte(`{"global_step": 500}`), 0o644)
 	loc, _ := remap.ParseMapLocation("tpu")
 	dst := filepath.Join(host, "out")
-	sum, err := convert.Run(convert.Options{Src: src, Dst: dst, Format: convert.Safetensors,
-		Remap: remap.Options{Location: loc, PlainData: true, KeepCUDARNG: true}})
+	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors,
+		Remap: remap.Options{Place: loc, PlainData: true, KeepCUDARNG: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,10 +277,10 @@ func TestTrainerFolderLoadsInTorch(t *testing.T) {
 	var jobs []checkJob
 	for _, sub := range sum.Alongside {
 		name := filepath.Base(sub.Dst)
-		if rep, err := convert.Check(sub.Dst, ""); err != nil || !rep.OK() {
+		if rep, err := verify.Check(sub.Dst, ""); err != nil || !rep.OK() {
 			t.Errorf("%s: check %+v, %v", name, rep, err)
 		}
-		jobs = append(jobs, checkJob{Name: name, Format: convert.Torch, Src: "/repo/testdata/" + files[name],
+		jobs = append(jobs, checkJob{Name: name, Format: string(convert.Torch), Src: "/repo/testdata/" + files[name],
 			Out: chroot + "/out/" + name, Tag: "tpu", DType: "keep", CPU: append(sub.Remap.RNG, sub.Remap.HostData...)})
 	}
 	runChecks(t, o, host, chroot, jobs)

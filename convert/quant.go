@@ -7,19 +7,6 @@ import (
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// Dequantization modes (Options.Dequantize).
-const (
-	// DequantizeNone passes quantized tensors through unchanged, with their scales and
-	// quantization config (TPU-side kernels can take them); --dtype leaves their scales
-	// alone.
-	DequantizeNone = ""
-	// DequantizeAll unpacks every quantized tensor.
-	DequantizeAll = "all"
-	// DequantizeAuto unpacks what Options.TPUGen cannot run natively: FP8 except
-	// float8_e4m3fn on v7x, FP4 everywhere.
-	DequantizeAuto = "auto"
-)
-
 // QuantReport says what a conversion did with a quantized checkpoint.
 type QuantReport struct {
 	// Method is the configuration's quant_method.
@@ -40,24 +27,15 @@ type QuantReport struct {
 // quantStep is the quantization part of a conversion, applied to the source tree before
 // the remap.
 type quantStep struct {
+	// root is the source tree with the groups to unpack replaced by their dequantized
+	// tensors.
+	root     statedict.Value
 	report   *QuantReport
 	warnings []string
+	// policies shield the members of the groups passed through from the dtype cast.
+	policies statedict.Policies
 	// rewrite replaces extra files of the output folder; a nil content leaves the file out.
 	rewrite map[string][]byte
-}
-
-// keepDType marks a tensor of a quantized group that passes through: its dtype is hidden
-// from the remap's --dtype cast (a scale cast to bfloat16 would silently change every
-// weight it dequantizes) and restored afterwards by unhide.
-type keepDType struct {
-	dtype statedict.DType
-	attrs statedict.Value
-}
-
-// opaque maps the castable float dtypes to integers of the same width, which no cast touches.
-var opaque = map[statedict.DType]statedict.DType{
-	statedict.Float16: statedict.Uint16, statedict.BFloat16: statedict.Uint16,
-	statedict.Float32: statedict.Uint32, statedict.Float64: statedict.Uint64,
 }
 
 // prepareQuantized detects the quantization of ck and applies opts.Dequantize: groups to
@@ -66,31 +44,31 @@ var opaque = map[statedict.DType]statedict.DType{
 // the members of groups kept are shielded from the dtype cast. A checkpoint that looks
 // quantized but cannot be understood is an error when dequantizing or casting, and passes
 // through with a warning otherwise (its bytes are not touched).
-func prepareQuantized(ck *statedict.Checkpoint, opts Options) (statedict.Value, *quantStep, error) {
-	q := &quantStep{}
+func prepareQuantized(ck *statedict.Checkpoint, opts Options) (*quantStep, error) {
+	q := &quantStep{root: ck.Root, policies: statedict.Policies{}}
 	switch opts.Dequantize {
 	case DequantizeNone, DequantizeAll:
 	case DequantizeAuto:
 		if opts.TPUGen == "" {
-			return nil, nil, fmt.Errorf("--dequantize=auto needs --tpu-gen (v5e, v5p, v6e or v7x)")
+			return nil, fmt.Errorf("dequantizing for the target needs its TPU generation (v5e, v5p, v6e or v7x)")
 		}
 	default:
-		return nil, nil, fmt.Errorf("--dequantize=%q: all or auto", opts.Dequantize)
+		return nil, fmt.Errorf("dequantize mode %q: all or auto", opts.Dequantize)
 	}
 	cast := opts.Remap.DType != statedict.Invalid
 	_, plan, err := quant.DetectCheckpoint(ck)
 	if err != nil {
 		if opts.Dequantize != DequantizeNone || cast {
-			return nil, nil, fmt.Errorf("%s: %w", opts.Src, err)
+			return nil, fmt.Errorf("%s: %w", opts.Src, err)
 		}
 		q.warnings = append(q.warnings, fmt.Sprintf("quantization not understood, tensors passed through unchanged: %v", err))
-		return ck.Root, q, nil
+		return q, nil
 	}
 	if plan == nil {
 		if opts.Dequantize != DequantizeNone {
-			q.warnings = append(q.warnings, "--dequantize: the checkpoint is not quantized")
+			q.warnings = append(q.warnings, "nothing to dequantize: the checkpoint is not quantized")
 		}
-		return ck.Root, q, nil
+		return q, nil
 	}
 	out := statedict.BFloat16
 	if cast {
@@ -105,12 +83,12 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (statedict.Value, 
 		all = all && u
 	}
 	if n := countTrue(unpack); n > 0 && !all {
-		return nil, nil, fmt.Errorf("%s: --dequantize=auto for %s would unpack %d of the %d quantized tensors and keep the rest, which one %s quantization config cannot describe; use --dequantize to unpack all",
+		return nil, fmt.Errorf("%s: dequantizing for %s would unpack %d of the %d quantized tensors and keep the rest, which one %s quantization config cannot describe; unpack all of them instead",
 			opts.Src, opts.TPUGen, n, len(plan.Groups), plan.Config.Method)
 	}
 	d, ok := ck.Root.(*statedict.Dict)
 	if !ok {
-		return nil, nil, fmt.Errorf("%s: a quantized checkpoint must be a flat state dict, not a %T", opts.Src, ck.Root)
+		return nil, fmt.Errorf("%s: a quantized checkpoint must be a flat state dict, not a %T", opts.Src, ck.Root)
 	}
 	q.report = &QuantReport{Method: plan.Config.Method}
 	role := map[string]*quant.Group{} // stored name → its group
@@ -133,20 +111,19 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (statedict.Value, 
 		case g != nil && all && name == g.Weight:
 			dq, err := g.Dequantize(out)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			if _, dup := root.Get(g.Name); dup || g.Name != name && hasKey(d, g.Name) {
-				return nil, nil, fmt.Errorf("%s: dequantized %s would replace the tensor already named so", opts.Src, g.Name)
+				return nil, fmt.Errorf("%s: dequantized %s would replace the tensor already named so", opts.Src, g.Name)
 			}
 			root.Set(g.Name, dq)
 			q.report.Dequantized = append(q.report.Dequantized, g.Name)
 		case (g != nil || aux[name]) && all:
 			q.report.Dropped = append(q.report.Dropped, name)
-		case (g != nil || aux[name]) && cast && t != nil && opaque[t.DType] != statedict.Invalid:
-			hidden := *t
-			hidden.DType, hidden.Attrs = opaque[t.DType], &keepDType{t.DType, t.Attrs}
-			root.Set(e.Key, &hidden)
 		default:
+			if (g != nil || aux[name]) && t != nil {
+				q.policies[t] = statedict.Policy{NoCast: true, Why: "member of a " + plan.Config.Method + "-quantized layer kept as stored"}
+			}
 			root.Set(e.Key, e.Value)
 		}
 		if g != nil && !all && name == g.Weight {
@@ -156,23 +133,12 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (statedict.Value, 
 	if all {
 		q.report.DType = out.String()
 		if q.rewrite, err = removeConfig(ck, plan.Config); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		q.report.ConfigRemoved = plan.Config.Files
 	}
-	return root, q, nil
-}
-
-// unhide restores the dtypes prepareQuantized hid from the remap, in the remapped tree.
-func unhide(root statedict.Value) error {
-	return statedict.Walk(root, "", func(_ string, v statedict.Value) error {
-		if t, ok := v.(*statedict.Tensor); ok {
-			if k, ok := t.Attrs.(*keepDType); ok {
-				t.DType, t.Attrs = k.dtype, k.attrs
-			}
-		}
-		return nil
-	})
+	q.root = root
+	return q, nil
 }
 
 // removeConfig returns the extra-file rewrites that leave the quantization config out:

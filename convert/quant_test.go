@@ -86,13 +86,13 @@ func TestConvertDequantizes(t *testing.T) {
 				src := filepath.Join(quantizedDir, name)
 				dst := filepath.Join(t.TempDir(), "out")
 				opts := convert.Options{Src: src, Dst: dst + "/", Format: convert.Safetensors, Dequantize: convert.DequantizeAll,
-					Remap: remap.Options{Location: mustLoc(t, "tpu")}}
+					Remap: remap.Options{Place: mustLoc(t, "tpu")}}
 				outDType := "bfloat16"
 				if dtype != "keep" {
 					opts.Remap.DType, _ = statedict.ParseDType(dtype)
 					outDType = dtype
 				}
-				sum, err := convert.Run(opts)
+				sum, err := convert.Run(t.Context(), opts)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -152,7 +152,7 @@ func TestConvertDequantizes(t *testing.T) {
 	}
 }
 
-func mustLoc(t *testing.T, s string) remap.LocationFunc {
+func mustLoc(t *testing.T, s string) remap.Placement {
 	t.Helper()
 	loc, err := remap.ParseMapLocation(s)
 	if err != nil {
@@ -170,8 +170,8 @@ func TestConvertKeepsQuantized(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			src := filepath.Join(quantizedDir, name)
 			dst := filepath.Join(t.TempDir(), "out")
-			sum, err := convert.Run(convert.Options{Src: src, Dst: dst, Format: convert.Safetensors,
-				Remap: remap.Options{Location: mustLoc(t, "tpu"), DType: statedict.Float32}})
+			sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors,
+				Remap: remap.Options{Place: mustLoc(t, "tpu"), DType: statedict.Float32}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,12 +226,12 @@ func TestConvertDequantizeAuto(t *testing.T) {
 		{"nvfp4_ct", quant.TPUv5p, true, ""},
 		{"modelopt_mixed", quant.TPUv7x, false, "cannot describe"},
 		{"fp8_block", quant.TPUv7x, false, "cannot describe"}, // its e5m2 tensor is not native
-		{"modelopt_mixed", "", false, "needs --tpu-gen"},
+		{"modelopt_mixed", "", false, "needs its TPU generation"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fixture+"/"+string(tc.gen), func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "out")
-			sum, err := convert.Run(convert.Options{Src: filepath.Join(quantizedDir, tc.fixture), Dst: dst, Format: convert.Safetensors,
+			sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(quantizedDir, tc.fixture), Dst: dst, Format: convert.Safetensors,
 				Dequantize: convert.DequantizeAuto, TPUGen: tc.gen})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -316,9 +316,10 @@ func TestConvertRefusesRawCodes(t *testing.T) {
 	absent := writeFolder(t, `{"quantization_config": {"quant_method": "fp8", "weight_block_size": [8, 8]}}`,
 		append(slices.Clone(codes), statedict.NamedTensor{Name: "m.weight_scale_inv", Tensor: tensor(statedict.Float32, 1, 1)}))
 	tests := []struct {
-		name, src, dequantize string
-		dtype                 statedict.DType
-		err                   string
+		name, src  string
+		dequantize convert.DequantizeMode
+		dtype      statedict.DType
+		err        string
 	}{
 		{"no config, dequantize", noConfig, convert.DequantizeAll, statedict.Invalid, "no quantization config"},
 		{"no config, cast", noConfig, convert.DequantizeNone, statedict.BFloat16, "no quantization config"},
@@ -329,7 +330,7 @@ func TestConvertRefusesRawCodes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "out")
-			sum, err := convert.Run(convert.Options{Src: tc.src, Dst: dst, Format: convert.Safetensors, Dequantize: tc.dequantize,
+			sum, err := convert.Run(t.Context(), convert.Options{Src: tc.src, Dst: dst, Format: convert.Safetensors, Dequantize: tc.dequantize,
 				Remap: remap.Options{DType: tc.dtype}})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {

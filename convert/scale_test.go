@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/verify"
 )
 
 // TestManyShardsFewDescriptors converts a Hugging Face folder of more shards than the
@@ -15,7 +16,7 @@ import (
 func TestManyShardsFewDescriptors(t *testing.T) {
 	dir := t.TempDir()
 	shards := filepath.Join(dir, "shards")
-	sum, err := convert.Run(convert.Options{Src: "../testdata/torch/shufflenet_cuda.pt", Dst: shards, Format: convert.Safetensors, MaxShardSize: 1000})
+	sum, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/shufflenet_cuda.pt", Dst: shards, Format: convert.Safetensors, MaxShardSize: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,10 @@ func TestManyShardsFewDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
-	steps := []struct{ src, dst, format string }{
+	steps := []struct {
+		src, dst string
+		format   convert.Format
+	}{
 		{shards, "one.pt", convert.Torch},
 		{shards, "dcp", convert.DCP},
 		{filepath.Join(dir, "dcp"), "back", convert.Safetensors},
@@ -44,10 +48,10 @@ func TestManyShardsFewDescriptors(t *testing.T) {
 	}
 	for _, s := range steps {
 		dst := filepath.Join(dir, s.dst)
-		if _, err := convert.Run(convert.Options{Src: s.src, Dst: dst, Format: s.format}); err != nil {
+		if _, err := convert.Run(t.Context(), convert.Options{Src: s.src, Dst: dst, Format: s.format}); err != nil {
 			t.Fatalf("%s → %s: %v", filepath.Base(s.src), s.dst, err)
 		}
-		rep, err := convert.Check(dst, "")
+		rep, err := verify.Check(dst, "")
 		if err != nil || !rep.OK() || rep.Checked != 338 {
 			t.Fatalf("%s: check %+v, %v", s.dst, rep, err)
 		}

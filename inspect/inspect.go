@@ -178,12 +178,7 @@ func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
 
 // DTypeName is the dtype as listed: torch's name, or the source format's name for dtypes
 // torch does not have.
-func DTypeName(t *statedict.Tensor) string {
-	if t.Foreign != "" {
-		return t.Foreign
-	}
-	return t.DType.String()
-}
+func DTypeName(t *statedict.Tensor) string { return t.DTypeName() }
 
 // describe names the Python type of a non-tensor leaf as type(x) would, qualified for
 // library types ("torch.Size", "numpy.float64", "argparse.Namespace").

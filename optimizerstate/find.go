@@ -143,7 +143,7 @@ func (f *Found) pair(cands []located, names []string) {
 			continue
 		}
 		if !slices.EqualFunc(f.Mapping.Params, m.Params, func(a, b ModelParam) bool { return a.Name == b.Name }) {
-			f.Mapping, f.Err = nil, fmt.Errorf("the optimizer fits both model state dicts %q and %q, with different parameters: convert them separately (--select, --drop)", f.ModelPath, c.path)
+			f.Mapping, f.Err = nil, fmt.Errorf("the optimizer fits both model state dicts %q and %q, with different parameters: convert them separately, selecting or dropping one", f.ModelPath, c.path)
 			return
 		}
 	}

@@ -1,6 +1,7 @@
 package optimizerstate
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -28,6 +29,16 @@ type Mapping struct {
 	// buffers, tied aliases, and parameters this optimizer does not train.
 	Unused []Skipped
 }
+
+// ErrNotFitting is matched by errors.Is for every *MismatchError and *AmbiguousError: the
+// optimizer state cannot be tied to its model, so training would not resume from it.
+var ErrNotFitting = errors.New("optimizer state does not fit its model")
+
+// Is makes errors.Is(err, ErrNotFitting) true.
+func (e *MismatchError) Is(target error) bool { return target == ErrNotFitting }
+
+// Is makes errors.Is(err, ErrNotFitting) true.
+func (e *AmbiguousError) Is(target error) bool { return target == ErrNotFitting }
 
 // MismatchError reports an optimizer state that does not fit its model: the optimizer
 // parameter at fault (its position in id order and its id) and the model entry it was
@@ -68,7 +79,7 @@ type AmbiguousError struct {
 
 // Error names the parameter and its candidates, and the way out (a names file).
 func (e *AmbiguousError) Error() string {
-	return fmt.Sprintf("optimizer parameter %s could be %s: the shapes do not tell which; list the parameter names in id order in a names file (--optimizer-names)",
+	return fmt.Sprintf("optimizer parameter %s could be %s: the shapes do not tell which; list the parameter names in id order in a names file",
 		e.ID, strings.Join(quoteAll(e.Names), " or "))
 }
 

@@ -67,11 +67,11 @@ func TestResumeInTorch(t *testing.T) {
 	for _, c := range cases {
 		loc, _ := remap.ParseMapLocation(remap.TPU)
 		opts := convert.Options{Src: filepath.Join("..", data, c.src), Dst: filepath.Join(host, c.name+".pt"), Format: convert.Torch,
-			Remap: remap.Options{Location: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: c.keepCUDARNG}}
+			Remap: remap.Options{Place: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: c.keepCUDARNG}}
 		if c.dtype != "keep" {
 			opts.Remap.DType, _ = statedict.ParseDType(c.dtype)
 		}
-		sum, err := convert.Run(opts)
+		sum, err := convert.Run(t.Context(), opts)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}

@@ -143,7 +143,7 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 	gv, _ := out.Get("param_groups")
 	groups, ok := gv.(*statedict.List)
 	if !ok || len(groups.Items) != len(o.Groups) {
-		return nil, fmt.Errorf("%s: param_groups changed during conversion (--drop inside the optimizer state?)", f.Path)
+		return nil, fmt.Errorf("%s: param_groups changed during conversion (were entries inside the optimizer state dropped?)", f.Path)
 	}
 	ng := &statedict.List{}
 	for gi, g := range o.Groups {

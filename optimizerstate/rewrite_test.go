@@ -39,7 +39,7 @@ func TestRewriteFollowsModel(t *testing.T) {
 	dcpRoot := open(t, "dcp").Root
 
 	t.Run("dropped parameters leave state and groups, ids renumbered", func(t *testing.T) {
-		out, rep, err := remap.Apply(llama, remap.Options{Location: tpu, Drop: []*regexp.Regexp{regexp.MustCompile(`^model\.model\.layers\.1\.`)}})
+		out, rep, err := remap.Apply(llama, remap.Options{Place: tpu, Drop: []*regexp.Regexp{regexp.MustCompile(`^model\.model\.layers\.1\.`)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +100,7 @@ func TestRewriteFollowsModel(t *testing.T) {
 		st := dict("step", tensorAt("cpu"), "exp_avg", tensorAt("cpu", 4), "exp_avg_sq", tensorAt("cpu", 4))
 		root := dict("model", dict("w", tensorAt("cuda:1", 4)),
 			"optimizer", dict("state", dict(int64(0), st), "param_groups", list(dict("betas", statedict.Tuple{0.9, 0.99}, "amsgrad", false, "params", list(int64(0))))))
-		out, _, err := remap.Apply(root, remap.Options{Location: table})
+		out, _, err := remap.Apply(root, remap.Options{Place: table})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,10 +8,14 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// LocationFunc maps a saved location tag ("cuda:0") to the tag to record.
-type LocationFunc func(tag string) (string, error)
+// Placement decides the device tag recorded for a tensor's storage, seeing the tensor's
+// flattened name, its dtype and shape, and the tag it was saved with (t.Storage.Location).
+// A storage shared by several tensors is placed once, by the first of them the walk meets.
+type Placement func(name string, t *statedict.Tensor) (string, error)
 
 // TPU is the device tag for TorchTPU storages. Under TorchTPU each process owns one device,
 // so the process-local "tpu" tag (no index) is what torch.load hands to the registered tpu
@@ -28,32 +32,32 @@ func ValidTag(tag string) bool { return knownTag.MatchString(tag) }
 // ParseMapLocation parses the --map-location flag: a single tag every storage goes to
 // ("tpu", "cpu", "tpu:0"), or a table "cuda:0=tpu,cuda:1=tpu" (exact tags, as torch's dict
 // map_location; tags not listed are kept).
-func ParseMapLocation(s string) (LocationFunc, error) {
+func ParseMapLocation(s string) (Placement, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return nil, fmt.Errorf("empty --map-location")
+		return nil, optionError("map-location", fmt.Errorf("empty"))
 	}
 	if !strings.Contains(s, "=") {
 		if !ValidTag(s) {
-			return nil, fmt.Errorf("--map-location %q is not a device tag (cpu, tpu, tpu:N, cuda:N, …)", s)
+			return nil, optionError("map-location", fmt.Errorf("%q is not a device tag (cpu, tpu, tpu:N, cuda:N, …)", s))
 		}
-		return func(string) (string, error) { return s, nil }, nil
+		return func(string, *statedict.Tensor) (string, error) { return s, nil }, nil
 	}
 	table := map[string]string{}
 	for _, pair := range strings.Split(s, ",") {
 		from, to, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		if !ok || !ValidTag(from) || !ValidTag(to) {
-			return nil, fmt.Errorf("--map-location entry %q is not FROM=TO with device tags", pair)
+			return nil, optionError("map-location", fmt.Errorf("entry %q is not FROM=TO with device tags", pair))
 		}
 		if _, dup := table[from]; dup {
-			return nil, fmt.Errorf("--map-location maps %s twice", from)
+			return nil, optionError("map-location", fmt.Errorf("%s is mapped twice", from))
 		}
 		table[from] = to
 	}
-	return func(tag string) (string, error) {
-		if to, ok := table[tag]; ok {
+	return func(_ string, t *statedict.Tensor) (string, error) {
+		if to, ok := table[t.Storage.Location]; ok {
 			return to, nil
 		}
-		return tag, nil
+		return t.Storage.Location, nil
 	}, nil
 }

@@ -62,7 +62,7 @@ func (r *remapper) plainValue(v statedict.Value, name string) (statedict.Value, 
 			t.Strides = statedict.ContiguousStrides(x.Shape)
 		}
 		r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: numpy array %s%v → tensor", name, x.DType, x.Shape))
-		r.host[st] = true
+		r.policies[t] = statedict.Policy{Host: true, Why: "host data (a numpy array)"}
 		r.rep.HostData = append(r.rep.HostData, name)
 		return t, true, nil
 	case *statedict.Object:

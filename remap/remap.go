@@ -22,19 +22,35 @@ type Rename struct {
 func ParseRename(s string) (Rename, error) {
 	pat, repl, ok := strings.Cut(s, "=")
 	if !ok || pat == "" {
-		return Rename{}, fmt.Errorf("--rename %q is not REGEX=REPL", s)
+		return Rename{}, optionError("rename", fmt.Errorf("%q is not REGEX=REPL", s))
 	}
 	re, err := regexp.Compile(pat)
 	if err != nil {
-		return Rename{}, fmt.Errorf("--rename %q: %w", s, err)
+		return Rename{}, optionError("rename", fmt.Errorf("%q: %w", s, err))
 	}
 	return Rename{re, repl}, nil
 }
 
+// OptionError is an error in one of the remapping rules. Option names the rule as the
+// command line does (map-location, rename, select), so a front end can point at its flag;
+// the message itself speaks of the checkpoint.
+type OptionError struct {
+	Option string
+	Err    error
+}
+
+// Error formats as "select state_dict: no key ...".
+func (e *OptionError) Error() string { return e.Option + " " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *OptionError) Unwrap() error { return e.Err }
+
+func optionError(option string, err error) error { return &OptionError{option, err} }
+
 // Options are the remapping rules. The zero value changes nothing.
 type Options struct {
-	// Location maps every storage's saved device tag; nil keeps the tags.
-	Location LocationFunc
+	// Place decides the device tag of every storage; nil keeps the tags.
+	Place Placement
 	// DType, when valid, is the dtype floating-point weights are cast to (float16, bfloat16,
 	// float32, float64 sources only; integer, bool, fp8/fp4 and optimizer state untouched).
 	DType statedict.DType
@@ -58,6 +74,10 @@ type Options struct {
 	// OptimizerNames lists the model entry names of an optimizer's parameters in id order,
 	// by optimizer state path ("" for the only one), for ids shapes cannot map.
 	OptimizerNames map[string][]string
+	// Policies are decisions about particular tensors made by the packages that know what
+	// they are (quant: the codes and scales of quantized layers passed through are not
+	// cast). The training state's own decisions come from optimizerstate.Decide.
+	Policies statedict.Policies
 }
 
 // Report says what a remap did, for the user and the manifest.
@@ -103,19 +123,21 @@ func Apply(root statedict.Value, opts Options) (statedict.Value, *Report, error)
 	}
 	r := &remapper{opts: opts, rep: rep, storages: map[*statedict.Storage]*statedict.Storage{},
 		tensors: map[*statedict.Tensor]*statedict.Tensor{}, hits: make([]int, len(opts.Renames)),
-		host: map[*statedict.Storage]bool{}}
+		policies: statedict.Policies{}}
 	tr, err := newTraining(root, opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	r.training = tr
-	out, err := r.value(root, "", false)
+	r.policies.Merge(tr.decisions.Policies)
+	r.policies.Merge(opts.Policies)
+	out, err := r.value(root, "")
 	if err != nil {
 		return nil, nil, err
 	}
 	for i, n := range r.hits {
 		if n == 0 {
-			return nil, nil, fmt.Errorf("--rename %s=%s matched no tensor name", opts.Renames[i].Pattern, opts.Renames[i].Repl)
+			return nil, nil, optionError("rename", fmt.Errorf("%s=%s matched no tensor name", opts.Renames[i].Pattern, opts.Renames[i].Repl))
 		}
 	}
 	if err := r.finishTraining(); err != nil {
@@ -137,17 +159,17 @@ func selectPath(root statedict.Value, path string) (statedict.Value, error) {
 				for _, e := range c.Entries() {
 					keys = append(keys, statedict.KeyString(e.Key))
 				}
-				return nil, fmt.Errorf("--select %s: no key %q (keys: %s)", path, part, strings.Join(keys, ", "))
+				return nil, optionError("select", fmt.Errorf("%s: no key %q (keys: %s)", path, part, strings.Join(keys, ", ")))
 			}
 			v = next
 		case *statedict.List:
 			var i int
 			if _, err := fmt.Sscanf(part, "%d", &i); err != nil || i < 0 || i >= len(c.Items) {
-				return nil, fmt.Errorf("--select %s: %q is not an index of a %d-item list", path, part, len(c.Items))
+				return nil, optionError("select", fmt.Errorf("%s: %q is not an index of a %d-item list", path, part, len(c.Items)))
 			}
 			v = c.Items[i]
 		default:
-			return nil, fmt.Errorf("--select %s: %q is inside a %T, not a container", path, part, v)
+			return nil, optionError("select", fmt.Errorf("%s: %q is inside a %T, not a container", path, part, v))
 		}
 	}
 	return v, nil
@@ -160,8 +182,9 @@ type remapper struct {
 	tensors  map[*statedict.Tensor]*statedict.Tensor
 	hits     []int
 	training *training
-	// host holds the storages made from numpy arrays, which keep their "cpu" tag.
-	host map[*statedict.Storage]bool
+	// policies are the decisions about particular tensors (training state, quantized
+	// groups, host data made from numpy arrays).
+	policies statedict.Policies
 }
 
 func (r *remapper) dropped(name string) bool {
@@ -174,9 +197,8 @@ func (r *remapper) dropped(name string) bool {
 	return r.dropsRNG(name)
 }
 
-// value remaps v (named name). inOptim is set inside an optimizer state_dict, whose tensors
-// keep their dtype.
-func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedict.Value, error) {
+// value remaps v (named name).
+func (r *remapper) value(v statedict.Value, name string) (statedict.Value, error) {
 	if r.opts.PlainData {
 		pv, ok, err := r.plainValue(v, name)
 		if err != nil {
@@ -188,11 +210,8 @@ func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedic
 	}
 	switch c := v.(type) {
 	case *statedict.Dict:
-		if isOptimizerState(c) {
-			inOptim = true
-		}
 		out := &statedict.Dict{Class: c.Class, Attrs: c.Attrs}
-		names, err := r.names(c, name, inOptim)
+		names, err := r.names(c, name)
 		if err != nil {
 			return nil, err
 		}
@@ -201,13 +220,13 @@ func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedic
 			if r.dropped(full) {
 				continue
 			}
-			nv, err := r.value(e.Value, full, inOptim)
+			nv, err := r.value(e.Value, full)
 			if err != nil {
 				return nil, err
 			}
 			out.Set(names[i], nv)
 		}
-		r.noteDict(c, out, names, name, inOptim)
+		r.noteDict(c, out, names, name)
 		return out, nil
 	case *statedict.List:
 		out := &statedict.List{}
@@ -216,7 +235,7 @@ func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedic
 			if r.dropped(full) {
 				continue
 			}
-			nv, err := r.value(it, full, inOptim)
+			nv, err := r.value(it, full)
 			if err != nil {
 				return nil, err
 			}
@@ -226,7 +245,7 @@ func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedic
 	case statedict.Tuple:
 		out := make(statedict.Tuple, 0, len(c))
 		for i, it := range c {
-			nv, err := r.value(it, statedict.JoinName(name, fmt.Sprint(i)), inOptim)
+			nv, err := r.value(it, statedict.JoinName(name, fmt.Sprint(i)))
 			if err != nil {
 				return nil, err
 			}
@@ -234,17 +253,9 @@ func (r *remapper) value(v statedict.Value, name string, inOptim bool) (statedic
 		}
 		return out, nil
 	case *statedict.Tensor:
-		return r.tensor(c, name, inOptim)
+		return r.tensor(c, name)
 	}
 	return v, nil
-}
-
-// isOptimizerState recognizes a torch.optim state_dict: {"state": …, "param_groups": […]}.
-func isOptimizerState(d *statedict.Dict) bool {
-	_, s := d.Get("state")
-	pg, g := d.Get("param_groups")
-	_, isList := pg.(*statedict.List)
-	return s && g && isList
 }
 
 // wrapperPrefixes are added by wrappers around a model: DDP/DataParallel and torch.compile.
@@ -253,12 +264,12 @@ var wrapperPrefixes = []string{"module.", "_orig_mod."}
 // names returns the (possibly renamed) key of each entry of d. Only model state dicts are
 // renamed (not the per-parameter dicts inside an optimizer state); a rename that makes two
 // names collide is an error.
-func (r *remapper) names(d *statedict.Dict, where string, inOptim bool) ([]statedict.Value, error) {
+func (r *remapper) names(d *statedict.Dict, where string) ([]statedict.Value, error) {
 	out := make([]statedict.Value, d.Len())
 	for i, e := range d.Entries() {
 		out[i] = e.Key
 	}
-	if inOptim || !optimizerstate.IsModelStateDict(d) {
+	if r.training.inOptimizer[d] || !optimizerstate.IsModelStateDict(d) {
 		return out, nil
 	}
 	if r.opts.StripWrappers {
@@ -312,13 +323,13 @@ func (r *remapper) names(d *statedict.Dict, where string, inOptim bool) ([]state
 }
 
 // tensor remaps one tensor's storage location and dtype, keeping shared storages shared.
-func (r *remapper) tensor(t *statedict.Tensor, name string, inOptim bool) (*statedict.Tensor, error) {
+func (r *remapper) tensor(t *statedict.Tensor, name string) (*statedict.Tensor, error) {
 	if done, ok := r.tensors[t]; ok {
 		return done, nil
 	}
 	nt := *t
 	if t.Storage != nil {
-		st, err := r.storage(t, name, inOptim)
+		st, err := r.storage(t, name)
 		if err != nil {
 			return nil, err
 		}
@@ -332,9 +343,9 @@ func (r *remapper) tensor(t *statedict.Tensor, name string, inOptim bool) (*stat
 	return &nt, nil
 }
 
-// castable reports whether --dtype applies to a tensor of dtype d: the IEEE float types
-// only. fp8/fp4/e8m0 hold quantized codes whose meaning needs their scales (dequantization),
-// so a plain cast would silently produce wrong weights.
+// castable reports whether a dtype cast applies to a tensor of dtype d: the IEEE float
+// types only. fp8/fp4/e8m0 hold quantized codes whose meaning needs their scales
+// (dequantization), so a plain cast would silently produce wrong weights.
 func castable(d statedict.DType) bool {
 	switch d {
 	case statedict.Float16, statedict.BFloat16, statedict.Float32, statedict.Float64:
@@ -343,19 +354,24 @@ func castable(d statedict.DType) bool {
 	return false
 }
 
-func (r *remapper) storage(t *statedict.Tensor, name string, inOptim bool) (*statedict.Storage, error) {
+// storage remaps the storage of t (named name) as its policy says: the device tag from the
+// placement unless it stays on the host or keeps its own, the dtype cast unless exempt.
+func (r *remapper) storage(t *statedict.Tensor, name string) (*statedict.Storage, error) {
 	src := t.Storage
 	if done, ok := r.storages[src]; ok {
 		return done, nil
 	}
 	st := *src
-	// An optimizer's step counter stays where it was (a CPU tensor): torch keeps it off the
-	// device unless the optimizer is capturable or fused.
-	keepStep := inOptim && (strings.HasSuffix(name, ".step") || name == "step")
-	if r.rngOnCPU(name) || r.host[src] {
+	pol := r.policies[t]
+	switch {
+	case pol.Host:
 		st.Location = "cpu"
-	} else if r.opts.Location != nil && !keepStep {
-		to, err := r.opts.Location(src.Location)
+		if r.training.decisions.OnCPU[name] {
+			r.rep.RNG = append(r.rep.RNG, name)
+		}
+	case pol.KeepDevice || r.opts.Place == nil:
+	default:
+		to, err := r.opts.Place(name, t)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -363,11 +379,13 @@ func (r *remapper) storage(t *statedict.Tensor, name string, inOptim bool) (*sta
 		st.Location = to
 	}
 	target := r.opts.DType
-	if inOptim {
-		target = r.momentDType(t)
+	switch {
+	case pol.DType != statedict.Invalid:
+		target = pol.DType
+	case pol.NoCast:
+		target = statedict.Invalid
 	}
-	if target != statedict.Invalid && target != t.DType && castable(t.DType) && castable(target) &&
-		!strings.HasSuffix(name, ".step") && name != "step" {
+	if target != statedict.Invalid && target != t.DType && castable(t.DType) && castable(target) {
 		cast, err := codec.CastStorage(&st, t.DType, target)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)

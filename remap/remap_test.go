@@ -58,7 +58,7 @@ func TestParseMapLocation(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", c.flag, err)
 		}
-		if got, _ := f(c.tag); got != c.want {
+		if got, _ := f("w", tensor(statedict.Float32, c.tag, 4)); got != c.want {
 			t.Errorf("%q maps %s to %s, want %s", c.flag, c.tag, got, c.want)
 		}
 	}
@@ -120,7 +120,7 @@ func TestApplyStorages(t *testing.T) {
 		"optimizer", dict("state", dict(int64(0), dict("step", step, "exp_avg", tensor(statedict.Float32, "cuda:0", 4))), "param_groups", &statedict.List{}),
 	)
 	loc, _ := ParseMapLocation("tpu")
-	out, rep, err := Apply(root, Options{Location: loc, DType: statedict.BFloat16})
+	out, rep, err := Apply(root, Options{Place: loc, DType: statedict.BFloat16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,5 +155,53 @@ func TestApplyStorages(t *testing.T) {
 	}
 	if w.DType != statedict.Float32 || w.Storage.Location != "cuda:0" {
 		t.Error("the source tree was modified")
+	}
+}
+
+// TestPolicyNotNames: what is cast is decided by what a tensor is, not by its name — a model
+// weight named "….step" is cast like any weight, and a tensor in a dict that only looks like
+// an optimizer state (a list-valued "state") is no optimizer state (issue 10, item 2); an
+// optimizer's own step counter is still left alone, and a policy from another package
+// (quant's "kept as stored") holds whatever the name.
+func TestPolicyNotNames(t *testing.T) {
+	stepWeight := tensor(statedict.Float32, "cuda:0", 4)
+	beside := tensor(statedict.Float32, "cuda:0", 4)
+	optStep := tensor(statedict.Float32, "cpu", 1)
+	optStep.Shape, optStep.Strides = []int64{}, []int64{}
+	scale := tensor(statedict.Float32, "cuda:0", 2)
+	root := dict(
+		"model", dict("layers.0.step", stepWeight, "layers.0.weight", tensor(statedict.Float32, "cuda:0", 4), "layers.0.weight_scale", scale),
+		"ema", dict("state", &statedict.List{Items: []statedict.Value{int64(1)}}, "param_groups", &statedict.List{}, "shadow", beside),
+		"optimizer", dict("state", dict(int64(0), dict("step", optStep, "exp_avg", tensor(statedict.Float32, "cuda:0", 4))),
+			"param_groups", &statedict.List{Items: []statedict.Value{dict("params", &statedict.List{Items: []statedict.Value{int64(0)}}, "lr", 0.1)}}),
+	)
+	loc, _ := ParseMapLocation("tpu")
+	out, _, err := Apply(root, Options{Place: loc, DType: statedict.BFloat16,
+		Policies: statedict.Policies{scale: {NoCast: true, Why: "quantized group kept"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path ...any) *statedict.Tensor {
+		v := statedict.Value(out)
+		for _, p := range path {
+			v, _ = v.(*statedict.Dict).Get(p)
+		}
+		return v.(*statedict.Tensor)
+	}
+	for _, c := range []struct {
+		t     *statedict.Tensor
+		dtype statedict.DType
+		loc   string
+		what  string
+	}{
+		{get("model", "layers.0.step"), statedict.BFloat16, "tpu", "a weight named .step is cast"},
+		{get("ema", "shadow"), statedict.BFloat16, "tpu", "a tensor beside a list-valued state is cast"},
+		{get("model", "layers.0.weight_scale"), statedict.Float32, "tpu", "a kept quantized group's scale is not cast"},
+		{get("optimizer", "state", int64(0), "step"), statedict.Float32, "cpu", "the optimizer's step counter stays as it was"},
+		{get("optimizer", "state", int64(0), "exp_avg"), statedict.Float32, "tpu", "a moment keeps its dtype"},
+	} {
+		if c.t.DType != c.dtype || c.t.Storage.Location != c.loc {
+			t.Errorf("%s: got %s on %s, want %s on %s", c.what, c.t.DType, c.t.Storage.Location, c.dtype, c.loc)
+		}
 	}
 }

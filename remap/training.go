@@ -8,14 +8,13 @@ import (
 )
 
 // training is what a remap needs to keep the training state consistent with the model:
-// the optimizer states of the tree mapped onto their models, the RNG states, and what the
-// walk did to each model state dict.
+// optimizerstate's decisions about the tree (its optimizer states mapped onto their
+// models, its RNG states), and what the walk did to each model state dict.
 type training struct {
-	found map[*statedict.Dict]*optimizerstate.Found
-	// moments are the per-parameter state tensors other than step (OptimizerDType).
-	moments map[*statedict.Tensor]bool
-	// onCPU are RNG states kept as CPU tensors; cudaEntries the CUDA RNG entries dropped.
-	onCPU, cudaEntries map[string]bool
+	decisions *optimizerstate.Decisions
+	found     map[*statedict.Dict]*optimizerstate.Found
+	// inOptimizer holds the dicts inside optimizer states, whose keys are never renamed.
+	inOptimizer map[*statedict.Dict]bool
 	// models records, per source model state dict, what happened to each key.
 	models  map[*statedict.Dict]map[string]optimizerstate.Fate
 	pending []pendingOptimizer
@@ -24,73 +23,55 @@ type training struct {
 type pendingOptimizer struct{ src, out *statedict.Dict }
 
 func newTraining(root statedict.Value, opts Options) (*training, error) {
-	tr := &training{found: map[*statedict.Dict]*optimizerstate.Found{}, moments: map[*statedict.Tensor]bool{},
-		onCPU: map[string]bool{}, cudaEntries: map[string]bool{}, models: map[*statedict.Dict]map[string]optimizerstate.Fate{}}
-	found, err := optimizerstate.Find(root, opts.OptimizerNames)
+	d, err := optimizerstate.Decide(root, optimizerstate.Options{Names: opts.OptimizerNames, MomentDType: opts.OptimizerDType, KeepCUDARNG: opts.KeepCUDARNG})
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range found {
+	tr := &training{decisions: d, found: map[*statedict.Dict]*optimizerstate.Found{}, inOptimizer: map[*statedict.Dict]bool{},
+		models: map[*statedict.Dict]map[string]optimizerstate.Fate{}}
+	for _, f := range d.Found {
 		tr.found[f.Dict] = f
-		if f.Optimizer == nil {
-			continue
-		}
-		for _, p := range f.Optimizer.Params {
-			if p.State == nil {
-				continue
-			}
-			for _, e := range p.State.Entries() {
-				if t, ok := e.Value.(*statedict.Tensor); ok && e.Key != "step" {
-					tr.moments[t] = true
-				}
-			}
-		}
-	}
-	rng := optimizerstate.FindRNG(root)
-	for _, n := range rng.CPU {
-		tr.onCPU[n] = true
-	}
-	for _, n := range rng.CUDA {
-		tr.onCPU[n] = opts.KeepCUDARNG
-	}
-	for _, n := range rng.CUDAEntries {
-		tr.cudaEntries[n] = !opts.KeepCUDARNG
+		markDicts(f.Dict, tr.inOptimizer)
 	}
 	return tr, nil
 }
 
+// markDicts records every dict in v.
+func markDicts(v statedict.Value, seen map[*statedict.Dict]bool) {
+	switch x := v.(type) {
+	case *statedict.Dict:
+		if seen[x] {
+			return
+		}
+		seen[x] = true
+		for _, e := range x.Entries() {
+			markDicts(e.Value, seen)
+		}
+	case *statedict.List:
+		for _, it := range x.Items {
+			markDicts(it, seen)
+		}
+	case statedict.Tuple:
+		for _, it := range x {
+			markDicts(it, seen)
+		}
+	}
+}
+
 // dropsRNG reports (and records) whether name is a CUDA RNG entry to drop.
 func (r *remapper) dropsRNG(name string) bool {
-	if !r.training.cudaEntries[name] {
+	why, ok := r.training.decisions.Drop[name]
+	if !ok {
 		return false
 	}
 	r.rep.DroppedRNG = append(r.rep.DroppedRNG, name)
-	r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("dropped the CUDA RNG state %s: it means nothing on a TPU (--keep-cuda-rng keeps it as CPU bytes)", name))
+	r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("dropped the CUDA RNG state %s: %s (it can be kept as CPU bytes instead)", name, why))
 	return true
-}
-
-// rngOnCPU reports (and records) whether the tensor named name is an RNG state kept as a
-// CPU tensor: torch.set_rng_state and torch.cuda.set_rng_state take CPU byte tensors.
-func (r *remapper) rngOnCPU(name string) bool {
-	if r.training.onCPU[name] {
-		r.rep.RNG = append(r.rep.RNG, name)
-		return true
-	}
-	return false
-}
-
-// momentDType is the dtype an optimizer state tensor is cast to: OptimizerDType for the
-// per-parameter state (moments), never for step counters or group options.
-func (r *remapper) momentDType(t *statedict.Tensor) statedict.DType {
-	if r.training.moments[t] {
-		return r.opts.OptimizerDType
-	}
-	return statedict.Invalid
 }
 
 // noteDict records what the walk did to a dict: a model state dict's key fates, an
 // optimizer state to rewrite once the whole tree is done, a scheduler state repaired.
-func (r *remapper) noteDict(src, out *statedict.Dict, keys []statedict.Value, name string, inOptim bool) {
+func (r *remapper) noteDict(src, out *statedict.Dict, keys []statedict.Value, name string) {
 	if optimizerstate.RepairMilestones(out) {
 		r.rep.Repaired = append(r.rep.Repaired, statedict.JoinName(name, "milestones"))
 	}
@@ -98,7 +79,7 @@ func (r *remapper) noteDict(src, out *statedict.Dict, keys []statedict.Value, na
 		r.training.pending = append(r.training.pending, pendingOptimizer{src, out})
 		return
 	}
-	if inOptim || !optimizerstate.IsModelStateDict(src) {
+	if r.training.inOptimizer[src] || !optimizerstate.IsModelStateDict(src) {
 		return
 	}
 	fates := map[string]optimizerstate.Fate{}

@@ -1,6 +1,7 @@
 package statedict
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -148,6 +149,15 @@ type Tensor struct {
 	// Foreign is the source format's dtype name when torch has no such dtype (safetensors
 	// "F6_E2M3"). DType is then Uint8 and Shape is the byte count, so the bytes still travel.
 	Foreign string
+}
+
+// DTypeName is the tensor's dtype as torch names it ("bfloat16"), or the source format's
+// name for a dtype torch does not have (Foreign).
+func (t *Tensor) DTypeName() string {
+	if t.Foreign != "" {
+		return t.Foreign
+	}
+	return t.DType.String()
 }
 
 // ContiguousStrides returns the row-major strides of shape.
@@ -462,4 +472,15 @@ func negateInt(e []byte) {
 	case 8:
 		binary.LittleEndian.PutUint64(e, -binary.LittleEndian.Uint64(e))
 	}
+}
+
+// Bytes returns the tensor's logical value as contiguous little-endian bytes (what WriteTo
+// writes) in a new slice of NBytes bytes.
+func (t *Tensor) Bytes() ([]byte, error) {
+	var b bytes.Buffer
+	b.Grow(int(t.NBytes()))
+	if _, err := t.WriteTo(&b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }

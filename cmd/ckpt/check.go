@@ -4,12 +4,9 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/verify"
 	"github.com/spf13/cobra"
 )
-
-// exitCorrupt is check's exit status when the output differs from its manifest.
-const exitCorrupt = 5
 
 func newCheckCmd() *cobra.Command {
 	var asJSON bool
@@ -23,9 +20,9 @@ or inside it (ckpt-manifest.json): every tensor the manifest lists must be prese
 recorded dtype, shape, size and xxhash64 of its bytes, and no other tensor may be present.
 Run it after copying a checkpoint to a TPU VM or a bucket mount. Exits 5 naming the first
 problem when the checkpoint differs from its manifest.`,
-		Args: cobra.ExactArgs(1),
+		Args: positional("OUTPUT", "ckpt check model_tpu.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep, err := convert.Check(args[0], manifest)
+			rep, err := verify.Check(args[0], manifest)
 			if err != nil {
 				return err
 			}
@@ -48,11 +45,7 @@ problem when the checkpoint differs from its manifest.`,
 					}
 				}
 			}
-			if !rep.OK() {
-				p := rep.Problems[0]
-				return &exitError{code: exitCorrupt, msg: fmt.Sprintf("%s: %d problem(s); first: tensor %q: %s", rep.Path, len(rep.Problems), p.Tensor, p.Kind)}
-			}
-			return nil
+			return rep.Err()
 		},
 	}
 	f := cmd.Flags()

@@ -49,7 +49,7 @@ loading; scales are dropped and the quantization config removed. --dequantize=au
 --tpu-gen GEN unpacks only what that TPU generation cannot run natively (FP8 e4m3fn runs on
 v7x; FP4 nowhere). A checkpoint that looks quantized but whose config is missing or
 disagrees with its tensors is refused when dequantizing or casting.`,
-		Args: cobra.ExactArgs(2),
+		Args: positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, ToolVersion: toolVersion(), Args: os.Args}
 			switch to {
@@ -59,9 +59,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 					mapLoc = "cpu"
 				}
 			default:
-				return fmt.Errorf("--to %q: the targets are tpu and cpu", to)
+				return usage(fmt.Errorf("--to %q: the targets are tpu and cpu", to))
 			}
-			opts.Format = format
+			opts.Format = convert.Format(format)
 			if format == "" {
 				opts.Format = convert.Torch
 				if strings.HasSuffix(opts.Dst, ".safetensors") {
@@ -70,22 +70,22 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			}
 			loc, err := remap.ParseMapLocation(mapLoc)
 			if err != nil {
-				return err
+				return usage(err)
 			}
-			opts.Remap.Location = loc
+			opts.Remap.Place = loc
 			switch dtype {
 			case "keep", "":
 			case "bfloat16", "float32", "float16":
 				opts.Remap.DType, _ = statedict.ParseDType(dtype)
 			default:
-				return fmt.Errorf("--dtype %q: one of keep, bfloat16, float32, float16", dtype)
+				return usage(fmt.Errorf("--dtype %q: one of keep, bfloat16, float32, float16", dtype))
 			}
 			switch optimDType {
 			case "keep", "":
 			case "bfloat16", "float32", "float16":
 				opts.Remap.OptimizerDType, _ = statedict.ParseDType(optimDType)
 			default:
-				return fmt.Errorf("--optimizer-dtype %q: one of keep, bfloat16, float32, float16", optimDType)
+				return usage(fmt.Errorf("--optimizer-dtype %q: one of keep, bfloat16, float32, float16", optimDType))
 			}
 			if opts.Remap.OptimizerNames, err = parseOptimizerNames(optimNames); err != nil {
 				return err
@@ -93,17 +93,20 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			opts.Remap.KeepCUDARNG = keepCUDARNG
 			switch dequantize {
 			case "", "none":
-			case convert.DequantizeAll, convert.DequantizeAuto:
-				opts.Dequantize = dequantize
+			case string(convert.DequantizeAll), string(convert.DequantizeAuto):
+				opts.Dequantize = convert.DequantizeMode(dequantize)
 			default:
-				return fmt.Errorf("--dequantize=%q: all or auto", dequantize)
+				return usage(fmt.Errorf("--dequantize=%q: all or auto", dequantize))
+			}
+			if opts.Dequantize == convert.DequantizeAuto && tpuGen == "" {
+				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v5e, v5p, v6e or v7x)"))
 			}
 			if tpuGen != "" {
 				if opts.Dequantize != convert.DequantizeAuto {
-					return fmt.Errorf("--tpu-gen applies to --dequantize=auto only")
+					return usage(fmt.Errorf("--tpu-gen applies to --dequantize=auto only"))
 				}
 				if opts.TPUGen, err = quant.ParseTPUGen(tpuGen); err != nil {
-					return fmt.Errorf("--tpu-gen: %w", err)
+					return usage(fmt.Errorf("--tpu-gen: %w", err))
 				}
 			}
 			opts.Remap.StripWrappers = !noStrip
@@ -119,7 +122,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			for _, d := range drops {
 				re, err := regexp.Compile(d)
 				if err != nil {
-					return fmt.Errorf("--drop %q: %w", d, err)
+					return usage(fmt.Errorf("--drop %q: %w", d, err))
 				}
 				opts.Remap.Drop = append(opts.Remap.Drop, re)
 			}
@@ -141,7 +144,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 					bar.Set64(done)
 				}
 			}
-			sum, err := convert.Run(opts)
+			sum, err := convert.Run(cmd.Context(), opts)
 			if bar != nil {
 				bar.Finish()
 			}
@@ -204,7 +207,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.StringArrayVar(&optimNames, "optimizer-names", nil, "[PATH=]FILE: the model names of an optimizer's parameters in id order, one per line, when shapes cannot map them")
 	f.BoolVar(&keepCUDARNG, "keep-cuda-rng", false, "keep CUDA RNG states (as CPU byte tensors) instead of dropping them")
 	f.StringVar(&dequantize, "dequantize", "", "unpack quantized tensors to --dtype (default bfloat16): --dequantize (all) or --dequantize=auto (with --tpu-gen)")
-	f.Lookup("dequantize").NoOptDefVal = convert.DequantizeAll
+	f.Lookup("dequantize").NoOptDefVal = string(convert.DequantizeAll)
 	f.StringVar(&tpuGen, "tpu-gen", "", "target TPU generation for --dequantize=auto: v5e, v5p, v6e or v7x")
 	f.StringArrayVar(&renames, "rename", nil, "REGEX=REPL applied to tensor names, in order (repeatable)")
 	f.StringVar(&sel, "select", "", "keep only the sub-tree at this dotted key (e.g. state_dict)")

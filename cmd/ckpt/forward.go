@@ -59,11 +59,14 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 			start := time.Now()
 			ids, err := parseTokens(tokens)
 			if err != nil {
-				return err
+				return usage(err)
 			}
 			prec, err := forward.ParsePrecision(precision)
 			if err != nil {
-				return err
+				return usage(fmt.Errorf("--precision: %w", err))
+			}
+			if keepFP8 && prec != forward.TPU {
+				return usage(fmt.Errorf("--keep-fp8 applies to --precision tpu only"))
 			}
 			opts := forward.Options{Precision: prec, KeepFP8: keepFP8}
 			if config != "" {

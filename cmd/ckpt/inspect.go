@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/inspect"
+	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/spf13/cobra"
 )
 
@@ -27,7 +28,7 @@ formats can be compared tensor by tensor. --optimizer adds the training state: e
 optimizer's parameters mapped onto the model's names (checked by shape), schedulers,
 grad scalers, counters and RNG states; it exits with status 4 when an optimizer state does
 not fit its model or cannot be mapped unambiguously.`,
-		Args: cobra.ExactArgs(1),
+		Args: positional("PATH", "ckpt inspect model.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ck, err := formats.Open(args[0])
 			if err != nil {
@@ -57,7 +58,7 @@ not fit its model or cannot be mapped unambiguously.`,
 			}
 			for _, o := range rep.Training.Optimizers {
 				if o.Error != "" {
-					return &exitError{code: exitMismatch, msg: fmt.Sprintf("optimizer state %s: %s", label(o.Path), o.Error)}
+					return fmt.Errorf("optimizer state %s: %s: %w", label(o.Path), o.Error, optimizerstate.ErrNotFitting)
 				}
 			}
 			return nil

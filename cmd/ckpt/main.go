@@ -5,7 +5,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,31 +15,15 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// exitError carries a specific exit status out of a command (e.g. scan found danger).
-type exitError struct {
-	code int
-	msg  string
-}
-
-// Error returns the message printed before exiting.
-func (e *exitError) Error() string { return e.msg }
-
 func main() {
 	// Registered before any work starts, so no signal can arrive unhandled.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go removePartialOnSignal(sigs)
 	root := newRoot()
-	if err := root.Execute(); err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			if ee.msg != "" {
-				fmt.Fprintln(os.Stderr, "ckpt:", ee.msg)
-			}
-			os.Exit(ee.code)
-		}
+	if err := execute(root); err != nil {
 		fmt.Fprintln(os.Stderr, "ckpt:", err)
-		os.Exit(1)
+		os.Exit(exitStatus(err))
 	}
 }
 
@@ -65,11 +48,17 @@ func printJSON(w io.Writer, v any) error {
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "ckpt",
-		Short:         "Read, check and convert PyTorch checkpoints for TPUs, safely",
+		Use:   "ckpt",
+		Short: "Read, check and convert PyTorch checkpoints for TPUs, safely",
+		Long: `ckpt reads PyTorch checkpoints — torch.save files, safetensors, Hugging Face folders,
+torch.distributed.checkpoint directories — without executing any pickle code, and converts
+them for TorchTPU: device tags, dtypes, names, quantization and training state.
+
+` + exitCodes,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
 	root.AddCommand(newVersionCmd(), newInspectCmd(), newScanCmd(), newConvertCmd(), newCheckCmd(), newForwardCmd())
 	return root
 }

@@ -10,10 +10,6 @@ import (
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 )
 
-// exitMismatch is inspect --optimizer's exit status when an optimizer state does not fit
-// its model or cannot be mapped unambiguously.
-const exitMismatch = 4
-
 // parseOptimizerNames reads --optimizer-names values, [PATH=]FILE: the names file of the
 // optimizer state at PATH (without PATH, of the checkpoint's only optimizer state).
 func parseOptimizerNames(values []string) (map[string][]string, error) {

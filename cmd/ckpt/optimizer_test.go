@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,9 +80,8 @@ func TestInspectOptimizerMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := run(t, "inspect", "--optimizer", path)
-	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != exitMismatch ||
-		!strings.Contains(ee.msg, `optimizer parameter 0 vs model entry "fc1.weight": exp_avg has shape [64 16], the parameter [16 8]`) {
+	if exitStatus(err) != exitMismatch ||
+		!strings.Contains(err.Error(), `optimizer parameter 0 vs model entry "fc1.weight": exp_avg has shape [64 16], the parameter [16 8]`) {
 		t.Fatalf("exit %v", err)
 	}
 	if !strings.Contains(out, "MISMATCH with model") {

@@ -5,11 +5,9 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
+	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/spf13/cobra"
 )
-
-// exitDangerous is scan's exit status when a dangerous global is found; 1 stays for errors.
-const exitDangerous = 3
 
 // scanJSON is the --json output of scan.
 type scanJSON struct {
@@ -44,7 +42,7 @@ files, DCP .metadata and the archives inside .distcp files) and lists each Pytho
 references, classified as allowed (torch's weights_only allowlist), unknown (ckpt keeps it as
 an inert record) or dangerous (os, subprocess, builtins.eval/exec/getattr, ...). Nothing is
 decoded into objects or executed. Exits 3 naming the global when a dangerous one is found.`,
-		Args: cobra.ExactArgs(1),
+		Args: positional("PATH", "ckpt scan model.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scans, err := formats.Scan(args[0])
 			if err != nil {
@@ -88,8 +86,8 @@ decoded into objects or executed. Exits 3 naming the global when a dangerous one
 			}
 			if len(bad) > 0 {
 				f := bad[0]
-				return &exitError{code: exitDangerous, msg: fmt.Sprintf("%s: %s: DANGEROUS global %s at byte %d (%s): unpickling it with Python's pickle, as torch.load(weights_only=False) and DCP's loader do, would run it",
-					f.File, f.Where, f.Global, f.Offset, f.Why)}
+				return fmt.Errorf("%s: %s: DANGEROUS global %s at byte %d (%s): unpickling it with Python's pickle, as torch.load(weights_only=False) and DCP's loader do, would run it: %w",
+					f.File, f.Where, f.Global, f.Offset, f.Why, statedict.ErrDangerous)
 			}
 			for _, s := range scans {
 				if s.Err != nil {

@@ -4,32 +4,15 @@ import (
 	"bytes"
 	"fmt"
 	"hash"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
-	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // DataFile is the single data file Write produces (rank 0, file 0).
 const DataFile = "__0_0.distcp"
-
-// WriteOptions control Write.
-type WriteOptions struct {
-	// Location returns the device tag recorded in each embedded tensor archive; nil keeps
-	// the saved tags. (torch.distributed.checkpoint.load reads them with map_location="cpu"
-	// and copies into the caller's tensors, wherever those live.)
-	Location func(*statedict.Storage) string
-	// Progress, if set, wraps the data file writer (to count bytes).
-	Progress func(io.Writer) io.Writer
-	// Sum, if set, returns a hash to be fed the contiguous bytes of a tensor of root as they
-	// are written (nil: none).
-	Sum func(*statedict.Tensor) hash.Hash
-}
 
 // leaf is one flattened item of a DCP save plan.
 type leaf struct {
@@ -98,31 +81,28 @@ func terminal(l *statedict.List) bool {
 	return true
 }
 
-// Write writes root as a torch.distributed.checkpoint directory in dir (which must exist)
-// that torch.distributed.checkpoint.load reads in a single process: every tensor one chunk,
+// Write is the statedict.Writer of torch.distributed.checkpoint directories: a folder
+// that torch.distributed.checkpoint.load reads in a single process, every tensor one chunk
 // stored in __0_0.distcp as an embedded torch.save archive, every other leaf a bytes item
 // (a torch.save of the value), and a .metadata pickle naming only the classes DCP needs.
-// It returns the bytes written to the data file.
-func Write(dir string, root statedict.Value, opts WriteOptions) (int64, error) {
-	leaves, err := flatten(root)
+// The embedded archives are tagged "cpu", as torch's own DCP writer saves CPU copies: DCP
+// loads bytes items with a plain torch.load and copies tensor chunks into the caller's
+// tensors, wherever those live, so a device tag in the file could only make loading fail.
+func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions) (*statedict.Written, error) {
+	leaves, err := flatten(ck.Root)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	f, err := os.Create(filepath.Join(dir, DataFile))
+	w, err := out.Create(DataFile)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer f.Close()
-	out := fastcopy.NewFile(f)
-	defer out.Close()
-	var w io.Writer = out
-	if opts.Progress != nil {
-		w = opts.Progress(out)
-	}
+	defer w.Close()
 	var items []item
 	var off int64
+	cpu := func(*statedict.Storage) string { return "cpu" }
 	save := func(l leaf, v statedict.Value, t *statedict.Tensor) error {
-		so := torchzip.SaveOptions{Location: opts.Location}
+		so := torchzip.SaveOptions{Location: cpu}
 		if t != nil && opts.Sum != nil {
 			so.Sum = func(*statedict.Storage) hash.Hash { return opts.Sum(t) }
 		}
@@ -138,32 +118,39 @@ func Write(dir string, root statedict.Value, opts WriteOptions) (int64, error) {
 	for _, l := range leaves {
 		if _, ok := l.val.(*statedict.Tensor); !ok {
 			if err := save(l, l.val, nil); err != nil {
-				return off, err
+				return nil, err
 			}
 		}
 	}
 	for _, l := range leaves {
 		if t, ok := l.val.(*statedict.Tensor); ok {
 			if t.DType.Kind() == statedict.KindQuantized {
-				return off, fmt.Errorf("%s: torch.distributed.checkpoint cannot load quantized %s tensors (its loader copies into torch.empty); drop it or use --format torch", l.fqn, t.DType)
+				return nil, fmt.Errorf("%s: %w: torch.distributed.checkpoint cannot load quantized %s tensors (its loader copies into torch.empty)", l.fqn, statedict.ErrUnsupported, t.DType)
 			}
 			st, err := standalone(t)
 			if err != nil {
-				return off, fmt.Errorf("%s: %w", l.fqn, err)
+				return nil, fmt.Errorf("%s: %w", l.fqn, err)
 			}
 			if err := save(l, st, t); err != nil {
-				return off, err
+				return nil, err
 			}
 		}
 	}
-	if err := out.Close(); err != nil {
-		return off, err
+	if err := w.Close(); err != nil {
+		return nil, err
 	}
-	if err := f.Close(); err != nil {
-		return off, err
+	mw, err := out.Create(MetadataFile)
+	if err != nil {
+		return nil, err
 	}
-	md := encodeMetadata(items)
-	return off, os.WriteFile(filepath.Join(dir, ".metadata"), md, 0o644)
+	_, err = mw.Write(encodeMetadata(items))
+	if cerr := mw.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &statedict.Written{Files: []string{DataFile, MetadataFile}, Bytes: off}, nil
 }
 
 // item is one written entry with its place in the data file.

@@ -5,6 +5,7 @@ import (
 	"hash"
 	"io"
 	"math/big"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -497,4 +498,48 @@ func (p *pickler) qtensorArgs(t *statedict.Tensor, name string) (pickle.Global, 
 			p.err = qerr
 		}
 	}, nil
+}
+
+// WriteCheckpoint is the statedict.Writer of torch.save files: ck's tree as one zip
+// archive (Write), in out's one file, whose name gives the archive's folder as torch.save
+// names it.
+func WriteCheckpoint(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions) (*statedict.Written, error) {
+	f, err := out.Create("")
+	if err != nil {
+		return nil, err
+	}
+	so := SaveOptions{ArchiveName: ArchiveName(out.Name())}
+	if opts.Sum != nil {
+		so.Sum = func(st *statedict.Storage) hash.Hash { return opts.Sum(st) }
+	}
+	n, err := Write(f, ck.Root, so)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &statedict.Written{Files: []string{filepath.Base(out.Name())}, Bytes: n}, nil
+}
+
+// ArchiveName is the folder torch.save uses inside a zip written to path: the file name
+// without its last extension, or "archive" when that is empty or not ASCII.
+func ArchiveName(path string) string {
+	base := filepath.Base(path)
+	if ext := filepath.Ext(base); ext != "" && ext != base {
+		base = strings.TrimSuffix(base, ext)
+	}
+	if base == "" || !isASCII(base) {
+		return "archive"
+	}
+	return base
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

@@ -61,7 +61,7 @@ func RemovePending() int {
 }
 
 // ErrExists is returned when the destination exists and overwriting was not allowed.
-var ErrExists = errors.New("destination exists (use --force to overwrite)")
+var ErrExists = errors.New("destination exists")
 
 // ErrIsFolder is returned when a file output would replace a folder.
 var ErrIsFolder = errors.New("destination is a folder; a file output never replaces one")

@@ -32,7 +32,9 @@ def base(**kw):
 # name -> (config class, model class, config kwargs, save mode)
 # save modes: "safetensors" (save_pretrained), "bf16" (save_pretrained in bfloat16),
 # "bin" (pytorch_model.bin in the folder), "pt" (a bare torch.save file beside config.json),
-# "mxfp4" (gpt-oss experts quantized to MXFP4 blocks/scales as the released checkpoint).
+# "mxfp4" (gpt-oss experts quantized to MXFP4 blocks/scales as the released checkpoint),
+# "fp8" (the decoder's linear weights as float8_e4m3fn codes with float32 16×16 block scales,
+# quant_method fp8 as DeepSeek-V3 and Qwen3-FP8 ship them).
 CASES = {
     "llama_gqa": ("LlamaConfig", "LlamaForCausalLM", base(), "safetensors"),
     "llama_tied_bias_llama3": ("LlamaConfig", "LlamaForCausalLM", base(
@@ -62,6 +64,7 @@ CASES = {
     "qwen3_moe_step": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", base(
         head_dim=16, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=16, norm_topk_prob=False,
         decoder_sparse_step=2, tie_word_embeddings=True), "bf16"),
+    "llama_fp8": ("LlamaConfig", "LlamaForCausalLM", base(num_key_value_heads=4), "fp8"),
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", base(
         head_dim=16, num_hidden_layers=3, sliding_window=3, query_pre_attn_scalar=24, tie_word_embeddings=True,
         attn_logit_softcapping=5.0, final_logit_softcapping=3.0), "safetensors"),
@@ -103,6 +106,17 @@ def tpu_matmuls():
 FP4_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
 
 
+def quantize_fp8(w, block=16):
+    """w [out, in] -> float8_e4m3fn codes, float32 scales [out/block, in/block] (scale = amax/448
+    per block) and the dequantized float32 weight f32(code)·scale."""
+    o, i = w.shape
+    blocks = w.reshape(o // block, block, i // block, block)
+    scales = (blocks.abs().amax(dim=(1, 3)) / 448.0).clamp(min=1e-12).float()
+    codes = (blocks / scales[:, None, :, None]).to(torch.float8_e4m3fn).reshape(o, i)
+    deq = (codes.float().reshape(o // block, block, i // block, block) * scales[:, None, :, None]).reshape(o, i)
+    return codes, scales, deq
+
+
 def quantize_mxfp4(w):
     """w [E, in, out] (gpt-oss layout) -> blocks uint8 [E, out, in/32, 16], scales uint8 [E, out, in/32]
     with random codes and exponents; returns them and the exact dequantized float32 [E, in, out]."""
@@ -142,6 +156,20 @@ def make(name, outdir):
         else:
             torch.save(sd, os.path.join(folder, "weights.pt"))
             path = os.path.join(name, "weights.pt")
+    elif mode == "fp8":
+        sd = {k: v.clone().contiguous() for k, v in model.state_dict().items()}
+        with torch.no_grad():
+            for k in list(sd):
+                if ".layers." in k and k.endswith("_proj.weight"):
+                    codes, scales, deq = quantize_fp8(sd[k])
+                    sd[k], sd[k + "_scale_inv"] = codes, scales
+                    model.get_parameter(k).copy_(deq)  # the reference runs the dequantized weights
+        os.makedirs(folder, exist_ok=True)
+        save_file(sd, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+        c = cfg.to_dict()
+        c["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [16, 16]}
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(c, f, indent=2)
     elif mode == "mxfp4":
         sd = {k: v.clone().contiguous() for k, v in model.state_dict().items()}
         for k in list(sd):
@@ -156,7 +184,12 @@ def make(name, outdir):
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(c, f, indent=2)
     # The reference: reload what was saved, as a user would, in float32 with eager attention.
-    if mode == "mxfp4":
+    if mode == "fp8":
+        # transformers' fp8 integration needs an accelerator; the model in memory holds the
+        # dequantized weights (f32(code)·scale, DeepSeek's weight_dequant), which is what
+        # loading with dequantization computes.
+        ref = model
+    elif mode == "mxfp4":
         ref = transformers.GptOssForCausalLM.from_pretrained(
             folder, dtype=torch.float32, attn_implementation="eager",
             quantization_config=transformers.Mxfp4Config(dequantize=True))

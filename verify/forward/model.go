@@ -145,7 +145,10 @@ type weights struct {
 	tensors map[string]*statedict.Tensor
 	mxfp4   map[string]*quant.Group
 	round   bool // TPU precision: float32 weights are rounded to bfloat16
-	path    string
+	// exact names weights that enter the products unrounded even in TPU precision: FP8
+	// weights kept as FP8 (Options.KeepFP8), dequantized to float32 code×scale.
+	exact map[string]bool
+	path  string
 }
 
 func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options) (*weights, error) {
@@ -153,7 +156,8 @@ func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options) (*weight
 	if err != nil {
 		return nil, err
 	}
-	ws := &weights{tensors: map[string]*statedict.Tensor{}, mxfp4: map[string]*quant.Group{}, round: opts.Precision == TPU, path: ck.Path}
+	ws := &weights{tensors: map[string]*statedict.Tensor{}, mxfp4: map[string]*quant.Group{}, exact: map[string]bool{},
+		round: opts.Precision == TPU, path: ck.Path}
 	for _, nt := range list {
 		ws.tensors[nt.Name] = nt.Tensor
 	}
@@ -181,8 +185,12 @@ func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options) (*weight
 				delete(ws.tensors, n)
 			}
 			out := statedict.Float32
-			if opts.Precision == TPU && !(opts.KeepFP8 && strings.HasPrefix(string(g.Scheme), "fp8")) {
-				out = statedict.BFloat16
+			if opts.Precision == TPU {
+				if opts.KeepFP8 && strings.HasPrefix(string(g.Scheme), "fp8") {
+					ws.exact[g.Name] = true
+				} else {
+					out = statedict.BFloat16
+				}
 			}
 			t, err := g.Dequantize(out)
 			if err != nil {
@@ -232,12 +240,14 @@ func shapeErr(name string, got []int64, want ...int) error {
 	return fmt.Errorf("tensor %s has shape %v, the config needs %v", name, got, want)
 }
 
-// mat is a 2-D [rows, cols] weight; round applies the TPU rounding to it.
+// mat is a 2-D [rows, cols] weight; round applies the TPU rounding to it (unless the weight
+// is kept exact).
 func (ws *weights) mat(name string, rows, cols int, round bool) (*matrix, error) {
 	t, err := ws.tensor(name)
 	if err != nil {
 		return nil, err
 	}
+	round = round && !ws.exact[ws.prefix+name]
 	if len(t.Shape) != 2 || t.Shape[0] != int64(rows) || t.Shape[1] != int64(cols) {
 		return nil, shapeErr(ws.prefix+name, t.Shape, rows, cols)
 	}
@@ -266,7 +276,7 @@ func (ws *weights) expert(name string, e, experts, rows, cols int, transposed bo
 	if transposed {
 		v.rs, v.cs = t.Strides[2], t.Strides[1]
 	}
-	return matrixOf(v, ws.round)
+	return matrixOf(v, ws.round && !ws.exact[ws.prefix+name])
 }
 
 // mxfp4Expert reads expert e of an MXFP4 group from its stored blocks and scales.

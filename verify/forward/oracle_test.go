@@ -238,3 +238,47 @@ func TestTPUPrecisionMatchesEmulation(t *testing.T) {
 		})
 	}
 }
+
+// TestKeepFP8 runs the FP8 checkpoint in TPU precision with and without KeepFP8: keeping the
+// weights as code×scale (unrounded) must change the logits and bring them closer to the
+// float32 reference than dequantizing the weights to bfloat16 does.
+func TestKeepFP8(t *testing.T) {
+	cs, dir := generated(t)
+	var c *Case
+	for i := range cs {
+		if cs[i].Name == "llama_fp8" {
+			c = &cs[i]
+		}
+	}
+	if c == nil {
+		t.Fatal("gen.py wrote no llama_fp8 case")
+	}
+	ref, _ := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
+	run := func(keep bool) []float32 {
+		m, err := Open(filepath.Join(dir, c.Path), Options{Precision: TPU, KeepFP8: keep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		out, err := m.Forward(c.Tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	mean := func(a, b []float32) float64 {
+		var s float64
+		for i := range a {
+			s += math.Abs(float64(a[i]) - float64(b[i]))
+		}
+		return s / float64(len(a))
+	}
+	bf16, kept := run(false), run(true)
+	t.Logf("mean |logit − float32|: FP8 dequantized to bfloat16 %.3g, kept as FP8 %.3g", mean(bf16, ref), mean(kept, ref))
+	if maxAbsDiff(bf16, kept) == 0 {
+		t.Fatal("KeepFP8 changed nothing")
+	}
+	if mean(kept, ref) >= mean(bf16, ref) {
+		t.Errorf("keeping FP8 weights exact did not bring the logits closer to float32")
+	}
+}

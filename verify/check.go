@@ -1,18 +1,33 @@
-package convert
+// Package verify proves that a converted checkpoint is what it should be. It is a sink: it
+// reads outputs through formats and is never imported by the packages that convert. Check
+// compares an output with the manifest its conversion wrote (every tensor present, with its
+// dtype, shape, size and xxhash64).
+package verify
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/inspect"
+	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
+
+// ErrFailed is matched by errors.Is for the error of a failed verification (CheckReport.Err).
+var ErrFailed = errors.New("verification failed")
+
+// Err is nil when the output holds exactly what its manifest records, else an error naming
+// the first problem that matches ErrFailed.
+func (r *CheckReport) Err() error {
+	if r.OK() {
+		return nil
+	}
+	p := r.Problems[0]
+	return fmt.Errorf("%s: %d problem(s); first: tensor %q: %s: %w", r.Path, len(r.Problems), p.Tensor, p.Kind, ErrFailed)
+}
 
 // CheckReport is what Check found; it is also `ckpt check --json`'s output.
 type CheckReport struct {
@@ -41,35 +56,21 @@ type CheckProblem struct {
 	Got  string `json:"got,omitempty"`
 }
 
-// ManifestPathFor returns where the manifest of the output at path is: ckpt-manifest.json
-// inside a folder, path.ckpt-manifest.json beside a file.
-func ManifestPathFor(path string) (string, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	return manifestPath(filepath.Clean(path), st.IsDir()), nil
-}
-
-// Check verifies a converted output against its manifest (manifest "" finds it beside or
+// Check verifies a converted output against its manifest (mpath "" finds it beside or
 // inside path): every tensor the manifest lists must be in the output with the recorded
 // dtype, shape, size and xxhash64 of its contiguous bytes, and the output must hold no other
 // tensor. It tells whether a checkpoint copied to another machine or bucket is intact. The
 // tensors are hashed on every core, streaming from the mapped files.
-func Check(path, manifest string) (*CheckReport, error) {
-	if manifest == "" {
+func Check(path, mpath string) (*CheckReport, error) {
+	if mpath == "" {
 		var err error
-		if manifest, err = ManifestPathFor(path); err != nil {
+		if mpath, err = manifest.Find(path); err != nil {
 			return nil, err
 		}
 	}
-	b, err := os.ReadFile(manifest)
+	m, err := manifest.Read(mpath)
 	if err != nil {
 		return nil, err
-	}
-	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", manifest, err)
 	}
 	ck, err := formats.Open(path)
 	if err != nil {
@@ -80,13 +81,13 @@ func Check(path, manifest string) (*CheckReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &CheckReport{Path: path, Manifest: manifest, Tensors: len(m.Tensors), Problems: []CheckProblem{}}
+	rep := &CheckReport{Path: path, Manifest: mpath, Tensors: len(m.Tensors), Problems: []CheckProblem{}}
 	byName := make(map[string]*statedict.Tensor, len(tensors))
 	for _, nt := range tensors {
 		byName[nt.Name] = nt.Tensor
 	}
 	type job struct {
-		want ManifestTensor
+		want manifest.Tensor
 		t    *statedict.Tensor
 		got  string
 		err  error
@@ -155,8 +156,8 @@ func Check(path, manifest string) (*CheckReport, error) {
 }
 
 // describedAs compares a tensor's dtype, shape and size with its manifest entry.
-func describedAs(mt ManifestTensor, t *statedict.Tensor) (CheckProblem, bool) {
-	if dt := inspect.DTypeName(t); dt != mt.DType {
+func describedAs(mt manifest.Tensor, t *statedict.Tensor) (CheckProblem, bool) {
+	if dt := t.DTypeName(); dt != mt.DType {
 		return CheckProblem{Tensor: mt.Name, Kind: "dtype", Want: mt.DType, Got: dt}, false
 	}
 	if fmt.Sprint(t.Shape) != fmt.Sprint(mt.Shape) {
@@ -167,6 +168,10 @@ func describedAs(mt ManifestTensor, t *statedict.Tensor) (CheckProblem, bool) {
 	}
 	return CheckProblem{}, true
 }
+
+// releaseEvery is how many hashed bytes may stay resident from the mapped checkpoint before
+// they are dropped (they remain in the page cache): it bounds the process's memory.
+const releaseEvery = 32 << 20
 
 // pieceHasher hashes what is written to it a piece at a time, reporting each piece as
 // consumed so the caller can release the mapped pages behind it.

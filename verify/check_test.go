@@ -1,4 +1,4 @@
-package convert_test
+package verify_test
 
 import (
 	"bytes"
@@ -9,23 +9,31 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/verify"
 )
 
 // TestCheckIntact checks that an untouched output of every format passes Check with every
 // manifest tensor hashed.
 func TestCheckIntact(t *testing.T) {
-	for _, tc := range []struct{ src, format, dst string }{
+	for _, tc := range []struct {
+		src    string
+		format convert.Format
+		dst    string
+	}{
 		{"../testdata/torch/training_cuda.pt", convert.Torch, "out.pt"},
 		{"../testdata/torch/shufflenet_cuda.pt", convert.Safetensors, "out.safetensors"},
 		{"../testdata/torch/views.pt", convert.Safetensors, "out"},
 		{"../testdata/torch/training_cuda.pt", convert.DCP, "out"},
 	} {
-		t.Run(tc.format+"/"+tc.dst, func(t *testing.T) {
+		t.Run(string(tc.format)+"/"+tc.dst, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), tc.dst)
-			if _, err := convert.Run(convert.Options{Src: tc.src, Dst: dst, Format: tc.format}); err != nil {
+			if _, err := convert.Run(t.Context(), convert.Options{Src: tc.src, Dst: dst, Format: tc.format}); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := convert.Check(dst, "")
+			rep, err := verify.Check(dst, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,29 +49,29 @@ func TestCheckIntact(t *testing.T) {
 func TestCheckFindsDamage(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		damage func(t *testing.T, dst string, m *convert.Manifest)
-		want   convert.CheckProblem
+		damage func(t *testing.T, dst string, m *manifest.Manifest)
+		want   verify.CheckProblem
 	}{
-		{"flipped byte", func(t *testing.T, dst string, m *convert.Manifest) {
+		{"flipped byte", func(t *testing.T, dst string, m *manifest.Manifest) {
 			flipTensorByte(t, dst, m.Tensors[3].Name)
-		}, convert.CheckProblem{Kind: "xxhash64"}},
-		{"dtype", func(t *testing.T, dst string, m *convert.Manifest) { m.Tensors[3].DType = "float16" },
-			convert.CheckProblem{Kind: "dtype", Want: "float16", Got: "float32"}},
-		{"shape", func(t *testing.T, dst string, m *convert.Manifest) { m.Tensors[3].Shape = []int64{1, 2, 3} },
-			convert.CheckProblem{Kind: "shape", Want: "[1 2 3]"}},
-		{"missing", func(t *testing.T, dst string, m *convert.Manifest) {
-			m.Tensors = append(m.Tensors, convert.ManifestTensor{Name: "not.there", DType: "float32"})
-		}, convert.CheckProblem{Tensor: "not.there", Kind: "missing"}},
-		{"extra", func(t *testing.T, dst string, m *convert.Manifest) { m.Tensors = slices.Delete(m.Tensors, 3, 4) },
-			convert.CheckProblem{Kind: "extra"}},
+		}, verify.CheckProblem{Kind: "xxhash64"}},
+		{"dtype", func(t *testing.T, dst string, m *manifest.Manifest) { m.Tensors[3].DType = "float16" },
+			verify.CheckProblem{Kind: "dtype", Want: "float16", Got: "float32"}},
+		{"shape", func(t *testing.T, dst string, m *manifest.Manifest) { m.Tensors[3].Shape = []int64{1, 2, 3} },
+			verify.CheckProblem{Kind: "shape", Want: "[1 2 3]"}},
+		{"missing", func(t *testing.T, dst string, m *manifest.Manifest) {
+			m.Tensors = append(m.Tensors, manifest.Tensor{Name: "not.there", DType: "float32"})
+		}, verify.CheckProblem{Tensor: "not.there", Kind: "missing"}},
+		{"extra", func(t *testing.T, dst string, m *manifest.Manifest) { m.Tensors = slices.Delete(m.Tensors, 3, 4) },
+			verify.CheckProblem{Kind: "extra"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "out.safetensors")
-			if _, err := convert.Run(convert.Options{Src: "../testdata/torch/shufflenet_cuda.pt", Dst: dst, Format: convert.Safetensors}); err != nil {
+			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/shufflenet_cuda.pt", Dst: dst, Format: convert.Safetensors}); err != nil {
 				t.Fatal(err)
 			}
-			mpath := dst + "." + convert.ManifestName
-			var m convert.Manifest
+			mpath := dst + "." + manifest.Name
+			var m manifest.Manifest
 			b, _ := os.ReadFile(mpath)
 			if err := json.Unmarshal(b, &m); err != nil {
 				t.Fatal(err)
@@ -74,7 +82,7 @@ func TestCheckFindsDamage(t *testing.T) {
 			if err := os.WriteFile(mpath, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := convert.Check(dst, "")
+			rep, err := verify.Check(dst, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,4 +117,27 @@ func flipTensorByte(t *testing.T, path, name string) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// tensorsOf reads every tensor of the checkpoint at path as contiguous bytes, by name.
+func tensorsOf(t *testing.T, path string) (map[string][]byte, map[string]*statedict.Tensor) {
+	t.Helper()
+	ck, err := formats.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	ts, err := ck.Tensors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, meta := map[string][]byte{}, map[string]*statedict.Tensor{}
+	for _, nt := range ts {
+		var buf bytes.Buffer
+		if _, err := nt.Tensor.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		data[nt.Name], meta[nt.Name] = buf.Bytes(), nt.Tensor
+	}
+	return data, meta
 }

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/optimizerstate"
+	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/verify"
+	"github.com/spf13/cobra"
+)
+
+// Exit statuses. They are computed once, by exitStatus in main, from the error a command
+// returns; commands only return errors of the right kind.
+const (
+	exitFailure = 1 // any other error
+	exitUsage   = 2 // the command line is wrong
+	// exitDangerous: the checkpoint references code that loading it with Python would run.
+	exitDangerous = 3
+	// exitMismatch: an optimizer state does not fit its model (or cannot be mapped
+	// unambiguously), so training would not resume.
+	exitMismatch = 4
+	// exitCorrupt: verification failed (an output differs from its manifest).
+	exitCorrupt = 5
+	// Interrupted runs exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM.
+)
+
+// exitCodes is the table `ckpt --help` and the README show.
+const exitCodes = `Exit status:
+  0    success
+  1    error (unreadable or corrupt input, I/O error, …)
+  2    usage error (wrong arguments or flags)
+  3    dangerous content: a pickle references code Python would run (scan, inspect)
+  4    an optimizer state does not fit its model (inspect --optimizer, convert)
+  5    verification failed: an output differs from its manifest (check)
+  130  interrupted (SIGINT); 143 terminated (SIGTERM) — partial outputs removed`
+
+// usageError is a wrong command line: missing or extra arguments, unknown flags or values.
+type usageError struct{ err error }
+
+func (u *usageError) Error() string { return u.err.Error() }
+func (u *usageError) Unwrap() error { return u.err }
+
+// usage marks err as a usage error.
+func usage(err error) error { return &usageError{err} }
+
+// exitStatus maps the error a command returned to the process's exit status.
+func exitStatus(err error) int {
+	var u *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &u):
+		return exitUsage
+	case errors.Is(err, statedict.ErrDangerous):
+		return exitDangerous
+	case errors.Is(err, optimizerstate.ErrNotFitting):
+		return exitMismatch
+	case errors.Is(err, verify.ErrFailed):
+		return exitCorrupt
+	}
+	return exitFailure
+}
+
+// cliError is an error as the command line shows it: the library's message with the flags
+// that control what went wrong named, keeping the cause for exitStatus.
+type cliError struct {
+	msg string
+	err error
+}
+
+func (e *cliError) Error() string { return e.msg }
+func (e *cliError) Unwrap() error { return e.err }
+
+// describe words a library error for the command line: a remapping rule's error names its
+// flag (--select, --rename, --map-location), an existing destination points at --force, an
+// optimizer the shapes cannot map at --optimizer-names.
+func describe(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	var oe *remap.OptionError
+	if errors.As(err, &oe) {
+		msg = strings.Replace(msg, oe.Error(), "--"+oe.Option+" "+oe.Err.Error(), 1)
+	}
+	var ae *optimizerstate.AmbiguousError
+	switch {
+	case errors.Is(err, atomicfile.ErrExists):
+		msg += " (--force replaces an earlier output)"
+	case errors.As(err, &ae):
+		msg += " (--optimizer-names FILE)"
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &cliError{msg, err}
+}
+
+// execute runs the command line and returns its error as the command line shows it.
+func execute(root *cobra.Command) error { return describe(root.Execute()) }
+
+// positional checks a command's arguments against its synopsis ("SRC DST"), saying what is
+// missing or extra with an example, as a usage error.
+func positional(synopsis, example string) cobra.PositionalArgs {
+	want := strings.Fields(synopsis)
+	return func(cmd *cobra.Command, args []string) error {
+		switch {
+		case len(args) < len(want):
+			return usage(fmt.Errorf("%s needs %s; missing %s (e.g. %s)", cmd.CommandPath(), synopsis, strings.Join(want[len(args):], " "), example))
+		case len(args) > len(want):
+			return usage(fmt.Errorf("%s takes %s; %d extra argument(s) %q (e.g. %s)", cmd.CommandPath(), synopsis, len(args)-len(want), args[len(want):], example))
+		}
+		return nil
+	}
+}

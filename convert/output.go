@@ -1,0 +1,299 @@
+package convert
+
+import (
+	"context"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/internal/fastcopy"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// output is one conversion's destination while it is written: a temporary folder or file
+// (atomicfile) renamed into place by commit, files written through fastcopy, progress
+// reported from the tensor bytes the writers hash, the source's mapped pages released as
+// bytes stream through, and cancellation checked at every piece written.
+type output struct {
+	ctx      context.Context
+	dst      string
+	folder   bool
+	force    bool
+	dir      *atomicfile.Dir  // folder outputs
+	file     *atomicfile.File // file outputs
+	mfile    *atomicfile.File // a file output's manifest, beside it
+	created  map[string]bool
+	progress func(done, total int64)
+
+	mu    sync.Mutex
+	total int64
+	done  int64
+	// sums holds the xxhash64 digests fed while writing, keyed by the *statedict.Tensor or
+	// *statedict.Storage whose bytes they saw, so the manifest reads nothing a second time.
+	sums map[any]*xxhash.Digest
+
+	// src is the checkpoint being read, whose pages are released as bytes stream out;
+	// sinceRelease counts the bytes since the last release.
+	src          *statedict.Checkpoint
+	sinceRelease int64
+}
+
+// releaseEvery is how many streamed bytes may stay resident from the mapped source before
+// they are dropped (they remain in the page cache): it bounds the process's memory.
+const releaseEvery = 32 << 20
+
+func newOutput(ctx context.Context, dst string, folder, force bool, progress func(done, total int64)) (*output, error) {
+	o := &output{ctx: ctx, dst: dst, folder: folder, force: force, progress: progress, created: map[string]bool{}, sums: map[any]*xxhash.Digest{}}
+	var err error
+	if folder {
+		o.dir, err = atomicfile.CreateDir(dst, force, manifest.Owned)
+		return o, err
+	}
+	if o.file, err = atomicfile.Create(dst, force); err != nil {
+		return nil, err
+	}
+	if o.mfile, err = atomicfile.Create(manifest.PathFor(dst, false), force); err != nil {
+		o.file.Abort()
+		return nil, err
+	}
+	return o, nil
+}
+
+// root is the output as a whole.
+func (o *output) root() *subOutput { return &subOutput{o: o} }
+
+// commit moves the complete output into place: a folder (manifest inside) at once, a file
+// and then the manifest beside it, so the manifest's presence means completeness.
+func (o *output) commit() error {
+	if err := o.ctx.Err(); err != nil {
+		return err
+	}
+	if o.folder {
+		return o.dir.Commit()
+	}
+	if err := o.file.Commit(); err != nil {
+		return err
+	}
+	return o.mfile.Commit()
+}
+
+// abort removes whatever was written (nothing after commit).
+func (o *output) abort() {
+	if o.dir != nil {
+		o.dir.Abort()
+	}
+	if o.file != nil {
+		o.file.Abort()
+	}
+	if o.mfile != nil {
+		o.mfile.Abort()
+	}
+}
+
+// create starts the output file name ("" for a file output's own file).
+func (o *output) create(name string) (io.WriteCloser, error) {
+	if err := o.ctx.Err(); err != nil {
+		return nil, err
+	}
+	if o.created[name] {
+		return nil, fmt.Errorf("%s: %s written twice", o.dst, name)
+	}
+	o.created[name] = true
+	if !o.folder {
+		if name != "" {
+			return nil, fmt.Errorf("%s: a single-file output cannot hold %s", o.dst, name)
+		}
+		return o.stream(o.file.File, false), nil
+	}
+	if !fs.ValidPath(name) || name == "." {
+		return nil, fmt.Errorf("%s: %q is not a file name inside the output folder", o.dst, name)
+	}
+	path := filepath.Join(o.dir.Path, filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	return o.stream(f, true), nil
+}
+
+// stream wraps f for writing through fastcopy.
+func (o *output) stream(f *os.File, closeFile bool) io.WriteCloser {
+	return &stream{fc: fastcopy.NewFile(f), f: f, closeFile: closeFile, o: o}
+}
+
+// sum returns a digest for the bytes of key (a tensor or storage) as they are written; the
+// bytes it is fed also count as progress.
+func (o *output) sum(key any) hash.Hash {
+	d := xxhash.New()
+	o.mu.Lock()
+	o.sums[key] = d
+	o.mu.Unlock()
+	return &counted{d: d, o: o}
+}
+
+// advance reports n more tensor bytes written, never past the total.
+func (o *output) advance(n int64) {
+	if o.progress == nil {
+		return
+	}
+	o.mu.Lock()
+	o.done = min(o.done+n, o.total)
+	done, total := o.done, o.total
+	o.mu.Unlock()
+	o.progress(done, total)
+}
+
+// streamed accounts for n bytes read from the source and written out, releasing the
+// source's resident pages every releaseEvery bytes.
+func (o *output) streamed(n int64) {
+	o.mu.Lock()
+	o.sinceRelease += n
+	release := o.sinceRelease >= releaseEvery
+	if release {
+		o.sinceRelease = 0
+	}
+	src := o.src
+	o.mu.Unlock()
+	if release && src != nil {
+		src.ReleaseMemory()
+	}
+}
+
+// counted is a digest whose input also counts as progress.
+type counted struct {
+	d *xxhash.Digest
+	o *output
+}
+
+func (c *counted) Write(p []byte) (int, error) {
+	c.o.advance(int64(len(p)))
+	return c.d.Write(p)
+}
+func (c *counted) Sum(b []byte) []byte { return c.d.Sum(b) }
+func (c *counted) Reset()              { c.d.Reset() }
+func (c *counted) Size() int           { return c.d.Size() }
+func (c *counted) BlockSize() int      { return c.d.BlockSize() }
+
+// stream is one output file being written: bytes go to fastcopy in pieces small enough
+// that the source's pages can be released between them, and each piece first checks that
+// the conversion was not cancelled.
+type stream struct {
+	fc        *fastcopy.File
+	f         *os.File
+	closeFile bool
+	o         *output
+	closed    bool
+}
+
+// Write passes b on in pieces.
+func (s *stream) Write(b []byte) (int, error) {
+	var done int
+	for done < len(b) {
+		if err := s.o.ctx.Err(); err != nil {
+			return done, err
+		}
+		piece := b[done:min(len(b), done+releaseEvery/4)]
+		n, err := s.fc.Write(piece)
+		done += n
+		s.o.streamed(int64(n))
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// WriteRange passes file ranges on, for fastcopy to read them from the file.
+func (s *stream) WriteRange(r statedict.Range) (int64, error) {
+	if err := s.o.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := s.fc.WriteRange(r)
+	s.o.streamed(n)
+	return n, err
+}
+
+// Close finishes the file (it is fsynced when the output commits).
+func (s *stream) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.fc.Close()
+	if s.closeFile {
+		if cerr := s.f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// subOutput is the statedict.Output a writer is given: the output itself, or, for a
+// training-state file converted alongside a folder's weights, that one file of the folder.
+type subOutput struct {
+	o    *output
+	file string // "" for the output itself; else the file of the folder this one is
+}
+
+// sub is the file name of this folder output, as a single-file output of its own.
+func (s *subOutput) sub(name string) *subOutput { return &subOutput{o: s.o, file: name} }
+
+// Create implements statedict.Output.
+func (s *subOutput) Create(name string) (io.WriteCloser, error) {
+	if s.file != "" {
+		if name != "" {
+			return nil, fmt.Errorf("%s: a single-file output cannot hold %s", s.Name(), name)
+		}
+		name = s.file
+	}
+	return s.o.create(name)
+}
+
+// Name implements statedict.Output.
+func (s *subOutput) Name() string {
+	if s.file != "" {
+		return filepath.Join(s.o.dst, s.file)
+	}
+	return s.o.dst
+}
+
+// writeManifest writes m where this output's manifest goes — inside a folder output,
+// beside a file (or beside a file of a folder) — and returns that final path.
+func (s *subOutput) writeManifest(m *manifest.Manifest) (string, error) {
+	var w io.WriteCloser
+	var err error
+	var path string
+	switch {
+	case s.file != "":
+		path = manifest.PathFor(s.Name(), false)
+		w, err = s.o.create(filepath.Base(path))
+	case s.o.folder:
+		path = manifest.PathFor(s.o.dst, true)
+		w, err = s.o.create(manifest.Name)
+	default:
+		path = manifest.PathFor(s.o.dst, false)
+		w = nopCloser{s.o.mfile}
+	}
+	if err != nil {
+		return "", err
+	}
+	err = manifest.Write(w, m)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	return path, err
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }

@@ -1,0 +1,221 @@
+package hf
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// DefaultMaxShardSize is transformers' default max_shard_size (5 GB, decimal).
+const DefaultMaxShardSize = 5_000_000_000
+
+// Write is the statedict.Writer of Hugging Face folders: the tensors (flattened, tied
+// aliases kept once, as safetensors.Flatten lays them out) in model.safetensors, or in
+// shards model-0000i-of-0000n.safetensors of at most opts.MaxShardSize bytes listed by
+// model.safetensors.index.json, split in state-dict order as huggingface_hub does; then the
+// checkpoint's extra files (config.json, tokenizer files, …) read from ck.Files, with
+// opts.Rewrite's replacements.
+func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions) (*statedict.Written, error) {
+	flat, err := safetensors.Flatten(ck.Root)
+	if err != nil {
+		return nil, err
+	}
+	limit := opts.MaxShardSize
+	if limit <= 0 {
+		limit = DefaultMaxShardSize
+	}
+	// A tensor that does not fit starts a new shard; one larger than the limit gets a shard
+	// of its own.
+	var shards [][]statedict.NamedTensor
+	var size int64
+	for _, nt := range flat.Tensors {
+		n := nt.Tensor.NBytes()
+		if len(shards) == 0 || size+n > limit && len(shards[len(shards)-1]) > 0 {
+			shards = append(shards, nil)
+			size = 0
+		}
+		shards[len(shards)-1] = append(shards[len(shards)-1], nt)
+		size += n
+	}
+	if len(shards) == 0 {
+		shards = append(shards, nil)
+	}
+	w := &statedict.Written{Names: flat.Names(), Tied: flat.Tied, NotWritten: flat.NotWritten}
+	weightMap := map[string]string{}
+	var total, params int64
+	for i, shard := range shards {
+		name := "model.safetensors"
+		if len(shards) > 1 {
+			name = fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
+		}
+		f, err := out.Create(name)
+		if err != nil {
+			return nil, err
+		}
+		n, err := safetensors.WriteFile(f, shard, flat.Metadata(shard, opts.Metadata), opts.Sum)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		w.Bytes += n
+		w.Files = append(w.Files, name)
+		for _, nt := range shard {
+			weightMap[nt.Name] = name
+			total += nt.Tensor.NBytes()
+			params += nt.Tensor.NumEl()
+		}
+	}
+	if len(shards) > 1 {
+		idx := map[string]any{
+			"metadata":   map[string]int64{"total_size": total, "total_parameters": params},
+			"weight_map": weightMap,
+		}
+		b, err := json.MarshalIndent(idx, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		if err := writeFile(out, SafetensorsIndex, append(b, '\n')); err != nil {
+			return nil, err
+		}
+		w.Files = append(w.Files, SafetensorsIndex)
+	}
+	extras, err := CopyExtras(out, ck, opts.Rewrite)
+	if err != nil {
+		return nil, err
+	}
+	w.Files = append(w.Files, extras...)
+	return w, nil
+}
+
+// SafetensorsIndex is the index file of a sharded safetensors folder.
+const SafetensorsIndex = "model.safetensors.index.json"
+
+// CopyExtras copies ck's extra files (config.json, tokenizer files, …) into out, read
+// confined to the source folder, replacing the content of those rewrite names (a nil
+// content leaves the file out). It returns the names written.
+func CopyExtras(out statedict.Output, ck *statedict.Checkpoint, rewrite map[string][]byte) ([]string, error) {
+	var names []string
+	for _, name := range ck.Extras {
+		content, rewritten := rewrite[name]
+		if rewritten && content == nil {
+			continue
+		}
+		if rewritten {
+			if err := writeFile(out, name, content); err != nil {
+				return nil, err
+			}
+		} else if err := copyFile(out, ck, name); err != nil {
+			return nil, err
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+func writeFile(out statedict.Output, name string, b []byte) error {
+	f, err := out.Create(name)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func copyFile(out statedict.Output, ck *statedict.Checkpoint, name string) error {
+	if ck.Files == nil {
+		return fmt.Errorf("%s: %s: the checkpoint has no folder to read it from", ck.Path, name)
+	}
+	in, err := ck.Files.Open(name)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	f, err := out.Create(name)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, in)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// IsTrainerState reports whether a file of a checkpoint folder is training state that a
+// transformers Trainer checkpoint (checkpoint-N/) holds next to the model: the optimizer,
+// LR scheduler, grad scaler and RNG states, torch.save files that resume training.
+// training_args.bin is not among them: it pickles a TrainingArguments object, code ckpt
+// does not run.
+func IsTrainerState(name string) bool {
+	switch name {
+	case "optimizer.pt", "scheduler.pt", "scaler.pt":
+		return true
+	}
+	return strings.HasPrefix(name, "rng_state") && strings.HasSuffix(name, ".pth")
+}
+
+// ConfigFile is a Hugging Face folder's model configuration.
+const ConfigFile = "config.json"
+
+// ConfigDType returns config (a config.json) naming dtype as the model's dtype:
+// transformers loads a model in the dtype its config names (from_pretrained(dtype="auto")),
+// so a bfloat16 checkpoint whose config still says float32 would be upcast back on load.
+// It rewrites "dtype" (transformers 5) and "torch_dtype" (earlier versions) wherever they
+// name a floating dtype, in the top-level config and its sub-configs (text_config, …), not
+// inside quantization configs. It returns the old dtype, or "" and config unchanged when
+// nothing needed rewriting.
+func ConfigDType(config []byte, dtype statedict.DType) ([]byte, string, error) {
+	var top map[string]any
+	dec := json.NewDecoder(bytes.NewReader(config))
+	dec.UseNumber()
+	if err := dec.Decode(&top); err != nil {
+		return nil, "", fmt.Errorf("%s: %w: %w", ConfigFile, statedict.ErrCorrupt, err)
+	}
+	old := ""
+	var set func(m map[string]any)
+	set = func(m map[string]any) {
+		for k, v := range m {
+			switch x := v.(type) {
+			case string:
+				if (k == "dtype" || k == "torch_dtype") && floatDTypeName(x) && x != dtype.String() {
+					old, m[k] = x, dtype.String()
+				}
+			case map[string]any:
+				if k != "quantization_config" && k != "compression_config" {
+					set(x)
+				}
+			}
+		}
+	}
+	set(top)
+	if old == "" {
+		return config, "", nil
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(top); err != nil {
+		return nil, "", err
+	}
+	return buf.Bytes(), old, nil
+}
+
+// floatDTypeName reports whether a config's dtype string names a floating torch dtype.
+func floatDTypeName(s string) bool {
+	switch s {
+	case "float16", "bfloat16", "float32", "float64", "float", "half", "double":
+		return true
+	}
+	return false
+}

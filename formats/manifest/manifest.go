@@ -1,0 +1,113 @@
+// Package manifest reads and writes ckpt-manifest.json, the record ckpt convert leaves
+// with every output: how it was produced (tool, version, command line, source, options)
+// and what it holds (every tensor's name, dtype, shape, device tag, size and the xxhash64 of
+// its contiguous little-endian bytes). `ckpt check` compares an output with it; a later
+// forced conversion replaces only the files it lists.
+package manifest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Name is the manifest's file name inside a folder output; a file output FILE gets
+// FILE.ckpt-manifest.json beside it.
+const Name = "ckpt-manifest.json"
+
+// Tool is the Tool field of every manifest ckpt writes.
+const Tool = "ckpt"
+
+// Manifest records how an output was produced and what it holds.
+type Manifest struct {
+	Tool    string   `json:"tool"`
+	Version string   `json:"version"`
+	Created string   `json:"created"`
+	Args    []string `json:"args,omitempty"`
+	Source  Source   `json:"source"`
+	Output  Output   `json:"output"`
+	// Remap is the conversion's report of what it changed, as it chose to record it.
+	Remap   any      `json:"remap"`
+	Tensors []Tensor `json:"tensors"`
+}
+
+// Source names the input.
+type Source struct {
+	Path   string `json:"path"`
+	Format string `json:"format"`
+}
+
+// Output names the output and its files (relative to the output folder; a file output
+// lists its own base name).
+type Output struct {
+	Path   string   `json:"path"`
+	Format string   `json:"format"`
+	Files  []string `json:"files"`
+}
+
+// Tensor describes one written tensor; XXHash64 is the xxhash64 of its contiguous
+// little-endian bytes as written, in 16 lower-case hex digits.
+type Tensor struct {
+	Name     string  `json:"name"`
+	DType    string  `json:"dtype"`
+	Shape    []int64 `json:"shape"`
+	Location string  `json:"location"`
+	NBytes   int64   `json:"nbytes"`
+	XXHash64 string  `json:"xxhash64"`
+}
+
+// PathFor is where the manifest of the output at dst goes: inside a folder output,
+// beside a file output.
+func PathFor(dst string, folder bool) string {
+	if folder {
+		return filepath.Join(dst, Name)
+	}
+	return dst + "." + Name
+}
+
+// Find returns the manifest path of the existing output at path.
+func Find(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	return PathFor(filepath.Clean(path), st.IsDir()), nil
+}
+
+// Read reads and parses the manifest file at path.
+func Read(path string) (*Manifest, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", path, statedict.ErrCorrupt, err)
+	}
+	if m.Tool != Tool {
+		return nil, fmt.Errorf("%s: %w: not a ckpt manifest (tool %q)", path, statedict.ErrCorrupt, m.Tool)
+	}
+	return &m, nil
+}
+
+// Write writes m as indented JSON.
+func Write(w io.Writer, m *Manifest) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(m)
+}
+
+// Owned lists the files of the folder dir that a ckpt conversion wrote — the files its
+// manifest lists and the manifest itself — for replacing it (see atomicfile.Owner). A
+// folder without a manifest claims nothing.
+func Owned(dir string) ([]string, bool) {
+	m, err := Read(filepath.Join(dir, Name))
+	if err != nil {
+		return nil, false
+	}
+	return append(m.Output.Files, Name), true
+}

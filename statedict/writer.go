@@ -1,0 +1,61 @@
+package statedict
+
+import (
+	"hash"
+	"io"
+)
+
+// Output is where a format writer puts the files of one checkpoint output. Writers create
+// every file through it and never touch the file system themselves, so the caller decides
+// where the bytes land and when the output counts as complete (ckpt's convert writes into a
+// temporary folder renamed into place at the end, feeds progress, honours cancellation and
+// releases the source's pages as bytes stream through).
+type Output interface {
+	// Create starts the file name of the output, a slash-separated path relative to the
+	// output folder; a single-file output takes "" for its one file. The writer passes
+	// file ranges on (RangeWriter), so tensor bytes need not be copied on the way.
+	Create(name string) (io.WriteCloser, error)
+	// Name is the output's final path: some layouts depend on it (torch.save names the
+	// folder inside its zip after the file).
+	Name() string
+}
+
+// WriteOptions are what every format writer takes besides the checkpoint. A writer uses
+// the fields that apply to its layout and ignores the others.
+type WriteOptions struct {
+	// Sum, if set, returns a hash to be fed the bytes of key as they are written: a *Tensor
+	// (its contiguous little-endian bytes) or, for writers that store whole storages, a
+	// *Storage. The manifest's checksums come from it, so nothing is read twice.
+	Sum func(key any) hash.Hash
+	// MaxShardSize splits a sharded folder layout's weights into files of at most this many
+	// bytes (a larger tensor gets a file of its own); 0 means the layout's default.
+	MaxShardSize int64
+	// Rewrite replaces the content of the checkpoint's extra files (Checkpoint.Extras) in a
+	// folder output; a nil content leaves the file out.
+	Rewrite map[string][]byte
+	// Metadata is free-form string metadata for layouts that hold some (safetensors'
+	// __metadata__).
+	Metadata map[string]string
+}
+
+// Written reports what a format writer wrote.
+type Written struct {
+	// Files are the output's files, relative to the output folder (a single-file output
+	// lists its own base name).
+	Files []string
+	// Bytes is the total size of the files holding tensors.
+	Bytes int64
+	// Names gives the name each written tensor has in the output when the layout renames
+	// or de-duplicates (flat layouts keep one name per tied tensor); nil means every tensor
+	// of the tree was written under its flattened name.
+	Names map[*Tensor]string
+	// Tied maps each name left out as an alias of a tensor written under another name.
+	Tied map[string]string
+	// NotWritten lists the values the layout cannot hold, by flattened name with their
+	// type ("optimizer.param_groups.0.lr: float64").
+	NotWritten []string
+}
+
+// Writer writes ck in one on-disk layout through out. Every format package provides one
+// (formats.Writers lists them), so converting chooses a writer from a table.
+type Writer func(out Output, ck *Checkpoint, opts WriteOptions) (*Written, error)
