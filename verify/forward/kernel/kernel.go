@@ -8,9 +8,13 @@
 // goroutines even for one activation row.
 //
 // Three implementations compute the same thing: AVX-512 and AVX2/FMA micro-kernels in Go
-// assembly (generated with avo by the program in asm/, see go:generate below) and a portable
-// Go fallback. [Use] picks the best the CPU supports at start-up (golang.org/x/sys/cpu);
-// tests force each in turn. They differ only in the order of the float32 additions.
+// assembly (generated with avo by the program in asm/, see go:generate below; run it with
+// network access to the Go module proxy, as asm/ is a module of its own so that the main
+// module does not depend on avo) and a portable Go fallback. [Use] picks the best the CPU
+// supports at start-up (golang.org/x/sys/cpu); tests force each in turn. They differ only in
+// the order of the float32 additions. Where the CPU has AVX512_BF16, [MatMulBF16x2]
+// multiplies bfloat16 activations by bfloat16 weights with VDPBF16PS, twice the rate of the
+// widening kernels.
 package kernel
 
 //go:generate sh -c "cd asm && go run . -out ../kernel_amd64.s -stubs ../stubs_amd64.go -pkg kernel -tables ../tables_amd64.go"
