@@ -66,6 +66,11 @@ type Options struct {
 	// Force allows replacing an existing destination: a file, or a folder an earlier
 	// conversion wrote (never one holding anything else, never the source).
 	Force bool
+	// Resume continues a folder output whose conversion was killed: the files it finished
+	// are checked against their journaled checksums and kept, the rest written, and the
+	// output ends byte-identical to an uninterrupted run. Without Resume the leftovers of a
+	// killed run are removed (and the summary says so).
+	Resume bool
 	// Progress, if set, is told how many tensor bytes were written so far, of how many:
 	// done never exceeds total, and the last call has done == total.
 	Progress func(done, total int64)
@@ -113,6 +118,8 @@ type Summary struct {
 	// ConfigDType is set ("float32 → bfloat16") when config.json's dtype was rewritten to
 	// the dtype the weights were cast to.
 	ConfigDType string `json:"config_dtype,omitempty"`
+	// Resumed counts the files of an interrupted conversion kept (Options.Resume).
+	Resumed int `json:"resumed,omitempty"`
 	// Alongside summarizes the conversion of each training-state file of an HF Trainer
 	// checkpoint folder (optimizer.pt, scheduler.pt, rng_state.pth, …) into the output folder.
 	Alongside []*Summary `json:"alongside,omitempty"`
@@ -155,9 +162,15 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := newOutput(ctx, opts.Dst, formats.Writers[lay].Folder, opts.Force, opts.Progress)
+	out, err := newOutput(ctx, opts.Dst, formats.Writers[lay].Folder, opts.Force, opts.Resume, opts.Progress)
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case out.dir != nil && out.dir.CleanedUp, out.file != nil && out.file.CleanedUp:
+		p.sum.Warnings = append(p.sum.Warnings, "removed the partial output an interrupted conversion left")
+	case out.dir != nil && out.dir.Resumed != nil:
+		p.sum.Resumed = len(out.dir.Resumed)
 	}
 	defer out.abort()
 	out.total = p.total

@@ -21,7 +21,7 @@ func newConvertCmd() *cobra.Command {
 	var (
 		to, format, mapLoc, dtype, sel, maxShard string
 		renames, drops                           []string
-		noStrip, force, asJSON                   bool
+		noStrip, force, resume, asJSON           bool
 		optimDType                               string
 		optimNames                               []string
 		keepCUDARNG                              bool
@@ -51,7 +51,7 @@ v7x; FP4 nowhere). A checkpoint that looks quantized but whose config is missing
 disagrees with its tensors is refused when dequantizing or casting.`,
 		Args: positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, ToolVersion: toolVersion(), Args: os.Args}
+			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, ToolVersion: toolVersion(), Args: os.Args}
 			switch to {
 			case "tpu":
 			case "cpu":
@@ -193,6 +193,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			for _, a := range sum.Alongside {
 				fmt.Fprintf(out, "converted %s alongside (%d tensors; manifest %s)\n", filepath.Base(a.Dst), a.Tensors, filepath.Base(a.Manifest))
 			}
+			if sum.Resumed > 0 {
+				fmt.Fprintf(out, "resumed: kept %d files the interrupted conversion finished\n", sum.Resumed)
+			}
 			fmt.Fprintf(out, "wrote %s (%s, %d tensors, %s) in %.2fs; manifest %s\n",
 				sum.Dst, sum.Format, sum.Tensors, humanBytes(sum.Bytes), sum.Seconds, sum.Manifest)
 			return nil
@@ -214,7 +217,8 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.StringArrayVar(&drops, "drop", nil, "drop entries whose flattened name matches REGEX (repeatable)")
 	f.BoolVar(&noStrip, "no-strip-wrappers", false, "keep DDP module. and torch.compile _orig_mod. prefixes")
 	f.StringVar(&maxShard, "max-shard-size", "", "largest safetensors shard in a folder output, e.g. 5GB, 500MB (default 5GB)")
-	f.BoolVar(&force, "force", false, "replace an existing DST")
+	f.BoolVar(&force, "force", false, "replace an existing DST (a file, or a folder an earlier conversion wrote)")
+	f.BoolVar(&resume, "resume", false, "continue a folder output whose conversion was killed, keeping the files it finished (checked against their checksums)")
 	f.BoolVar(&asJSON, "json", false, "print a machine-readable summary")
 	return cmd
 }
