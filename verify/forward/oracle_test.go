@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -30,25 +31,37 @@ var (
 	casesErr  error
 )
 
-// generated runs the generator once per test binary and returns its cases and folder.
+// generated runs the generator once per test binary and returns its cases and folder, which
+// TestMain removes when the tests are done.
 func generated(t *testing.T) ([]Case, string) {
 	t.Helper()
 	o := oracle.Require(t)
 	casesOnce.Do(func() {
-		host, chroot := oracle.TempDir(t)
-		// The folder must outlive the test that first asked for it.
-		host, chroot = filepath.Dir(host)+"/forward-cases", filepath.Dir(chroot)+"/forward-cases"
+		base := filepath.Join(oracle.RepoRoot(), ".oracle-tmp")
+		if casesErr = os.MkdirAll(base, 0o755); casesErr != nil {
+			return
+		}
+		if casesDir, casesErr = os.MkdirTemp(base, "forward-cases-"); casesErr != nil {
+			return
+		}
 		var out []byte
-		out, casesErr = o.Python("testdata/forward/gen.py", chroot)
+		out, casesErr = o.Python("testdata/forward/gen.py", "/repo/.oracle-tmp/"+filepath.Base(casesDir))
 		if casesErr == nil {
 			casesErr = json.Unmarshal(out, &cases)
 		}
-		casesDir = host
 	})
 	if casesErr != nil {
 		t.Fatal(casesErr)
 	}
 	return cases, casesDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if casesDir != "" {
+		os.RemoveAll(casesDir)
+	}
+	os.Exit(code)
 }
 
 // readLogits reads the "logits" tensor [1, T, vocab] the generator wrote.
