@@ -18,7 +18,7 @@ import (
 func sizes(kernel string, dstLen, dstPer, srcLen, srcWidth int) int {
 	n := srcLen / srcWidth
 	if srcLen%srcWidth != 0 || dstLen != n*dstPer {
-		panic(fmt.Sprintf("quant.%s: len(src) = %d bytes (%d per element), len(dst) = %d, want %d",
+		panic(fmt.Sprintf("codec.%s: len(src) = %d bytes (%d per element), len(dst) = %d, want %d",
 			kernel, srcLen, srcWidth, dstLen, n*dstPer))
 	}
 	return n

@@ -166,7 +166,7 @@ func TestKernelsRejectMismatchedLengths(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {
 				r := recover()
-				if s, ok := r.(string); !ok || !strings.HasPrefix(s, "quant.") {
+				if s, ok := r.(string); !ok || !strings.HasPrefix(s, "codec.") {
 					t.Errorf("recovered %v, want a quant.* length panic", r)
 				}
 			}()

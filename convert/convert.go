@@ -12,6 +12,7 @@ package convert
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -21,8 +22,8 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/manifest"
-	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -48,8 +49,8 @@ const (
 	DequantizeNone DequantizeMode = ""
 	// DequantizeAll unpacks every quantized tensor.
 	DequantizeAll DequantizeMode = "all"
-	// DequantizeAuto unpacks what Options.TPUGen cannot run natively: FP8 except
-	// float8_e4m3fn on v7x, FP4 everywhere.
+	// DequantizeAuto unpacks what the target's TPU generation does not run natively (see
+	// quant.Group.NativeOn): FP4 everywhere, float8_e4m3fn except on TPU7x.
 	DequantizeAuto DequantizeMode = "auto"
 )
 
@@ -66,6 +67,14 @@ type Options struct {
 	// Force allows replacing an existing destination: a file, or a folder an earlier
 	// conversion wrote (never one holding anything else, never the source).
 	Force bool
+	// Strict makes any data of the source the output would not hold (values the layout
+	// cannot store, files left out, CUDA RNG states dropped) an error: nothing is written.
+	Strict bool
+	// Resume continues a folder output whose conversion was killed: the files it finished
+	// are checked against their journaled checksums and kept, the rest written, and the
+	// output ends byte-identical to an uninterrupted run. Without Resume the leftovers of a
+	// killed run are removed (and the summary says so).
+	Resume bool
 	// Progress, if set, is told how many tensor bytes were written so far, of how many:
 	// done never exceeds total, and the last call has done == total.
 	Progress func(done, total int64)
@@ -76,9 +85,15 @@ type Options struct {
 	// Dequantize says what to do with quantized tensors; dequantized tensors take
 	// Remap.DType (bfloat16 when unset).
 	Dequantize DequantizeMode
-	// TPUGen is the target generation DequantizeAuto decides for.
-	TPUGen quant.TPUGen
+	// Target is what the conversion writes for: the device tag storages get (unless
+	// Remap.Place decides otherwise), the TPU generation DequantizeAuto decides for, and
+	// the slice, mesh and plan of sharded outputs. nil keeps device tags.
+	Target *runtime.Target
 }
+
+// ErrDataDropped is the error of a strict conversion (Options.Strict) whose output would
+// not hold all of the source's data.
+var ErrDataDropped = errors.New("the output would not hold all of the source's data")
 
 // DefaultOptions returns the options of `ckpt convert --to tpu SRC DST`: every storage
 // tagged "tpu", DDP and torch.compile prefixes stripped, values torch.load(weights_only=True)
@@ -89,9 +104,8 @@ func DefaultOptions(src, dst string) Options {
 	if strings.HasSuffix(dst, ".safetensors") {
 		format = Safetensors
 	}
-	place, _ := remap.ParseMapLocation(remap.TPU)
-	return Options{Src: src, Dst: dst, Format: format,
-		Remap: remap.Options{Place: place, StripWrappers: true, PlainData: true}}
+	return Options{Src: src, Dst: dst, Format: format, Target: &runtime.Target{Device: remap.TPU},
+		Remap: remap.Options{StripWrappers: true, PlainData: true}}
 }
 
 // Summary reports what a conversion did; it is also the --json output.
@@ -107,12 +121,15 @@ type Summary struct {
 	Seconds   float64           `json:"seconds"`
 	Remap     *remap.Report     `json:"remap"`
 	Tied      map[string]string `json:"tied,omitempty"`
-	Warnings  []string          `json:"warnings,omitempty"`
+	// Warnings are the problems the conversion worked around, one per kind.
+	Warnings []remap.Warning `json:"warnings,omitempty"`
 	// Quantization says what happened to a quantized checkpoint's tensors and config.
 	Quantization *QuantReport `json:"quantization,omitempty"`
 	// ConfigDType is set ("float32 → bfloat16") when config.json's dtype was rewritten to
 	// the dtype the weights were cast to.
 	ConfigDType string `json:"config_dtype,omitempty"`
+	// Resumed counts the files of an interrupted conversion kept (Options.Resume).
+	Resumed int `json:"resumed,omitempty"`
 	// Alongside summarizes the conversion of each training-state file of an HF Trainer
 	// checkpoint folder (optimizer.pt, scheduler.pt, rng_state.pth, …) into the output folder.
 	Alongside []*Summary `json:"alongside,omitempty"`
@@ -155,14 +172,31 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := newOutput(ctx, opts.Dst, formats.Writers[lay].Folder, opts.Force, opts.Progress)
+	out, err := newOutput(ctx, opts.Dst, formats.Writers[lay].Folder, opts.Force, opts.Resume, opts.Progress)
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case out.dir != nil && out.dir.CleanedUp, out.file != nil && out.file.CleanedUp:
+		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
+	case out.dir != nil && out.dir.Resumed != nil:
+		p.sum.Resumed = len(out.dir.Resumed)
 	}
 	defer out.abort()
 	out.total = p.total
 	if err := write(out.root(), p, opts); err != nil {
 		return nil, err
+	}
+	if opts.Strict {
+		var dropped []string
+		for _, w := range p.sum.Warnings {
+			if w.Dropped {
+				dropped = append(dropped, w.Message)
+			}
+		}
+		if len(dropped) > 0 {
+			return nil, fmt.Errorf("%s: %w: %s", opts.Dst, ErrDataDropped, strings.Join(dropped, "; "))
+		}
 	}
 	if err := out.commit(); err != nil {
 		return nil, err
@@ -191,6 +225,9 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		return nil, err
 	}
 	ro := opts.Remap
+	if ro.Place == nil && opts.Target != nil {
+		ro.Place = placement(opts.Target)
+	}
 	pol := statedict.Policies{}
 	pol.Merge(ro.Policies)
 	pol.Merge(q.policies)
@@ -218,11 +255,12 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		}
 	}
 	if len(ck.Outside) > 0 {
-		p.sum.Warnings = append(p.sum.Warnings, fmt.Sprintf("left out %s: links leading outside the checkpoint folder, never read", strings.Join(ck.Outside, ", ")))
+		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "links_outside", Items: ck.Outside,
+			Message: fmt.Sprintf("left out %s: links leading outside the checkpoint folder, never read", remap.Summarize(ck.Outside))})
 	}
 	if len(left) > 0 {
-		p.sum.Warnings = append(p.sum.Warnings, fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted",
-			strings.Join(left, ", "), ck.Format))
+		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "files_left_out", Items: left, Dropped: true,
+			Message: fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted", remap.Summarize(left), ck.Format)})
 	}
 	p.ck = &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files}
 	tensors, err := p.ck.Tensors()
@@ -250,6 +288,14 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		}
 	}
 	return p, nil
+}
+
+// placement places tensors as the target does.
+func placement(t *runtime.Target) remap.Placement {
+	return func(name string, x *statedict.Tensor) (string, error) {
+		p, err := t.Place(name, x.Shape, x.DType, x.Storage.Location)
+		return p.Device, err
+	}
 }
 
 // contentBytes is how many tensor bytes a layout writes: every storage once for the
@@ -288,9 +334,7 @@ func write(out *subOutput, p *planned, opts Options) error {
 		p.sum.Tied = nil
 	}
 	if len(w.NotWritten) > 0 {
-		for _, nw := range w.NotWritten {
-			p.sum.Warnings = append(p.sum.Warnings, fmt.Sprintf("%s value not written (%s holds tensors only)", nw, opts.Format))
-		}
+		p.sum.Warnings = append(p.sum.Warnings, notWritten(w.NotWritten, p.lay))
 	}
 	for _, name := range p.alongside {
 		sub, err := convertAlongside(out, p, opts, name)
@@ -300,7 +344,8 @@ func write(out *subOutput, p *planned, opts Options) error {
 		p.sum.Alongside = append(p.sum.Alongside, sub)
 		p.sum.Files = append(p.sum.Files, name, name+"."+manifest.Name)
 		for _, w := range sub.Warnings {
-			p.sum.Warnings = append(p.sum.Warnings, name+": "+w)
+			w.Message = name + ": " + w.Message
+			p.sum.Warnings = append(p.sum.Warnings, w)
 		}
 	}
 	m, err := buildManifest(out.o, p, opts, w.Names)
@@ -315,6 +360,39 @@ func write(out *subOutput, p *planned, opts Options) error {
 	return nil
 }
 
+// notWritten is the warning for the values a flat layout cannot hold, counted by the
+// top-level entry they belong to ("optimizer (40), scheduler (10), epoch").
+func notWritten(items []string, lay formats.Layout) remap.Warning {
+	var order []string
+	count := map[string]int{}
+	for _, it := range items {
+		top, _, _ := strings.Cut(it, ".")
+		top, _, _ = strings.Cut(top, ":")
+		if count[top] == 0 {
+			order = append(order, top)
+		}
+		count[top]++
+	}
+	parts := make([]string, len(order))
+	for i, top := range order {
+		parts[i] = top
+		if count[top] > 1 {
+			parts[i] = fmt.Sprintf("%s (%d)", top, count[top])
+		}
+	}
+	return remap.Warning{Kind: "values_not_written", Items: items, Dropped: true,
+		Message: fmt.Sprintf("%d value(s) not written (%s holds tensors only): %s; a torch or DCP output keeps them", len(items), lay, remap.Summarize(parts))}
+}
+
+// Messages are the warnings' one-line messages.
+func (s *Summary) Messages() []string {
+	out := make([]string, len(s.Warnings))
+	for i, w := range s.Warnings {
+		out[i] = w.Message
+	}
+	return out
+}
+
 // convertAlongside converts the training-state file name of the source folder into the
 // folder being written, with the same device and training-state options.
 func convertAlongside(parent *subOutput, p *planned, opts Options, name string) (*Summary, error) {
@@ -325,7 +403,7 @@ func convertAlongside(parent *subOutput, p *planned, opts Options, name string) 
 	}
 	defer ck.Close()
 	ro := opts.Remap
-	sub := Options{Src: src, Dst: filepath.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args,
+	sub := Options{Src: src, Dst: filepath.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target,
 		Remap: remap.Options{Place: ro.Place, PlainData: ro.PlainData, OptimizerDType: ro.OptimizerDType, KeepCUDARNG: ro.KeepCUDARNG}}
 	sp, err := plan(ck, sub, formats.TorchFile)
 	if err != nil {

@@ -7,7 +7,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
@@ -49,11 +51,11 @@ type output struct {
 // they are dropped (they remain in the page cache): it bounds the process's memory.
 const releaseEvery = 32 << 20
 
-func newOutput(ctx context.Context, dst string, folder, force bool, progress func(done, total int64)) (*output, error) {
+func newOutput(ctx context.Context, dst string, folder, force, resume bool, progress func(done, total int64)) (*output, error) {
 	o := &output{ctx: ctx, dst: dst, folder: folder, force: force, progress: progress, created: map[string]bool{}, sums: map[any]*xxhash.Digest{}}
 	var err error
 	if folder {
-		o.dir, err = atomicfile.CreateDir(dst, force, manifest.Owned)
+		o.dir, err = atomicfile.CreateDir(dst, atomicfile.DirOptions{Force: force, Owner: manifest.Owned, Resume: resume})
 		return o, err
 	}
 	if o.file, err = atomicfile.Create(dst, force); err != nil {
@@ -115,20 +117,82 @@ func (o *output) create(name string) (io.WriteCloser, error) {
 	if !fs.ValidPath(name) || name == "." {
 		return nil, fmt.Errorf("%s: %q is not a file name inside the output folder", o.dst, name)
 	}
-	path := filepath.Join(o.dir.Path, filepath.FromSlash(name))
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	file := filepath.Join(o.dir.Path, filepath.FromSlash(name))
+	// Manifests record when they were made: always written anew.
+	if j, ok := o.dir.Resumed[name]; ok && path.Base(name) != manifest.Name && !strings.HasSuffix(name, "."+manifest.Name) {
+		return o.replay(name, file, j)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
 		return nil, err
 	}
-	return o.stream(f, true), nil
+	st := o.stream(f, true)
+	st.name = name
+	return st, nil
 }
 
 // stream wraps f for writing through fastcopy.
-func (o *output) stream(f *os.File, closeFile bool) io.WriteCloser {
-	return &stream{fc: fastcopy.NewFile(f), f: f, closeFile: closeFile, o: o}
+func (o *output) stream(f *os.File, closeFile bool) *stream {
+	return &stream{fc: fastcopy.NewFile(f), f: f, closeFile: closeFile, o: o, file: xxhash.New()}
+}
+
+// replay is the file name of a resumed output, finished by the interrupted run: its bytes
+// on disk are checked against the journal, and what this run would write is hashed (feeding
+// the manifest's digests) and must be the same, so the output ends byte-identical to an
+// uninterrupted run without writing the file again.
+func (o *output) replay(name, path string, j atomicfile.Journaled) (io.WriteCloser, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := xxhash.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, err
+	}
+	if got := fmt.Sprintf("%016x", h.Sum64()); got != j.XXHash64 {
+		return nil, fmt.Errorf("%s: %s was damaged after the interrupted run finished it (xxhash64 %s, journal %s); convert again without resuming", o.dst, name, got, j.XXHash64)
+	}
+	return &replayed{o: o, name: name, want: j, h: xxhash.New()}, nil
+}
+
+// replayed hashes the bytes a resumed file would get, without writing them.
+type replayed struct {
+	o    *output
+	name string
+	want atomicfile.Journaled
+	h    *xxhash.Digest
+	n    int64
+}
+
+func (r *replayed) Write(p []byte) (int, error) {
+	if err := r.o.ctx.Err(); err != nil {
+		return 0, err
+	}
+	r.h.Write(p)
+	r.n += int64(len(p))
+	r.o.streamed(int64(len(p)))
+	return len(p), nil
+}
+
+// WriteRange feeds the range's sums (the manifest's digests) as a file writer would.
+func (r *replayed) WriteRange(rg statedict.Range) (int64, error) {
+	n, err := r.Write(rg.Data)
+	for _, s := range rg.Sums {
+		s.Write(rg.Data)
+	}
+	return int64(n), err
+}
+
+// Close checks that this run produced exactly the file the interrupted one finished.
+func (r *replayed) Close() error {
+	if got := fmt.Sprintf("%016x", r.h.Sum64()); r.n != r.want.Size || got != r.want.XXHash64 {
+		return fmt.Errorf("%s: %s would differ from the interrupted run's (the source or the options changed since); convert again without resuming", r.o.dst, r.name)
+	}
+	return nil
 }
 
 // sum returns a digest for the bytes of key (a tensor or storage) as they are written; the
@@ -193,6 +257,11 @@ type stream struct {
 	closeFile bool
 	o         *output
 	closed    bool
+	// name is the file's name in a folder output, which is journaled when finished; file
+	// is fed every byte, for the journal.
+	name string
+	file *xxhash.Digest
+	n    int64
 }
 
 // Write passes b on in pieces.
@@ -204,6 +273,8 @@ func (s *stream) Write(b []byte) (int, error) {
 		}
 		piece := b[done:min(len(b), done+releaseEvery/4)]
 		n, err := s.fc.Write(piece)
+		s.file.Write(piece[:n])
+		s.n += int64(n)
 		done += n
 		s.o.streamed(int64(n))
 		if err != nil {
@@ -218,7 +289,9 @@ func (s *stream) WriteRange(r statedict.Range) (int64, error) {
 	if err := s.o.ctx.Err(); err != nil {
 		return 0, err
 	}
+	r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], s.file)
 	n, err := s.fc.WriteRange(r)
+	s.n += n
 	s.o.streamed(n)
 	return n, err
 }
@@ -230,6 +303,12 @@ func (s *stream) Close() error {
 	}
 	s.closed = true
 	err := s.fc.Close()
+	if s.name != "" && err == nil {
+		// Durable before it is journaled: a resumed run keeps only what is on disk.
+		if err = s.f.Sync(); err == nil {
+			err = s.o.dir.Finished(atomicfile.Journaled{File: s.name, Size: s.n, XXHash64: fmt.Sprintf("%016x", s.file.Sum64())})
+		}
+	}
 	if s.closeFile {
 		if cerr := s.f.Close(); err == nil {
 			err = cerr

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -31,7 +32,7 @@ type quantStep struct {
 	// tensors.
 	root     statedict.Value
 	report   *QuantReport
-	warnings []string
+	warnings []remap.Warning
 	// policies shield the members of the groups passed through from the dtype cast.
 	policies statedict.Policies
 	// rewrite replaces extra files of the output folder; a nil content leaves the file out.
@@ -49,7 +50,7 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (*quantStep, error
 	switch opts.Dequantize {
 	case DequantizeNone, DequantizeAll:
 	case DequantizeAuto:
-		if opts.TPUGen == "" {
+		if opts.Target == nil || opts.Target.Generation == nil {
 			return nil, fmt.Errorf("dequantizing for the target needs its TPU generation (v5e, v5p, v6e or v7x)")
 		}
 	default:
@@ -61,12 +62,13 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (*quantStep, error
 		if opts.Dequantize != DequantizeNone || cast {
 			return nil, fmt.Errorf("%s: %w", opts.Src, err)
 		}
-		q.warnings = append(q.warnings, fmt.Sprintf("quantization not understood, tensors passed through unchanged: %v", err))
+		q.warnings = append(q.warnings, remap.Warning{Kind: "quantization_not_understood",
+			Message: fmt.Sprintf("quantization not understood, tensors passed through unchanged: %v", err)})
 		return q, nil
 	}
 	if plan == nil {
 		if opts.Dequantize != DequantizeNone {
-			q.warnings = append(q.warnings, "nothing to dequantize: the checkpoint is not quantized")
+			q.warnings = append(q.warnings, remap.Warning{Kind: "not_quantized", Message: "nothing to dequantize: the checkpoint is not quantized"})
 		}
 		return q, nil
 	}
@@ -76,7 +78,7 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (*quantStep, error
 	}
 	unpack := map[*quant.Group]bool{}
 	for _, g := range plan.Groups {
-		unpack[g] = opts.Dequantize == DequantizeAll || opts.Dequantize == DequantizeAuto && !g.NativeOn(opts.TPUGen)
+		unpack[g] = opts.Dequantize == DequantizeAll || opts.Dequantize == DequantizeAuto && !g.NativeOn(opts.Target.Generation)
 	}
 	all := len(unpack) > 0
 	for _, u := range unpack {
@@ -84,7 +86,7 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (*quantStep, error
 	}
 	if n := countTrue(unpack); n > 0 && !all {
 		return nil, fmt.Errorf("%s: dequantizing for %s would unpack %d of the %d quantized tensors and keep the rest, which one %s quantization config cannot describe; unpack all of them instead",
-			opts.Src, opts.TPUGen, n, len(plan.Groups), plan.Config.Method)
+			opts.Src, opts.Target.Generation, n, len(plan.Groups), plan.Config.Method)
 	}
 	d, ok := ck.Root.(*statedict.Dict)
 	if !ok {

@@ -16,6 +16,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -215,24 +216,33 @@ func TestConvertKeepsQuantized(t *testing.T) {
 func TestConvertDequantizeAuto(t *testing.T) {
 	tests := []struct {
 		fixture string
-		gen     quant.TPUGen
+		gen     string
 		unpack  bool
 		err     string
 	}{
-		{"fp8_modelopt", quant.TPUv7x, false, ""},
-		{"fp8_modelopt", quant.TPUv6e, true, ""},
-		{"fp8_ct", quant.TPUv5e, true, ""},
-		{"mxfp4", quant.TPUv7x, true, ""},
-		{"nvfp4_ct", quant.TPUv5p, true, ""},
-		{"modelopt_mixed", quant.TPUv7x, false, "cannot describe"},
-		{"fp8_block", quant.TPUv7x, false, "cannot describe"}, // its e5m2 tensor is not native
+		{"fp8_modelopt", "tpu7x", false, ""},
+		{"fp8_modelopt", "v6e", true, ""},
+		{"fp8_ct", "v5e", true, ""},
+		{"mxfp4", "tpu7x", true, ""},
+		{"nvfp4_ct", "v5p", true, ""},
+		{"modelopt_mixed", "tpu7x", false, "cannot describe"},
+		{"fp8_block", "v6e", false, "cannot describe"}, // e5m2 is native there, e4m3fn not
+		{"fp8_block", "tpu7x", false, ""},              // both are native on TPU7x
 		{"modelopt_mixed", "", false, "needs its TPU generation"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.fixture+"/"+string(tc.gen), func(t *testing.T) {
+		t.Run(tc.fixture+"/"+tc.gen, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "out")
+			target := &runtime.Target{Device: "tpu"}
+			if tc.gen != "" {
+				g, err := runtime.LookupGeneration(tc.gen)
+				if err != nil {
+					t.Fatal(err)
+				}
+				target.Generation = g
+			}
 			sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(quantizedDir, tc.fixture), Dst: dst, Format: convert.Safetensors,
-				Dequantize: convert.DequantizeAuto, TPUGen: tc.gen})
+				Dequantize: convert.DequantizeAuto, Target: target})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want %q", err, tc.err)
@@ -344,7 +354,7 @@ func TestConvertRefusesRawCodes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(sum.Warnings) == 0 || !strings.Contains(strings.Join(sum.Warnings, "\n"), "no quantization config") {
+			if len(sum.Warnings) == 0 || !strings.Contains(strings.Join(sum.Messages(), "\n"), "no quantization config") {
 				t.Errorf("warnings %v", sum.Warnings)
 			}
 			got, _ := tensorsOf(t, dst)

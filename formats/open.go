@@ -59,7 +59,7 @@ func Detect(path string) (Kind, error) {
 	case looksLikeSafetensors(head):
 		return Safetensors, nil
 	}
-	return "", fmt.Errorf("%s: unrecognized checkpoint format (not a torch.save zip or legacy stream, not safetensors)", path)
+	return "", fmt.Errorf("%s: %w: unrecognized checkpoint format (not a torch.save zip or legacy stream, not safetensors)", path, statedict.ErrUnsupported)
 }
 
 // looksLikeSafetensors checks for an 8-byte little-endian header length followed by a JSON

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -331,7 +332,9 @@ func TestStripConfig(t *testing.T) {
 	}
 }
 
-// TestNativeOn checks the keep-or-dequantize rule of --dequantize=auto.
+// TestNativeOn checks the keep-or-dequantize rule of --dequantize=auto, as the runtime
+// catalogue decides it: float8_e4m3fn on TPU7x only, float8_e5m2 from v5e on (the MXU pairs
+// of jax's is_matmul_supported), MXFP4 nowhere.
 func TestNativeOn(t *testing.T) {
 	detect1 := func(cfg string, tensors []named) *quant.Group {
 		c, err := quant.ParseConfig([]byte(cfg), nil)
@@ -349,15 +352,22 @@ func TestNativeOn(t *testing.T) {
 	e5m2 := detect1(fp8, []named{{Name: "a.weight", Tensor: zeros(statedict.Float8E5M2, 4, 4)}, {Name: "a.weight_scale_inv", Tensor: zeros(f32, 1)}})
 	mx := detect1(`{"quantization_config": {"quant_method": "mxfp4"}}`,
 		[]named{{Name: "x_blocks", Tensor: zeros(u8, 1, 1, 1, 16)}, {Name: "x_scales", Tensor: zeros(u8, 1, 1, 1)}})
-	for _, gen := range []quant.TPUGen{quant.TPUv5e, quant.TPUv5p, quant.TPUv6e, quant.TPUv7x} {
-		if got, want := e4m3.NativeOn(gen), gen == quant.TPUv7x; got != want {
+	for _, name := range []string{"v4", "v5e", "v5p", "v6e", "tpu7x"} {
+		gen, err := runtime.LookupGeneration(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := e4m3.NativeOn(gen), name == "tpu7x"; got != want {
 			t.Errorf("float8_e4m3fn native on %s: %v", gen, got)
 		}
-		if e5m2.NativeOn(gen) || mx.NativeOn(gen) {
-			t.Errorf("e5m2 or MXFP4 native on %s", gen)
+		if got, want := e5m2.NativeOn(gen), name != "v4"; got != want {
+			t.Errorf("float8_e5m2 native on %s: %v", gen, got)
+		}
+		if mx.NativeOn(gen) {
+			t.Errorf("MXFP4 native on %s", gen)
 		}
 	}
-	if _, err := quant.ParseTPUGen("v4"); err == nil {
-		t.Error("v4 accepted")
+	if e4m3.NativeOn(nil) {
+		t.Error("native on no generation")
 	}
 }

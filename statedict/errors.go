@@ -1,6 +1,11 @@
 package statedict
 
-import "errors"
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"syscall"
+)
 
 // The error family shared by every reader, writer and converter, so a caller can tell what
 // kind of failure it has whatever the format: errors.Is(err, ErrCorrupt) for a malformed or
@@ -15,3 +20,17 @@ var (
 	// ErrDangerous: the input references code that Python's pickle would run.
 	ErrDangerous = errors.New("dangerous content")
 )
+
+// CorruptCause reports whether a failure to decode a file, with this cause, is the file's
+// fault — corrupt input — rather than unsupported or dangerous content or an I/O error. The
+// positional error types of the format readers use it so that errors.Is(err, ErrCorrupt)
+// holds for exactly the failures that mean a broken file.
+func CorruptCause(cause error) bool {
+	if cause == nil || errors.Is(cause, ErrUnsupported) || errors.Is(cause, ErrDangerous) {
+		return false
+	}
+	var pe *fs.PathError
+	var se *os.SyscallError
+	var errno syscall.Errno
+	return !errors.As(cause, &pe) && !errors.As(cause, &se) && !errors.As(cause, &errno)
+}

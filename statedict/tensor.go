@@ -1,6 +1,7 @@
 package statedict
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -507,4 +508,15 @@ func negateInt(e []byte) {
 	case 8:
 		binary.LittleEndian.PutUint64(e, -binary.LittleEndian.Uint64(e))
 	}
+}
+
+// Bytes returns the tensor's logical value as contiguous little-endian bytes (what WriteTo
+// writes) in a new slice of NBytes bytes.
+func (t *Tensor) Bytes() ([]byte, error) {
+	var b bytes.Buffer
+	b.Grow(int(t.NBytes()))
+	if _, err := t.WriteTo(&b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }

@@ -1,9 +1,11 @@
 package statedict
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"strings"
 )
 
 // Leaf is a non-container value of a checkpoint tree with its flattened name.
@@ -177,3 +179,32 @@ func (c *Checkpoint) Close() error {
 	c.Closers = nil
 	return first
 }
+
+// Tensor returns the tensor of the tree under the flattened name (as Tensors names them).
+// A missing name is an error listing a few of the names there are.
+func (c *Checkpoint) Tensor(name string) (*Tensor, error) {
+	var found *Tensor
+	var names []string
+	err := Walk(c.Root, "", func(n string, v Value) error {
+		if t, ok := v.(*Tensor); ok {
+			if n == name {
+				found = t
+				return errStop
+			}
+			if len(names) < 5 {
+				names = append(names, n)
+			}
+		}
+		return nil
+	})
+	if found != nil {
+		return found, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%s: no tensor %q (tensors: %s…)", c.Path, name, strings.Join(names, ", "))
+}
+
+// errStop ends a walk early.
+var errStop = errors.New("stop")

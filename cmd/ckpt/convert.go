@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/convert"
-	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -21,7 +21,8 @@ func newConvertCmd() *cobra.Command {
 	var (
 		to, format, mapLoc, dtype, sel, maxShard string
 		renames, drops                           []string
-		noStrip, force, asJSON                   bool
+		noStrip, force, resume, asJSON           bool
+		verbose, strict                          bool
 		optimDType                               string
 		optimNames                               []string
 		keepCUDARNG                              bool
@@ -46,18 +47,15 @@ hf_quant_config.json) pass through unchanged with their scales and config, which
 leaves alone. --dequantize unpacks every quantized tensor to --dtype (bfloat16 by default)
 exactly as the reference dequantizers do, under the names transformers gives them after
 loading; scales are dropped and the quantization config removed. --dequantize=auto
---tpu-gen GEN unpacks only what that TPU generation cannot run natively (FP8 e4m3fn runs on
-v7x; FP4 nowhere). A checkpoint that looks quantized but whose config is missing or
+--tpu-gen GEN unpacks only what that TPU generation's matrix units do not take natively
+(ckpt devices lists them: float8_e4m3fn on TPU7x only, float8_e5m2 from v5e on, FP4 nowhere). A checkpoint that looks quantized but whose config is missing or
 disagrees with its tensors is refused when dequantizing or casting.`,
 		Args: positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, ToolVersion: toolVersion(), Args: os.Args}
+			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, ToolVersion: toolVersion(), Args: os.Args}
 			switch to {
-			case "tpu":
-			case "cpu":
-				if !cmd.Flags().Changed("map-location") {
-					mapLoc = "cpu"
-				}
+			case "tpu", "cpu":
+				opts.Target = &runtime.Target{Device: to}
 			default:
 				return usage(fmt.Errorf("--to %q: the targets are tpu and cpu", to))
 			}
@@ -68,11 +66,12 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 					opts.Format = convert.Safetensors
 				}
 			}
-			loc, err := remap.ParseMapLocation(mapLoc)
-			if err != nil {
-				return usage(err)
+			var err error
+			if cmd.Flags().Changed("map-location") {
+				if opts.Remap.Place, err = remap.ParseMapLocation(mapLoc); err != nil {
+					return usage(err)
+				}
 			}
-			opts.Remap.Place = loc
 			switch dtype {
 			case "keep", "":
 			case "bfloat16", "float32", "float16":
@@ -99,13 +98,13 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				return usage(fmt.Errorf("--dequantize=%q: all or auto", dequantize))
 			}
 			if opts.Dequantize == convert.DequantizeAuto && tpuGen == "" {
-				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v5e, v5p, v6e or v7x)"))
+				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v4, v5e, v5p, v6e or tpu7x)"))
 			}
 			if tpuGen != "" {
 				if opts.Dequantize != convert.DequantizeAuto {
 					return usage(fmt.Errorf("--tpu-gen applies to --dequantize=auto only"))
 				}
-				if opts.TPUGen, err = quant.ParseTPUGen(tpuGen); err != nil {
+				if opts.Target.Generation, err = runtime.LookupGeneration(tpuGen); err != nil {
 					return usage(fmt.Errorf("--tpu-gen: %w", err))
 				}
 			}
@@ -156,7 +155,12 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				return printJSON(out, sum)
 			}
 			for _, w := range sum.Warnings {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w.Message+warningHints[w.Kind])
+				if verbose {
+					for _, it := range w.Items {
+						fmt.Fprintln(cmd.ErrOrStderr(), "  -", it)
+					}
+				}
 			}
 			for _, s := range sum.Remap.Stripped {
 				fmt.Fprintf(out, "stripped wrapper prefix %s\n", s)
@@ -193,6 +197,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			for _, a := range sum.Alongside {
 				fmt.Fprintf(out, "converted %s alongside (%d tensors; manifest %s)\n", filepath.Base(a.Dst), a.Tensors, filepath.Base(a.Manifest))
 			}
+			if sum.Resumed > 0 {
+				fmt.Fprintf(out, "resumed: kept %d files the interrupted conversion finished\n", sum.Resumed)
+			}
 			fmt.Fprintf(out, "wrote %s (%s, %d tensors, %s) in %.2fs; manifest %s\n",
 				sum.Dst, sum.Format, sum.Tensors, humanBytes(sum.Bytes), sum.Seconds, sum.Manifest)
 			return nil
@@ -201,22 +208,33 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f := cmd.Flags()
 	f.StringVar(&to, "to", "tpu", "target runtime: tpu or cpu")
 	f.StringVar(&format, "format", "", "output format: torch, safetensors or dcp (default: safetensors for a .safetensors DST, else torch)")
-	f.StringVar(&mapLoc, "map-location", remap.TPU, "device tag for every storage (tpu, cpu, tpu:N) or a table FROM=TO,… of exact tags")
+	f.StringVar(&mapLoc, "map-location", "", "device tag for every storage in place of the target's (tpu, cpu, tpu:N), or a table FROM=TO,… of exact tags")
 	f.StringVar(&dtype, "dtype", "keep", "cast floating-point weights: keep, bfloat16, float32 or float16 (optimizer state and integers untouched)")
 	f.StringVar(&optimDType, "optimizer-dtype", "keep", "cast optimizer moments (per-parameter state except step): keep, bfloat16, float32 or float16")
 	f.StringArrayVar(&optimNames, "optimizer-names", nil, "[PATH=]FILE: the model names of an optimizer's parameters in id order, one per line, when shapes cannot map them")
 	f.BoolVar(&keepCUDARNG, "keep-cuda-rng", false, "keep CUDA RNG states (as CPU byte tensors) instead of dropping them")
 	f.StringVar(&dequantize, "dequantize", "", "unpack quantized tensors to --dtype (default bfloat16): --dequantize (all) or --dequantize=auto (with --tpu-gen)")
 	f.Lookup("dequantize").NoOptDefVal = string(convert.DequantizeAll)
-	f.StringVar(&tpuGen, "tpu-gen", "", "target TPU generation for --dequantize=auto: v5e, v5p, v6e or v7x")
+	f.StringVar(&tpuGen, "tpu-gen", "", "target TPU generation for --dequantize=auto: v4, v5e, v5p, v6e or tpu7x (v7x)")
 	f.StringArrayVar(&renames, "rename", nil, "REGEX=REPL applied to tensor names, in order (repeatable)")
 	f.StringVar(&sel, "select", "", "keep only the sub-tree at this dotted key (e.g. state_dict)")
 	f.StringArrayVar(&drops, "drop", nil, "drop entries whose flattened name matches REGEX (repeatable)")
 	f.BoolVar(&noStrip, "no-strip-wrappers", false, "keep DDP module. and torch.compile _orig_mod. prefixes")
 	f.StringVar(&maxShard, "max-shard-size", "", "largest safetensors shard in a folder output, e.g. 5GB, 500MB (default 5GB)")
-	f.BoolVar(&force, "force", false, "replace an existing DST")
+	f.BoolVar(&force, "force", false, "replace an existing DST (a file, or a folder an earlier conversion wrote)")
+	f.BoolVar(&resume, "resume", false, "continue a folder output whose conversion was killed, keeping the files it finished (checked against their checksums)")
 	f.BoolVar(&asJSON, "json", false, "print a machine-readable summary")
+	f.BoolVarP(&verbose, "verbose", "v", false, "list every value or file a warning concerns")
+	f.BoolVar(&strict, "strict", false, "fail, writing nothing, when the output would not hold all of the source's data")
 	return cmd
+}
+
+// warningHints point each kind of warning at the flag that changes it.
+var warningHints = map[string]string{
+	"cuda_rng_dropped":   " (--keep-cuda-rng keeps them)",
+	"values_not_written": " (--format torch or dcp; --strict makes this an error)",
+	"files_left_out":     " (--strict makes this an error)",
+	"optimizer_unmapped": " (--optimizer-names FILE ties them)",
 }
 
 // parseSize parses sizes like "5GB", "500MB", "2GiB", "1048576".

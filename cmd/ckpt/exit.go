@@ -8,6 +8,7 @@ import (
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 	"github.com/spf13/cobra"
@@ -25,6 +26,8 @@ const (
 	exitMismatch = 4
 	// exitCorrupt: verification failed (an output differs from its manifest).
 	exitCorrupt = 5
+	// exitNoFit: the checkpoint does not fit the slice's HBM (plan).
+	exitNoFit = 6
 	// Interrupted runs exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM.
 )
 
@@ -36,6 +39,7 @@ const exitCodes = `Exit status:
   3    dangerous content: a pickle references code Python would run (scan, inspect)
   4    an optimizer state does not fit its model (inspect --optimizer, convert)
   5    verification failed: an output differs from its manifest (check)
+  6    does not fit: the checkpoint needs more HBM than the slice has (plan)
   130  interrupted (SIGINT); 143 terminated (SIGTERM) — partial outputs removed`
 
 // usageError is a wrong command line: missing or extra arguments, unknown flags or values.
@@ -61,6 +65,8 @@ func exitStatus(err error) int {
 		return exitMismatch
 	case errors.Is(err, verify.ErrFailed):
 		return exitCorrupt
+	case errors.Is(err, runtime.ErrDoesNotFit):
+		return exitNoFit
 	}
 	return exitFailure
 }

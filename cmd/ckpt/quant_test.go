@@ -61,7 +61,7 @@ func TestQuantizationFlags(t *testing.T) {
 	}{
 		{[]string{"--dequantize=auto"}, "needs --tpu-gen"},
 		{[]string{"--tpu-gen", "v7x"}, "--dequantize=auto only"},
-		{[]string{"--dequantize=auto", "--tpu-gen", "v4"}, `TPU generation "v4"`},
+		{[]string{"--dequantize=auto", "--tpu-gen", "v9"}, `"v9"`},
 		{[]string{"--dequantize=some"}, "all or auto"},
 	} {
 		args := append([]string{"convert", "--format", "safetensors"}, tc.args...)

@@ -50,7 +50,7 @@ func TestInterruptRemovesPartialOutput(t *testing.T) {
 			}
 			partial := ""
 			for deadline := time.Now().Add(20 * time.Second); partial == "" && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-				m, _ := filepath.Glob(filepath.Join(dir, ".out-"+format+".partial-*"))
+				m, _ := filepath.Glob(filepath.Join(dir, ".out-"+format+".partial*"))
 				if len(m) > 0 {
 					if st, err := os.Stat(m[0]); err == nil && (st.IsDir() || st.Size() > 0) {
 						partial = m[0]

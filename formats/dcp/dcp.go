@@ -38,7 +38,7 @@ const MetadataFile = ".metadata"
 
 // ErrUnsupported is matched by errors.Is for valid DCP features ckpt cannot read (stream
 // transforms such as the zstd extension, non-strided layouts).
-var ErrUnsupported = errors.New("unsupported")
+var ErrUnsupported = statedict.ErrUnsupported
 
 // Error reports a problem in a DCP checkpoint: the file at fault (the .metadata pickle or
 // a data file), the item's flattened name, the chunk's offsets within its tensor, and the
@@ -77,6 +77,12 @@ func (e *Error) Error() string {
 // Unwrap returns the cause, so errors.Is finds ErrUnsupported, pickle.ErrNotAllowed,
 // os.ErrNotExist and the like.
 func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, statedict.ErrCorrupt) true when the cause means a broken file (see
+// statedict.CorruptCause).
+func (e *Error) Is(target error) bool {
+	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
+}
 
 // Open reads the DCP checkpoint in folder dir. The checkpoint's Root is the nested state
 // dict rebuilt from planner_data as torch's dcp_to_torch_save nests it: tensors are

@@ -113,7 +113,7 @@ func openSingle(dir string, l layout, openFile func(string) (*statedict.Checkpoi
 func flatTensorDict(path string, root statedict.Value) (*statedict.Dict, error) {
 	d, ok := root.(*statedict.Dict)
 	if !ok {
-		return nil, fmt.Errorf("%s: holds a %T, not a mapping of tensor names to tensors", path, root)
+		return nil, fmt.Errorf("%s: %w: holds a %T, not a mapping of tensor names to tensors", path, statedict.ErrCorrupt, root)
 	}
 	if inner, ok := d.Get("state_dict"); ok && d.Len() == 1 {
 		if id, ok := inner.(*statedict.Dict); ok {
@@ -122,10 +122,10 @@ func flatTensorDict(path string, root statedict.Value) (*statedict.Dict, error) 
 	}
 	for _, e := range d.Entries() {
 		if _, ok := e.Key.(string); !ok {
-			return nil, fmt.Errorf("%s: key %s is not a tensor name", path, statedict.KeyString(e.Key))
+			return nil, fmt.Errorf("%s: %w: key %s is not a tensor name", path, statedict.ErrCorrupt, statedict.KeyString(e.Key))
 		}
 		if _, ok := e.Value.(*statedict.Tensor); !ok {
-			return nil, fmt.Errorf("%s: %s is a %T, not a tensor", path, statedict.KeyString(e.Key), e.Value)
+			return nil, fmt.Errorf("%s: %w: %s is a %T, not a tensor", path, statedict.ErrCorrupt, statedict.KeyString(e.Key), e.Value)
 		}
 	}
 	return d, nil
@@ -142,32 +142,32 @@ func ReadIndex(path string) (*Index, error) {
 		WeightMap json.RawMessage            `json:"weight_map"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w: %w", path, statedict.ErrCorrupt, err)
 	}
 	if raw.WeightMap == nil {
-		return nil, fmt.Errorf("%s: no weight_map", path)
+		return nil, fmt.Errorf("%s: %w: no weight_map", path, statedict.ErrCorrupt)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(raw.WeightMap)))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, fmt.Errorf("%s: weight_map is not an object", path)
+		return nil, fmt.Errorf("%s: %w: weight_map is not an object", path, statedict.ErrCorrupt)
 	}
 	idx := &Index{Metadata: raw.Metadata}
 	seen := map[string]bool{}
 	for dec.More() {
 		kt, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("%s: weight_map: %w", path, err)
+			return nil, fmt.Errorf("%s: weight_map: %w: %w", path, statedict.ErrCorrupt, err)
 		}
 		name, _ := kt.(string)
 		var file string
 		if err := dec.Decode(&file); err != nil {
-			return nil, fmt.Errorf("%s: weight_map[%q] is not a file name: %w", path, name, err)
+			return nil, fmt.Errorf("%s: weight_map[%q] is not a file name: %w: %w", path, name, statedict.ErrCorrupt, err)
 		}
 		if seen[name] {
-			return nil, fmt.Errorf("%s: weight_map lists %q twice", path, name)
+			return nil, fmt.Errorf("%s: %w: weight_map lists %q twice", path, statedict.ErrCorrupt, name)
 		}
 		if file == "" || filepath.Base(file) != file {
-			return nil, fmt.Errorf("%s: weight_map[%q] = %q is not a file in the folder", path, name, file)
+			return nil, fmt.Errorf("%s: %w: weight_map[%q] = %q is not a file in the folder", path, statedict.ErrCorrupt, name, file)
 		}
 		seen[name] = true
 		idx.WeightMap = append(idx.WeightMap, WeightEntry{name, file})
@@ -198,7 +198,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 	}
 	for _, de := range entries {
 		if l.shard.MatchString(de.Name()) && want[de.Name()] == nil {
-			return nil, fmt.Errorf("%s: shard %s is in the folder but the index names none of its tensors", indexPath, de.Name())
+			return nil, fmt.Errorf("%s: %w: shard %s is in the folder but the index names none of its tensors", indexPath, statedict.ErrCorrupt, de.Name())
 		}
 	}
 	out := &statedict.Checkpoint{Format: l.shardedFormat, Path: dir}
@@ -212,7 +212,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 	for _, shard := range shards {
 		path := filepath.Join(dir, shard)
 		if !exists(path) {
-			return nil, fmt.Errorf("%s: shard %s is missing (the index maps %d tensors to it)", indexPath, shard, len(want[shard]))
+			return nil, fmt.Errorf("%s: %w: shard %s is missing (the index maps %d tensors to it)", indexPath, statedict.ErrCorrupt, shard, len(want[shard]))
 		}
 		sck, err := openFile(path)
 		if err != nil {
@@ -226,21 +226,21 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 		for _, e := range d.Entries() {
 			name := e.Key.(string)
 			if prev, dup := where[name]; dup {
-				return nil, fmt.Errorf("%s: tensor %q is in both %s and %s", dir, name, prev, shard)
+				return nil, fmt.Errorf("%s: %w: tensor %q is in both %s and %s", dir, statedict.ErrCorrupt, name, prev, shard)
 			}
 			where[name] = shard
 			if !want[shard][name] {
 				if other := indexFile(idx, name); other != "" {
-					return nil, fmt.Errorf("%s: tensor %q is in %s but the index maps it to %s", indexPath, name, shard, other)
+					return nil, fmt.Errorf("%s: %w: tensor %q is in %s but the index maps it to %s", indexPath, statedict.ErrCorrupt, name, shard, other)
 				}
-				return nil, fmt.Errorf("%s: tensor %q in %s is not in the index", indexPath, name, shard)
+				return nil, fmt.Errorf("%s: %w: tensor %q in %s is not in the index", indexPath, statedict.ErrCorrupt, name, shard)
 			}
 			root.Set(name, e.Value)
 		}
 	}
 	for _, e := range idx.WeightMap {
 		if _, ok := where[e.Name]; !ok {
-			return nil, fmt.Errorf("%s: the index maps %q to %s, which does not contain it", indexPath, e.Name, e.File)
+			return nil, fmt.Errorf("%s: %w: the index maps %q to %s, which does not contain it", indexPath, statedict.ErrCorrupt, e.Name, e.File)
 		}
 	}
 	skip := map[string]bool{l.index: true}

@@ -3,6 +3,8 @@ package pickle
 import (
 	"errors"
 	"fmt"
+
+	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // Error is the error returned for any failure while decoding or scanning: it
@@ -28,6 +30,12 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
+// Is makes errors.Is(err, statedict.ErrCorrupt) true for malformed pickles (not for a
+// limit exceeded, a refused global or a failure of the persistent-id callback's own kind).
+func (e *Error) Is(target error) bool {
+	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err) && !errors.Is(e.Err, ErrLimit) && !errors.Is(e.Err, ErrNotAllowed)
+}
+
 // ErrLimit is matched by errors.Is for every [*LimitError].
 var ErrLimit = errors.New("pickle: limit exceeded")
 
@@ -44,8 +52,11 @@ func (e *LimitError) Error() string {
 	return fmt.Sprintf("%s exceeds limit %s=%d", e.What, e.Limit, e.Max)
 }
 
-// Is makes errors.Is(err, ErrLimit) true.
-func (e *LimitError) Is(target error) bool { return target == ErrLimit }
+// Is makes errors.Is(err, ErrLimit) and errors.Is(err, statedict.ErrUnsupported) true:
+// the input may be valid, but larger than ckpt is willing to decode.
+func (e *LimitError) Is(target error) bool {
+	return target == ErrLimit || target == statedict.ErrUnsupported
+}
 
 // ErrNotAllowed is matched by errors.Is for every [*DisallowedError].
 var ErrNotAllowed = errors.New("pickle: global not allowed")
@@ -62,8 +73,15 @@ func (e *DisallowedError) Error() string {
 	return fmt.Sprintf("unsupported global: %s %s", e.Opcode, e.Global)
 }
 
-// Is makes errors.Is(err, ErrNotAllowed) true.
-func (e *DisallowedError) Is(target error) bool { return target == ErrNotAllowed }
+// Is makes errors.Is(err, ErrNotAllowed) true, and errors.Is(err, statedict.ErrDangerous)
+// when the global is one that runs code (see Dangerous).
+func (e *DisallowedError) Is(target error) bool {
+	if target == statedict.ErrDangerous {
+		_, bad := Dangerous(e.Global)
+		return bad
+	}
+	return target == ErrNotAllowed
+}
 
 // errUnderflow is returned when an opcode pops below the current MARK or
 // past the bottom of the stack.

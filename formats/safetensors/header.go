@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // MaxHeaderSize is the largest header length accepted, in bytes; the reference's
@@ -73,6 +75,9 @@ func (e *FormatError) Error() string {
 	fmt.Fprintf(&b, "byte %d: %s", e.Offset, e.Msg)
 	return b.String()
 }
+
+// Is makes errors.Is(err, statedict.ErrCorrupt) true: a FormatError is a broken file.
+func (e *FormatError) Is(target error) bool { return target == statedict.ErrCorrupt }
 
 // TensorInfo describes one tensor as the header records it.
 type TensorInfo struct {

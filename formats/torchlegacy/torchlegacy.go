@@ -57,6 +57,12 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
+// Is makes errors.Is(err, statedict.ErrCorrupt) true when the cause means a broken file (see
+// statedict.CorruptCause).
+func (e *Error) Is(target error) bool {
+	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
+}
+
 // Open maps the file at path and reads it as a legacy torch.save stream.
 func Open(path string) (*statedict.Checkpoint, error) {
 	f, err := mmap.Open(path)

@@ -55,6 +55,12 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
+// Is makes errors.Is(err, statedict.ErrCorrupt) true when the cause means a broken file (see
+// statedict.CorruptCause).
+func (e *Error) Is(target error) bool {
+	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
+}
+
 // Open maps the file at path and reads it as a torch zip checkpoint.
 func Open(path string) (*statedict.Checkpoint, error) {
 	f, err := mmap.Open(path)
@@ -107,7 +113,7 @@ func Decode(data []byte, file string, base int64) (statedict.Value, error) {
 		records[rest] = f
 	}
 	if records["constants.pkl"] != nil || records[".data/version"] != nil && records["version"] == nil {
-		return nil, fail(prefix+"constants.pkl", -1, errors.New("this is a TorchScript archive (torch.jit.save), not a torch.save checkpoint"))
+		return nil, fail(prefix+"constants.pkl", -1, fmt.Errorf("%w: this is a TorchScript archive (torch.jit.save), not a torch.save checkpoint", statedict.ErrUnsupported))
 	}
 	read := func(name string) ([]byte, int64, error) {
 		f := records[name]

@@ -11,6 +11,7 @@
 package atomicfile
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -69,6 +70,9 @@ var ErrIsFolder = errors.New("destination is a folder; a file output never repla
 // ErrForeign is returned when replacing a folder would delete what ckpt did not write.
 var ErrForeign = errors.New("refusing to replace a folder holding files ckpt did not write")
 
+// ErrBusy is returned when another process is writing the same destination.
+var ErrBusy = errors.New("another ckpt is writing this destination")
+
 // Owner reports which entries of the existing folder dir an earlier run wrote (names
 // relative to dir, the manifest itself included), so that replacing dir deletes nothing
 // else. ok is false when dir is not an output of an earlier run.
@@ -77,13 +81,17 @@ type Owner func(dir string) (owned []string, ok bool)
 // File is an output file being written under a temporary name.
 type File struct {
 	*os.File
-	final string
-	done  bool
-	key   int
+	// CleanedUp is set when the partial output of an earlier, killed run was removed.
+	CleanedUp bool
+	final     string
+	done      bool
+	key       int
 }
 
 // Create starts writing path. With force false an existing path is an error; with force an
-// existing file (or link) is replaced on Commit, but never a folder.
+// existing file (or link) is replaced on Commit, but never a folder. The file is written as
+// .NAME.partial beside path, locked: a second writer of the same path is refused while
+// this one runs, and the leftover of a killed run is removed (File.CleanedUp).
 func Create(path string, force bool) (*File, error) {
 	if st, err := os.Lstat(path); err == nil {
 		if st.IsDir() {
@@ -96,12 +104,43 @@ func Create(path string, force bool) (*File, error) {
 	if err := checkParent(path); err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".partial-*")
-	if err != nil {
-		return nil, err
+	tmp := partialName(path)
+	cleaned := false
+	for {
+		f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			if lerr := lock(f); lerr != nil {
+				f.Close()
+				return nil, fmt.Errorf("%s: %w", path, ErrBusy)
+			}
+			return &File{File: f, final: path, CleanedUp: cleaned, key: track(func() { os.Remove(tmp) })}, nil
+		}
+		if !errors.Is(err, os.ErrExist) || cleaned {
+			return nil, err
+		}
+		// A leftover: busy if another writer holds it, else a killed run's, removed.
+		old, oerr := os.Open(tmp)
+		if oerr != nil {
+			return nil, oerr
+		}
+		st, serr := old.Stat()
+		if serr != nil || !st.Mode().IsRegular() {
+			old.Close()
+			return nil, fmt.Errorf("%s: %s is in the way and is not a partial output ckpt wrote", path, tmp)
+		}
+		if lock(old) != nil {
+			old.Close()
+			return nil, fmt.Errorf("%s: %w", path, ErrBusy)
+		}
+		os.Remove(tmp)
+		old.Close()
+		cleaned = true
 	}
-	tmp := f.Name()
-	return &File{File: f, final: path, key: track(func() { os.Remove(tmp) })}, nil
+}
+
+// partialName is where path is written until it is complete.
+func partialName(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".partial")
 }
 
 // Commit fsyncs the file, renames it to its final name and fsyncs the folder.
@@ -149,29 +188,145 @@ func (f *File) Abort() {
 // Dir is an output folder being written under a temporary name.
 type Dir struct {
 	// Path is the temporary folder to write into.
-	Path  string
-	final string
-	force bool
-	owner Owner
-	done  bool
-	key   int
+	Path string
+	// Resumed lists the files an earlier, killed run of the same output finished (with
+	// DirOptions.Resume): their sizes and checksums as its journal recorded them, the files
+	// still in Path.
+	Resumed map[string]Journaled
+	// CleanedUp is set when the partial output of an earlier, killed run was removed
+	// (without DirOptions.Resume).
+	CleanedUp bool
+	final     string
+	opts      DirOptions
+	lockf     *os.File
+	journal   *os.File
+	done      bool
+	key       int
 }
 
-// CreateDir starts writing the folder path. An existing empty folder is replaced; with force
-// false any other existing path is an error; with force a file is replaced, and a folder only
-// when owner claims every entry in it (see [Owner]; a nil owner claims nothing).
-func CreateDir(path string, force bool, owner Owner) (*Dir, error) {
-	if err := replaceable(path, force, owner); err != nil {
+// DirOptions say how a folder output may be created.
+type DirOptions struct {
+	// Force allows replacing an existing destination: a file, or a folder whose entries
+	// Owner all claims (see [Owner]; a nil owner claims nothing).
+	Force bool
+	Owner Owner
+	// Resume keeps what a killed run of the same output finished (Dir.Resumed) instead of
+	// removing it.
+	Resume bool
+}
+
+// Journaled is a file of a folder output recorded as finished: fsynced, with its size and
+// the xxhash64 of its bytes.
+type Journaled struct {
+	File     string `json:"file"`
+	Size     int64  `json:"size"`
+	XXHash64 string `json:"xxhash64"`
+}
+
+// journalName is the journal inside a partial folder: one JSON line per finished file.
+const journalName = ".ckpt-journal"
+
+// CreateDir starts writing the folder path. An existing empty folder is replaced; with
+// force false any other existing path is an error; with force a file is replaced, and a
+// folder only when the owner claims every entry in it. The folder is built as
+// .NAME.partial beside path, locked against a second writer of the same path; the leftover
+// of a killed run is resumed (opts.Resume) or removed.
+func CreateDir(path string, opts DirOptions) (*Dir, error) {
+	if err := replaceable(path, opts.Force, opts.Owner); err != nil {
 		return nil, err
 	}
 	if err := checkParent(path); err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp(filepath.Dir(path), "."+filepath.Base(path)+".partial-*")
-	if err != nil {
+	tmp := partialName(path)
+	d := &Dir{Path: tmp, final: path, opts: opts}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		if !errors.Is(err, os.ErrExist) {
+			return nil, err
+		}
+		if err := d.leftover(); err != nil {
+			return nil, err
+		}
+	} else if err := d.lockDir(); err != nil {
 		return nil, err
 	}
-	return &Dir{Path: tmp, final: path, force: force, owner: owner, key: track(func() { os.RemoveAll(tmp) })}, nil
+	j, err := os.OpenFile(filepath.Join(tmp, journalName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		d.lockf.Close()
+		return nil, err
+	}
+	d.journal = j
+	d.key = track(func() { os.RemoveAll(tmp) })
+	return d, nil
+}
+
+// lockDir takes the partial folder's lock.
+func (d *Dir) lockDir() error {
+	f, err := os.Open(d.Path)
+	if err != nil {
+		return err
+	}
+	if lock(f) != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", d.final, ErrBusy)
+	}
+	d.lockf = f
+	return nil
+}
+
+// leftover deals with a partial folder already there: another writer's (busy), something
+// ckpt did not write (refused), or a killed run's — resumed or removed.
+func (d *Dir) leftover() error {
+	st, err := os.Lstat(d.Path)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s: %s is in the way and is not a partial output ckpt wrote", d.final, d.Path)
+	}
+	if err := d.lockDir(); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(d.Path, journalName))
+	if err != nil {
+		d.lockf.Close()
+		return fmt.Errorf("%s: %s is in the way and is not a partial output ckpt wrote (no journal)", d.final, d.Path)
+	}
+	if !d.opts.Resume {
+		d.lockf.Close()
+		if err := os.RemoveAll(d.Path); err != nil {
+			return err
+		}
+		if err := os.Mkdir(d.Path, 0o700); err != nil {
+			return err
+		}
+		d.CleanedUp = true
+		return d.lockDir()
+	}
+	d.Resumed = map[string]Journaled{}
+	for _, line := range strings.Split(string(b), "\n") {
+		var j Journaled
+		if json.Unmarshal([]byte(line), &j) != nil || j.File == "" {
+			continue // a line cut short by the kill: that file is redone
+		}
+		if st, err := os.Stat(filepath.Join(d.Path, filepath.FromSlash(j.File))); err == nil && st.Size() == j.Size {
+			d.Resumed[j.File] = j
+		}
+	}
+	return nil
+}
+
+// Finished records in the journal that the file name (fsynced by the caller) is complete,
+// so that a resumed run keeps it.
+func (d *Dir) Finished(j Journaled) error {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	if _, err := d.journal.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return d.journal.Sync()
 }
 
 // replaceable checks that the folder output path may be written: it does not exist, or is
@@ -245,7 +400,9 @@ func (d *Dir) Commit() error {
 	d.done = true
 	defer untrack(d.key)
 	fail := func(err error) error {
+		d.journal.Close()
 		os.RemoveAll(d.Path)
+		d.lockf.Close()
 		return err
 	}
 	entries, err := os.ReadDir(d.Path)
@@ -263,7 +420,9 @@ func (d *Dir) Commit() error {
 	if err := syncDir(d.Path); err != nil {
 		return fail(err)
 	}
-	if err := replaceable(d.final, d.force, d.owner); err != nil {
+	d.journal.Close()
+	os.Remove(filepath.Join(d.Path, journalName))
+	if err := replaceable(d.final, d.opts.Force, d.opts.Owner); err != nil {
 		return fail(err)
 	}
 	var old string
@@ -277,7 +436,7 @@ func (d *Dir) Commit() error {
 		restore = track(func() { os.RemoveAll(d.Path); os.Rename(old, d.final) })
 		if st.IsDir() {
 			// Whatever arrived between the check and the move stays: put it all back.
-			if foreign, _, err := foreignEntries(old, d.owner); err != nil || len(foreign) > 0 {
+			if foreign, _, err := foreignEntries(old, d.opts.Owner); err != nil || len(foreign) > 0 {
 				untrack(restore)
 				os.Rename(old, d.final)
 				if err == nil {
@@ -289,6 +448,7 @@ func (d *Dir) Commit() error {
 	}
 	err = os.Rename(d.Path, d.final)
 	untrack(restore)
+	d.lockf.Close()
 	if err != nil {
 		if old != "" {
 			os.Rename(old, d.final)
@@ -327,7 +487,9 @@ func (d *Dir) Abort() {
 		return
 	}
 	d.done = true
+	d.journal.Close()
 	os.RemoveAll(d.Path)
+	d.lockf.Close()
 	untrack(d.key)
 }
 

@@ -68,7 +68,7 @@ func TestDir(t *testing.T) {
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, err := CreateDir(dst, false, nil)
+	d, err := CreateDir(dst, DirOptions{})
 	if err != nil {
 		t.Fatalf("an empty folder: %v", err)
 	}
@@ -76,11 +76,11 @@ func TestDir(t *testing.T) {
 	if err := d.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CreateDir(dst, false, nil); !errors.Is(err, ErrExists) {
+	if _, err := CreateDir(dst, DirOptions{}); !errors.Is(err, ErrExists) {
 		t.Fatalf("overwrote without force: %v", err)
 	}
 	owner := func(string) ([]string, bool) { return []string{"old", "manifest"}, true }
-	d, err = CreateDir(dst, true, owner)
+	d, err = CreateDir(dst, DirOptions{Force: true, Owner: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestDir(t *testing.T) {
 	if got := entries(t, dir); len(got) != 1 {
 		t.Fatalf("leftovers: %v", got)
 	}
-	d, _ = CreateDir(filepath.Join(dir, "other"), false, nil)
+	d, _ = CreateDir(filepath.Join(dir, "other"), DirOptions{})
 	d.Abort()
 	if got := entries(t, dir); len(got) != 1 {
 		t.Fatalf("Abort left %v", got)
@@ -131,7 +131,7 @@ func TestDirKeepsForeign(t *testing.T) {
 			os.Mkdir(dst, 0o755)
 			c.make(dst)
 			before := entries(t, dst)
-			if _, err := CreateDir(dst, true, c.owner); !errors.Is(err, ErrForeign) || !strings.Contains(err.Error(), before[0]) {
+			if _, err := CreateDir(dst, DirOptions{Force: true, Owner: c.owner}); !errors.Is(err, ErrForeign) || !strings.Contains(err.Error(), before[0]) {
 				t.Fatalf("CreateDir: %v, want ErrForeign naming %s", err, before[0])
 			}
 			if got := entries(t, dst); strings.Join(got, ",") != strings.Join(before, ",") {
@@ -143,7 +143,7 @@ func TestDirKeepsForeign(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "out")
 	os.Mkdir(dst, 0o755)
 	os.WriteFile(filepath.Join(dst, "model.safetensors"), []byte("old"), 0o644)
-	d, err := CreateDir(dst, true, ours)
+	d, err := CreateDir(dst, DirOptions{Force: true, Owner: ours})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestModes(t *testing.T) {
 	if err := f.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := CreateDir(filepath.Join(dir, "d"), false, nil)
+	d, err := CreateDir(filepath.Join(dir, "d"), DirOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestRemovePending(t *testing.T) {
 	}
 	f, _ := Create(filepath.Join(dir, "half.pt"), false)
 	f.WriteString("half")
-	d, _ := CreateDir(filepath.Join(dir, "folder"), false, nil)
+	d, _ := CreateDir(filepath.Join(dir, "folder"), DirOptions{})
 	os.WriteFile(filepath.Join(d.Path, "model.safetensors"), []byte("x"), 0o644)
 	if n := RemovePending(); n != 2 {
 		t.Errorf("RemovePending removed %d outputs, want 2", n)
@@ -236,7 +236,7 @@ func TestMissingParent(t *testing.T) {
 	if _, err := Create(filepath.Join(dir, "out.pt"), false); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
 		t.Errorf("Create: %v", err)
 	}
-	if _, err := CreateDir(filepath.Join(dir, "out"), false, nil); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
+	if _, err := CreateDir(filepath.Join(dir, "out"), DirOptions{}); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
 		t.Errorf("CreateDir: %v", err)
 	}
 }

@@ -17,4 +17,14 @@ var systemPath = osPath{
 	writeback: func(f *os.File, off, n int64) {
 		_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
 	},
+	await: func(f *os.File, off, n int64) {
+		_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+	},
+	device: func(f *os.File) (uint64, bool) {
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) != nil {
+			return 0, false
+		}
+		return uint64(st.Dev), true
+	},
 }

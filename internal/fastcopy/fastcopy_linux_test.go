@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -293,5 +294,53 @@ func BenchmarkFile(b *testing.B) {
 			b.Fatal(err)
 		}
 		out.Close()
+	}
+}
+
+// TestFileMeasuresPaths: a large first file measures both write paths and the faster one
+// writes the rest and later files on the device; here direct writes are made slow, so the
+// page cache must win, and every byte must still land where it belongs.
+func TestFileMeasuresPaths(t *testing.T) {
+	dir := t.TempDir()
+	out, err := os.Create(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	choices.Clear()
+	defer choices.Clear()
+	f := NewFile(out)
+	if f.calib == nil {
+		t.Skipf("the filesystem of %s refuses O_DIRECT at open: nothing to choose between", dir)
+	}
+	writeDirect = func(d *os.File, b []byte, off int64) (int, error) {
+		time.Sleep(20 * time.Millisecond)
+		return d.WriteAt(b, off)
+	}
+	defer func() { writeDirect = (*os.File).WriteAt }()
+	want := make([]byte, (2*calChunks+5)*chunkSize+12345)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	if _, err := f.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, want) {
+		t.Fatal("output differs")
+	}
+	direct, ok := choices.Load(f.calib.dev)
+	if !ok || direct.(bool) || f.useDirect.Load() {
+		t.Fatalf("choice %v (made %v), still direct %v: the slow direct path was not measured slower", direct, ok, f.useDirect.Load())
+	}
+	// The next file on the device takes the choice without measuring.
+	out2, _ := os.Create(filepath.Join(dir, "out2"))
+	defer out2.Close()
+	g := NewFile(out2)
+	defer g.Close()
+	if g.calib != nil || g.useDirect.Load() {
+		t.Fatal("a later file measured again or ignored the choice")
 	}
 }
