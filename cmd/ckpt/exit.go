@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
@@ -94,6 +95,12 @@ func describe(err error) error {
 		msg = strings.Replace(msg, oe.Error(), "--"+oe.Option+" "+oe.Err.Error(), 1)
 	}
 	var ae *optimizerstate.AmbiguousError
+	var pe *fs.PathError
+	if errors.As(err, &pe) && errors.Is(err, fs.ErrNotExist) {
+		if hint := pathHint(pe.Path); hint != "" {
+			msg += "; " + hint
+		}
+	}
 	switch {
 	case errors.Is(err, atomicfile.ErrExists):
 		msg += " (--force replaces an earlier output)"

@@ -39,6 +39,26 @@ func removePartialOnSignal(sigs <-chan os.Signal) {
 	os.Exit(128 + int(s))
 }
 
+// quiet reports whether --quiet was given.
+func quiet(cmd *cobra.Command) bool {
+	q, _ := cmd.Flags().GetBool("quiet")
+	return q
+}
+
+// flagString is the value of a string flag of cmd.
+func flagString(cmd *cobra.Command, name string) string {
+	v, _ := cmd.Flags().GetString(name)
+	return v
+}
+
+// plural says "1 tensor", "2 tensors".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 // printJSON writes v as indented JSON, the --json output of every command.
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -59,6 +79,9 @@ them for TorchTPU: device tags, dtypes, names, quantization and training state.
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	root.Version = toolVersion()
+	root.SetVersionTemplate("ckpt {{.Version}}\n")
+	root.PersistentFlags().BoolP("quiet", "q", false, "print errors only (no summary, warnings or progress)")
 	root.AddCommand(newVersionCmd(), newInspectCmd(), newScanCmd(), newConvertCmd(), newCheckCmd(), newDevicesCmd(), newPlanCmd(), newForwardCmd())
 	return root
 }

@@ -37,7 +37,7 @@ func parseOptimizerNames(values []string) (map[string][]string, error) {
 // printTraining writes the human-readable training-state report of inspect --optimizer.
 func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 	for _, o := range a.Optimizers {
-		fmt.Fprintf(w, "\noptimizer state %s: %s, %s form, %d groups, %d parameters\n", label(o.Path), o.Kind, o.Form, len(o.Groups), len(o.Params))
+		fmt.Fprintf(w, "\noptimizer state %s: %s, %s form, %s, %s\n", label(o.Path), o.Kind, o.Form, plural(len(o.Groups), "group"), plural(len(o.Params), "parameter"))
 		for i, g := range o.Groups {
 			keys := make([]string, 0, len(g.Options))
 			for k := range g.Options {
@@ -48,7 +48,7 @@ func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 			for j, k := range keys {
 				opts[j] = k + "=" + g.Options[k]
 			}
-			fmt.Fprintf(w, "  group %d: %d parameters; %s\n", i, g.Params, strings.Join(opts, " "))
+			fmt.Fprintf(w, "  group %d: %s; %s\n", i, plural(g.Params, "parameter"), strings.Join(opts, " "))
 		}
 		switch {
 		case o.Error != "" && o.Model != "":
