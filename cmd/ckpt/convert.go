@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -67,12 +68,8 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 					return err
 				}
 			}
-			opts.Format = convert.Format(format)
-			if format == "" {
-				opts.Format = convert.Torch
-				if strings.HasSuffix(opts.Dst, ".safetensors") {
-					opts.Format = convert.Safetensors
-				}
+			if opts.Dst, opts.Format, err = destination(args[0], args[1], format); err != nil {
+				return err
 			}
 			if cmd.Flags().Changed("map-location") {
 				if opts.Remap.Place, err = remap.ParseMapLocation(mapLoc); err != nil {
@@ -179,11 +176,17 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				fmt.Fprintf(out, "optimizer state %s (%s): %s%s\n", label(o.Path), o.Kind, plural(o.Params, "parameter"), optimizerNote(o))
 			}
 			if q := sum.Quantization; q != nil {
-				if len(q.Dequantized) > 0 {
-					fmt.Fprintf(out, "dequantized %d %s tensors to %s; dropped %d scale tensors; removed the quantization config from %s\n",
-						len(q.Dequantized), q.Method, q.DType, len(q.Dropped), strings.Join(q.ConfigRemoved, ", "))
-				} else {
-					fmt.Fprintf(out, "kept %d %s-quantized tensors with their scales and config\n", len(q.Kept), q.Method)
+				carried := slices.Contains(sum.Files, "config.json")
+				switch {
+				case len(q.Dequantized) > 0 && len(q.ConfigRemoved) > 0:
+					fmt.Fprintf(out, "dequantized %s to %s; dropped %s; removed the quantization config from %s\n",
+						plural(len(q.Dequantized), q.Method+" tensor"), q.DType, plural(len(q.Dropped), "scale tensor"), strings.Join(q.ConfigRemoved, ", "))
+				case len(q.Dequantized) > 0:
+					fmt.Fprintf(out, "dequantized %s to %s; dropped %s\n", plural(len(q.Dequantized), q.Method+" tensor"), q.DType, plural(len(q.Dropped), "scale tensor"))
+				case carried:
+					fmt.Fprintf(out, "kept %s with their scales and config\n", plural(len(q.Kept), q.Method+"-quantized tensor"))
+				default:
+					fmt.Fprintf(out, "kept %s with their scales\n", plural(len(q.Kept), q.Method+"-quantized tensor"))
 				}
 			}
 			for _, r := range sum.Remap.Repaired {
@@ -242,6 +245,65 @@ func parseDType(c choice, s string) (statedict.DType, error) {
 	}
 	d, _ := statedict.ParseDType(v)
 	return d, nil
+}
+
+// destination applies the destination rules (README: "Where the output goes") to the
+// command line's SRC, DST and --format (empty when not given): the output path and format.
+//
+//   - DST ending in .safetensors, .pt, .pth or .bin names a file of that format.
+//   - A folder source, a DST ending in "/" or an existing folder give a folder output:
+//     with --format safetensors or without --format a Hugging Face folder (a DCP source, a
+//     DCP folder), with --format dcp a DCP folder — at DST itself, the configuration and
+//     tokenizer files carried along.
+//   - A single-file format (--format torch, or a file source without --format) with a
+//     folder DST writes a file inside it named after the source, as cp does.
+//   - Otherwise DST is a torch.save file.
+func destination(src, dst, format string) (string, convert.Format, error) {
+	st, err := os.Stat(src)
+	srcDir := err == nil && st.IsDir()
+	dstSt, err := os.Stat(dst)
+	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || err == nil && dstSt.IsDir()
+	ext := strings.ToLower(filepath.Ext(dst))
+	inside := func(f convert.Format, suffix string) (string, convert.Format, error) {
+		base := strings.TrimSuffix(filepath.Base(filepath.Clean(src)), filepath.Ext(src))
+		return filepath.Join(dst, base+suffix), f, nil
+	}
+	switch format {
+	case "torch":
+		if dstDir {
+			return inside(convert.Torch, ".pt")
+		}
+		return dst, convert.Torch, nil
+	case "dcp":
+		return dst, convert.DCP, nil
+	case "safetensors":
+		if dstDir || ext != ".safetensors" {
+			return dst, convert.Safetensors, nil // a folder
+		}
+		return dst, convert.Safetensors, nil
+	}
+	switch {
+	case ext == ".safetensors" && !dstDir:
+		return dst, convert.Safetensors, nil
+	case (ext == ".pt" || ext == ".pth" || ext == ".bin") && !dstDir:
+		return dst, convert.Torch, nil
+	case srcDir && isDCP(src):
+		return dst, convert.DCP, nil
+	case srcDir:
+		return dst, convert.Safetensors, nil // a Hugging Face folder
+	case dstDir:
+		if strings.HasSuffix(strings.ToLower(src), ".safetensors") {
+			return inside(convert.Safetensors, ".safetensors")
+		}
+		return inside(convert.Torch, ".pt")
+	}
+	return dst, convert.Torch, nil
+}
+
+// isDCP reports whether the folder dir is a torch.distributed.checkpoint directory.
+func isDCP(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, ".metadata"))
+	return err == nil
 }
 
 // warningHints point each kind of warning at the flag that changes it.
