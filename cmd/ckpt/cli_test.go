@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,5 +117,45 @@ func TestExitStatusesAgree(t *testing.T) {
 	os.WriteFile(out, b, 0o644)
 	if _, err := run(t, "check", out); exitStatus(err) != exitCorrupt {
 		t.Errorf("check of a corrupt header: exit %d (%v)", exitStatus(err), err)
+	}
+}
+
+// TestJSONContract: every --json output is an object carrying schema_version, and a command
+// that fails with --json still prints JSON — the error, its kind and the exit status (issue
+// 15, item 7).
+func TestJSONContract(t *testing.T) {
+	src := "../../testdata/torch/training_cuda.pt"
+	dst := filepath.Join(t.TempDir(), "o.pt")
+	for _, args := range [][]string{
+		{"inspect", "--json", "--optimizer", src},
+		{"convert", "--json", src, dst},
+		{"check", "--json", dst},
+		{"scan", "--json", src},
+		{"devices", "--json", "--topology", "v5p-32"},
+	} {
+		out, err := run(t, args...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(out), &obj); err != nil || obj["schema_version"] != float64(schemaVersion) {
+			t.Errorf("%v: not a JSON object with schema_version (%v):\n%.300s", args, err, out)
+		}
+	}
+	out, err := run(t, "inspect", "--json", filepath.Join(t.TempDir(), "missing.pt"))
+	var e struct {
+		SchemaVersion int `json:"schema_version"`
+		Error         struct {
+			Message    string `json:"message"`
+			Kind       string `json:"kind"`
+			ExitStatus int    `json:"exit_status"`
+		} `json:"error"`
+	}
+	if jerr := json.Unmarshal([]byte(out), &e); jerr != nil || err == nil || e.Error.Kind != "not_found" || e.Error.ExitStatus != 1 || e.SchemaVersion != schemaVersion {
+		t.Errorf("error as JSON: %+v (%v, %v):\n%s", e, jerr, err, out)
+	}
+	out, err = run(t, "convert", "--json", "--dtype", "bf61", src, dst+"2")
+	if json.Unmarshal([]byte(out), &e) != nil || e.Error.Kind != "usage" || e.Error.ExitStatus != exitUsage {
+		t.Errorf("usage error as JSON: %+v (%v):\n%s", e, err, out)
 	}
 }

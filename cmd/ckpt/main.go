@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -59,11 +60,31 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// printJSON writes v as indented JSON, the --json output of every command.
+// schemaVersion is the version of every --json output's schema (docs/json.md); it changes
+// when a field changes meaning or goes away, not when one is added.
+const schemaVersion = 1
+
+// printJSON writes v, a struct or map that encodes as a JSON object, as the --json output of
+// a command: indented, with "schema_version" first.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) < 2 || b[0] != '{' {
+		return fmt.Errorf("--json output of %T is not an object", v)
+	}
+	head := fmt.Sprintf(`{"schema_version":%d`, schemaVersion)
+	if len(b) > 2 {
+		head += ","
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, append([]byte(head), b[1:]...), "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
+	return err
 }
 
 func newRoot() *cobra.Command {
