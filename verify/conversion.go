@@ -154,8 +154,8 @@ func parseConvertArgs(args []string, dir string) (*Conversion, []string, error) 
 	fs.SetOutput(discard{})
 	var (
 		dtype, optimDType, dequantize, tpuGen, sel string
-		renames, drops, optimNames               []string
-		noStrip, keepRNG                         bool
+		renames, drops, optimNames                 []string
+		noStrip, keepRNG                           bool
 	)
 	fs.StringVar(&dtype, "dtype", "keep", "")
 	fs.StringVar(&optimDType, "optimizer-dtype", "keep", "")
