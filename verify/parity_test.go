@@ -1,12 +1,16 @@
 package verify_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -167,4 +171,135 @@ func largestTensor(t *testing.T, path string) string {
 		}
 	}
 	return best
+}
+
+// TestParityAgainstRecordedOptions edits the command line a manifest records and checks
+// that Parity holds the output to it: a cast the output lacks is a dtype problem, a rename
+// it lacks leaves every renamed tensor missing and the old names extra.
+func TestParityAgainstRecordedOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		kind string
+		n    int
+	}{
+		{"cast not done", []string{"--dtype", "bfloat16"}, "dtype", 6},
+		{"rename not done", []string{"--rename", `^model\.=m.`}, "missing", 6},
+		{"unknown flags ignored", []string{"--mesh", "fsdp=8", "--json"}, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "../testdata/hf/mistral_sharded"
+			dst := filepath.Join(t.TempDir(), "out.safetensors")
+			convertTo(t, src, dst, convert.Safetensors, nil, nil)
+			m := readManifest(t, dst)
+			m.Args = append(append(m.Args[:len(m.Args)-2:len(m.Args)-2], tc.args...), src, dst)
+			writeManifest(t, dst, m)
+			rep, err := verify.Parity(t.Context(), src, dst, verify.ParityOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := map[string]int{}
+			for _, p := range rep.Problems {
+				kinds[p.Kind]++
+			}
+			if tc.kind == "" && !rep.OK() || tc.kind != "" && kinds[tc.kind] < tc.n {
+				t.Fatalf("problems %v: %+v", kinds, rep.Problems)
+			}
+		})
+	}
+}
+
+// TestParityShardedDestination compares a converted checkpoint with a DCP directory four
+// ranks wrote (FSDP2 and DTensor shards, reassembled by formats/dcp), then changes one
+// element in one rank's file and checks the tensor is named.
+func TestParityShardedDestination(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "whole.pt")
+	convertTo(t, "../testdata/dcp/sharded", src, convert.Torch, nil, nil)
+	sharded := filepath.Join(t.TempDir(), "sharded")
+	if err := os.CopyFS(sharded, os.DirFS("../testdata/dcp/sharded")); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := verify.Parity(t.Context(), src, sharded, verify.ParityOptions{Manifest: "-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Pairs == 0 {
+		t.Fatalf("%+v", rep)
+	}
+	// model.l1.weight [16, 8] float32: rank 2 holds rows 8–11.
+	_, meta := tensorsOf(t, src)
+	w := meta["model.l1.weight"]
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	row := buf.Bytes()[9*8*4 : 10*8*4] // row 9: rank 2's second row
+	path := filepath.Join(sharded, "__2_0.distcp")
+	b, _ := os.ReadFile(path)
+	at := bytes.Index(b, row)
+	if at < 0 {
+		t.Fatal("row 9 of model.l1.weight not found in rank 2's file")
+	}
+	b[at+3*4+3] ^= 0x40 // element [9, 3]: its exponent
+	os.WriteFile(path, b, 0o644)
+	rep, err = verify.Parity(t.Context(), src, sharded, verify.ParityOptions{Manifest: "-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) != 1 || rep.Problems[0].Tensor != "model.l1.weight" || fmt.Sprint(rep.Problems[0].Index) != "[9 3]" {
+		t.Fatalf("problems %+v", rep.Problems)
+	}
+}
+
+// TestParityTrainerFolder converts a Hugging Face Trainer checkpoint folder, whose
+// training-state files are converted alongside the weights, and checks each of them too.
+func TestParityTrainerFolder(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "checkpoint-500")
+	if err := os.CopyFS(src, os.DirFS("../testdata/hf/mistral_sharded")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile("../testdata/torch/training_cuda.pt")
+	os.WriteFile(filepath.Join(src, "optimizer.pt"), b, 0o644)
+	dst := filepath.Join(t.TempDir(), "out")
+	convertTo(t, src, dst, convert.Safetensors, []string{"--dtype", "bfloat16"}, func(o *convert.Options) { o.Remap.DType = statedict.BFloat16 })
+	rep, err := verify.Parity(t.Context(), src, dst, verify.ParityOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || len(rep.Alongside) != 1 || rep.Alongside[0].Pairs == 0 || rep.Cast == 0 {
+		t.Fatalf("%+v", rep)
+	}
+	flipTensorByte(t, filepath.Join(dst, "optimizer.pt"), "optimizer.state.0.exp_avg")
+	rep, err = verify.Parity(t.Context(), src, dst, verify.ParityOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || !strings.Contains(rep.Err().Error(), "optimizer.state.0.exp_avg") {
+		t.Fatalf("%+v", rep.Alongside[0])
+	}
+}
+
+func readManifest(t *testing.T, dst string) *manifest.Manifest {
+	t.Helper()
+	p, err := manifest.Find(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifest.Read(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func writeManifest(t *testing.T, dst string, m *manifest.Manifest) {
+	t.Helper()
+	p, _ := manifest.Find(dst)
+	var buf bytes.Buffer
+	if err := manifest.Write(&buf, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
