@@ -48,8 +48,9 @@ type Conversion struct {
 
 // Standard is the conversion assumed when nothing was recorded: `ckpt convert`'s defaults
 // (DDP and torch.compile prefixes stripped, numpy data turned into tensors), no renames,
-// casts and quantization modes inferred from the destination.
-func Standard() *Conversion { return &Conversion{StripWrappers: true, PlainData: true} }
+// casts and quantization modes inferred from the destination, CUDA RNG states compared
+// where the destination kept them.
+func Standard() *Conversion { return &Conversion{StripWrappers: true, PlainData: true, KeepCUDARNG: true} }
 
 // remapOptions are the remap rules of c, with the quantization policies pol.
 func (c *Conversion) remapOptions(pol statedict.Policies) remap.Options {
@@ -98,7 +99,7 @@ func (c *Conversion) String() string {
 	for _, d := range c.Drop {
 		f = append(f, "--drop "+d.String())
 	}
-	if c.KeepCUDARNG {
+	if c.KeepCUDARNG && c.Recorded {
 		f = append(f, "--keep-cuda-rng")
 	}
 	if len(f) == 0 {
@@ -118,6 +119,7 @@ func FromManifest(m *manifest.Manifest, dir string) (*Conversion, []string, erro
 		return parseConvertArgs(args, dir)
 	}
 	c := Standard()
+	c.KeepCUDARNG = false
 	var rep struct {
 		Stripped []string `json:"stripped"`
 		Renamed  int      `json:"renamed"`

@@ -3,6 +3,7 @@ package verify
 import (
 	"fmt"
 
+	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -33,7 +34,10 @@ type expected struct {
 	// unpacked is set when the source's quantized groups were replaced by their logical
 	// tensors; kept when they pass through as stored.
 	unpacked, kept bool
-	warnings       []string
+	// droppable are the flattened names of entries the conversion may have left out
+	// (CUDA RNG states, dropped unless --keep-cuda-rng) when its options are not known.
+	droppable []string
+	warnings  []string
 }
 
 // expect applies c to the source checkpoint. dstHas reports whether the destination holds
@@ -54,6 +58,15 @@ func expect(src *statedict.Checkpoint, c *Conversion, dstHas func(name string, d
 	case plan != nil:
 		if root, err = ex.quantized(src, root, plan, c, cl, pol, dstHas); err != nil {
 			return nil, err
+		}
+	}
+	if !c.Recorded {
+		// Without the conversion's options, CUDA RNG states are expected where the
+		// destination has them and allowed to be missing.
+		if d, err := optimizerstate.Decide(root, optimizerstate.Options{}); err == nil {
+			for n := range d.Drop {
+				ex.droppable = append(ex.droppable, n)
+			}
 		}
 	}
 	out, _, err := remap.Apply(root, c.remapOptions(pol))

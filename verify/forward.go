@@ -57,11 +57,13 @@ func (r *ForwardReport) Err() error {
 	return fmt.Errorf("%s vs %s: forward pass: %s: %w", r.Src, r.Dst, strings.Join(r.Failed, "; "), ErrFailed)
 }
 
-// Logits are the two runs' logits [T, vocab], for writing a reference (EmitTorch).
+// Logits are the two runs' logits [T, vocab] and the converted side's config.json, for
+// writing a reference (EmitTorch).
 type Logits struct {
 	Tokens         []int
 	Vocab          int
 	Reference, TPU []float32
+	Config         []byte
 }
 
 // DefaultTokens are the ids run when none are given: 32 ids spread over the vocabulary
@@ -150,7 +152,7 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 		rep.Generation = opts.Generation.Name
 	}
 	rep.Seconds = time.Since(start).Seconds()
-	return rep, &Logits{Tokens: tokens, Vocab: rc.Vocab, Reference: rl, TPU: gl}, nil
+	return rep, &Logits{Tokens: tokens, Vocab: rc.Vocab, Reference: rl, TPU: gl, Config: dcfg}, nil
 }
 
 // configs finds config.json for each side: given, each side's own, else the other side's —

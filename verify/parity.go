@@ -48,6 +48,9 @@ type ParityReport struct {
 	// Tied lists names present on one side only that view the same bytes as a paired
 	// tensor of the same side (lm_head.weight tied to the embedding): "alias → kept".
 	Tied []string `json:"tied,omitempty"`
+	// Dropped lists source tensors DST does not have that a conversion leaves out by
+	// default (CUDA RNG states), when the conversion's options are not recorded.
+	Dropped []string `json:"dropped,omitempty"`
 	// Bytes is the size of the destination tensors compared.
 	Bytes    int64           `json:"bytes"`
 	Problems []ParityProblem `json:"problems"`
@@ -293,6 +296,10 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 	for _, e := range unpaired {
 		if k := aliasOf(e, ets, func(t *statedict.Tensor) bool { return paired[t] }); k != "" {
 			rep.Tied = append(rep.Tied, e.Name+" → "+k)
+			continue
+		}
+		if slices.ContainsFunc(ex.droppable, func(d string) bool { return e.Name == d || strings.HasPrefix(e.Name, d+".") }) {
+			rep.Dropped = append(rep.Dropped, e.Name)
 			continue
 		}
 		p := ParityProblem{Tensor: e.Name, Kind: "missing"}
