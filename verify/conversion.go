@@ -50,7 +50,9 @@ type Conversion struct {
 // (DDP and torch.compile prefixes stripped, numpy data turned into tensors), no renames,
 // casts and quantization modes inferred from the destination, CUDA RNG states compared
 // where the destination kept them.
-func Standard() *Conversion { return &Conversion{StripWrappers: true, PlainData: true, KeepCUDARNG: true} }
+func Standard() *Conversion {
+	return &Conversion{StripWrappers: true, PlainData: true, KeepCUDARNG: true}
+}
 
 // remapOptions are the remap rules of c, with the quantization policies pol.
 func (c *Conversion) remapOptions(pol statedict.Policies) remap.Options {
