@@ -52,9 +52,14 @@ type ParityReport struct {
 	// default (CUDA RNG states), when the conversion's options are not recorded.
 	Dropped []string `json:"dropped,omitempty"`
 	// Bytes is the size of the destination tensors compared.
-	Bytes    int64           `json:"bytes"`
-	Problems []ParityProblem `json:"problems"`
-	Warnings []string        `json:"warnings,omitempty"`
+	Bytes int64 `json:"bytes"`
+	// Values counts the non-tensor values (counters, schedules, hyperparameters) found
+	// equal when DST holds a whole tree (torch.save, DCP); NotCompared counts those a
+	// tensors-only DST (safetensors) cannot hold.
+	Values      int             `json:"values"`
+	NotCompared int             `json:"not_compared,omitempty"`
+	Problems    []ParityProblem `json:"problems"`
+	Warnings    []string        `json:"warnings,omitempty"`
 	// Alongside are the reports of the training-state files an HF Trainer folder output
 	// carries (optimizer.pt, scheduler.pt, rng_state.pth, …), each against the source
 	// folder's file.
@@ -63,8 +68,8 @@ type ParityReport struct {
 
 // ParityProblem is one way DST differs from what the conversion of SRC should hold.
 type ParityProblem struct {
-	// Tensor is the name in DST (as the conversion names it); Source the source tensor's
-	// name when it differs.
+	// Tensor is the name in DST (as the conversion names it) of the tensor or non-tensor
+	// value; Source the source tensor's name when it differs.
 	Tensor string `json:"tensor"`
 	Source string `json:"source,omitempty"`
 	// Kind is "missing" (expected, not in DST), "extra" (in DST, not expected), "dtype",
@@ -337,6 +342,13 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 			continue
 		}
 		rep.Problems = append(rep.Problems, pairs[i].valueProblem(c))
+	}
+	if treeFormats[dck.Format] {
+		if err := compareValues(rep, ex.root, dck.Root); err != nil {
+			return nil, err
+		}
+	} else {
+		rep.NotCompared = countValues(ex.root)
 	}
 	if err := alongside(ctx, sck, dck, conv, rep); err != nil {
 		return nil, err

@@ -236,8 +236,12 @@ func printParity(w io.Writer, r *verify.ParityReport, indent string) {
 	if len(r.Dropped) > 0 {
 		dropped = fmt.Sprintf(", %d CUDA RNG states left out", len(r.Dropped))
 	}
-	fmt.Fprintf(w, "%stensors: %d paired, %d equal (%d exact, %d cast, %d dequantized), %d tied aliases%s, %s compared — %s\n",
-		indent, r.Pairs, r.Equal, r.Exact, r.Cast, r.Dequantized, len(r.Tied), dropped, humanBytes(r.Bytes), verdict)
+	values := fmt.Sprintf("; %d other values equal", r.Values)
+	if r.NotCompared > 0 {
+		values = fmt.Sprintf("; %d other values not compared (%s holds tensors only)", r.NotCompared, r.DstFormat)
+	}
+	fmt.Fprintf(w, "%stensors: %d paired, %d equal (%d exact, %d cast, %d dequantized), %d tied aliases%s, %s compared%s — %s\n",
+		indent, r.Pairs, r.Equal, r.Exact, r.Cast, r.Dequantized, len(r.Tied), dropped, humanBytes(r.Bytes), values, verdict)
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "%swarning: %s\n", indent, warn)
 	}
