@@ -19,7 +19,7 @@ import (
 
 // convertTo converts src to dst as `ckpt convert --to tpu ARGS SRC DST` does (the command
 // line recorded in the manifest as the CLI records it), with opts adjusting the options.
-func convertTo(t *testing.T, src, dst string, format convert.Format, args []string, opts func(*convert.Options)) {
+func convertTo(t testing.TB, src, dst string, format convert.Format, args []string, opts func(*convert.Options)) {
 	t.Helper()
 	o := convert.DefaultOptions(src, dst)
 	o.Format = format
@@ -32,7 +32,7 @@ func convertTo(t *testing.T, src, dst string, format convert.Format, args []stri
 	}
 }
 
-func mustRename(t *testing.T, s string) remap.Rename {
+func mustRename(t testing.TB, s string) remap.Rename {
 	r, err := remap.ParseRename(s)
 	if err != nil {
 		t.Fatal(err)
