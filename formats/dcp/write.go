@@ -150,7 +150,11 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 	if err != nil {
 		return nil, err
 	}
-	return &statedict.Written{Files: []string{DataFile, MetadataFile}, Bytes: off}, nil
+	extras, err := statedict.CopyFiles(out, ck, opts.Rewrite)
+	if err != nil {
+		return nil, err
+	}
+	return &statedict.Written{Files: append([]string{DataFile, MetadataFile}, extras...), Bytes: off}, nil
 }
 
 // item is one written entry with its place in the data file.
