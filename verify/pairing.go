@@ -20,6 +20,13 @@ type pairing struct {
 	swapped  bool
 	dtype    statedict.DType
 	shape    []int64
+	// final is the expected tensor as compared (cast or dequantized to the destination's
+	// dtype when that was inferred).
+	final *statedict.Tensor
+	// piece and offsets describe a rank's copy of a piece of the tensor (per-device
+	// outputs): its global position.
+	piece   string
+	offsets []int64
 }
 
 // floatCastable lists the dtypes a --dtype cast converts between (remap's castable).
@@ -79,7 +86,15 @@ func (p *pairing) plan(conv *Conversion) (*comparison, *ParityProblem) {
 	if !slices.Equal(e.Shape, d.Shape) {
 		return nil, prob("shape", fmt.Sprint(e.Shape), fmt.Sprint(d.Shape))
 	}
-	p.dtype, p.shape = e.DType, e.Shape
+	p.dtype, p.shape, p.final = e.DType, e.Shape, e
+	return p.comparison(e, d)
+}
+
+// comparison sets up the element-by-element comparison of e (expected) with d.
+func (p *pairing) comparison(e, d *statedict.Tensor) (*comparison, *ParityProblem) {
+	prob := func(kind, want, got string) *ParityProblem {
+		return &ParityProblem{Tensor: p.name, Source: p.source, Piece: p.piece, Kind: kind, Want: want, Got: got}
+	}
 	if e.NumEl() == 0 {
 		return nil, nil
 	}
@@ -105,9 +120,13 @@ func (p *pairing) valueProblem(c *comparison) ParityProblem {
 	if p.swapped {
 		want, got = got, want
 	}
-	pr := ParityProblem{Tensor: p.name, Source: p.source, Kind: "value", Expected: p.expected,
+	index := unravel(c.first, p.shape)
+	for i := range p.offsets {
+		index[i] += p.offsets[i]
+	}
+	pr := ParityProblem{Tensor: p.name, Source: p.source, Piece: p.piece, Kind: "value", Expected: p.expected,
 		Want: formatElement(p.dtype, want), Got: formatElement(p.dtype, got),
-		Index: unravel(c.first, p.shape), Flat: c.first, Differ: c.differ, Elements: c.stream.NumEl(), MaxAbsDiff: c.maxAbs}
+		Index: index, Flat: c.first, Differ: c.differ, Elements: c.stream.NumEl(), MaxAbsDiff: c.maxAbs}
 	if math.IsNaN(c.maxAbs) || math.IsInf(c.maxAbs, 0) {
 		pr.MaxAbsDiff, pr.NonFinite = 0, true
 	}

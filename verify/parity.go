@@ -51,6 +51,9 @@ type ParityReport struct {
 	// Dropped lists source tensors DST does not have that a conversion leaves out by
 	// default (CUDA RNG states), when the conversion's options are not recorded.
 	Dropped []string `json:"dropped,omitempty"`
+	// Replicas counts the further copies of replicated pieces a per-device output holds
+	// (one per rank that loads it) compared with the same expected values.
+	Replicas int `json:"replicas,omitempty"`
 	// Bytes is the size of the destination tensors compared.
 	Bytes int64 `json:"bytes"`
 	// Values counts the non-tensor values (counters, schedules, hyperparameters) found
@@ -72,6 +75,10 @@ type ParityProblem struct {
 	// value; Source the source tensor's name when it differs.
 	Tensor string `json:"tensor"`
 	Source string `json:"source,omitempty"`
+	// Piece names a rank's copy of a piece of the tensor, in a per-device output whose
+	// ranks each hold their own copy ("rank 5's copy of the piece at [0 16]"); Index is then
+	// still the element's index in the whole tensor, Flat its position in the piece.
+	Piece string `json:"piece,omitempty"`
 	// Kind is "missing" (expected, not in DST), "extra" (in DST, not expected), "dtype",
 	// "shape", "value" (elements differ) or "uncomparable".
 	Kind string `json:"kind"`
@@ -99,6 +106,9 @@ func (p ParityProblem) String() string {
 	name := p.Tensor
 	if p.Source != "" {
 		name += " (source " + p.Source + ")"
+	}
+	if p.Piece != "" {
+		name += ", " + p.Piece
 	}
 	switch p.Kind {
 	case "missing":
@@ -332,13 +342,49 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 		}
 		rep.Problems = append(rep.Problems, ParityProblem{Tensor: n, Kind: "extra"})
 	}
+	// A per-device output: every rank's copy of a replicated piece, beyond the first that
+	// formats.Open reassembles, against the same expected values.
+	final := map[string]*statedict.Tensor{}
+	for _, p := range pairs {
+		final[p.name] = p.final
+	}
+	reps, closeRanks, err := replicas(dst, final)
+	defer closeRanks()
+	if err != nil {
+		return nil, err
+	}
+	byPair := map[string]pairing{}
+	for _, p := range pairs {
+		byPair[p.name] = p
+	}
+	for _, r := range reps {
+		p := byPair[r.name]
+		p.piece, p.offsets, p.swapped = fmt.Sprintf("rank %d's copy of the piece at %v", r.rank, r.offsets), r.offsets, false
+		p.shape = r.e.Shape
+		if r.d.DTypeName() != r.e.DTypeName() || !slices.Equal(r.d.Shape, r.e.Shape) {
+			rep.Problems = append(rep.Problems, ParityProblem{Tensor: p.name, Piece: p.piece, Kind: "shape",
+				Want: fmt.Sprintf("%s %v", r.e.DTypeName(), r.e.Shape), Got: fmt.Sprintf("%s %v", r.d.DTypeName(), r.d.Shape)})
+			continue
+		}
+		c, prob := p.comparison(r.e, r.d)
+		switch {
+		case prob != nil:
+			rep.Problems = append(rep.Problems, *prob)
+		case c != nil:
+			cs, pairs = append(cs, c), append(pairs, p)
+			rep.Replicas++
+			rep.Bytes += r.d.NBytes()
+		}
+	}
 	release := func() { sck.ReleaseMemory(); dck.ReleaseMemory() }
 	if err := compareAll(ctx, cs, release); err != nil {
 		return nil, fmt.Errorf("comparing %s with %s: %w", src, dst, err)
 	}
 	for i, c := range cs {
 		if c.differ == 0 {
-			rep.Equal++
+			if pairs[i].piece == "" {
+				rep.Equal++
+			}
 			continue
 		}
 		rep.Problems = append(rep.Problems, pairs[i].valueProblem(c))

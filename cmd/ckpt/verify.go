@@ -114,8 +114,10 @@ Exits 0 on parity (and, with --forward, agreement), 5 naming every problem other
 				if err := printJSON(out, rep); err != nil {
 					return err
 				}
-			} else if err := printVerify(out, rep); err != nil {
-				return err
+			} else if !quiet(cmd) || failed != nil {
+				if err := printVerify(out, rep); err != nil {
+					return err
+				}
 			}
 			return failed
 		},
@@ -236,12 +238,25 @@ func printParity(w io.Writer, r *verify.ParityReport, indent string) {
 	if len(r.Dropped) > 0 {
 		dropped = fmt.Sprintf(", %d CUDA RNG states left out", len(r.Dropped))
 	}
-	values := fmt.Sprintf("; %d other values equal", r.Values)
-	if r.NotCompared > 0 {
-		values = fmt.Sprintf("; %d other values not compared (%s holds tensors only)", r.NotCompared, r.DstFormat)
+	values := ""
+	switch {
+	case r.Values > 0:
+		values = fmt.Sprintf("; %s equal", plural(r.Values, "other value"))
+	case r.NotCompared > 0:
+		values = fmt.Sprintf("; %s not compared (%s holds tensors only)", plural(r.NotCompared, "other value"), r.DstFormat)
 	}
-	fmt.Fprintf(w, "%stensors: %d paired, %d equal (%d exact, %d cast, %d dequantized), %d tied aliases%s, %s compared%s — %s\n",
-		indent, r.Pairs, r.Equal, r.Exact, r.Cast, r.Dequantized, len(r.Tied), dropped, humanBytes(r.Bytes), values, verdict)
+	if r.Replicas > 0 {
+		values += fmt.Sprintf("; %s of replicated pieces compared", plural(r.Replicas, "further rank copy"))
+	}
+	tied := "no tied aliases"
+	switch n := len(r.Tied); {
+	case n == 1:
+		tied = "1 tied alias"
+	case n > 1:
+		tied = fmt.Sprintf("%d tied aliases", n)
+	}
+	fmt.Fprintf(w, "%stensors: %d paired, %d equal (%d exact, %d cast, %d dequantized), %s%s, %s compared%s — %s\n",
+		indent, r.Pairs, r.Equal, r.Exact, r.Cast, r.Dequantized, tied, dropped, humanBytes(r.Bytes), values, verdict)
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "%swarning: %s\n", indent, warn)
 	}

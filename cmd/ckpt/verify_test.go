@@ -65,9 +65,10 @@ func TestVerifyCommand(t *testing.T) {
 	if exitStatus(err) != exitCorrupt || !strings.Contains(err.Error(), victim) || !strings.Contains(out, victim+": 1 of ") || !strings.Contains(out, "first at [0 7]") {
 		t.Fatalf("exit %d: %v\n%s", exitStatus(err), err, out)
 	}
+	// The report is the first JSON value printed (the error object follows it).
 	out, err = run(t, "verify", "--json", src, dst)
 	var rep verifyReport
-	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil || exitStatus(err) != exitCorrupt || rep.OK {
+	if jerr := json.NewDecoder(strings.NewReader(out)).Decode(&rep); jerr != nil || exitStatus(err) != exitCorrupt || rep.OK {
 		t.Fatalf("%v %v\n%s", err, jerr, out)
 	}
 	if p := rep.Tensors.Problems; len(p) != 1 || p[0].Tensor != victim || p[0].Kind != "value" || p[0].Flat != 7 || p[0].Want == p[0].Got {
@@ -231,5 +232,59 @@ func TestVerifyForward(t *testing.T) {
 			t.Fatalf("%s: exit %d (want %d), %v\n%s", r.name, res.Status, r.status, jerr, res.Output)
 		}
 		t.Logf("verify_tpu.py, %s (%s): max KL %.3g vs the source, %.3g vs ckpt's emulation; failed %q", r.name, rep.DType, rep.MaxKL, rep.Against.MaxKL, rep.Failed)
+	}
+}
+
+// FuzzParsePromptIDs: arbitrary --prompt-ids files give ids or an error, never a panic.
+func FuzzParsePromptIDs(f *testing.F) {
+	f.Add("[[1, 5, 9]]")
+	f.Add("1\n2\n3")
+	f.Add("99999999999999999999")
+	f.Fuzz(func(t *testing.T, s string) {
+		ids, err := parsePromptIDs(s)
+		if err == nil && len(ids) == 0 {
+			t.Fatal("no ids and no error")
+		}
+		for _, id := range ids {
+			if id < 0 {
+				t.Fatalf("negative id %d", id)
+			}
+		}
+	})
+}
+
+// TestVerifyPerDevice: the per-device outputs of a TPU target — one safetensors file per rank
+// with sharding.json, a DCP directory whose __R_0.distcp holds rank R's pieces — pass
+// parity, read through formats' reassembly, every rank's copy of a replicated piece
+// included; changing one element of one rank's copy fails it, naming the tensor, the rank and
+// the element's index in the whole tensor. Skipped by a build whose convert writes no
+// per-device outputs (no --mesh).
+func TestVerifyPerDevice(t *testing.T) {
+	if newConvertCmd().Flags().Lookup("mesh") == nil {
+		t.Skip("convert --topology/--mesh (per-device outputs) is not in this build")
+	}
+	src := "../../testdata/hf/mistral_sharded"
+	dir := t.TempDir()
+	for _, f := range []string{"safetensors", "dcp"} {
+		dst := filepath.Join(dir, f)
+		if out, err := run(t, "convert", "--to", "tpu", "--dtype", "bfloat16", "--topology", "v6e-8", "--mesh", "dp=2,tp=4", "--format", f, src, dst); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		out, err := run(t, "verify", "--json", src, dst)
+		var rep verifyReport
+		if jerr := json.NewDecoder(strings.NewReader(out)).Decode(&rep); err != nil || jerr != nil || !rep.OK || rep.Tensors.Pairs == 0 {
+			t.Fatalf("%s: %v %v\n%s", f, err, jerr, out)
+		}
+		if f == "safetensors" && rep.Tensors.Replicas == 0 {
+			t.Errorf("no replica of the dp axis compared: %+v", rep.Tensors)
+		}
+	}
+	// Ranks 4–7 hold the dp=1 copies of ranks 0–3's pieces: rank 6's is the second copy of
+	// the piece rank 2 also holds, which reassembling the tensor does not read.
+	const victim = "model.layers.0.mlp.down_proj.weight"
+	changeElement(t, filepath.Join(dir, "safetensors", "rank-00006-of-00008.safetensors"), victim, 3)
+	out, err := run(t, "verify", filepath.Join(src), filepath.Join(dir, "safetensors"))
+	if exitStatus(err) != exitCorrupt || !strings.Contains(out, victim+", rank 6's copy") {
+		t.Fatalf("exit %d: %v\n%s", exitStatus(err), err, out)
 	}
 }
