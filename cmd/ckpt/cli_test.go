@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -157,5 +158,23 @@ func TestJSONContract(t *testing.T) {
 	out, err = run(t, "convert", "--json", "--dtype", "bf61", src, dst+"2")
 	if json.Unmarshal([]byte(out), &e) != nil || e.Error.Kind != "usage" || e.Error.ExitStatus != exitUsage {
 		t.Errorf("usage error as JSON: %+v (%v):\n%s", e, err, out)
+	}
+}
+
+// TestCompletionScripts: the generated completion scripts exist for bash, zsh and fish, and
+// bash accepts the bash one.
+func TestCompletionScripts(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		out, err := run(t, "completion", sh)
+		if err != nil || len(out) < 500 {
+			t.Fatalf("completion %s: %d bytes, %v", sh, len(out), err)
+		}
+		if sh == "bash" {
+			f := filepath.Join(t.TempDir(), "ckpt.bash")
+			os.WriteFile(f, []byte(out), 0o644)
+			if b, err := exec.Command("bash", "-n", f).CombinedOutput(); err != nil {
+				t.Errorf("bash -n: %v\n%s", err, b)
+			}
+		}
 	}
 }

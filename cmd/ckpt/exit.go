@@ -117,9 +117,11 @@ func describe(err error) error {
 // command run with --json that fails also prints the error as a JSON object on stdout, so
 // a program reading the output always gets JSON.
 func execute(root *cobra.Command) error {
+	printedJSON = false
 	cmd, err := root.ExecuteC()
 	err = describe(err)
-	if err != nil && cmd != nil {
+	// A finding (failed check, plan that does not fit) comes with the report already printed.
+	if err != nil && cmd != nil && !printedJSON {
 		if j, _ := cmd.Flags().GetBool("json"); j {
 			printJSON(cmd.OutOrStdout(), errorJSON{Error: errorReport{Message: err.Error(), Kind: errorKind(err), ExitStatus: exitStatus(err)}})
 		}

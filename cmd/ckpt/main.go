@@ -64,6 +64,9 @@ func plural(n int, noun string) string {
 // when a field changes meaning or goes away, not when one is added.
 const schemaVersion = 1
 
+// printedJSON records that the command being executed printed its --json output.
+var printedJSON bool
+
 // printJSON writes v, a struct or map that encodes as a JSON object, as the --json output of
 // a command: indented, with "schema_version" first.
 func printJSON(w io.Writer, v any) error {
@@ -83,6 +86,7 @@ func printJSON(w io.Writer, v any) error {
 		return err
 	}
 	out.WriteByte('\n')
+	printedJSON = true
 	_, err = w.Write(out.Bytes())
 	return err
 }
@@ -103,6 +107,6 @@ them for TorchTPU: device tags, dtypes, names, quantization and training state.
 	root.Version = toolVersion()
 	root.SetVersionTemplate("ckpt {{.Version}}\n")
 	root.PersistentFlags().BoolP("quiet", "q", false, "print errors only (no summary, warnings or progress)")
-	root.AddCommand(newVersionCmd(), newInspectCmd(), newScanCmd(), newConvertCmd(), newCheckCmd(), newDevicesCmd(), newPlanCmd(), newForwardCmd(), newVerifyCmd())
+	root.AddCommand(newVersionCmd(), newInspectCmd(), newScanCmd(), newConvertCmd(), newCheckCmd(), newDevicesCmd(), newPlanCmd(), newForwardCmd(), newVerifyCmd(), newGenDocsCmd())
 	return root
 }
