@@ -41,11 +41,12 @@ type EmitOptions struct {
 // EmitTorch writes into dir a self-contained check to run on a TPU VM with torch_tpu and
 // transformers: verify_tpu.py (which loads the converted checkpoint onto the "tpu" device,
 // runs the same tokens under torch.no_grad and prints the same report as Forward, exiting 5
-// when a threshold fails), reference.safetensors (the tokens "tokens" int64 [1, T], the
-// source's float32 logits "logits" and ckpt's emulation of the converted checkpoint on a
-// TPU "tpu_logits", float32 [1, T, vocab]; the thresholds, checkpoint path and version in its
-// metadata) and config.json (the configuration the converted run used). Each file appears
-// under its name only when complete; the script is written last.
+// when the logits disagree), reference.safetensors (the tokens "tokens" int64 [1, T]; float32
+// [1, T, vocab] logits of the source in float32 "logits", of the source as ckpt emulates a
+// TPU "source_tpu_logits" and of the converted checkpoint so emulated "tpu_logits"; the
+// thresholds, checkpoint path and version in its metadata) and config.json (the
+// configuration the converted run used). Each file appears under its name only when
+// complete; the script is written last.
 func EmitTorch(dir string, lg *Logits, opts EmitOptions) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -63,6 +64,7 @@ func EmitTorch(dir string, lg *Logits, opts EmitOptions) error {
 	infos := []safetensors.TensorInfo{
 		{Name: "tokens", DType: "I64", Shape: []int64{1, T}},
 		{Name: "logits", DType: "F32", Shape: []int64{1, T, V}},
+		{Name: "source_tpu_logits", DType: "F32", Shape: []int64{1, T, V}},
 		{Name: "tpu_logits", DType: "F32", Shape: []int64{1, T, V}},
 	}
 	err = writeAtomic(filepath.Join(dir, EmitReference), opts.Force, func(w io.Writer) error {
@@ -77,7 +79,7 @@ func EmitTorch(dir string, lg *Logits, opts EmitOptions) error {
 		for _, x := range []struct {
 			name string
 			w    io.WriterTo
-		}{{"tokens", bytesTo(ids)}, {"logits", float32s(lg.Reference)}, {"tpu_logits", float32s(lg.TPU)}} {
+		}{{"tokens", bytesTo(ids)}, {"logits", float32s(lg.Reference)}, {"source_tpu_logits", float32s(lg.SourceTPU)}, {"tpu_logits", float32s(lg.TPU)}} {
 			if err := sw.WriteTensor(x.name, x.w); err != nil {
 				return err
 			}

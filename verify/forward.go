@@ -57,13 +57,14 @@ func (r *ForwardReport) Err() error {
 	return fmt.Errorf("%s vs %s: forward pass: %s: %w", r.Src, r.Dst, strings.Join(r.Failed, "; "), ErrFailed)
 }
 
-// Logits are the two runs' logits [T, vocab] and the converted side's config.json, for
-// writing a reference (EmitTorch).
+// Logits are the runs' logits [T, vocab] — the source in float32 (Reference) and as a TPU
+// computes (SourceTPU), the converted checkpoint as a TPU computes (TPU) — and the converted
+// side's config.json, for writing a reference (EmitTorch).
 type Logits struct {
-	Tokens         []int
-	Vocab          int
-	Reference, TPU []float32
-	Config         []byte
+	Tokens                    []int
+	Vocab                     int
+	Reference, SourceTPU, TPU []float32
+	Config                    []byte
 }
 
 // DefaultTokens are the ids run when none are given: 32 ids spread over the vocabulary
@@ -82,7 +83,8 @@ func DefaultTokens(vocab int) []int {
 // exactly — and the converted checkpoint at dst as a TPU runs it — every matrix product's
 // inputs rounded to bfloat16, accumulated in float32, FP8 weights kept FP8 where the target
 // generation runs them natively — on the same tokens, and compares the logits position by
-// position against the thresholds. Both sides are read with formats.Open: a sharded output
+// position against the thresholds. The source also runs as a TPU runs it, to tell the
+// TPU's arithmetic from the conversion (see Thresholds). Both sides are read with formats.Open: a sharded output
 // (a multi-rank DCP directory) runs from the whole tensors its reader reassembles from the
 // per-device shards.
 func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*ForwardReport, *Logits, error) {
@@ -109,7 +111,15 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 	if err != nil {
 		return nil, nil, err
 	}
+	skeep, err := keepFP8(sck, scfg, opts.Generation)
+	if err != nil {
+		return nil, nil, err
+	}
 	ref, err := forward.Load(sck, forward.Options{Precision: forward.Float32, Config: scfg})
+	if err != nil {
+		return nil, nil, fmt.Errorf("the source: %w", err)
+	}
+	refTPU, err := forward.Load(sck, forward.Options{Precision: forward.TPU, KeepFP8: skeep, Config: scfg})
 	if err != nil {
 		return nil, nil, fmt.Errorf("the source: %w", err)
 	}
@@ -135,11 +145,18 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
+	rtl, err := refTPU.Forward(tokens)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", src, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
 	gl, err := got.Forward(tokens)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", dst, err)
 	}
-	lr, err := CompareLogits(tokens, rc.Vocab, rl, gl, th)
+	lr, err := CompareLogits(tokens, rc.Vocab, rl, rtl, gl, th)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -152,7 +169,7 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 		rep.Generation = opts.Generation.Name
 	}
 	rep.Seconds = time.Since(start).Seconds()
-	return rep, &Logits{Tokens: tokens, Vocab: rc.Vocab, Reference: rl, TPU: gl, Config: dcfg}, nil
+	return rep, &Logits{Tokens: tokens, Vocab: rc.Vocab, Reference: rl, SourceTPU: rtl, TPU: gl, Config: dcfg}, nil
 }
 
 // configs finds config.json for each side: given, each side's own, else the other side's —

@@ -88,7 +88,7 @@ func TestVerifyUsage(t *testing.T) {
 		{"verify", "--forward", "--tokens", "1", "--prompt-ids", "f", src, src},
 		{"verify", "--forward", "--tokens", "x", src, src},
 		{"verify", "--manifest", "m", "--no-manifest", src, src},
-		{"verify", "--forward", "--min-top1", "2", src, src},
+		{"verify", "--forward", "--min-agree", "2", src, src},
 	} {
 		if _, err := run(t, args...); exitStatus(err) != exitUsage {
 			t.Errorf("%q: exit %d (%v), want %d", args, exitStatus(err), err, exitUsage)
