@@ -162,9 +162,12 @@ func (r *ParityReport) Err() error {
 // value bit for bit the source's where the conversion is lossless, or exactly the rounded
 // value where it casts (codec.CastStorage of the source, as torch's Tensor.to) or
 // dequantizes (the group's reference dequantizer, quant.Group.Dequantize) — and nothing else
-// in dst. Both sides are opened with formats.Open, so any two formats compare (a sharded
-// output, such as a multi-rank DCP directory, is read as the logical tensors its reader
-// reassembles), and Parity also answers "are these two checkpoints the same model?".
+// in dst; non-tensor values too where dst holds a whole tree. Both sides are opened with
+// formats.Open, so any two formats compare, and Parity also answers "are these two
+// checkpoints the same model?". A per-device output is read as the logical tensors its
+// reader reassembles from the ranks' shards (a multi-rank DCP directory, a per-device
+// safetensors folder); where each rank keeps its own copy of a replicated piece
+// (sharding.json), every copy is compared too, each against its box of the expected tensor.
 //
 // Every tensor is read once, on every core, through statedict.ReadTensors, the other side
 // at the same offsets; resident memory stays bounded whatever the checkpoints' size.
