@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash"
+	"io"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
@@ -143,7 +144,7 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 	if err != nil {
 		return nil, err
 	}
-	_, err = mw.Write(encodeMetadata(items))
+	err = encodeMetadata(mw, items)
 	if cerr := mw.Close(); err == nil {
 		err = cerr
 	}
@@ -179,6 +180,9 @@ func standalone(t *statedict.Tensor) (*statedict.Tensor, error) {
 	} else if t.IsContiguous() && !t.Conj && !t.Neg && !t.Storage.BigEndian && t.DType.ValuesPerByte() == 1 {
 		st = statedict.NewReaderStorage(t.Storage.Key, t.Storage.Location, t.DType, t.Storage, t.Offset*es, nb)
 	} else {
+		if err := t.CheckView(); err != nil {
+			return nil, err
+		}
 		var buf bytes.Buffer
 		buf.Grow(int(nb))
 		if _, err := t.WriteTo(&buf); err != nil {
@@ -197,9 +201,25 @@ const (
 	opNewObj = 0x81
 )
 
-// encodeMetadata pickles the Metadata dataclass for items.
-func encodeMetadata(items []item) []byte {
+// metadataBatch is how many dict entries one MARK … SETITEMS holds, as Python's pickler
+// batches them: the unpickler's stack then never holds more than one batch.
+const metadataBatch = 1000
+
+// encodeMetadata pickles the Metadata dataclass for items to w, streaming: the encoder's
+// buffer is flushed as it fills, so memory does not grow with the number of items.
+func encodeMetadata(w io.Writer, items []item) error {
 	e := pickle.NewEncoder()
+	var werr error
+	// next ends a batch of dict entries every metadataBatch items and flushes.
+	next := func(i int) {
+		if (i+1)%metadataBatch == 0 && i+1 < len(items) {
+			e.Op(pickle.OpSetItems)
+			e.Op(pickle.OpMark)
+		}
+		if e.Len() >= 1<<20 && werr == nil {
+			werr = e.Flush(w)
+		}
+	}
 	obj := func(module, class string) {
 		e.Global(pickle.Global{Module: module, Name: class})
 		e.Op(pickle.OpEmptyTuple)
@@ -219,10 +239,11 @@ func encodeMetadata(items []item) []byte {
 	e.String("state_dict_metadata")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for _, it := range items {
+	for i, it := range items {
 		e.String(it.fqn)
 		if it.tensor == nil {
 			obj(mdModule, "BytesStorageMetadata")
+			next(i)
 			continue
 		}
 		t := it.tensor
@@ -261,13 +282,14 @@ func encodeMetadata(items []item) []byte {
 		e.Op(pickle.OpAppend)
 		e.Op(pickle.OpSetItems)
 		e.Op(pickle.OpBuild)
+		next(i)
 	}
 	e.Op(pickle.OpSetItems)
 
 	e.String("planner_data")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for _, it := range items {
+	for i, it := range items {
 		e.String(it.fqn)
 		e.Op(pickle.OpMark)
 		for _, p := range it.path {
@@ -279,13 +301,14 @@ func encodeMetadata(items []item) []byte {
 			}
 		}
 		e.Op(pickle.OpTuple)
+		next(i)
 	}
 	e.Op(pickle.OpSetItems)
 
 	e.String("storage_data")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for _, it := range items {
+	for i, it := range items {
 		obj(mdModule, "MetadataIndex")
 		e.Op(pickle.OpEmptyDict)
 		e.Op(pickle.OpMark)
@@ -313,6 +336,7 @@ func encodeMetadata(items []item) []byte {
 		e.Int(it.length)
 		e.Op(pickle.OpSetItems)
 		e.Op(pickle.OpBuild)
+		next(i)
 	}
 	e.Op(pickle.OpSetItems)
 
@@ -322,7 +346,11 @@ func encodeMetadata(items []item) []byte {
 	e.String("1.0.0")
 	e.Op(pickle.OpSetItems)
 	e.Op(pickle.OpBuild)
-	return e.Finish()
+	if werr != nil {
+		return werr
+	}
+	_, err := w.Write(e.Finish())
+	return err
 }
 
 // tuple emits a tuple of ints.
