@@ -52,6 +52,35 @@ type Piece struct {
 // Empty reports whether the piece holds no element.
 func (p Piece) Empty() bool { return slices.Contains(p.Sizes, 0) }
 
+// Run says whether the piece is one run of its tensor's row-major elements (the tensor
+// whole, or a piece spanning every dimension after its first cut one, with size 1 before
+// it), and which: its first element and length. An empty piece is an empty run.
+func (p Piece) Run(shape []int64) (start, n int64, ok bool) {
+	if p.Empty() {
+		return 0, 0, true
+	}
+	k := -1 // the last dimension the piece does not span whole
+	for d := range shape {
+		if p.Sizes[d] != shape[d] {
+			k = d
+		}
+	}
+	for d := 0; d < k; d++ {
+		if p.Sizes[d] != 1 {
+			return 0, 0, false
+		}
+	}
+	n = 1
+	for d := range shape {
+		n *= p.Sizes[d]
+	}
+	strides := ContiguousStrides(shape)
+	for d := range shape {
+		start += p.Offsets[d] * strides[d]
+	}
+	return start, n, true
+}
+
 // Of returns the layout of t: its entry, or one piece — the whole tensor — on every rank.
 func (s *Sharding) Of(t *Tensor) *TensorSharding {
 	if ts, ok := s.Tensors[t]; ok {
@@ -145,12 +174,16 @@ func (t *Tensor) Box(offsets, sizes []int64) (*Tensor, error) {
 	return &v, nil
 }
 
-// Contiguous returns t itself when its view is row-major dense, else a contiguous tensor
-// whose storage gathers t's elements on demand, a range at a time: a writer that stores
-// the tensor as a storage of its own (a torch.save archive) streams it in bounded memory
-// however large it is. Byte order, conj and neg bits are resolved in the gathered bytes.
+// Contiguous returns t itself when its view is row-major dense and its stored bytes are its
+// value (little-endian, no lazy conj or neg), else a contiguous tensor whose storage gathers
+// t's logical value on demand, a range at a time: a writer that stores the tensor as a
+// storage of its own (a torch.save archive) streams it in bounded memory however large it
+// is.
 func (t *Tensor) Contiguous() (*Tensor, error) {
-	if t.IsContiguous() {
+	if t.DType.ValuesPerByte() > 1 {
+		return nil, fmt.Errorf("%s tensors cannot be gathered: packed values have no element boundaries", t.DType)
+	}
+	if t.IsContiguous() && (t.Storage == nil || t.fixup() == nil) {
 		return t, nil
 	}
 	if err := t.Validate(); err != nil {

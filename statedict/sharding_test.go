@@ -198,3 +198,25 @@ func TestTensorShardingCheck(t *testing.T) {
 		t.Errorf("an unsharded tensor: %+v", got)
 	}
 }
+
+func TestPieceRun(t *testing.T) {
+	shape := []int64{4, 3, 5}
+	for _, c := range []struct {
+		off, size []int64
+		start, n  int64
+		ok        bool
+	}{
+		{[]int64{0, 0, 0}, []int64{4, 3, 5}, 0, 60, true},
+		{[]int64{2, 0, 0}, []int64{2, 3, 5}, 30, 30, true},
+		{[]int64{1, 1, 0}, []int64{1, 2, 5}, 20, 10, true},
+		{[]int64{3, 2, 1}, []int64{1, 1, 3}, 56, 3, true},
+		{[]int64{0, 1, 0}, []int64{2, 2, 5}, 0, 0, false},
+		{[]int64{0, 0, 1}, []int64{4, 3, 2}, 0, 0, false},
+		{[]int64{4, 0, 0}, []int64{0, 3, 5}, 0, 0, true},
+	} {
+		start, n, ok := Piece{Offsets: c.off, Sizes: c.size}.Run(shape)
+		if start != c.start || n != c.n || ok != c.ok {
+			t.Errorf("Run(%v, %v) = %d, %d, %v; want %d, %d, %v", c.off, c.size, start, n, ok, c.start, c.n, c.ok)
+		}
+	}
+}
