@@ -2,8 +2,8 @@ package formats
 
 import (
 	"bytes"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"

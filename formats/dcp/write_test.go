@@ -19,9 +19,9 @@ import (
 )
 
 // TestPySetOrder: ties in dedup_save_plans go to the first holder in CPython's set order,
-// which testdata/dcp/setorder.json records (gen_setorder.py).
+// which testdata/dcp/setorder.json records (planner/gen_setorder.py).
 func TestPySetOrder(t *testing.T) {
-	b, err := os.ReadFile("../../testdata/dcp/setorder.json")
+	b, err := os.ReadFile("../../testdata/dcp/planner/setorder.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@
 increasing order, as torch.distributed.checkpoint's dedup_save_plans builds the sets of plan
 indices (ranks) holding each duplicated item; its min() breaks ties in that order.
 
-Usage (in the oracle chroot): python3 testdata/dcp/gen_setorder.py testdata/dcp
+Usage (in the oracle chroot): python3 testdata/dcp/planner/gen_setorder.py testdata/dcp/planner
 """
 
 import hashlib
