@@ -202,6 +202,8 @@ type Dir struct {
 	journal   *os.File
 	done      bool
 	key       int
+	// member is set for one of several processes writing the folder (JoinDir).
+	member *member
 }
 
 // DirOptions say how a folder output may be created.
@@ -405,6 +407,16 @@ func (d *Dir) Commit() error {
 		d.lockf.Close()
 		return err
 	}
+	if d.member != nil {
+		// The other members' files stay for another attempt: a failed finish removes nothing.
+		fail = func(err error) error {
+			d.member.release(d)
+			return err
+		}
+		if err := d.member.prepareCommit(d); err != nil {
+			return fail(err)
+		}
+	}
 	entries, err := os.ReadDir(d.Path)
 	if err != nil {
 		return fail(err)
@@ -421,7 +433,11 @@ func (d *Dir) Commit() error {
 		return fail(err)
 	}
 	d.journal.Close()
-	os.Remove(filepath.Join(d.Path, journalName))
+	if d.member == nil {
+		os.Remove(filepath.Join(d.Path, journalName))
+	} else if err := d.member.removeControl(d); err != nil {
+		return fail(err)
+	}
 	if err := replaceable(d.final, d.opts.Force, d.opts.Owner); err != nil {
 		return fail(err)
 	}
@@ -448,7 +464,11 @@ func (d *Dir) Commit() error {
 	}
 	err = os.Rename(d.Path, d.final)
 	untrack(restore)
-	d.lockf.Close()
+	if d.member != nil {
+		d.member.release(d)
+	} else {
+		d.lockf.Close()
+	}
 	if err != nil {
 		if old != "" {
 			os.Rename(old, d.final)
@@ -481,12 +501,18 @@ func removeOwned(old string) {
 	os.Remove(old) // fails, keeping it, if anything else is left
 }
 
-// Abort removes the temporary folder.
+// Abort removes the temporary folder — for a member of a shared output (JoinDir), only
+// what it wrote, and nothing once its share is sealed.
 func (d *Dir) Abort() {
 	if d.done {
 		return
 	}
 	d.done = true
+	if d.member != nil {
+		d.member.abort(d)
+		untrack(d.key)
+		return
+	}
 	d.journal.Close()
 	os.RemoveAll(d.Path)
 	d.lockf.Close()
