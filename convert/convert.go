@@ -12,6 +12,7 @@ package convert
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -66,6 +67,9 @@ type Options struct {
 	// Force allows replacing an existing destination: a file, or a folder an earlier
 	// conversion wrote (never one holding anything else, never the source).
 	Force bool
+	// Strict makes any data of the source the output would not hold (values the layout
+	// cannot store, files left out, CUDA RNG states dropped) an error: nothing is written.
+	Strict bool
 	// Resume continues a folder output whose conversion was killed: the files it finished
 	// are checked against their journaled checksums and kept, the rest written, and the
 	// output ends byte-identical to an uninterrupted run. Without Resume the leftovers of a
@@ -86,6 +90,10 @@ type Options struct {
 	// the slice, mesh and plan of sharded outputs. nil keeps device tags.
 	Target *runtime.Target
 }
+
+// ErrDataDropped is the error of a strict conversion (Options.Strict) whose output would
+// not hold all of the source's data.
+var ErrDataDropped = errors.New("the output would not hold all of the source's data")
 
 // DefaultOptions returns the options of `ckpt convert --to tpu SRC DST`: every storage
 // tagged "tpu", DDP and torch.compile prefixes stripped, values torch.load(weights_only=True)
@@ -113,7 +121,8 @@ type Summary struct {
 	Seconds   float64           `json:"seconds"`
 	Remap     *remap.Report     `json:"remap"`
 	Tied      map[string]string `json:"tied,omitempty"`
-	Warnings  []string          `json:"warnings,omitempty"`
+	// Warnings are the problems the conversion worked around, one per kind.
+	Warnings []remap.Warning `json:"warnings,omitempty"`
 	// Quantization says what happened to a quantized checkpoint's tensors and config.
 	Quantization *QuantReport `json:"quantization,omitempty"`
 	// ConfigDType is set ("float32 → bfloat16") when config.json's dtype was rewritten to
@@ -169,7 +178,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	switch {
 	case out.dir != nil && out.dir.CleanedUp, out.file != nil && out.file.CleanedUp:
-		p.sum.Warnings = append(p.sum.Warnings, "removed the partial output an interrupted conversion left")
+		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
 	case out.dir != nil && out.dir.Resumed != nil:
 		p.sum.Resumed = len(out.dir.Resumed)
 	}
@@ -177,6 +186,17 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	out.total = p.total
 	if err := write(out.root(), p, opts); err != nil {
 		return nil, err
+	}
+	if opts.Strict {
+		var dropped []string
+		for _, w := range p.sum.Warnings {
+			if w.Dropped {
+				dropped = append(dropped, w.Message)
+			}
+		}
+		if len(dropped) > 0 {
+			return nil, fmt.Errorf("%s: %w: %s", opts.Dst, ErrDataDropped, strings.Join(dropped, "; "))
+		}
 	}
 	if err := out.commit(); err != nil {
 		return nil, err
@@ -235,11 +255,12 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		}
 	}
 	if len(ck.Outside) > 0 {
-		p.sum.Warnings = append(p.sum.Warnings, fmt.Sprintf("left out %s: links leading outside the checkpoint folder, never read", strings.Join(ck.Outside, ", ")))
+		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "links_outside", Items: ck.Outside,
+			Message: fmt.Sprintf("left out %s: links leading outside the checkpoint folder, never read", remap.Summarize(ck.Outside))})
 	}
 	if len(left) > 0 {
-		p.sum.Warnings = append(p.sum.Warnings, fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted",
-			strings.Join(left, ", "), ck.Format))
+		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "files_left_out", Items: left, Dropped: true,
+			Message: fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted", remap.Summarize(left), ck.Format)})
 	}
 	p.ck = &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files}
 	tensors, err := p.ck.Tensors()
@@ -313,9 +334,7 @@ func write(out *subOutput, p *planned, opts Options) error {
 		p.sum.Tied = nil
 	}
 	if len(w.NotWritten) > 0 {
-		for _, nw := range w.NotWritten {
-			p.sum.Warnings = append(p.sum.Warnings, fmt.Sprintf("%s value not written (%s holds tensors only)", nw, opts.Format))
-		}
+		p.sum.Warnings = append(p.sum.Warnings, notWritten(w.NotWritten, p.lay))
 	}
 	for _, name := range p.alongside {
 		sub, err := convertAlongside(out, p, opts, name)
@@ -325,7 +344,8 @@ func write(out *subOutput, p *planned, opts Options) error {
 		p.sum.Alongside = append(p.sum.Alongside, sub)
 		p.sum.Files = append(p.sum.Files, name, name+"."+manifest.Name)
 		for _, w := range sub.Warnings {
-			p.sum.Warnings = append(p.sum.Warnings, name+": "+w)
+			w.Message = name + ": " + w.Message
+			p.sum.Warnings = append(p.sum.Warnings, w)
 		}
 	}
 	m, err := buildManifest(out.o, p, opts, w.Names)
@@ -338,6 +358,39 @@ func write(out *subOutput, p *planned, opts Options) error {
 	}
 	p.sum.Manifest = path
 	return nil
+}
+
+// notWritten is the warning for the values a flat layout cannot hold, counted by the
+// top-level entry they belong to ("optimizer (40), scheduler (10), epoch").
+func notWritten(items []string, lay formats.Layout) remap.Warning {
+	var order []string
+	count := map[string]int{}
+	for _, it := range items {
+		top, _, _ := strings.Cut(it, ".")
+		top, _, _ = strings.Cut(top, ":")
+		if count[top] == 0 {
+			order = append(order, top)
+		}
+		count[top]++
+	}
+	parts := make([]string, len(order))
+	for i, top := range order {
+		parts[i] = top
+		if count[top] > 1 {
+			parts[i] = fmt.Sprintf("%s (%d)", top, count[top])
+		}
+	}
+	return remap.Warning{Kind: "values_not_written", Items: items, Dropped: true,
+		Message: fmt.Sprintf("%d value(s) not written (%s holds tensors only): %s; a torch or DCP output keeps them", len(items), lay, remap.Summarize(parts))}
+}
+
+// Messages are the warnings' one-line messages.
+func (s *Summary) Messages() []string {
+	out := make([]string, len(s.Warnings))
+	for i, w := range s.Warnings {
+		out[i] = w.Message
+	}
+	return out
 }
 
 // convertAlongside converts the training-state file name of the source folder into the

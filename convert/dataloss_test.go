@@ -207,7 +207,7 @@ func TestLinksStayInside(t *testing.T) {
 		if !slices.Equal(names, c.want) {
 			t.Errorf("%s: output holds %v, want %v", c.src, names, c.want)
 		}
-		if w := strings.Join(sum.Warnings, "\n"); !strings.Contains(w, strings.Join(c.left, ", ")+": links leading outside") {
+		if w := strings.Join(sum.Messages(), "\n"); !strings.Contains(w, strings.Join(c.left, ", ")+": links leading outside") {
 			t.Errorf("%s: warnings %q do not name %v", c.src, w, c.left)
 		}
 	}

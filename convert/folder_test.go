@@ -39,7 +39,7 @@ func TestFolderLeavesOtherWeightsOut(t *testing.T) {
 	if want := []string{"ckpt-manifest.json", "config.json", "generation_config.json", "model.safetensors"}; !slices.Equal(names, want) {
 		t.Errorf("output holds %v, want %v", names, want)
 	}
-	warned := strings.Join(sum.Warnings, "\n")
+	warned := strings.Join(sum.Messages(), "\n")
 	if !strings.Contains(warned, "consolidated.safetensors, pytorch_model.bin") {
 		t.Errorf("warnings %q do not name the files left out", warned)
 	}

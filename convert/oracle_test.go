@@ -265,7 +265,7 @@ func TestTrainerFolderLoadsInTorch(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dst, "training_args.bin")); !os.IsNotExist(err) {
 		t.Error("training_args.bin was carried along")
 	}
-	if !strings.Contains(strings.Join(sum.Warnings, "\n"), "left out training_args.bin") {
+	if !strings.Contains(strings.Join(sum.Messages(), "\n"), "left out training_args.bin") {
 		t.Errorf("warnings %v do not name training_args.bin", sum.Warnings)
 	}
 	if _, err := os.Stat(filepath.Join(dst, "trainer_state.json")); err != nil {

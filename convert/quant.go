@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -31,7 +32,7 @@ type quantStep struct {
 	// tensors.
 	root     statedict.Value
 	report   *QuantReport
-	warnings []string
+	warnings []remap.Warning
 	// policies shield the members of the groups passed through from the dtype cast.
 	policies statedict.Policies
 	// rewrite replaces extra files of the output folder; a nil content leaves the file out.
@@ -61,12 +62,13 @@ func prepareQuantized(ck *statedict.Checkpoint, opts Options) (*quantStep, error
 		if opts.Dequantize != DequantizeNone || cast {
 			return nil, fmt.Errorf("%s: %w", opts.Src, err)
 		}
-		q.warnings = append(q.warnings, fmt.Sprintf("quantization not understood, tensors passed through unchanged: %v", err))
+		q.warnings = append(q.warnings, remap.Warning{Kind: "quantization_not_understood",
+			Message: fmt.Sprintf("quantization not understood, tensors passed through unchanged: %v", err)})
 		return q, nil
 	}
 	if plan == nil {
 		if opts.Dequantize != DequantizeNone {
-			q.warnings = append(q.warnings, "nothing to dequantize: the checkpoint is not quantized")
+			q.warnings = append(q.warnings, remap.Warning{Kind: "not_quantized", Message: "nothing to dequantize: the checkpoint is not quantized"})
 		}
 		return q, nil
 	}

@@ -354,7 +354,7 @@ func TestConvertRefusesRawCodes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(sum.Warnings) == 0 || !strings.Contains(strings.Join(sum.Warnings, "\n"), "no quantization config") {
+			if len(sum.Warnings) == 0 || !strings.Contains(strings.Join(sum.Messages(), "\n"), "no quantization config") {
 				t.Errorf("warnings %v", sum.Warnings)
 			}
 			got, _ := tensorsOf(t, dst)

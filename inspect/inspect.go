@@ -5,10 +5,13 @@
 package inspect
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
+	"io"
 	"math/big"
 	"sort"
 
@@ -102,6 +105,7 @@ func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
 	r := &Report{Format: ck.Format, Path: ck.Path, Tensors: []Tensor{}, NonTensors: []NonTensor{}, Totals: []DTypeTotal{}, Ignored: ck.Ignored}
 	firstByStorage := map[*statedict.Storage]string{}
 	totals := map[string]*DTypeTotal{}
+	var hashed []statedict.NamedTensor // the tensors of r.Tensors, in order
 	add := func(name string, t *statedict.Tensor, module string) error {
 		it := Tensor{Name: name, DType: DTypeName(t), Shape: t.Shape, NBytes: t.NBytes(), Module: module}
 		if t.Storage != nil {
@@ -115,14 +119,8 @@ func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
 		if it.Shape == nil {
 			it.Shape = []int64{}
 		}
-		if opts.Hash {
-			h := sha256.New()
-			if _, err := t.WriteTo(h); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			it.SHA256 = hex.EncodeToString(h.Sum(nil))
-		}
 		r.Tensors = append(r.Tensors, it)
+		hashed = append(hashed, statedict.NamedTensor{Name: name, Tensor: t})
 		tot := totals[it.DType]
 		if tot == nil {
 			tot = &DTypeTotal{DType: it.DType}
@@ -157,6 +155,19 @@ func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if opts.Hash {
+		sums := make([]hash.Hash, len(hashed))
+		err := statedict.ReadTensors(context.Background(), hashed, func(i int) io.Writer {
+			sums[i] = sha256.New()
+			return sums[i]
+		}, statedict.ReadOptions{Release: ck.ReleaseMemory})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ck.Path, err)
+		}
+		for i, h := range sums {
+			r.Tensors[i].SHA256 = hex.EncodeToString(h.Sum(nil))
+		}
 	}
 	for _, t := range totals {
 		r.Totals = append(r.Totals, *t)

@@ -91,7 +91,7 @@ func TestResumeInTorch(t *testing.T) {
 				wantDropped = nil
 			}
 			if !slices.Equal(rep.DroppedRNG, wantDropped) || len(sum.Warnings) != len(wantDropped) {
-				t.Errorf("%s: dropped RNG %v, warnings %q", c.name, rep.DroppedRNG, sum.Warnings)
+				t.Errorf("%s: dropped RNG %v, warnings %q", c.name, rep.DroppedRNG, sum.Messages())
 			}
 		}
 		ref := "/repo/" + data + c.kind + ".ref.pt"

@@ -156,7 +156,7 @@ func TestRewriteFollowsModel(t *testing.T) {
 		// Without drops or renames the conversion goes on, with a warning.
 		_, rep, err := remap.Apply(root, remap.Options{})
 		if err != nil || len(rep.Warnings) != 1 || rep.Optimizers[0].Unmapped == "" {
-			t.Errorf("error %v, warnings %q", err, rep.Warnings)
+			t.Errorf("error %v, warnings %v", err, rep.Warnings)
 		}
 		// A names file settles it; one for a path without an optimizer state is an error.
 		_, rep, err = remap.Apply(root, remap.Options{Drop: []*regexp.Regexp{regexp.MustCompile(`^model\.b$`)},

@@ -31,6 +31,27 @@ func ParseRename(s string) (Rename, error) {
 	return Rename{re, repl}, nil
 }
 
+// Warning is one kind of problem a conversion worked around, said once however many
+// values it concerns.
+type Warning struct {
+	// Kind names the problem for programs ("cuda_rng_dropped", "values_not_written", …).
+	Kind string `json:"kind"`
+	// Message says it in one line, with the count and the first few items.
+	Message string `json:"message"`
+	// Items lists every value or file concerned, by flattened name.
+	Items []string `json:"items,omitempty"`
+	// Dropped is set when data of the source is not in the output.
+	Dropped bool `json:"dropped,omitempty"`
+}
+
+// Summarize lists up to four items and how many more there are.
+func Summarize(items []string) string {
+	if len(items) > 4 {
+		return strings.Join(items[:4], ", ") + fmt.Sprintf(" and %d more", len(items)-4)
+	}
+	return strings.Join(items, ", ")
+}
+
 // OptionError is an error in one of the remapping rules. Option names the rule as the
 // command line does (map-location, rename, select), so a front end can point at its flag;
 // the message itself speaks of the checkpoint.
@@ -106,8 +127,8 @@ type Report struct {
 	// Repaired lists scheduler values restored after a DCP round trip (MultiStepLR
 	// milestones).
 	Repaired []string `json:"repaired,omitempty"`
-	// Warnings are problems the remap worked around.
-	Warnings []string `json:"warnings,omitempty"`
+	// Warnings are problems the remap worked around, one per kind.
+	Warnings []Warning `json:"warnings,omitempty"`
 }
 
 // Apply remaps root. The source tree is not modified: containers, tensors and storages that
@@ -142,6 +163,10 @@ func Apply(root statedict.Value, opts Options) (statedict.Value, *Report, error)
 	}
 	if err := r.finishTraining(); err != nil {
 		return nil, nil, err
+	}
+	if n := len(rep.DroppedRNG); n > 0 {
+		rep.Warnings = append(rep.Warnings, Warning{Kind: "cuda_rng_dropped", Items: rep.DroppedRNG, Dropped: true,
+			Message: fmt.Sprintf("dropped %d CUDA RNG state(s) (%s): they mean nothing on a TPU", n, Summarize(rep.DroppedRNG))})
 	}
 	sort.Strings(rep.Stripped)
 	return out, rep, nil

@@ -60,12 +60,10 @@ func markDicts(v statedict.Value, seen map[*statedict.Dict]bool) {
 
 // dropsRNG reports (and records) whether name is a CUDA RNG entry to drop.
 func (r *remapper) dropsRNG(name string) bool {
-	why, ok := r.training.decisions.Drop[name]
-	if !ok {
+	if _, ok := r.training.decisions.Drop[name]; !ok {
 		return false
 	}
 	r.rep.DroppedRNG = append(r.rep.DroppedRNG, name)
-	r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("dropped the CUDA RNG state %s: %s (it can be kept as CPU bytes instead)", name, why))
 	return true
 }
 
@@ -101,7 +99,8 @@ func (r *remapper) finishTraining() error {
 	for _, p := range r.training.pending {
 		f := r.training.found[p.src]
 		if f.Optimizer == nil {
-			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: not understood as an optimizer state, converted as plain data: %v", f.Path, f.Err))
+			r.rep.Warnings = append(r.rep.Warnings, Warning{Kind: "optimizer_not_understood", Items: []string{f.Path},
+				Message: fmt.Sprintf("%s: not understood as an optimizer state, converted as plain data: %v", f.Path, f.Err)})
 			continue
 		}
 		fates, converted := r.training.models[f.Model]
@@ -117,7 +116,8 @@ func (r *remapper) finishTraining() error {
 			return err
 		}
 		if rep.Unmapped != "" {
-			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: its parameters could not be tied to the model, so its state keeps its own device tags: %s", f.Path, rep.Unmapped))
+			r.rep.Warnings = append(r.rep.Warnings, Warning{Kind: "optimizer_unmapped", Items: []string{f.Path},
+				Message: fmt.Sprintf("%s: its parameters could not be tied to the model, so its state keeps its own device tags: %s", f.Path, rep.Unmapped)})
 		}
 		r.rep.Optimizers = append(r.rep.Optimizers, rep)
 	}

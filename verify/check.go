@@ -5,10 +5,10 @@
 package verify
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
+	"io"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
@@ -112,36 +112,24 @@ func Check(path, mpath string) (*CheckReport, error) {
 			rep.Problems = append(rep.Problems, CheckProblem{Tensor: nt.Name, Kind: "extra"})
 		}
 	}
-	// Hash on every core; each worker takes the next tensor. Mapped bytes are hashed in
-	// pieces and released as they are consumed, so even a tensor of many GB keeps resident
-	// memory bounded.
-	next := make(chan *job)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var sinceRelease int64
-	consumed := func(n int64) {
-		mu.Lock()
-		defer mu.Unlock()
-		rep.Bytes += n
-		if sinceRelease += n; sinceRelease >= releaseEvery {
-			ck.ReleaseMemory()
-			sinceRelease = 0
-		}
+	// Hash on every core, reading through statedict.ReadTensors: bounded resident memory
+	// however large the checkpoint.
+	ts := make([]statedict.NamedTensor, len(jobs))
+	sums := make([]*xxhash.Digest, len(jobs))
+	for i, j := range jobs {
+		ts[i] = statedict.NamedTensor{Name: j.want.Name, Tensor: j.t}
+		rep.Bytes += j.t.NBytes()
 	}
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for j := range next {
-				h := &pieceHasher{d: xxhash.New(), consumed: consumed}
-				_, j.err = j.t.WriteTo(h)
-				j.got = fmt.Sprintf("%016x", h.d.Sum64())
-			}
-		})
+	err = statedict.ReadTensors(context.Background(), ts, func(i int) io.Writer {
+		sums[i] = xxhash.New()
+		return sums[i]
+	}, statedict.ReadOptions{Release: ck.ReleaseMemory})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	for _, j := range jobs {
-		next <- j
+	for i, j := range jobs {
+		j.got = fmt.Sprintf("%016x", sums[i].Sum64())
 	}
-	close(next)
-	wg.Wait()
 	for _, j := range jobs {
 		switch {
 		case j.err != nil:
@@ -167,26 +155,4 @@ func describedAs(mt manifest.Tensor, t *statedict.Tensor) (CheckProblem, bool) {
 		return CheckProblem{Tensor: mt.Name, Kind: "nbytes", Want: fmt.Sprint(mt.NBytes), Got: fmt.Sprint(n)}, false
 	}
 	return CheckProblem{}, true
-}
-
-// releaseEvery is how many hashed bytes may stay resident from the mapped checkpoint before
-// they are dropped (they remain in the page cache): it bounds the process's memory.
-const releaseEvery = 32 << 20
-
-// pieceHasher hashes what is written to it a piece at a time, reporting each piece as
-// consumed so the caller can release the mapped pages behind it.
-type pieceHasher struct {
-	d        *xxhash.Digest
-	consumed func(int64)
-}
-
-// Write hashes p in pieces of releaseEvery/4.
-func (h *pieceHasher) Write(p []byte) (int, error) {
-	for done := 0; done < len(p); {
-		piece := p[done:min(len(p), done+releaseEvery/4)]
-		h.d.Write(piece)
-		done += len(piece)
-		h.consumed(int64(len(piece)))
-	}
-	return len(p), nil
 }

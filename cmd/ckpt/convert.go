@@ -22,6 +22,7 @@ func newConvertCmd() *cobra.Command {
 		to, format, mapLoc, dtype, sel, maxShard string
 		renames, drops                           []string
 		noStrip, force, resume, asJSON           bool
+		verbose, strict                          bool
 		optimDType                               string
 		optimNames                               []string
 		keepCUDARNG                              bool
@@ -51,7 +52,7 @@ loading; scales are dropped and the quantization config removed. --dequantize=au
 disagrees with its tensors is refused when dequantizing or casting.`,
 		Args: positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, ToolVersion: toolVersion(), Args: os.Args}
+			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, ToolVersion: toolVersion(), Args: os.Args}
 			switch to {
 			case "tpu", "cpu":
 				opts.Target = &runtime.Target{Device: to}
@@ -154,7 +155,12 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				return printJSON(out, sum)
 			}
 			for _, w := range sum.Warnings {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w.Message+warningHints[w.Kind])
+				if verbose {
+					for _, it := range w.Items {
+						fmt.Fprintln(cmd.ErrOrStderr(), "  -", it)
+					}
+				}
 			}
 			for _, s := range sum.Remap.Stripped {
 				fmt.Fprintf(out, "stripped wrapper prefix %s\n", s)
@@ -218,7 +224,17 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.BoolVar(&force, "force", false, "replace an existing DST (a file, or a folder an earlier conversion wrote)")
 	f.BoolVar(&resume, "resume", false, "continue a folder output whose conversion was killed, keeping the files it finished (checked against their checksums)")
 	f.BoolVar(&asJSON, "json", false, "print a machine-readable summary")
+	f.BoolVarP(&verbose, "verbose", "v", false, "list every value or file a warning concerns")
+	f.BoolVar(&strict, "strict", false, "fail, writing nothing, when the output would not hold all of the source's data")
 	return cmd
+}
+
+// warningHints point each kind of warning at the flag that changes it.
+var warningHints = map[string]string{
+	"cuda_rng_dropped":   " (--keep-cuda-rng keeps them)",
+	"values_not_written": " (--format torch or dcp; --strict makes this an error)",
+	"files_left_out":     " (--strict makes this an error)",
+	"optimizer_unmapped": " (--optimizer-names FILE ties them)",
 }
 
 // parseSize parses sizes like "5GB", "500MB", "2GiB", "1048576".

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/verify/forward"
+	"github.com/ckpt-dev/ckpt/verify/forward/kernel"
+	"github.com/spf13/cobra"
+)
+
+// forwardReport is the --json output of ckpt forward.
+type forwardReport struct {
+	Path      string    `json:"path"`
+	ModelType string    `json:"model_type"`
+	Precision string    `json:"precision"`
+	Kernel    string    `json:"kernel"`
+	Tokens    []int     `json:"tokens"`
+	Vocab     int       `json:"vocab"`
+	Out       string    `json:"out,omitempty"`
+	Top1      []int     `json:"top1"`
+	Top1Logit []float32 `json:"top1_logit"`
+	Seconds   float64   `json:"seconds"`
+}
+
+func newForwardCmd() *cobra.Command {
+	var (
+		tokens, out, precision, config string
+		keepFP8, force, asJSON         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "forward PATH --tokens 1,5,9",
+		Short: "Run a decoder-only model's forward pass in Go and write its logits",
+		Long: `forward reads the model at PATH (a Hugging Face folder, a torch.save file or safetensors
+file with config.json beside it, a DCP directory: anything ckpt reads) and runs its forward
+pass on the token ids --tokens at positions 0…T−1, as transformers does with eager attention.
+Supported model types: ` + strings.Join(forward.Supported(), ", ") + `.
+
+--out FILE writes the float32 logits [1, T, vocab] as the tensor "logits" of a safetensors
+file (written under a temporary name and renamed when complete; --force replaces an existing
+FILE). The command prints each position's most likely next token.
+
+--precision float32 (default) widens every weight exactly and computes in float32, matching
+transformers' float32 forward; --precision tpu rounds the inputs of every matrix product to
+bfloat16 and accumulates in float32, as a TPU's matrix unit does at default precision
+(--keep-fp8: FP8 weights enter the products as code×scale instead of being dequantized to
+bfloat16, as on a TPU with FP8 matrix units).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			start := time.Now()
+			ids, err := parseTokens(tokens)
+			if err != nil {
+				return usage(err)
+			}
+			prec, err := forward.ParsePrecision(precision)
+			if err != nil {
+				return usage(fmt.Errorf("--precision: %w", err))
+			}
+			if keepFP8 && prec != forward.TPU {
+				return usage(fmt.Errorf("--keep-fp8 applies to --precision tpu only"))
+			}
+			opts := forward.Options{Precision: prec, KeepFP8: keepFP8}
+			if config != "" {
+				if opts.Config, err = os.ReadFile(config); err != nil {
+					return err
+				}
+			}
+			m, err := forward.Open(args[0], opts)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			logits, err := m.Forward(ids)
+			if err != nil {
+				return err
+			}
+			vocab := m.Config().Vocab
+			if out != "" {
+				if err := writeLogits(out, logits, len(ids), vocab, force); err != nil {
+					return err
+				}
+			}
+			rep := forwardReport{Path: args[0], ModelType: m.Config().ModelType, Precision: prec.String(),
+				Kernel: kernel.Current(), Tokens: ids, Vocab: vocab, Out: out}
+			for t := range ids {
+				row := logits[t*vocab : (t+1)*vocab]
+				best := 0
+				for j, v := range row {
+					if v > row[best] || math.IsNaN(float64(row[best])) {
+						best = j
+					}
+				}
+				rep.Top1 = append(rep.Top1, best)
+				rep.Top1Logit = append(rep.Top1Logit, row[best])
+			}
+			rep.Seconds = time.Since(start).Seconds()
+			w := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(w, rep)
+			}
+			fmt.Fprintf(w, "%s: %s, %d tokens, vocab %d, %s precision (%s kernels), %.2f s\n",
+				rep.Path, rep.ModelType, len(ids), vocab, rep.Precision, rep.Kernel, rep.Seconds)
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "POSITION\tTOKEN\tNEXT (TOP-1)\tLOGIT")
+			for t, id := range ids {
+				fmt.Fprintf(tw, "%d\t%d\t%d\t%.4f\n", t, id, rep.Top1[t], rep.Top1Logit[t])
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if out != "" {
+				fmt.Fprintf(w, "logits [1, %d, %d] float32 written to %s\n", len(ids), vocab, out)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&tokens, "tokens", "", "comma-separated token ids (required)")
+	f.StringVar(&out, "out", "", "write the logits to this safetensors file")
+	f.StringVar(&precision, "precision", "float32", "float32 or tpu")
+	f.StringVar(&config, "config", "", "the model's config.json (default: in the folder or beside the file)")
+	f.BoolVar(&keepFP8, "keep-fp8", false, "with --precision tpu, multiply FP8 weights as FP8 codes times scales")
+	f.BoolVar(&force, "force", false, "replace an existing --out file")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	_ = cmd.MarkFlagRequired("tokens")
+	return cmd
+}
+
+// parseTokens reads "1,5,9" (spaces allowed).
+func parseTokens(s string) ([]int, error) {
+	var ids []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("--tokens: %q is not a token id", f)
+		}
+		ids = append(ids, v)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("--tokens: no token ids")
+	}
+	return ids, nil
+}
+
+// writeLogits writes logits [1, T, vocab] as the float32 tensor "logits" of a safetensors
+// file, atomically.
+func writeLogits(path string, logits []float32, T, vocab int, force bool) error {
+	f, err := atomicfile.Create(path, force)
+	if err != nil {
+		return err
+	}
+	defer f.Abort()
+	w, err := safetensors.NewWriter(f, []safetensors.TensorInfo{{Name: "logits", DType: "F32", Shape: []int64{1, int64(T), int64(vocab)}}}, nil)
+	if err != nil {
+		return err
+	}
+	if err := w.WriteTensor("logits", float32s(logits)); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return f.Commit()
+}
+
+// float32s writes its values as little-endian bytes.
+type float32s []float32
+
+func (v float32s) WriteTo(w io.Writer) (int64, error) {
+	buf := make([]byte, 0, 1<<16)
+	var n int64
+	for i, x := range v {
+		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
+		if len(buf) == cap(buf) || i == len(v)-1 {
+			m, err := w.Write(buf)
+			n += int64(m)
+			if err != nil {
+				return n, err
+			}
+			buf = buf[:0]
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,224 @@
+"""Tiny random decoder-only models and transformers' float32 logits for them.
+
+Usage (in the oracle chroot): python3 testdata/forward/gen.py OUTDIR [CASE ...]
+
+For every case it builds a model with random weights from a small config of one
+architecture, saves it under OUTDIR/CASE (a Hugging Face folder, a torch file, ...),
+reloads it with transformers' from_pretrained in float32 with eager attention, runs
+TOKENS through it and writes the logits [1, T, vocab] as OUTDIR/CASE.logits.safetensors
+(tensor "logits"), and as OUTDIR/CASE.tpu.safetensors the logits of the same model with
+every matrix product's inputs rounded to bfloat16 (tpu_matmuls). It prints a JSON list of {"name", "path", "tokens"} on stdout; "path"
+is what to hand to `ckpt forward`, relative to OUTDIR.
+"""
+
+import contextlib
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+import transformers
+
+TOKENS = [1, 5, 9, 2, 7, 3, 11, 4, 8, 6, 10, 12]
+
+def base(**kw):
+    c = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+             rms_norm_eps=1e-6, tie_word_embeddings=False)
+    c.update(kw)
+    return c
+
+# name -> (config class, model class, config kwargs, save mode)
+# save modes: "safetensors" (save_pretrained), "bf16" (save_pretrained in bfloat16),
+# "bin" (pytorch_model.bin in the folder), "pt" (a bare torch.save file beside config.json),
+# "mxfp4" (gpt-oss experts quantized to MXFP4 blocks/scales as the released checkpoint),
+# "fp8" (the decoder's linear weights as float8_e4m3fn codes with float32 16×16 block scales,
+# quant_method fp8 as DeepSeek-V3 and Qwen3-FP8 ship them).
+CASES = {
+    "llama_gqa": ("LlamaConfig", "LlamaForCausalLM", base(), "safetensors"),
+    "llama_tied_bias_llama3": ("LlamaConfig", "LlamaForCausalLM", base(
+        tie_word_embeddings=True, attention_bias=True, mlp_bias=True, num_key_value_heads=4,
+        rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+                             high_freq_factor=4.0, original_max_position_embeddings=16)), "safetensors"),
+    "llama_linear_bin": ("LlamaConfig", "LlamaForCausalLM", base(
+        rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=2.0)), "bin"),
+    "llama_dynamic_pt": ("LlamaConfig", "LlamaForCausalLM", base(
+        max_position_embeddings=8, rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0)), "pt"),
+    "llama_yarn": ("LlamaConfig", "LlamaForCausalLM", base(
+        head_dim=32, rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                          original_max_position_embeddings=16)), "safetensors"),
+    "llama_longrope": ("LlamaConfig", "LlamaForCausalLM", base(
+        max_position_embeddings=32, rope_parameters=dict(
+            rope_type="longrope", rope_theta=10000.0, original_max_position_embeddings=8,
+            short_factor=[1.0 + 0.1 * i for i in range(8)], long_factor=[1.5 + 0.2 * i for i in range(8)])), "safetensors"),
+    "mistral_window": ("MistralConfig", "MistralForCausalLM", base(sliding_window=4, num_hidden_layers=3), "safetensors"),
+    "qwen2_window": ("Qwen2Config", "Qwen2ForCausalLM", base(
+        use_sliding_window=True, sliding_window=3, max_window_layers=1, num_hidden_layers=3), "safetensors"),
+    "qwen2_tied_bf16": ("Qwen2Config", "Qwen2ForCausalLM", base(tie_word_embeddings=True), "bf16"),
+    "qwen3_headdim": ("Qwen3Config", "Qwen3ForCausalLM", base(head_dim=32, tie_word_embeddings=True), "safetensors"),
+    "qwen3_bf16": ("Qwen3Config", "Qwen3ForCausalLM", base(head_dim=16, num_key_value_heads=1), "bf16"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", base(
+        head_dim=16, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+        num_hidden_layers=3, decoder_sparse_step=1, mlp_only_layers=[1]), "safetensors"),
+    "qwen3_moe_step": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", base(
+        head_dim=16, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=16, norm_topk_prob=False,
+        decoder_sparse_step=2, tie_word_embeddings=True), "bf16"),
+    "llama_fp8": ("LlamaConfig", "LlamaForCausalLM", base(num_key_value_heads=4), "fp8"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", base(
+        head_dim=16, num_hidden_layers=3, sliding_window=3, query_pre_attn_scalar=24, tie_word_embeddings=True,
+        attn_logit_softcapping=5.0, final_logit_softcapping=3.0), "safetensors"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", base(
+        head_dim=16, num_hidden_layers=4, sliding_window=3, query_pre_attn_scalar=16, tie_word_embeddings=True,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        rope_parameters={"full_attention": dict(rope_type="linear", rope_theta=1000000.0, factor=8.0),
+                         "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}), "bf16"),
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", base(
+        head_dim=16, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, num_hidden_layers=3,
+        sliding_window=4, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0, beta_slow=1.0,
+                             truncate=False, original_max_position_embeddings=16)), "safetensors"),
+    "gpt_oss_mxfp4": ("GptOssConfig", "GptOssForCausalLM", base(
+        head_dim=16, num_local_experts=4, num_experts_per_tok=2, intermediate_size=64, num_hidden_layers=2,
+        sliding_window=4, rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
+                                               beta_slow=1.0, truncate=False, original_max_position_embeddings=16)),
+        "mxfp4"),
+}
+
+@contextlib.contextmanager
+def tpu_matmuls():
+    """Every matrix product's float32 inputs rounded to bfloat16 (nearest even), products and
+    sums in float32: a TPU matrix unit at default precision. Patches F.linear, torch.matmul
+    and Tensor.__matmul__, which the eager modeling code calls for every product."""
+    def r(t):
+        return t.to(torch.bfloat16).to(torch.float32) if t.dtype == torch.float32 else t
+    F = torch.nn.functional
+    lin, mm, tmm = F.linear, torch.matmul, torch.Tensor.__matmul__
+    F.linear = lambda x, w, b=None: lin(r(x), r(w), b)
+    torch.matmul = lambda a, b, **kw: mm(r(a), r(b), **kw)
+    torch.Tensor.__matmul__ = lambda a, b: tmm(r(a), r(b))
+    try:
+        yield
+    finally:
+        F.linear, torch.matmul, torch.Tensor.__matmul__ = lin, mm, tmm
+
+
+FP4_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def quantize_fp8(w, block=16):
+    """w [out, in] -> float8_e4m3fn codes, float32 scales [out/block, in/block] (scale = amax/448
+    per block) and the dequantized float32 weight f32(code)·scale."""
+    o, i = w.shape
+    blocks = w.reshape(o // block, block, i // block, block)
+    scales = (blocks.abs().amax(dim=(1, 3)) / 448.0).clamp(min=1e-12).float()
+    codes = (blocks / scales[:, None, :, None]).to(torch.float8_e4m3fn).reshape(o, i)
+    deq = (codes.float().reshape(o // block, block, i // block, block) * scales[:, None, :, None]).reshape(o, i)
+    return codes, scales, deq
+
+
+def quantize_mxfp4(w):
+    """w [E, in, out] (gpt-oss layout) -> blocks uint8 [E, out, in/32, 16], scales uint8 [E, out, in/32]
+    with random codes and exponents; returns them and the exact dequantized float32 [E, in, out]."""
+    E, n_in, n_out = w.shape
+    g = n_in // 32
+    codes = torch.randint(0, 16, (E, n_out, g, 32), dtype=torch.uint8)
+    scales = torch.randint(124, 130, (E, n_out, g), dtype=torch.uint8)
+    blocks = (codes[..., 0::2] | (codes[..., 1::2] << 4)).contiguous()
+    vals = FP4_VALUES[codes.long()] * torch.pow(2.0, scales.float() - 127)[..., None]
+    deq = vals.reshape(E, n_out, n_in).transpose(1, 2).contiguous()
+    return blocks, scales, deq
+
+
+def make(name, outdir):
+    cfg_cls, model_cls, kw, mode = CASES[name]
+    torch.manual_seed(sum(map(ord, name)))
+    cfg = getattr(transformers, cfg_cls)(**kw)
+    cfg._attn_implementation = "eager"
+    model = getattr(transformers, model_cls)(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    folder = os.path.join(outdir, name)
+    path = name
+    if mode == "safetensors":
+        model.save_pretrained(folder)
+    elif mode == "bf16":
+        model.to(torch.bfloat16).save_pretrained(folder)
+    elif mode in ("bin", "pt"):
+        model.save_pretrained(folder)
+        sd = {k: v.clone() for k, v in model.state_dict().items()}
+        if cfg.tie_word_embeddings:
+            sd.pop("lm_head.weight", None)
+        os.remove(os.path.join(folder, "model.safetensors"))
+        if mode == "bin":
+            torch.save(sd, os.path.join(folder, "pytorch_model.bin"))
+        else:
+            torch.save(sd, os.path.join(folder, "weights.pt"))
+            path = os.path.join(name, "weights.pt")
+    elif mode == "fp8":
+        sd = {k: v.clone().contiguous() for k, v in model.state_dict().items()}
+        with torch.no_grad():
+            for k in list(sd):
+                if ".layers." in k and k.endswith("_proj.weight"):
+                    codes, scales, deq = quantize_fp8(sd[k])
+                    sd[k], sd[k + "_scale_inv"] = codes, scales
+                    model.get_parameter(k).copy_(deq)  # the reference runs the dequantized weights
+        os.makedirs(folder, exist_ok=True)
+        save_file(sd, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+        c = cfg.to_dict()
+        c["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [16, 16]}
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(c, f, indent=2)
+    elif mode == "mxfp4":
+        sd = {k: v.clone().contiguous() for k, v in model.state_dict().items()}
+        for k in list(sd):
+            if k.endswith("mlp.experts.gate_up_proj") or k.endswith("mlp.experts.down_proj"):
+                blocks, scales, deq = quantize_mxfp4(sd.pop(k))
+                sd[k + "_blocks"], sd[k + "_scales"] = blocks, scales
+        os.makedirs(folder, exist_ok=True)
+        save_file(sd, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+        c = cfg.to_dict()
+        c["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+            "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(c, f, indent=2)
+    # The reference: reload what was saved, as a user would, in float32 with eager attention.
+    if mode == "fp8":
+        # transformers' fp8 integration needs an accelerator; the model in memory holds the
+        # dequantized weights (f32(code)·scale, DeepSeek's weight_dequant), which is what
+        # loading with dequantization computes.
+        ref = model
+    elif mode == "mxfp4":
+        ref = transformers.GptOssForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, attn_implementation="eager",
+            quantization_config=transformers.Mxfp4Config(dequantize=True))
+        # transformers dequantizes the experts to bfloat16 (exactly: every MXFP4 value is a
+        # bfloat16) and would run them in bfloat16; widen them to run the reference in float32.
+        ref = ref.float()
+    elif mode == "pt":
+        ref = getattr(transformers, model_cls)(cfg)
+        ref.load_state_dict(torch.load(os.path.join(folder, "weights.pt"), weights_only=True), strict=False)
+        ref.tie_weights()
+        ref = ref.float()
+    else:
+        ref = getattr(transformers, model_cls).from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+    ref.eval()
+    with torch.no_grad():
+        logits = ref(torch.tensor([TOKENS])).logits.float().contiguous()
+        with tpu_matmuls():
+            tpu = ref(torch.tensor([TOKENS])).logits.float().contiguous()
+    save_file({"logits": logits}, os.path.join(outdir, name + ".logits.safetensors"))
+    save_file({"logits": tpu}, os.path.join(outdir, name + ".tpu.safetensors"))
+    return {"name": name, "path": path, "tokens": TOKENS, "model_type": cfg.model_type}
+
+
+def main():
+    outdir = sys.argv[1]
+    names = sys.argv[2:] or list(CASES)
+    os.makedirs(outdir, exist_ok=True)
+    print(json.dumps([make(n, outdir) for n in names]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+package forward
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/verify/forward/kernel"
+)
+
+// Case is one tiny model written by testdata/forward/gen.py.
+type Case struct {
+	Name      string `json:"name"`
+	Path      string `json:"path"`
+	Tokens    []int  `json:"tokens"`
+	ModelType string `json:"model_type"`
+}
+
+var (
+	casesOnce sync.Once
+	casesDir  string
+	cases     []Case
+	casesErr  error
+)
+
+// generated runs the generator once per test binary and returns its cases and folder, which
+// TestMain removes when the tests are done.
+func generated(t *testing.T) ([]Case, string) {
+	t.Helper()
+	o := oracle.Require(t)
+	casesOnce.Do(func() {
+		base := filepath.Join(oracle.RepoRoot(), ".oracle-tmp")
+		if casesErr = os.MkdirAll(base, 0o755); casesErr != nil {
+			return
+		}
+		if casesDir, casesErr = os.MkdirTemp(base, "forward-cases-"); casesErr != nil {
+			return
+		}
+		var out []byte
+		out, casesErr = o.Python("testdata/forward/gen.py", "/repo/.oracle-tmp/"+filepath.Base(casesDir))
+		if casesErr == nil {
+			casesErr = json.Unmarshal(out, &cases)
+		}
+	})
+	if casesErr != nil {
+		t.Fatal(casesErr)
+	}
+	return cases, casesDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if casesDir != "" {
+		os.RemoveAll(casesDir)
+	}
+	os.Exit(code)
+}
+
+// readLogits reads the "logits" tensor [1, T, vocab] the generator wrote.
+func readLogits(t *testing.T, path string) ([]float32, []int64) {
+	t.Helper()
+	ck, err := formats.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	ts, err := ck.Tensors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nt := range ts {
+		if nt.Name != "logits" {
+			continue
+		}
+		if nt.Tensor.DType != statedict.Float32 {
+			t.Fatalf("%s: logits are %s", path, nt.Tensor.DType)
+		}
+		m, err := matrixOf(view{name: "logits", t: nt.Tensor, base: nt.Tensor.Offset, rs: nt.Tensor.NumEl(), cs: 1, rows: 1, cols: int(nt.Tensor.NumEl())}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := m.rowsF32(0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, nt.Tensor.Shape
+	}
+	t.Fatalf("%s: no logits tensor", path)
+	return nil, nil
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	var m float64
+	for i := range a {
+		d := math.Abs(float64(a[i]) - float64(b[i]))
+		if math.IsNaN(d) {
+			return math.Inf(1)
+		}
+		m = max(m, d)
+	}
+	return m
+}
+
+// TestMatchesTransformers runs every generated model in float32 and compares the logits
+// with transformers' float32 eager forward: at most 1e-4 apart. It runs once per matmul
+// kernel this machine has (AVX-512, AVX2, the portable fallback).
+func TestMatchesTransformers(t *testing.T) {
+	cs, dir := generated(t)
+	def := kernel.Current()
+	defer kernel.Use(def)
+	for _, impl := range kernel.Available() {
+		if err := kernel.Use(impl); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			t.Run(impl+"/"+c.Name, func(t *testing.T) { checkCase(t, dir, c) })
+		}
+	}
+}
+
+func checkCase(t *testing.T, dir string, c Case) {
+	{
+		{
+			want, shape := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
+			m, err := Open(filepath.Join(dir, c.Path), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			got, err := m.Forward(c.Tokens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(shape) != 3 || shape[1] != int64(len(c.Tokens)) || int(shape[2]) != m.Config().Vocab || len(got) != len(want) {
+				t.Fatalf("logits shape %v, got %d values for %d tokens × vocab %d", shape, len(got), len(c.Tokens), m.Config().Vocab)
+			}
+			d := maxAbsDiff(got, want)
+			t.Logf("%s (%s): max abs error %.3g over %d logits", c.Name, c.ModelType, d, len(got))
+			if d > 1e-4 {
+				t.Errorf("max abs error %g > 1e-4", d)
+			}
+		}
+	}
+}
+
+// TestMXFP4MatchesQuant checks the forward pass's MXFP4 row decoder bit for bit against
+// package quant's dequantization (itself bit-exact with transformers), on every expert of
+// the generated gpt-oss MXFP4 checkpoint.
+func TestMXFP4MatchesQuant(t *testing.T) {
+	_, dir := generated(t)
+	ck, err := formats.Open(filepath.Join(dir, "gpt_oss_mxfp4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	_, plan, err := quant.DetectCheckpoint(ck)
+	if err != nil || plan == nil {
+		t.Fatalf("plan %v, err %v", plan, err)
+	}
+	tensors := map[string]*statedict.Tensor{}
+	list, _ := ck.Tensors()
+	for _, nt := range list {
+		tensors[nt.Name] = nt.Tensor
+	}
+	checked := 0
+	for _, g := range plan.Groups {
+		E, in, out := int(g.Shape[0]), int(g.Shape[1]), int(g.Shape[2])
+		deq, err := g.Dequantize(statedict.BFloat16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := make([]byte, deq.NBytes())
+		if _, err := deq.Storage.ReadAt(all, 0); err != nil {
+			t.Fatal(err)
+		}
+		for e := range E {
+			m, err := mxfp4Expert(g.Name, g, tensors, e, E, out, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows := make([]byte, out*in*2)
+			if err := m.fill(rows, 0, out); err != nil {
+				t.Fatal(err)
+			}
+			for o := range out {
+				for i := range in {
+					got := binary.NativeEndian.Uint16(rows[(o*in+i)*2:])
+					want := binary.LittleEndian.Uint16(all[((e*in+i)*out+o)*2:])
+					if got != want {
+						t.Fatalf("%s expert %d [out %d, in %d]: %#04x, quant %#04x", g.Name, e, o, i, got, want)
+					}
+					checked++
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no MXFP4 values checked")
+	}
+}
+
+// TestTPUPrecisionMatchesEmulation compares --precision tpu with transformers run with every
+// matrix product's inputs rounded to bfloat16 (gen.py's tpu_matmuls). Rounding to bfloat16
+// amplifies the last-bit differences of float32 summation orders, so the two cannot agree
+// bit for bit; what must hold is that both depart from the float32 logits by the same
+// amount (a forward pass that rounded nothing, or rounded more than the matrix inputs, would
+// not), and that they stay close to each other.
+func TestTPUPrecisionMatchesEmulation(t *testing.T) {
+	cs, dir := generated(t)
+	for _, c := range cs {
+		t.Run(c.Name, func(t *testing.T) {
+			f32, _ := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
+			emu, _ := readLogits(t, filepath.Join(dir, c.Name+".tpu.safetensors"))
+			m, err := Open(filepath.Join(dir, c.Path), Options{Precision: TPU})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			got, err := m.Forward(c.Tokens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mean := func(a, b []float32) float64 {
+				var s float64
+				for i := range a {
+					s += math.Abs(float64(a[i]) - float64(b[i]))
+				}
+				return s / float64(len(a))
+			}
+			var scale float64
+			for _, v := range emu {
+				scale = max(scale, math.Abs(float64(v)))
+			}
+			ours, theirs, between := mean(got, f32), mean(emu, f32), mean(got, emu)
+			t.Logf("%s: mean |tpu−f32| %.3g (emulation %.3g), mean |tpu−emulation| %.3g, max |tpu−emulation| %.3g of max |logit| %.3g",
+				c.Name, ours, theirs, between, maxAbsDiff(got, emu), scale)
+			if ratio := ours / theirs; !(ratio > 0.5 && ratio < 2) {
+				t.Errorf("departure from float32 %.3g is %.2f× the emulation's %.3g", ours, ratio, theirs)
+			}
+			if d := maxAbsDiff(got, emu); d > 0.05*scale {
+				t.Errorf("max |tpu−emulation| %.3g exceeds 5%% of the largest logit %.3g", d, scale)
+			}
+		})
+	}
+}
+
+// TestKeepFP8 runs the FP8 checkpoint in TPU precision with and without KeepFP8: keeping the
+// weights as code×scale (unrounded) must change the logits and bring them closer to the
+// float32 reference than dequantizing the weights to bfloat16 does.
+func TestKeepFP8(t *testing.T) {
+	cs, dir := generated(t)
+	var c *Case
+	for i := range cs {
+		if cs[i].Name == "llama_fp8" {
+			c = &cs[i]
+		}
+	}
+	if c == nil {
+		t.Fatal("gen.py wrote no llama_fp8 case")
+	}
+	ref, _ := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
+	run := func(keep bool) []float32 {
+		m, err := Open(filepath.Join(dir, c.Path), Options{Precision: TPU, KeepFP8: keep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		out, err := m.Forward(c.Tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	mean := func(a, b []float32) float64 {
+		var s float64
+		for i := range a {
+			s += math.Abs(float64(a[i]) - float64(b[i]))
+		}
+		return s / float64(len(a))
+	}
+	bf16, kept := run(false), run(true)
+	t.Logf("mean |logit − float32|: FP8 dequantized to bfloat16 %.3g, kept as FP8 %.3g", mean(bf16, ref), mean(kept, ref))
+	if maxAbsDiff(bf16, kept) == 0 {
+		t.Fatal("KeepFP8 changed nothing")
+	}
+	if mean(kept, ref) >= mean(bf16, ref) {
+		t.Errorf("keeping FP8 weights exact did not bring the logits closer to float32")
+	}
+}
