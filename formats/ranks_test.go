@@ -101,7 +101,7 @@ func TestSafetensorsRanks(t *testing.T) {
 	}
 	back.Close()
 	man, _ := os.ReadFile(filepath.Join(dir, safetensors.ShardingFile))
-	for _, want := range []string{`"world_size": 4`, `"placements": [`, `"Shard(dim=1)"`, `"dtype": "BF16"`, `"name": "tp"`} {
+	for _, want := range []string{`"world_size": 4`, `"placements":["Replicate()","Shard(dim=1)"]`, `"dtype":"BF16"`, `"name": "tp"`} {
 		if !strings.Contains(string(man), want) {
 			t.Errorf("manifest lacks %s:\n%s", want, man)
 		}

@@ -27,6 +27,7 @@ func newConvertCmd() *cobra.Command {
 		optimNames                               []string
 		keepCUDARNG                              bool
 		dequantize, tpuGen                       string
+		shard                                    shardFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "convert --to tpu SRC DST",
@@ -97,8 +98,8 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			default:
 				return usage(fmt.Errorf("--dequantize=%q: all or auto", dequantize))
 			}
-			if opts.Dequantize == convert.DequantizeAuto && tpuGen == "" {
-				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v4, v5e, v5p, v6e or tpu7x)"))
+			if opts.Dequantize == convert.DequantizeAuto && tpuGen == "" && shard.topology == "" {
+				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v4, v5e, v5p, v6e or tpu7x) or --topology"))
 			}
 			if tpuGen != "" {
 				if opts.Dequantize != convert.DequantizeAuto {
@@ -107,6 +108,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				if opts.Target.Generation, err = runtime.LookupGeneration(tpuGen); err != nil {
 					return usage(fmt.Errorf("--tpu-gen: %w", err))
 				}
+			}
+			if err := shard.apply(cmd.Flags(), &opts, os.Getenv); err != nil {
+				return err
 			}
 			opts.Remap.StripWrappers = !noStrip
 			opts.Remap.PlainData = true
@@ -200,6 +204,13 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			if sum.Resumed > 0 {
 				fmt.Fprintf(out, "resumed: kept %d files the interrupted conversion finished\n", sum.Resumed)
 			}
+			if s := sum.Sharding; s != nil {
+				fmt.Fprintf(out, "sharded %d tensors over %d ranks (mesh %s); the others are whole on every rank\n", s.Sharded, s.Ranks, s.Mesh)
+			}
+			if sum.Host != nil {
+				printHost(out, sum)
+				return nil
+			}
 			fmt.Fprintf(out, "wrote %s (%s, %d tensors, %s) in %.2fs; manifest %s\n",
 				sum.Dst, sum.Format, sum.Tensors, humanBytes(sum.Bytes), sum.Seconds, sum.Manifest)
 			return nil
@@ -215,6 +226,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.BoolVar(&keepCUDARNG, "keep-cuda-rng", false, "keep CUDA RNG states (as CPU byte tensors) instead of dropping them")
 	f.StringVar(&dequantize, "dequantize", "", "unpack quantized tensors to --dtype (default bfloat16): --dequantize (all) or --dequantize=auto (with --tpu-gen)")
 	f.Lookup("dequantize").NoOptDefVal = string(convert.DequantizeAll)
+	shard.register(f)
 	f.StringVar(&tpuGen, "tpu-gen", "", "target TPU generation for --dequantize=auto: v4, v5e, v5p, v6e or tpu7x (v7x)")
 	f.StringArrayVar(&renames, "rename", nil, "REGEX=REPL applied to tensor names, in order (repeatable)")
 	f.StringVar(&sel, "select", "", "keep only the sub-tree at this dotted key (e.g. state_dict)")

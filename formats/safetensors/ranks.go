@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"hash"
@@ -53,7 +54,7 @@ type Sharding struct {
 	WorldSize int                  `json:"world_size"`
 	Mesh      []statedict.MeshAxis `json:"mesh"`
 	Files     []string             `json:"files"`
-	Tensors   []ShardedTensor      `json:"tensors"`
+	Tensors   []ShardedTensor      `json:"tensors,omitempty"`
 }
 
 // ShardedTensor is one tensor of a sharding manifest.
@@ -269,7 +270,7 @@ func finishRanks(out statedict.Output, flat *Flat, pieces []*statedict.TensorSha
 		}
 		m.Tensors = append(m.Tensors, ShardedTensor{Name: nt.Name, DType: info.DType, Shape: nt.Tensor.Shape, Placements: pl, Pieces: pieces[i].Pieces})
 	}
-	b, err := json.MarshalIndent(m, "", " ")
+	b, err := marshalSharding(&m)
 	if err != nil {
 		return "", err
 	}
@@ -282,4 +283,31 @@ func finishRanks(out statedict.Output, flat *Flat, pieces []*statedict.TensorSha
 		err = cerr
 	}
 	return ShardingFile, err
+}
+
+// marshalSharding writes a manifest as indented JSON with one tensor per line, so that
+// it stays readable (and diffable) for models of thousands of tensors.
+func marshalSharding(m *Sharding) ([]byte, error) {
+	head := *m
+	head.Tensors = nil
+	b, err := json.MarshalIndent(head, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	out.Write(b[:len(b)-2]) // up to the closing brace, without "\n}"
+	out.WriteString(",\n \"tensors\": [")
+	for i, t := range m.Tensors {
+		tb, err := json.Marshal(t)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			out.WriteString(",")
+		}
+		out.WriteString("\n  ")
+		out.Write(tb)
+	}
+	out.WriteString("\n ]\n}")
+	return out.Bytes(), nil
 }
