@@ -179,6 +179,9 @@ func layout(f Format, dst string, sharded bool) (formats.Layout, error) {
 	return "", fmt.Errorf("unknown output format %q (torch, safetensors, dcp)", f)
 }
 
+// openSource opens the checkpoint to convert (a test counts what is read through it).
+var openSource = formats.Open
+
 // Run performs the conversion. Cancelling ctx stops it between pieces of output and
 // removes everything written so far; the destination is then as it was.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
@@ -194,7 +197,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err := checkApart(opts.Src, opts.Dst); err != nil {
 		return nil, err
 	}
-	ck, err := formats.Open(opts.Src)
+	ck, err := openSource(opts.Src)
 	if err != nil {
 		return nil, err
 	}

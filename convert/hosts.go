@@ -132,12 +132,15 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 	case out.dir.Resumed != nil:
 		p.sum.Resumed = len(out.dir.Resumed)
 	}
-	if b, sealed := out.dir.Sealed(); sealed {
-		var hp hostPart
-		if err := json.Unmarshal(b, &hp); err != nil || hp.Run != run {
-			return nil, fmt.Errorf("%s: host %d finished its share of another conversion into %s (other source, options or version); remove it and convert again",
-				opts.Dst, h.Index, out.dir.Path)
+	var hp hostPart
+	if b, sealed := out.dir.Sealed(); sealed && (json.Unmarshal(b, &hp) != nil || hp.Run != run) {
+		// An earlier run's share of another conversion (other source, options or version).
+		if err := out.dir.Unseal(); err != nil {
+			return nil, err
 		}
+		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed this host's files of an earlier, different conversion into the same destination"})
+	}
+	if _, sealed := out.dir.Sealed(); sealed {
 		p.sum.Files, p.sum.Bytes = hp.Files, hp.Bytes
 		rep.Files, rep.Bytes = hp.Files, hp.Bytes
 	} else {

@@ -182,6 +182,34 @@ func (d *Dir) Sealed() ([]byte, bool) {
 	return d.member.sealed, true
 }
 
+// Unseal discards a member's sealed share — an earlier run's, of another conversion — so
+// that it writes its share anew: the files it journaled and its part are removed.
+func (d *Dir) Unseal() error {
+	m := d.member
+	if m == nil || m.sealed == nil {
+		return nil
+	}
+	jpath := filepath.Join(d.Path, controlName(m.host, "journal"))
+	_, started, err := readJournal(jpath)
+	if err != nil {
+		return err
+	}
+	for _, name := range started {
+		if err := os.Remove(filepath.Join(d.Path, filepath.FromSlash(name))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if err := os.Remove(filepath.Join(d.Path, controlName(m.host, "part"))); err != nil {
+		return err
+	}
+	d.journal.Close()
+	if d.journal, err = os.OpenFile(jpath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600); err != nil {
+		return err
+	}
+	m.sealed, d.Resumed, d.CleanedUp = nil, nil, true
+	return nil
+}
+
 // Seal ends a member's writing: the files it finished (each fsynced and journaled by the
 // caller) are its share, and part — the caller's record of them — is written atomically
 // for the finisher. A sealed share is kept when the member aborts.

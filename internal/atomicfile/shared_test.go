@@ -79,6 +79,20 @@ func TestShared(t *testing.T) {
 	if err := ds[1].Commit(); err == nil {
 		t.Fatal("host 1 committed")
 	}
+	// Unsealed (another conversion's share), a member's files go and it writes anew.
+	d2, err := JoinDir(dst, DirOptions{}, 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Unseal(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d2.Sealed(); ok || slices.Contains(entries(t, d2.Path), "__2_0.distcp") {
+		t.Fatalf("unsealed: %v", entries(t, d2.Path))
+	}
+	writeMember(t, d2, "__2_0.distcp", "yyy")
+	d2.Seal([]byte("part 2"))
+	d2.Abort()
 	writeMember(t, d0, ".metadata", "md")
 	os.WriteFile(filepath.Join(d0.Path, "stray"), nil, 0o644)
 	if err := d0.Commit(); !errors.Is(err, ErrForeign) {
