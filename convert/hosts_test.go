@@ -330,4 +330,3 @@ func covered(rs [][2]int64) int64 {
 	}
 	return n
 }
-
