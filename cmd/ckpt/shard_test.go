@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/runtime"
@@ -125,4 +127,63 @@ func TestShardFlags(t *testing.T) {
 			t.Errorf("%v %v: hosts %+v, %d ranks, %v; want %+v, %d", c.args, c.env, opts.Hosts, opts.Target.Ranks(), err, c.host, c.ranks)
 		}
 	}
+}
+
+// TestKillResumeHost kills host 1 of 2 with SIGKILL after it finished one of its 4 rank
+// files, while host 0 has sealed its share and waits: host 1 run again with --resume keeps
+// the finished file (and touches none of host 0's), and host 0 then finishes an output
+// identical to one process's.
+func TestKillResumeHost(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src.safetensors")
+	bigSource(t, src, 16, 1<<20) // 64 MiB of float32
+	args := func(dst string, extra ...string) []string {
+		return append([]string{"convert", "--to", "tpu", "--mesh", "fsdp=8", "--format", "dcp", "--num-hosts", "2", src, dst}, extra...)
+	}
+	single := filepath.Join(dir, "single")
+	if _, err := run(t, "convert", "--to", "tpu", "--mesh", "fsdp=8", "--format", "dcp", src, single); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "out")
+	host0 := ckptCmd(args(dst, "--host-index", "0")...)
+	var out0 bytes.Buffer
+	host0.Stdout, host0.Stderr = &out0, &out0
+	if err := host0.Start(); err != nil {
+		t.Fatal(err)
+	}
+	host1 := ckptCmd(args(dst, "--host-index", "1")...)
+	if err := host1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	journal := filepath.Join(dir, ".out.partial", ".ckpt-host-1.journal")
+	killed := false
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
+		b, _ := os.ReadFile(journal)
+		if bytes.Contains(b, []byte(`"__4_0.distcp","size":`)) && !bytes.Contains(b, []byte(`"__4_0.distcp","size":-1`)) ||
+			bytes.Count(b, []byte(`"size":-1`)) >= 2 {
+			killed = host1.Process.Signal(syscall.SIGKILL) == nil
+			break
+		}
+	}
+	host1.Wait()
+	if !killed {
+		t.Fatal("host 1 was not killed midway")
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Fatal("the output exists with host 1 killed")
+	}
+	out, err := ckptCmd(args(dst, "--host-index", "1", "--resume")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("host 1 resumed: %v\n%s", err, out)
+	}
+	if err := host0.Wait(); err != nil {
+		t.Fatalf("host 0: %v\n%s", err, out0.String())
+	}
+	if !strings.Contains(out0.String(), "every host finished") {
+		t.Fatalf("host 0 did not finish:\n%s", out0.String())
+	}
+	if got, want := treeHashes(t, dst), treeHashes(t, single); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after the kill: %v\none process: %v\nhost 1 resumed:\n%s", got, want, out)
+	}
+	t.Logf("host 1 resumed:\n%s", out)
 }
