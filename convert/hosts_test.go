@@ -3,6 +3,7 @@ package convert
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -329,4 +330,97 @@ func covered(rs [][2]int64) int64 {
 		n += r[1] - r[0]
 	}
 	return n
+}
+
+// TestMultiHostSafetensors: the same for a per-device safetensors folder, whose rank files
+// each hold every piece their rank holds (replicated tensors in every file): 4 hosts write
+// one process's files, and each reads from the source exactly the pieces its ranks hold.
+func TestMultiHostSafetensors(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "train.pt")
+	trainingSource(t, src)
+	mesh, _ := runtime.ParseMesh("fsdp=2,tp=4")
+	target, err := runtime.NewTarget("tpu", nil, nil, mesh, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	options := func(dst string, host, hosts int) Options {
+		o := DefaultOptions(src, dst)
+		o.Format, o.Target, o.ToolVersion = Safetensors, target, "test"
+		o.Hosts = Hosts{Index: host, Count: hosts}
+		return o
+	}
+	single := filepath.Join(dir, "single")
+	if _, err := Run(context.Background(), options(single, 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	multi := filepath.Join(dir, "multi")
+	logs := make([]*readLog, 4)
+	defer func(f func(string) (*statedict.Checkpoint, error)) { openSource = f }(openSource)
+	for _, h := range []int{2, 3, 1, 0} {
+		logs[h] = &readLog{ranges: map[string][][2]int64{}}
+		openSource = openCounting(logs[h])
+		if _, err := Run(context.Background(), options(multi, h, 4)); err != nil {
+			t.Fatalf("host %d: %v", h, err)
+		}
+	}
+	openSource = formats.Open
+	es, _ := os.ReadDir(single)
+	if len(es) != 10 {
+		t.Fatalf("one process wrote %d files", len(es))
+	}
+	for _, e := range es {
+		if e.Name() == manifest.Name {
+			continue
+		}
+		a, _ := os.ReadFile(filepath.Join(single, e.Name()))
+		b, err := os.ReadFile(filepath.Join(multi, e.Name()))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s differs between one process and 4 hosts (%v)", e.Name(), err)
+		}
+	}
+	if rep, err := verify.Check(multi, ""); err != nil || !rep.OK() {
+		t.Fatalf("check: %v %+v", err, rep)
+	}
+	ck, err := formats.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	b, _ := os.ReadFile(filepath.Join(multi, "sharding.json"))
+	var man struct {
+		Tensors []struct {
+			Name   string
+			Pieces []statedict.Piece
+		}
+	}
+	if err := json.Unmarshal(b, &man); err != nil {
+		t.Fatal(err)
+	}
+	for h := range 4 {
+		want := map[string][][2]int64{}
+		for _, st := range man.Tensors {
+			x, err := ck.Tensor(st.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, pc := range st.Pieces {
+				if !slices.ContainsFunc(pc.Ranks, func(r int) bool { return r/2 == h }) {
+					continue
+				}
+				for br := range (runtime.Chunk{Offsets: pc.Offsets, Sizes: pc.Sizes}).ByteRanges(x.Shape, x.Strides, x.Offset, int64(x.DType.Size())) {
+					want[x.Storage.Key] = append(want[x.Storage.Key], [2]int64{br.Offset, br.Offset + br.Length})
+				}
+			}
+		}
+		got := logs[h].ranges
+		if len(got) != len(want) {
+			t.Errorf("host %d read %d storages, its pieces are in %d", h, len(got), len(want))
+		}
+		for key, rs := range want {
+			if !slices.Equal(merge(got[key]), merge(rs)) {
+				t.Errorf("host %d read %v of storage %s, its files hold %v", h, merge(got[key]), key, merge(rs))
+			}
+		}
+	}
 }
