@@ -6,6 +6,10 @@
 // Tensors stream from the mapped source to the output; nothing is held whole in memory, and
 // the output appears under its final name only when complete.
 //
+// With a Target that has a mesh the output is per device — one file per rank holding that
+// rank's shards (sharding.go decides them; the layout's writer lays them out) — and Hosts
+// splits its writing across the machines of a multi-host job (hosts.go).
+//
 // The steps are open → plan → write → manifest; each lives with the package that knows its
 // layout, and convert only orchestrates.
 package convert

@@ -38,6 +38,15 @@ default — and writes DST as:
   --format torch        a torch.save file torch.load(weights_only=True) reads
   --format safetensors  DST.safetensors, or a Hugging Face folder (sharded by --max-shard-size)
   --format dcp          a torch.distributed.checkpoint directory
+With --topology and/or --mesh the output is per device, one file per rank (TorchTPU
+process) holding that rank's DTensor shards: --format dcp writes __R_0.distcp per rank
+(deduplicated as torch's planner does) and .metadata; --format safetensors one
+rank-R-of-N.safetensors per rank and sharding.json. Placements are ckpt plan's (--plan FILE
+overrides); optimizer moments follow their parameters. With --num-hosts N each host of a
+multi-host job (--host-index, default $JOB_COMPLETION_INDEX or $TPU_WORKER_ID) writes its
+own devices' files into DST's shared partial folder, reading only the source bytes they
+hold; host 0 waits for the others (--host-wait), writes the index and manifest and moves
+DST into place.
 The output is written under a temporary name, fsynced and renamed when complete; an
 existing DST is replaced only with --force. A manifest (DST.ckpt-manifest.json, or
 ckpt-manifest.json inside a folder) records the source, options, version and an xxhash64 of
