@@ -13,7 +13,7 @@ import (
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// DataFile is the single data file Write produces (rank 0, file 0).
+// DataFile is the one data file of an output written without a sharding: RankFile(0).
 const DataFile = "__0_0.distcp"
 
 // leaf is one flattened item of a DCP save plan.

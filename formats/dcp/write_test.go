@@ -267,3 +267,34 @@ type recorder struct{ *bytes.Buffer }
 func (r recorder) Sum(b []byte) []byte { return append(b, r.Bytes()...) }
 func (r recorder) Size() int           { return 0 }
 func (r recorder) BlockSize() int      { return 1 }
+
+// FuzzFinishParts feeds arbitrary parts to Finish (with valid ones beside them): it must
+// never panic, and a .metadata it writes must read back.
+func FuzzFinishParts(f *testing.F) {
+	ck, sh := shardedFixture(&testing.T{})
+	dir := f.TempDir()
+	var parts [][]byte
+	for _, ranks := range [][]int{{0, 1}, {2, 3}} {
+		w, err := Write(dirOutput(dir), ck, statedict.WriteOptions{Sharding: sh, Ranks: ranks})
+		if err != nil {
+			f.Fatal(err)
+		}
+		parts = append(parts, w.Part)
+	}
+	f.Add(parts[1])
+	f.Add([]byte(strings.Replace(string(parts[1]), `"length":`, `"length":-`, 1)))
+	f.Add([]byte(`{"ranks":[2,3],"items":[{"fqn":"model.rows","offsets":[4,0],"file":"__2_0.distcp","offset":0,"length":1e300}]}`))
+	f.Fuzz(func(t *testing.T, part []byte) {
+		out := t.TempDir()
+		if _, err := Finish(dirOutput(out), ck, statedict.WriteOptions{Sharding: sh}, [][]byte{parts[0], part}); err != nil {
+			return
+		}
+		b, err := os.ReadFile(filepath.Join(out, MetadataFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadMetadata(b, MetadataFile); err != nil {
+			t.Fatalf("Finish wrote a .metadata that does not read back: %v", err)
+		}
+	})
+}
