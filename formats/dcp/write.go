@@ -405,13 +405,15 @@ func standalone(t *statedict.Tensor) (*statedict.Tensor, error) {
 	nb := t.NBytes()
 	es := int64(t.DType.Size())
 	var st *statedict.Storage
+	if nb == 0 {
+		st = statedict.NewMappedStorage("empty", "cpu", t.DType, []byte{})
+		return &statedict.Tensor{DType: t.DType, Shape: t.Shape, Strides: statedict.ContiguousStrides(t.Shape), Storage: st, RequiresGrad: t.RequiresGrad}, nil
+	}
 	c, err := t.Contiguous()
 	if err != nil {
 		return nil, err
 	}
 	switch d, mapped := c.Storage.Mapped(); {
-	case nb == 0:
-		st = statedict.NewMappedStorage(c.Storage.Key, c.Storage.Location, t.DType, []byte{})
 	case c != t:
 		st = c.Storage // gathered: exactly the view's bytes
 	case mapped:

@@ -100,6 +100,7 @@ func shardedFixture(t *testing.T) (*statedict.Checkpoint, *statedict.Sharding) {
 	model.Set("rows", rows)
 	model.Set("cols", cols)
 	model.Set("rep", rep)
+	model.Set("none", &statedict.Tensor{DType: statedict.BFloat16, Shape: []int64{0, 3}, Strides: []int64{3, 1}})
 	opt := statedict.NewDict("")
 	opt.Set("step", step)
 	opt.Set("lr", 0.5)
@@ -158,8 +159,8 @@ func TestWriteSharded(t *testing.T) {
 			t.Errorf("%s stored in %q, want %s (all: %v)", k, where[k], f, where)
 		}
 	}
-	if len(md.Storage) != 10 {
-		t.Errorf("%d stored items, want 10: %v", len(md.Storage), where)
+	if len(md.Storage) != 11 {
+		t.Errorf("%d stored items, want 11: %v", len(md.Storage), where)
 	}
 	// Read back: every tensor whole and bit-exact.
 	got, err := Open(dir)
@@ -246,6 +247,10 @@ func TestWriteShardedSums(t *testing.T) {
 		b, ok := keys[nt.Tensor]
 		whole, _ := nt.Tensor.Bytes()
 		switch nt.Name {
+		case "model.none":
+			if ok {
+				t.Errorf("%s: a digest for an empty tensor", nt.Name)
+			}
 		case "model.cols":
 			if ok {
 				t.Errorf("%s: a digest of the whole tensor fed out of order", nt.Name)
@@ -256,7 +261,7 @@ func TestWriteShardedSums(t *testing.T) {
 			}
 		}
 	}
-	if len(keys) != 5 { // rows, rep, step whole; cols as two pieces
+	if len(keys) != 5 { // rows, rep, step whole; cols as two pieces; nothing for the empty one
 		t.Errorf("%d digests, want 5", len(keys))
 	}
 }
