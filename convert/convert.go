@@ -334,6 +334,16 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 	}
 	// A per-device layout hashes every tensor's bytes once, piece by piece.
 	p.total = contentBytes(tensors, formats.Writers[lay].Tree && p.sharding == nil)
+	if !formats.Writers[lay].Folder && len(ck.Extras) > 0 {
+		// A single file holds tensors only: say once what stays behind, and claim nothing
+		// about files that are not written.
+		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "files_not_carried", Items: ck.Extras,
+			Message: fmt.Sprintf("not carried: %s (a single-file output holds the checkpoint only; a folder output keeps them)", remap.Summarize(ck.Extras))})
+		if p.sum.Quantization != nil {
+			p.sum.Quantization.ConfigRemoved = nil
+		}
+		return p, nil
+	}
 	if opts.Remap.DType != statedict.Invalid && slices.Contains(ck.Extras, hf.ConfigFile) {
 		cfg, ok := p.rewrite[hf.ConfigFile]
 		if !ok {

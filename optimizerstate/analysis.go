@@ -48,14 +48,17 @@ type OptimizerInfo struct {
 
 // GroupInfo summarizes a param group: how many parameters, and its scalar options.
 type GroupInfo struct {
-	Params  int               `json:"params"`
-	Options map[string]string `json:"options"`
+	Params int `json:"params"`
+	// Options are the group's hyperparameters as typed values (numbers, booleans, lists,
+	// null; statedict.JSON), the params list left out.
+	Options map[string]any `json:"options"`
 }
 
 // ParamInfo is one optimizer parameter: its id, group, the model entry it maps to (with
 // that entry's shape) and its state tensors.
 type ParamInfo struct {
-	ID    string        `json:"id"`
+	// ID is the parameter's id as saved: an int, or a name for FQN-keyed optimizers.
+	ID    any           `json:"id"`
 	Group int           `json:"group"`
 	Name  string        `json:"name,omitempty"`
 	Shape []int64       `json:"shape,omitempty"`
@@ -67,7 +70,8 @@ type StateTensor struct {
 	Key   string  `json:"key"`
 	DType string  `json:"dtype,omitempty"`
 	Shape []int64 `json:"shape,omitempty"`
-	Value string  `json:"value,omitempty"`
+	// Value is a non-tensor state's value, typed (statedict.JSON).
+	Value any `json:"value,omitempty"`
 }
 
 // Analyze describes the training state of root; names are names files as for Find.
@@ -153,18 +157,16 @@ func describeOptimizer(f *Found) OptimizerInfo {
 		info.MappedBy, info.Unused = f.Mapping.By, f.Mapping.Unused
 	}
 	for _, g := range o.Groups {
-		gi := GroupInfo{Params: len(g.Params), Options: map[string]string{}}
+		gi := GroupInfo{Params: len(g.Params), Options: map[string]any{}}
 		for _, e := range g.Options.Entries() {
-			switch e.Value.(type) {
-			case *statedict.List, *statedict.Dict:
-			default:
-				gi.Options[statedict.KeyString(e.Key)] = describeValue(e.Value)
+			if k := statedict.KeyString(e.Key); k != "params" && k != "param_names" {
+				gi.Options[k] = statedict.JSON(e.Value)
 			}
 		}
 		info.Groups = append(info.Groups, gi)
 	}
 	for i, p := range o.Params {
-		pi := ParamInfo{ID: p.IDString(), Group: p.Group, Name: p.Name}
+		pi := ParamInfo{ID: statedict.JSON(p.ID), Group: p.Group, Name: p.Name}
 		if f.Mapping != nil {
 			mp := f.Mapping.Params[i]
 			pi.Name, pi.Shape = mp.Name, mp.Tensor.Shape
@@ -175,7 +177,7 @@ func describeOptimizer(f *Found) OptimizerInfo {
 				if t, ok := e.Value.(*statedict.Tensor); ok {
 					st.DType, st.Shape = t.DType.String(), t.Shape
 				} else {
-					st.Value = describeValue(e.Value)
+					st.Value = statedict.JSON(e.Value)
 				}
 				pi.State = append(pi.State, st)
 			}

@@ -1,6 +1,7 @@
 package remap
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ckpt-dev/ckpt/optimizerstate"
@@ -98,6 +99,10 @@ func (r *remapper) noteDict(src, out *statedict.Dict, keys []statedict.Value, na
 func (r *remapper) finishTraining() error {
 	for _, p := range r.training.pending {
 		f := r.training.found[p.src]
+		if f.Err != nil && r.opts.OptimizerNames != nil && errors.Is(f.Err, optimizerstate.ErrNotFitting) {
+			// Names were given to tie this optimizer to its model, and they do not fit it.
+			return fmt.Errorf("optimizer state %s: %w", f.Path, f.Err)
+		}
 		if f.Optimizer == nil {
 			r.rep.Warnings = append(r.rep.Warnings, Warning{Kind: "optimizer_not_understood", Items: []string{f.Path},
 				Message: fmt.Sprintf("%s: not understood as an optimizer state, converted as plain data: %v", f.Path, f.Err)})

@@ -1,6 +1,7 @@
 package statedict
 
 import (
+	"fmt"
 	"hash"
 	"io"
 )
@@ -77,3 +78,47 @@ type Writer func(out Output, ck *Checkpoint, opts WriteOptions) (*Written, error
 // index through out (DCP's .metadata) and reports the whole output's files. It reads no
 // tensor bytes.
 type Finisher func(out Output, ck *Checkpoint, opts WriteOptions, parts [][]byte) (*Written, error)
+
+// CopyFiles copies ck's extra files (config.json, tokenizer files, …: Checkpoint.Extras)
+// into a folder output, read through ck.Files (confined to the source folder), replacing
+// the content of those rewrite names (a nil content leaves the file out). It returns the
+// names written. Folder layouts call it so the files that travel with the weights do.
+func CopyFiles(out Output, ck *Checkpoint, rewrite map[string][]byte) ([]string, error) {
+	var names []string
+	for _, name := range ck.Extras {
+		content, rewritten := rewrite[name]
+		if rewritten && content == nil {
+			continue
+		}
+		w, err := out.Create(name)
+		if err != nil {
+			return nil, err
+		}
+		if rewritten {
+			_, err = w.Write(content)
+		} else {
+			err = copyFile(w, ck, name)
+		}
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+func copyFile(w io.Writer, ck *Checkpoint, name string) error {
+	if ck.Files == nil {
+		return fmt.Errorf("%s: the checkpoint has no folder to read %s from", ck.Path, name)
+	}
+	in, err := ck.Files.Open(name)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	_, err = io.Copy(w, in)
+	return err
+}

@@ -74,6 +74,10 @@ func Check(path, mpath string) (*CheckReport, error) {
 	}
 	ck, err := formats.Open(path)
 	if err != nil {
+		if errors.Is(err, statedict.ErrCorrupt) {
+			// A damaged output fails verification as a damaged tensor does.
+			return nil, fmt.Errorf("%w: %w", ErrFailed, err)
+		}
 		return nil, err
 	}
 	defer ck.Close()

@@ -32,8 +32,8 @@ problem when the checkpoint differs from its manifest.`,
 					return err
 				}
 			} else {
-				fmt.Fprintf(out, "%s: %d of %d tensors intact (%d bytes hashed), manifest %s\n",
-					rep.Path, rep.Checked, rep.Tensors, rep.Bytes, rep.Manifest)
+				fmt.Fprintf(out, "%s: %d of %s intact (%d bytes hashed), manifest %s\n",
+					rep.Path, rep.Checked, plural(rep.Tensors, "tensor"), rep.Bytes, rep.Manifest)
 				if !rep.OK() {
 					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "TENSOR\tPROBLEM\tMANIFEST\tOUTPUT")

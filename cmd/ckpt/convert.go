@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,9 +14,7 @@ import (
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 )
 
 func newConvertCmd() *cobra.Command {
@@ -60,52 +60,51 @@ loading; scales are dropped and the quantization config removed. --dequantize=au
 --tpu-gen GEN unpacks only what that TPU generation's matrix units do not take natively
 (ckpt devices lists them: float8_e4m3fn on TPU7x only, float8_e5m2 from v5e on, FP4 nowhere). A checkpoint that looks quantized but whose config is missing or
 disagrees with its tensors is refused when dequantizing or casting.`,
-		Args: positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt"),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 3 && cmd.Flags().Changed("dequantize") && (args[0] == "auto" || args[0] == "all") {
+				return usage(fmt.Errorf("--dequantize takes its value after '=': write --dequantize=%s", args[0]))
+			}
+			return positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt")(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, ToolVersion: toolVersion(), Args: os.Args}
-			switch to {
-			case "tpu", "cpu":
-				opts.Target = &runtime.Target{Device: to}
-			default:
-				return usage(fmt.Errorf("--to %q: the targets are tpu and cpu", to))
+			to, err := targetChoice.parse(to)
+			if err != nil {
+				return err
 			}
-			opts.Format = convert.Format(format)
-			if format == "" {
-				opts.Format = convert.Torch
-				if strings.HasSuffix(opts.Dst, ".safetensors") {
-					opts.Format = convert.Safetensors
+			opts.Target = &runtime.Target{Device: to}
+			if format != "" {
+				if format, err = formatChoice.parse(format); err != nil {
+					return err
 				}
 			}
-			var err error
+			if format == "" && (shard.mesh != "" || shard.topology != "") {
+				format = "dcp" // a per-device output: one file per rank
+			}
+			if opts.Dst, opts.Format, err = destination(args[0], args[1], format); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("map-location") {
 				if opts.Remap.Place, err = remap.ParseMapLocation(mapLoc); err != nil {
 					return usage(err)
 				}
 			}
-			switch dtype {
-			case "keep", "":
-			case "bfloat16", "float32", "float16":
-				opts.Remap.DType, _ = statedict.ParseDType(dtype)
-			default:
-				return usage(fmt.Errorf("--dtype %q: one of keep, bfloat16, float32, float16", dtype))
+			if opts.Remap.DType, err = parseDType(dtypeChoice("dtype"), dtype); err != nil {
+				return err
 			}
-			switch optimDType {
-			case "keep", "":
-			case "bfloat16", "float32", "float16":
-				opts.Remap.OptimizerDType, _ = statedict.ParseDType(optimDType)
-			default:
-				return usage(fmt.Errorf("--optimizer-dtype %q: one of keep, bfloat16, float32, float16", optimDType))
+			if opts.Remap.OptimizerDType, err = parseDType(dtypeChoice("optimizer-dtype"), optimDType); err != nil {
+				return err
 			}
 			if opts.Remap.OptimizerNames, err = parseOptimizerNames(optimNames); err != nil {
 				return err
 			}
 			opts.Remap.KeepCUDARNG = keepCUDARNG
-			switch dequantize {
-			case "", "none":
-			case string(convert.DequantizeAll), string(convert.DequantizeAuto):
-				opts.Dequantize = convert.DequantizeMode(dequantize)
-			default:
-				return usage(fmt.Errorf("--dequantize=%q: all or auto", dequantize))
+			if dequantize != "" {
+				d, err := dequantizeChoice.parse(dequantize)
+				if err != nil {
+					return err
+				}
+				opts.Dequantize = convert.DequantizeMode(d)
 			}
 			if opts.Dequantize == convert.DequantizeAuto && tpuGen == "" && shard.topology == "" {
 				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v4, v5e, v5p, v6e or tpu7x) or --topology"))
@@ -143,22 +142,14 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 					return err
 				}
 			}
-			var bar *progressbar.ProgressBar
-			if !asJSON && term.IsTerminal(int(os.Stderr.Fd())) {
-				bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(os.Stderr),
-					progressbar.OptionShowBytes(true), progressbar.OptionSetDescription("converting"),
-					progressbar.OptionThrottle(100_000_000), progressbar.OptionShowCount(),
-					progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
-				opts.Progress = func(done, total int64) {
-					if bar.GetMax64() != total {
-						bar.ChangeMax64(total)
-					}
-					bar.Set64(done)
-				}
+			prog, err := newProgress(cmd.ErrOrStderr(), flagString(cmd, "progress"), quiet(cmd) || asJSON && !cmd.Flags().Changed("progress"), "converting")
+			if err != nil {
+				return err
 			}
+			opts.Progress = prog.report
 			sum, err := convert.Run(cmd.Context(), opts)
-			if bar != nil {
-				bar.Finish()
+			if prog.finish != nil {
+				prog.finish()
 			}
 			if err != nil {
 				return err
@@ -167,11 +158,15 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			if asJSON {
 				return printJSON(out, sum)
 			}
+			errw := cmd.ErrOrStderr()
+			if quiet(cmd) {
+				out, errw = io.Discard, io.Discard
+			}
 			for _, w := range sum.Warnings {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w.Message+warningHints[w.Kind])
+				fmt.Fprintln(errw, "warning:", w.Message+warningHints[w.Kind])
 				if verbose {
 					for _, it := range w.Items {
-						fmt.Fprintln(cmd.ErrOrStderr(), "  -", it)
+						fmt.Fprintln(errw, "  -", it)
 					}
 				}
 			}
@@ -185,7 +180,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				fmt.Fprintf(out, "storages tagged %s → %s\n", from, to)
 			}
 			if sum.Remap.Cast > 0 {
-				fmt.Fprintf(out, "cast %d tensors to %s\n", sum.Remap.Cast, dtype)
+				fmt.Fprintf(out, "cast %s to %s\n", plural(sum.Remap.Cast, "tensor"), opts.Remap.DType)
 			}
 			if sum.ConfigDType != "" {
 				fmt.Fprintf(out, "config.json dtype %s\n", sum.ConfigDType)
@@ -194,24 +189,30 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				fmt.Fprintf(out, "dropped %d entries\n", len(sum.Remap.Dropped))
 			}
 			for _, o := range sum.Remap.Optimizers {
-				fmt.Fprintf(out, "optimizer state %s (%s): %d parameters%s\n", label(o.Path), o.Kind, o.Params, optimizerNote(o))
+				fmt.Fprintf(out, "optimizer state %s (%s): %s%s\n", label(o.Path), o.Kind, plural(o.Params, "parameter"), optimizerNote(o))
 			}
 			if q := sum.Quantization; q != nil {
-				if len(q.Dequantized) > 0 {
-					fmt.Fprintf(out, "dequantized %d %s tensors to %s; dropped %d scale tensors; removed the quantization config from %s\n",
-						len(q.Dequantized), q.Method, q.DType, len(q.Dropped), strings.Join(q.ConfigRemoved, ", "))
-				} else {
-					fmt.Fprintf(out, "kept %d %s-quantized tensors with their scales and config\n", len(q.Kept), q.Method)
+				carried := slices.Contains(sum.Files, "config.json")
+				switch {
+				case len(q.Dequantized) > 0 && len(q.ConfigRemoved) > 0:
+					fmt.Fprintf(out, "dequantized %s to %s; dropped %s; removed the quantization config from %s\n",
+						plural(len(q.Dequantized), q.Method+" tensor"), q.DType, plural(len(q.Dropped), "scale tensor"), strings.Join(q.ConfigRemoved, ", "))
+				case len(q.Dequantized) > 0:
+					fmt.Fprintf(out, "dequantized %s to %s; dropped %s\n", plural(len(q.Dequantized), q.Method+" tensor"), q.DType, plural(len(q.Dropped), "scale tensor"))
+				case carried:
+					fmt.Fprintf(out, "kept %s with their scales and config\n", plural(len(q.Kept), q.Method+"-quantized tensor"))
+				default:
+					fmt.Fprintf(out, "kept %s with their scales\n", plural(len(q.Kept), q.Method+"-quantized tensor"))
 				}
 			}
 			for _, r := range sum.Remap.Repaired {
 				fmt.Fprintf(out, "repaired %s (a DCP round trip had turned the Counter's int keys into strings)\n", r)
 			}
 			for _, a := range sum.Alongside {
-				fmt.Fprintf(out, "converted %s alongside (%d tensors; manifest %s)\n", filepath.Base(a.Dst), a.Tensors, filepath.Base(a.Manifest))
+				fmt.Fprintf(out, "converted %s alongside (%s; manifest %s)\n", filepath.Base(a.Dst), plural(a.Tensors, "tensor"), filepath.Base(a.Manifest))
 			}
 			if sum.Resumed > 0 {
-				fmt.Fprintf(out, "resumed: kept %d files the interrupted conversion finished\n", sum.Resumed)
+				fmt.Fprintf(out, "resumed: kept %s the interrupted conversion finished\n", plural(sum.Resumed, "file"))
 			}
 			if s := sum.Sharding; s != nil {
 				fmt.Fprintf(out, "sharded %d tensors over %d ranks (mesh %s); the others are whole on every rank\n", s.Sharded, s.Ranks, s.Mesh)
@@ -220,8 +221,8 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				printHost(out, sum)
 				return nil
 			}
-			fmt.Fprintf(out, "wrote %s (%s, %d tensors, %s) in %.2fs; manifest %s\n",
-				sum.Dst, sum.Format, sum.Tensors, humanBytes(sum.Bytes), sum.Seconds, sum.Manifest)
+			fmt.Fprintf(out, "wrote %s (%s, %s, %s) in %.2fs; manifest %s\n",
+				sum.Dst, sum.Format, plural(sum.Tensors, "tensor"), humanBytes(sum.Bytes), sum.Seconds, sum.Manifest)
 			return nil
 		},
 	}
@@ -246,8 +247,87 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.BoolVar(&resume, "resume", false, "continue a folder output whose conversion was killed, keeping the files it finished (checked against their checksums)")
 	f.BoolVar(&asJSON, "json", false, "print a machine-readable summary")
 	f.BoolVarP(&verbose, "verbose", "v", false, "list every value or file a warning concerns")
+	f.String("progress", "auto", "progress on stderr: auto (a bar on a terminal, plain lines otherwise), always, never")
 	f.BoolVar(&strict, "strict", false, "fail, writing nothing, when the output would not hold all of the source's data")
+	for _, c := range []choice{progressChoice, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype")} {
+		c.complete(cmd)
+	}
+	cmd.RegisterFlagCompletionFunc("map-location", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{"tpu", "cpu", "cuda:0=tpu", "xla:0=tpu"}, cobra.ShellCompDirectiveNoFileComp
+	})
 	return cmd
+}
+
+// parseDType parses a --dtype value: "keep" (or empty) is Invalid, no cast.
+func parseDType(c choice, s string) (statedict.DType, error) {
+	if s == "" {
+		return statedict.Invalid, nil
+	}
+	v, err := c.parse(s)
+	if err != nil || v == "keep" {
+		return statedict.Invalid, err
+	}
+	d, _ := statedict.ParseDType(v)
+	return d, nil
+}
+
+// destination applies the destination rules (README: "Where the output goes") to the
+// command line's SRC, DST and --format (empty when not given): the output path and format.
+//
+//   - DST ending in .safetensors, .pt, .pth or .bin names a file of that format.
+//   - A folder source, a DST ending in "/" or an existing folder give a folder output:
+//     with --format safetensors or without --format a Hugging Face folder (a DCP source, a
+//     DCP folder), with --format dcp a DCP folder — at DST itself, the configuration and
+//     tokenizer files carried along.
+//   - A single-file format (--format torch, or a file source without --format) with a
+//     folder DST writes a file inside it named after the source, as cp does.
+//   - Otherwise DST is a torch.save file.
+func destination(src, dst, format string) (string, convert.Format, error) {
+	st, err := os.Stat(src)
+	srcDir := err == nil && st.IsDir()
+	dstSt, err := os.Stat(dst)
+	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || err == nil && dstSt.IsDir()
+	ext := strings.ToLower(filepath.Ext(dst))
+	inside := func(f convert.Format, suffix string) (string, convert.Format, error) {
+		base := strings.TrimSuffix(filepath.Base(filepath.Clean(src)), filepath.Ext(src))
+		return filepath.Join(dst, base+suffix), f, nil
+	}
+	switch format {
+	case "torch":
+		if dstDir {
+			return inside(convert.Torch, ".pt")
+		}
+		return dst, convert.Torch, nil
+	case "dcp":
+		return dst, convert.DCP, nil
+	case "safetensors":
+		if dstDir || ext != ".safetensors" {
+			return dst, convert.Safetensors, nil // a folder
+		}
+		return dst, convert.Safetensors, nil
+	}
+	switch {
+	case ext == ".safetensors" && !dstDir:
+		return dst, convert.Safetensors, nil
+	case (ext == ".pt" || ext == ".pth" || ext == ".bin") && !dstDir:
+		return dst, convert.Torch, nil
+	case srcDir && isDCP(src):
+		return dst, convert.DCP, nil
+	case srcDir:
+		return dst, convert.Safetensors, nil // a Hugging Face folder
+	case dstDir:
+		if strings.HasSuffix(strings.ToLower(src), ".safetensors") {
+			return inside(convert.Safetensors, ".safetensors")
+		}
+		return inside(convert.Torch, ".pt")
+	}
+	return dst, convert.Torch, nil
+}
+
+// isDCP reports whether the folder dir is a torch.distributed.checkpoint directory.
+func isDCP(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, ".metadata"))
+	return err == nil
 }
 
 // warningHints point each kind of warning at the flag that changes it.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
@@ -94,6 +95,12 @@ func describe(err error) error {
 		msg = strings.Replace(msg, oe.Error(), "--"+oe.Option+" "+oe.Err.Error(), 1)
 	}
 	var ae *optimizerstate.AmbiguousError
+	var pe *fs.PathError
+	if errors.As(err, &pe) && errors.Is(err, fs.ErrNotExist) {
+		if hint := pathHint(pe.Path); hint != "" {
+			msg += "; " + hint
+		}
+	}
 	switch {
 	case errors.Is(err, atomicfile.ErrExists):
 		msg += " (--force replaces an earlier output)"
@@ -106,8 +113,57 @@ func describe(err error) error {
 	return &cliError{msg, err}
 }
 
-// execute runs the command line and returns its error as the command line shows it.
-func execute(root *cobra.Command) error { return describe(root.Execute()) }
+// execute runs the command line and returns its error as the command line shows it. A
+// command run with --json that fails also prints the error as a JSON object on stdout, so
+// a program reading the output always gets JSON.
+func execute(root *cobra.Command) error {
+	printedJSON = false
+	cmd, err := root.ExecuteC()
+	err = describe(err)
+	// A finding (failed check, plan that does not fit) comes with the report already printed.
+	if err != nil && cmd != nil && !printedJSON {
+		if j, _ := cmd.Flags().GetBool("json"); j {
+			printJSON(cmd.OutOrStdout(), errorJSON{Error: errorReport{Message: err.Error(), Kind: errorKind(err), ExitStatus: exitStatus(err)}})
+		}
+	}
+	return err
+}
+
+// errorJSON is what a failing command prints with --json.
+type errorJSON struct {
+	Error errorReport `json:"error"`
+}
+
+type errorReport struct {
+	Message    string `json:"message"`
+	Kind       string `json:"kind"`
+	ExitStatus int    `json:"exit_status"`
+}
+
+// errorKind names the kind of a command's error for programs.
+func errorKind(err error) string {
+	switch exitStatus(err) {
+	case exitUsage:
+		return "usage"
+	case exitDangerous:
+		return "dangerous"
+	case exitMismatch:
+		return "optimizer_mismatch"
+	case exitCorrupt:
+		return "verification_failed"
+	case exitNoFit:
+		return "does_not_fit"
+	}
+	switch {
+	case errors.Is(err, statedict.ErrCorrupt):
+		return "corrupt"
+	case errors.Is(err, statedict.ErrUnsupported):
+		return "unsupported"
+	case errors.Is(err, fs.ErrNotExist):
+		return "not_found"
+	}
+	return "error"
+}
 
 // positional checks a command's arguments against its synopsis ("SRC DST"), saying what is
 // missing or extra with an example, as a usage error.

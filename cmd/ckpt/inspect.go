@@ -92,7 +92,7 @@ func printReport(w io.Writer, r *inspect.Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\n%d tensors, %s\n", len(r.Tensors), humanBytes(r.TotalBytes))
+	fmt.Fprintf(w, "\n%s, %s\n", plural(len(r.Tensors), "tensor"), humanBytes(r.TotalBytes))
 	for _, t := range r.Totals {
 		fmt.Fprintf(w, "  %-18s %6d tensors  %s\n", t.DType, t.Tensors, humanBytes(t.NBytes))
 	}

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -39,11 +40,55 @@ func removePartialOnSignal(sigs <-chan os.Signal) {
 	os.Exit(128 + int(s))
 }
 
-// printJSON writes v as indented JSON, the --json output of every command.
+// quiet reports whether --quiet was given.
+func quiet(cmd *cobra.Command) bool {
+	q, _ := cmd.Flags().GetBool("quiet")
+	return q
+}
+
+// flagString is the value of a string flag of cmd.
+func flagString(cmd *cobra.Command, name string) string {
+	v, _ := cmd.Flags().GetString(name)
+	return v
+}
+
+// plural says "1 tensor", "2 tensors".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// schemaVersion is the version of every --json output's schema (docs/json.md); it changes
+// when a field changes meaning or goes away, not when one is added.
+const schemaVersion = 1
+
+// printedJSON records that the command being executed printed its --json output.
+var printedJSON bool
+
+// printJSON writes v, a struct or map that encodes as a JSON object, as the --json output of
+// a command: indented, with "schema_version" first.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) < 2 || b[0] != '{' {
+		return fmt.Errorf("--json output of %T is not an object", v)
+	}
+	head := fmt.Sprintf(`{"schema_version":%d`, schemaVersion)
+	if len(b) > 2 {
+		head += ","
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, append([]byte(head), b[1:]...), "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	printedJSON = true
+	_, err = w.Write(out.Bytes())
+	return err
 }
 
 func newRoot() *cobra.Command {
@@ -59,6 +104,9 @@ them for TorchTPU: device tags, dtypes, names, quantization and training state.
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
-	root.AddCommand(newVersionCmd(), newInspectCmd(), newScanCmd(), newConvertCmd(), newCheckCmd(), newDevicesCmd(), newPlanCmd(), newForwardCmd())
+	root.Version = toolVersion()
+	root.SetVersionTemplate("ckpt {{.Version}}\n")
+	root.PersistentFlags().BoolP("quiet", "q", false, "print errors only (no summary, warnings or progress)")
+	root.AddCommand(newVersionCmd(), newInspectCmd(), newScanCmd(), newConvertCmd(), newCheckCmd(), newDevicesCmd(), newPlanCmd(), newForwardCmd(), newGenDocsCmd())
 	return root
 }

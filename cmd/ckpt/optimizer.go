@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -37,7 +38,7 @@ func parseOptimizerNames(values []string) (map[string][]string, error) {
 // printTraining writes the human-readable training-state report of inspect --optimizer.
 func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 	for _, o := range a.Optimizers {
-		fmt.Fprintf(w, "\noptimizer state %s: %s, %s form, %d groups, %d parameters\n", label(o.Path), o.Kind, o.Form, len(o.Groups), len(o.Params))
+		fmt.Fprintf(w, "\noptimizer state %s: %s, %s form, %s, %s\n", label(o.Path), o.Kind, o.Form, plural(len(o.Groups), "group"), plural(len(o.Params), "parameter"))
 		for i, g := range o.Groups {
 			keys := make([]string, 0, len(g.Options))
 			for k := range g.Options {
@@ -46,9 +47,9 @@ func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 			sort.Strings(keys)
 			opts := make([]string, len(keys))
 			for j, k := range keys {
-				opts[j] = k + "=" + g.Options[k]
+				opts[j] = k + "=" + showValue(g.Options[k])
 			}
-			fmt.Fprintf(w, "  group %d: %d parameters; %s\n", i, g.Params, strings.Join(opts, " "))
+			fmt.Fprintf(w, "  group %d: %s; %s\n", i, plural(g.Params, "parameter"), strings.Join(opts, " "))
 		}
 		switch {
 		case o.Error != "" && o.Model != "":
@@ -68,14 +69,14 @@ func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 				if s.DType != "" {
 					st = append(st, fmt.Sprintf("%s %s%v", s.Key, s.DType, s.Shape))
 				} else {
-					st = append(st, s.Key+"="+s.Value)
+					st = append(st, s.Key+"="+showValue(s.Value))
 				}
 			}
 			shape := ""
 			if p.Shape != nil {
 				shape = fmt.Sprint(p.Shape)
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", p.ID, p.Group, p.Name, shape, strings.Join(st, ", "))
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", showValue(p.ID), p.Group, p.Name, shape, strings.Join(st, ", "))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -141,4 +142,17 @@ func list(s []string) string {
 		return "none"
 	}
 	return strings.Join(s, ", ")
+}
+
+// showValue renders a typed JSON value (statedict.JSON) for the human-readable reports, in
+// the same spelling as --json: true/false, null, numbers, [lists], "strings" unquoted.
+func showValue(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }

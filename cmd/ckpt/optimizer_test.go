@@ -36,7 +36,7 @@ func TestInspectOptimizer(t *testing.T) {
 			Optimizers []struct {
 				MappedBy string `json:"mapped_by"`
 				Params   []struct {
-					ID   string `json:"id"`
+					ID   int64  `json:"id"` // an int, as the optimizer saved it (issue 15, item 7)
 					Name string `json:"name"`
 				} `json:"params"`
 			} `json:"optimizers"`
@@ -45,7 +45,7 @@ func TestInspectOptimizer(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if o := rep.Training.Optimizers; len(o) != 1 || o[0].MappedBy != "shapes" || o[0].Params[19].Name != "model.norm.weight" {
+	if o := rep.Training.Optimizers; len(o) != 1 || o[0].MappedBy != "shapes" || o[0].Params[19].Name != "model.norm.weight" || o[0].Params[19].ID != 19 {
 		t.Errorf("training %+v", rep.Training)
 	}
 }

@@ -205,7 +205,7 @@ func tensorSpecs(ck *statedict.Checkpoint, names map[string][]string) ([]runtime
 // printPlan writes the human-readable memory plan.
 func printPlan(w io.Writer, r *planReport, tensors int) error {
 	mp := r.MemoryPlan
-	fmt.Fprintf(w, "%s (%s): %d tensors\n", r.Path, r.Format, tensors)
+	fmt.Fprintf(w, "%s (%s): %s\n", r.Path, r.Format, plural(tensors, "tensor"))
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}

@@ -119,7 +119,7 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 		}
 		return &statedict.Written{Files: files, Bytes: n, Part: part}, nil
 	}
-	return p.finish(out, stored)
+	return p.finish(out, ck, opts, stored)
 }
 
 // Finish is the statedict.Finisher of DCP directories written in parts (Write with
@@ -142,7 +142,7 @@ func Finish(out statedict.Output, ck *statedict.Checkpoint, opts statedict.Write
 			return nil, fmt.Errorf("no part holds rank %d's file %s", r, RankFile(r))
 		}
 	}
-	return p.finish(out, stored)
+	return p.finish(out, ck, opts, stored)
 }
 
 // RankFile is the data file of rank r: __R_0.distcp, as torch's FileSystemWriter names
@@ -291,8 +291,9 @@ func (p *savePlan) inOrder(ranks []int) map[*statedict.Tensor]bool {
 	return out
 }
 
-// finish writes the .metadata of the items stored and reports the whole output.
-func (p *savePlan) finish(out statedict.Output, st map[storageKey]stored) (*statedict.Written, error) {
+// finish writes the .metadata of the items stored, copies the checkpoint's extra files
+// (config.json, tokenizer files) and reports the whole output.
+func (p *savePlan) finish(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions, st map[storageKey]stored) (*statedict.Written, error) {
 	for _, it := range p.items {
 		if _, ok := st[it.key(p.leaves[it.leaf].fqn)]; !ok {
 			return nil, fmt.Errorf("%s: no part stored it (rank %d's)", p.leaves[it.leaf].fqn, it.writer)
@@ -309,6 +310,10 @@ func (p *savePlan) finish(out statedict.Output, st map[storageKey]stored) (*stat
 	if err != nil {
 		return nil, err
 	}
+	extras, err := statedict.CopyFiles(out, ck, opts.Rewrite)
+	if err != nil {
+		return nil, err
+	}
 	w := &statedict.Written{}
 	for r := range p.ranks {
 		w.Files = append(w.Files, RankFile(r))
@@ -316,7 +321,7 @@ func (p *savePlan) finish(out statedict.Output, st map[storageKey]stored) (*stat
 	for _, s := range st {
 		w.Bytes += s.length
 	}
-	w.Files = append(w.Files, MetadataFile)
+	w.Files = append(append(w.Files, MetadataFile), extras...)
 	return w, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
@@ -86,7 +85,7 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 		}
 		w.Files = append(w.Files, SafetensorsIndex)
 	}
-	extras, err := CopyExtras(out, ck, opts.Rewrite)
+	extras, err := statedict.CopyFiles(out, ck, opts.Rewrite)
 	if err != nil {
 		return nil, err
 	}
@@ -97,54 +96,12 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 // SafetensorsIndex is the index file of a sharded safetensors folder.
 const SafetensorsIndex = "model.safetensors.index.json"
 
-// CopyExtras copies ck's extra files (config.json, tokenizer files, …) into out, read
-// confined to the source folder, replacing the content of those rewrite names (a nil
-// content leaves the file out). It returns the names written.
-func CopyExtras(out statedict.Output, ck *statedict.Checkpoint, rewrite map[string][]byte) ([]string, error) {
-	var names []string
-	for _, name := range ck.Extras {
-		content, rewritten := rewrite[name]
-		if rewritten && content == nil {
-			continue
-		}
-		if rewritten {
-			if err := writeFile(out, name, content); err != nil {
-				return nil, err
-			}
-		} else if err := copyFile(out, ck, name); err != nil {
-			return nil, err
-		}
-		names = append(names, name)
-	}
-	return names, nil
-}
-
 func writeFile(out statedict.Output, name string, b []byte) error {
 	f, err := out.Create(name)
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func copyFile(out statedict.Output, ck *statedict.Checkpoint, name string) error {
-	if ck.Files == nil {
-		return fmt.Errorf("%s: %s: the checkpoint has no folder to read it from", ck.Path, name)
-	}
-	in, err := ck.Files.Open(name)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	f, err := out.Create(name)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(f, in)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

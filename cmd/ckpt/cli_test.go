@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestArgumentErrorsTeach: wrong command lines are usage errors (exit 2) that say what is
+// missing or wrong, suggest the nearest value and recognize paths ckpt does not read
+// (issue 15, item 5); the usual aliases are accepted.
+func TestArgumentErrorsTeach(t *testing.T) {
+	src := "../../testdata/torch/training_cuda.pt"
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"convert", "--to", "tpu", "x.pt"}, exitUsage, "missing DST (e.g. ckpt convert"},
+		{[]string{"convert", "--dequantize", "auto", "x.pt", "y.pt"}, exitUsage, "write --dequantize=auto"},
+		{[]string{"convert", "--dtype", "bfloat61", src, "y.pt"}, exitUsage, "did you mean bfloat16?"},
+		{[]string{"convert", "--format", "safetensor", src, "y.pt"}, exitUsage, "did you mean safetensors?"},
+		{[]string{"convert", "--to", "gpu", src, "y.pt"}, exitUsage, "one of tpu or cpu"},
+		{[]string{"convert", "--nonsense", src, "y.pt"}, exitUsage, "unknown flag"},
+		{[]string{"inspect", "gs://bucket/run/step-1000"}, exitFailure, "is in object storage"},
+		{[]string{"inspect", "s3://bucket/ckpt.pt"}, exitFailure, "mount the bucket"},
+		{[]string{"inspect", "Qwen/Qwen3-0.6B"}, exitFailure, "hf download Qwen/Qwen3-0.6B"},
+		{[]string{"inspect", "a.pt", "b.pt"}, exitUsage, "1 extra argument"},
+	}
+	for _, c := range cases {
+		_, err := run(t, c.args...)
+		if got := exitStatus(err); got != c.code || err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: exit %d, %v; want exit %d and %q", c.args, got, err, c.code, c.want)
+		}
+	}
+	for _, alias := range []string{"bf16", "fp16", "fp32", "BFloat16"} {
+		if _, err := run(t, "convert", "--dtype", alias, src, filepath.Join(t.TempDir(), "o.pt")); err != nil {
+			t.Errorf("--dtype %s: %v", alias, err)
+		}
+	}
+}
+
+// TestConventions: --version, -q, progress lines where stderr is not a terminal, and flag
+// values offered to shell completion (issue 15, item 6).
+func TestConventions(t *testing.T) {
+	out, err := run(t, "--version")
+	if err != nil || !strings.HasPrefix(out, "ckpt ") {
+		t.Errorf("--version: %q, %v", out, err)
+	}
+	src := "../../testdata/torch/training_cuda.pt"
+	root := newRoot()
+	var stdout, stderr bytes.Buffer
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs([]string{"convert", "-q", src, filepath.Join(t.TempDir(), "q.pt")})
+	if err := execute(root); err != nil || stdout.Len() != 0 || stderr.Len() != 0 {
+		t.Errorf("-q printed %q / %q (%v)", stdout.String(), stderr.String(), err)
+	}
+	root = newRoot()
+	stdout.Reset()
+	stderr.Reset()
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs([]string{"convert", src, filepath.Join(t.TempDir(), "p.pt")})
+	if err := execute(root); err != nil || !strings.Contains(stderr.String(), "converting: ") || !strings.Contains(stderr.String(), "(100%)") {
+		t.Errorf("progress lines on a non-terminal stderr: %q (%v)", stderr.String(), err)
+	}
+	for flag, want := range map[string]string{"--format": "safetensors", "--dtype": "bfloat16", "--tpu-gen": "tpu7x", "--progress": "never", "--map-location": "cpu"} {
+		out, err := run(t, "__complete", "convert", flag, "")
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("completion of %s: %q, %v", flag, out, err)
+		}
+	}
+}
+
+// TestPlainProgress: lines at every tenth, one at the end, and none past 100%.
+func TestPlainProgress(t *testing.T) {
+	var b bytes.Buffer
+	p := plainProgress(&b, "converting", time.Hour)
+	for d := int64(0); d <= 1000; d += 7 {
+		p.report(d, 1000)
+	}
+	p.report(1000, 1000)
+	p.finish()
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 11 || !strings.Contains(lines[10], "(100%)") {
+		t.Errorf("%d lines:\n%s", len(lines), b.String())
+	}
+}
+
+// TestExitStatusesAgree: a names file that does not fit the model fails convert with the
+// status inspect gives it (4), and a corrupt output fails check with 5 whether the damage is
+// in a tensor or in the header (issue 15, item 4).
+func TestExitStatusesAgree(t *testing.T) {
+	dir := t.TempDir()
+	names := filepath.Join(dir, "names.txt")
+	os.WriteFile(names, []byte("fc1.weight\nfc2.weight\nfc1.bias\nfc2.bias\nnorm.weight\nnorm.bias\n"), 0o644)
+	src := "../../testdata/torch/training_cuda.pt"
+	_, err := run(t, "inspect", "--optimizer-names", names, src)
+	if exitStatus(err) != exitMismatch {
+		t.Fatalf("inspect with a wrong names file: exit %d (%v)", exitStatus(err), err)
+	}
+	_, err = run(t, "convert", "--optimizer-names", names, src, filepath.Join(dir, "o.pt"))
+	if exitStatus(err) != exitMismatch {
+		t.Errorf("convert with a wrong names file: exit %d (%v)", exitStatus(err), err)
+	}
+	out := filepath.Join(dir, "out.safetensors")
+	if _, err := run(t, "convert", src, out); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	b[12] = '!' // inside the header's JSON
+	os.WriteFile(out, b, 0o644)
+	if _, err := run(t, "check", out); exitStatus(err) != exitCorrupt {
+		t.Errorf("check of a corrupt header: exit %d (%v)", exitStatus(err), err)
+	}
+}
+
+// TestJSONContract: every --json output is an object carrying schema_version, and a command
+// that fails with --json still prints JSON — the error, its kind and the exit status (issue
+// 15, item 7).
+func TestJSONContract(t *testing.T) {
+	src := "../../testdata/torch/training_cuda.pt"
+	dst := filepath.Join(t.TempDir(), "o.pt")
+	for _, args := range [][]string{
+		{"inspect", "--json", "--optimizer", src},
+		{"convert", "--json", src, dst},
+		{"check", "--json", dst},
+		{"scan", "--json", src},
+		{"devices", "--json", "--topology", "v5p-32"},
+	} {
+		out, err := run(t, args...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(out), &obj); err != nil || obj["schema_version"] != float64(schemaVersion) {
+			t.Errorf("%v: not a JSON object with schema_version (%v):\n%.300s", args, err, out)
+		}
+	}
+	out, err := run(t, "inspect", "--json", filepath.Join(t.TempDir(), "missing.pt"))
+	var e struct {
+		SchemaVersion int `json:"schema_version"`
+		Error         struct {
+			Message    string `json:"message"`
+			Kind       string `json:"kind"`
+			ExitStatus int    `json:"exit_status"`
+		} `json:"error"`
+	}
+	if jerr := json.Unmarshal([]byte(out), &e); jerr != nil || err == nil || e.Error.Kind != "not_found" || e.Error.ExitStatus != 1 || e.SchemaVersion != schemaVersion {
+		t.Errorf("error as JSON: %+v (%v, %v):\n%s", e, jerr, err, out)
+	}
+	out, err = run(t, "convert", "--json", "--dtype", "bf61", src, dst+"2")
+	if json.Unmarshal([]byte(out), &e) != nil || e.Error.Kind != "usage" || e.Error.ExitStatus != exitUsage {
+		t.Errorf("usage error as JSON: %+v (%v):\n%s", e, err, out)
+	}
+}
+
+// TestCompletionScripts: the generated completion scripts exist for bash, zsh and fish, and
+// bash accepts the bash one.
+func TestCompletionScripts(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		out, err := run(t, "completion", sh)
+		if err != nil || len(out) < 500 {
+			t.Fatalf("completion %s: %d bytes, %v", sh, len(out), err)
+		}
+		if sh == "bash" {
+			f := filepath.Join(t.TempDir(), "ckpt.bash")
+			os.WriteFile(f, []byte(out), 0o644)
+			if b, err := exec.Command("bash", "-n", f).CombinedOutput(); err != nil {
+				t.Errorf("bash -n: %v\n%s", err, b)
+			}
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// choice is the set of values a flag takes, with aliases, for parsing with a suggestion
+// of the nearest value and for shell completion.
+type choice struct {
+	flag    string
+	values  []string          // canonical values, in the order help lists them
+	aliases map[string]string // alias → canonical value
+}
+
+// dtypeChoice is --dtype and --optimizer-dtype: torch's names and the usual short ones.
+func dtypeChoice(flag string) choice {
+	return choice{flag, []string{"keep", "bfloat16", "float16", "float32"},
+		map[string]string{"bf16": "bfloat16", "fp16": "float16", "half": "float16", "f16": "float16", "fp32": "float32", "float": "float32", "f32": "float32"}}
+}
+
+var (
+	formatChoice     = choice{"format", []string{"torch", "safetensors", "dcp"}, map[string]string{"pt": "torch", "st": "safetensors"}}
+	targetChoice     = choice{"to", []string{"tpu", "cpu"}, nil}
+	dequantizeChoice = choice{"dequantize", []string{"all", "auto"}, map[string]string{"none": ""}}
+	tpuGenChoice     = choice{"tpu-gen", []string{"v4", "v5e", "v5p", "v6e", "tpu7x"}, map[string]string{"v5litepod": "v5e", "trillium": "v6e", "v7x": "tpu7x", "ironwood": "tpu7x"}}
+	progressChoice   = choice{"progress", []string{"auto", "always", "never"}, nil}
+)
+
+// parse returns the canonical value of s, or a usage error naming the values and the
+// nearest one.
+func (c choice) parse(s string) (string, error) {
+	l := strings.ToLower(strings.TrimSpace(s))
+	for _, v := range c.values {
+		if l == v {
+			return v, nil
+		}
+	}
+	if v, ok := c.aliases[l]; ok {
+		return v, nil
+	}
+	list := strings.Join(c.values[:len(c.values)-1], ", ") + " or " + c.values[len(c.values)-1]
+	msg := fmt.Sprintf("--%s %q: one of %s", c.flag, s, list)
+	var cands []string
+	cands = append(cands, c.values...)
+	for a, v := range c.aliases {
+		if v != "" {
+			cands = append(cands, a)
+		}
+	}
+	if near := nearest(l, cands); near != "" {
+		if v, ok := c.aliases[near]; ok {
+			near = v
+		}
+		msg += fmt.Sprintf(" (did you mean %s?)", near)
+	}
+	return "", usage(fmt.Errorf("%s", msg))
+}
+
+// complete offers the flag's values to shell completion.
+func (c choice) complete(cmd *cobra.Command) {
+	cmd.RegisterFlagCompletionFunc(c.flag, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return c.values, cobra.ShellCompDirectiveNoFileComp
+	})
+}
+
+// nearest is the candidate within edit distance 2 of s (the closest, first on ties), or "".
+func nearest(s string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := editDistance(s, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// pathHint explains a path that names a checkpoint where ckpt does not look: a bucket URL
+// or a Hugging Face repository id.
+func pathHint(p string) string {
+	switch {
+	case strings.HasPrefix(p, "gs://"), strings.HasPrefix(p, "s3://"):
+		return fmt.Sprintf("%s is in object storage: copy it to a local disk (gcloud storage cp -r / aws s3 cp --recursive) or mount the bucket (gcsfuse, mountpoint-s3), then give the local path", p)
+	case strings.Count(p, "/") == 1 && !strings.HasPrefix(p, ".") && !strings.HasPrefix(p, "/") && !strings.ContainsAny(p, `\:`):
+		return fmt.Sprintf("%s looks like a Hugging Face repository id: download it first (hf download %s --local-dir DIR) and give DIR", p, p)
+	}
+	return ""
+}
