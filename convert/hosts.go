@@ -160,6 +160,9 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		if len(w.NotWritten) > 0 {
 			p.sum.Warnings = append(p.sum.Warnings, notWritten(w.NotWritten, p.lay))
 		}
+		if err := strict(p, opts); err != nil {
+			return nil, err
+		}
 		b, err := json.Marshal(hostPart{Run: run, Host: h.Index, Hosts: h.Count, Ranks: ranks, Files: w.Files, Bytes: w.Bytes, Layout: w.Part})
 		if err != nil {
 			return nil, err
