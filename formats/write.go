@@ -42,8 +42,6 @@ type LayoutWriter struct {
 	// Finish, for the per-rank layouts (those that take a statedict.Sharding), completes an
 	// output whose ranks were written in parts; nil for the others.
 	Finish statedict.Finisher
-	// ShardedOnly marks a per-rank layout that exists only with a sharding.
-	ShardedOnly bool
 }
 
 // Writers lists the writer of every layout.
@@ -52,7 +50,7 @@ var Writers = map[Layout]LayoutWriter{
 	SafetensorsFile:  {Write: safetensors.WriteCheckpoint},
 	HFFolder:         {Write: hf.Write, Folder: true},
 	DCPFolder:        {Write: dcp.Write, Folder: true, Tree: true, Finish: dcp.Finish},
-	SafetensorsRanks: {Write: safetensors.WriteRanks, Folder: true, Finish: safetensors.FinishRanks, ShardedOnly: true},
+	SafetensorsRanks: {Write: safetensors.WriteRanks, Folder: true, Finish: safetensors.FinishRanks},
 }
 
 // ParseLayout parses a layout name.
