@@ -1,6 +1,14 @@
 // Package formats opens a checkpoint in any supported on-disk format, recognizing the
 // format by content rather than by file name: torch.save zip archives, legacy torch.save
 // streams and safetensors files (folders: Hugging Face and torch.distributed.checkpoint).
+//
+// It also scans checkpoints for code ([Scan]): every pickle torch.load(weights_only=False)
+// or DCP's loader would unpickle, found where they find it, is checked against a
+// default-deny policy — torch's weights_only allowlist and the pure-data reconstructors
+// ckpt models are allowed; every other global, dotted names included, is refused as
+// "known code execution" or "would import and call unknown code". Bytes no archive record,
+// pickle or DCP item accounts for, records torch refuses and layouts torch does not load
+// are problems that keep the scan from vouching for a file.
 package formats
 
 import (
@@ -42,7 +50,7 @@ func Detect(path string) (Kind, error) {
 	switch {
 	case bytes.HasPrefix(head, torchzip.Magic):
 		return TorchZip, nil
-	case bytes.HasPrefix(head, torchlegacy.Magic):
+	case torchlegacy.IsLegacy(head):
 		return TorchLegacy, nil
 	case bytes.HasPrefix(head, []byte("PYTORCH1")):
 		return "", fmt.Errorf("%s: a pre-1.0 preview torch archive (PYTORCH1), which torch itself no longer reads", path)
@@ -81,10 +89,22 @@ func Open(path string) (*statedict.Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	var ck *statedict.Checkpoint
 	if st.IsDir() {
-		return openDir(path)
+		ck, err = openDir(path)
+	} else {
+		ck, err = openFile(path)
 	}
-	return openFile(path)
+	if err != nil {
+		return nil, err
+	}
+	// Each pickle was checked as it was read; a folder's checkpoint joins many (DCP bytes
+	// items, shards), whose expansions add up.
+	if err := statedict.CheckExpansion(ck.Root); err != nil {
+		ck.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return ck, nil
 }
 
 func openFile(path string) (*statedict.Checkpoint, error) {

@@ -1,9 +1,6 @@
 package formats
 
 import (
-	"archive/zip"
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,64 +9,193 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
-	"github.com/ckpt-dev/ckpt/formats/torchlegacy"
-	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/internal/mmap"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Scanning
+//
+// Scan answers one question: would loading this checkpoint the way its producer loads it —
+// torch.load(weights_only=False), or DCP's loader, which unpickles .metadata with
+// pickle.load and every bytes item with torch.load(weights_only=False) — import or call
+// anything beyond pure data? It finds the pickles where those loaders find them, not by
+// guessing: a torch.save zip's data.pkl (and every other .pkl record), the sequence of
+// pickles of a legacy stream as torch.serialization._legacy_load reads it (any protocol,
+// any spelling of the magic number), the members of a legacy tar archive, a bare pickle,
+// a DCP folder's .metadata and each item its storage entries locate. Bytes that no archive
+// record, pickle or item accounts for, members torch refuses, and layouts torch does not
+// load are problems: the scan then cannot vouch for the file.
+//
+// The policy is default-deny. Allowed are torch's weights_only allowlist (pickle.Allowed)
+// and the pure-data reconstructors ckpt models (pickle.IsModeled, and the DCP metadata
+// dataclasses). Every other global — every dotted name included — is refused: "known
+// code execution" when it is or reaches a known gadget (pickle.Dangerous), "would import
+// and call unknown code" otherwise. A TorchScript archive is refused as known code
+// execution: torch.load hands it to torch.jit.load, which runs its code.
+
+// ScanResult is what Scan found.
+type ScanResult struct {
+	// Path is what was scanned.
+	Path string
+	// Files lists every file looked at with the layout it was read as, in scan order.
+	Files []ScannedFile
+	// Pickles lists every pickle found, in scan order.
+	Pickles []PickleScan
+	// Problems are what keeps the scan from vouching for a file: malformed pickles, bytes
+	// no record or item accounts for, members torch refuses, layouts it does not load.
+	Problems []Problem
+	// Code lists the findings that are not a global: a TorchScript archive.
+	Code []Finding
+}
+
+// ScannedFile is one file a scan looked at.
+type ScannedFile struct {
+	Path string
+	// Layout is how the file was read: "torch zip", "TorchScript archive", "torch legacy
+	// stream", "torch legacy tar", "pickle", "DCP metadata", "DCP data", "safetensors",
+	// or "not a checkpoint" (a folder's other files: configs, tokenizers, text).
+	Layout string
+}
+
+// Layouts a scan reports.
+const (
+	layoutZip         = "torch zip"
+	layoutTorchScript = "TorchScript archive"
+	layoutLegacy      = "torch legacy stream"
+	layoutTar         = "torch legacy tar"
+	layoutPickle      = "pickle"
+	layoutDCPMetadata = "DCP metadata"
+	layoutDCPData     = "DCP data"
+	layoutSafetensors = "safetensors"
+	layoutNone        = "not a checkpoint"
 )
 
 // PickleScan is the scan of one pickle inside a checkpoint.
 type PickleScan struct {
-	// File is the file holding the pickle; Where locates it inside the file ("data.pkl" of
-	// the zip, "object pickle" of a legacy stream, "archive at byte N" of a DCP file).
+	// File is the file holding the pickle; Where locates it inside the file ("archive/data.pkl"
+	// of a zip, "pickle 4 (object)" of a legacy stream, `item "optim.state"` of a DCP file).
 	File, Where string
 	// Base is the pickle's byte offset in File; global offsets in Report are relative to it.
-	Base   int64
-	Report pickle.ScanReport
-	// Err is set when the pickle is malformed; the globals seen before it are still listed.
+	// For a deflated record they are offsets in the inflated record, and Inflated is set.
+	Base     int64
+	Inflated bool
+	Report   pickle.ScanReport
+	// Err is set when the pickle is malformed; the globals seen before it are still listed
+	// (Python would have imported and called them before failing).
 	Err error
 }
 
-// Finding is a dangerous global found by Scan, located in its file.
-type Finding struct {
-	File, Where string
-	// Offset is the byte offset of the opcode in File.
+// Problem is a reason a scan cannot vouch for a file. Err wraps statedict.ErrCorrupt or
+// statedict.ErrUnsupported.
+type Problem struct {
+	File string
+	// Offset is the byte offset in File; -1 when the problem has no position.
 	Offset int64
-	Global pickle.Global
-	Why    string
+	Err    error
 }
 
-// Dangerous returns the globals of all scans that are classified dangerous.
-func Dangerous(scans []PickleScan) []Finding {
-	var out []Finding
-	for _, s := range scans {
+// Error formats the file, the offset and the cause.
+func (p Problem) Error() string {
+	if p.Offset >= 0 {
+		return fmt.Sprintf("%s (byte %d): %v", p.File, p.Offset, p.Err)
+	}
+	return fmt.Sprintf("%s: %v", p.File, p.Err)
+}
+
+// Unwrap returns the cause.
+func (p Problem) Unwrap() error { return p.Err }
+
+// Finding is a global (or, for Code findings, an archive) the policy refuses, located in
+// its file.
+type Finding struct {
+	File, Where string
+	// Offset is the byte offset of the opcode in File (in the inflated record when Inflated).
+	Offset   int64
+	Inflated bool
+	// Global is the name; zero for a Code finding.
+	Global pickle.Global
+	Class  pickle.Safety
+	// Why says how it runs code, for dangerous ones.
+	Why string
+}
+
+// Refused returns the findings the policy refuses, worst class first, then in scan order.
+func (r *ScanResult) Refused() []Finding {
+	out := append([]Finding(nil), r.Code...)
+	for _, s := range r.Pickles {
 		for _, g := range s.Report.Globals {
-			if g.Class == pickle.Unsafe {
-				why, _ := pickle.Dangerous(g.Global)
-				out = append(out, Finding{s.File, s.Where, s.Base + g.Offset, g.Global, why})
+			if g.Class.Refused() {
+				out = append(out, Finding{s.File, s.Where, s.Base + g.Offset, s.Inflated, g.Global, g.Class, g.Why})
 			}
 		}
 	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Class > out[j].Class })
 	return out
 }
 
-// Scan finds every pickle in the checkpoint at path (a file, or every file of a folder) and
-// lists the Python globals each references, without decoding values or executing anything:
-// torch.save zips (every .pkl record), legacy streams, bare pickles (DCP .metadata), and the
-// torch.save archives embedded back to back in DCP .distcp files, whose bytes items
-// PyTorch itself loads with weights_only=False.
-func Scan(path string) ([]PickleScan, error) {
+// SortedGlobals lists the distinct globals of all pickles, worst class first, then by name.
+func (r *ScanResult) SortedGlobals() []pickle.ScannedGlobal {
+	seen := map[pickle.Global]bool{}
+	var out []pickle.ScannedGlobal
+	for _, s := range r.Pickles {
+		for _, g := range s.Report.Globals {
+			if !seen[g.Global] {
+				seen[g.Global] = true
+				out = append(out, g)
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Class != out[j].Class {
+			return out[i].Class > out[j].Class
+		}
+		return out[i].Global.String() < out[j].Global.String()
+	})
+	return out
+}
+
+// scanPolicy adds to pickle.Classify the data classes other readers model: the DCP
+// metadata dataclasses (and the pathlib paths StorageMeta holds).
+var scanPolicy = func() map[pickle.Global]bool {
+	m := map[pickle.Global]bool{}
+	for _, g := range dcp.MetadataGlobals() {
+		m[g] = true
+	}
+	return m
+}()
+
+// Scan finds every pickle in the checkpoint at path (a file, or every file of a folder)
+// the way torch.load and DCP's loader find them, and classifies each Python global they
+// reference without decoding values or executing anything. The error is for a path that
+// cannot be read at all; everything about the content is in the result.
+func Scan(path string) (*ScanResult, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
+	s := &scanner{res: &ScanResult{Path: path}, covered: map[string]bool{}}
 	if !st.IsDir() {
-		return scanFile(path)
+		dir := filepath.Dir(path)
+		if strings.HasSuffix(path, ".distcp") && fileExists(filepath.Join(dir, dcp.MetadataFile)) {
+			s.dcpFolder(dir, filepath.Base(path))
+		}
+		if !s.covered[path] {
+			s.file(path, false)
+		}
+		s.finish()
+		return s.res, nil
 	}
-	var out []PickleScan
 	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if d.IsDir() {
+			if fileExists(filepath.Join(p, dcp.MetadataFile)) {
+				s.dcpFolder(p, "")
+			}
+			return nil
 		}
 		if d.Type()&fs.ModeSymlink != 0 {
 			// A link to a file is scanned like the file (a Hugging Face hub cache snapshot
@@ -80,148 +206,124 @@ func Scan(path string) ([]PickleScan, error) {
 		} else if !d.Type().IsRegular() {
 			return nil
 		}
-		scans, err := scanFile(p)
-		if err != nil {
-			return err
+		if !s.covered[p] {
+			s.file(p, true)
 		}
-		out = append(out, scans...)
 		return nil
 	})
-	return out, err
-}
-
-func scanFile(path string) ([]PickleScan, error) {
-	f, err := mmap.Open(path)
 	if err != nil {
 		return nil, err
 	}
+	s.finish()
+	return s.res, nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// scanner accumulates a ScanResult.
+type scanner struct {
+	res *ScanResult
+	// covered are the files already scanned as part of a DCP folder.
+	covered map[string]bool
+}
+
+// finish applies the policy's extra data classes.
+func (s *scanner) finish() {
+	for i := range s.res.Pickles {
+		gs := s.res.Pickles[i].Report.Globals
+		for j := range gs {
+			if gs[j].Class == pickle.Unknown && scanPolicy[gs[j].Global] {
+				gs[j].Class = pickle.Modeled
+			}
+		}
+	}
+}
+
+func (s *scanner) layout(path, layout string) {
+	s.res.Files = append(s.res.Files, ScannedFile{path, layout})
+}
+
+func (s *scanner) problem(file string, off int64, kind error, format string, args ...any) {
+	s.res.Problems = append(s.res.Problems, Problem{file, off, fmt.Errorf("%w: %s", kind, fmt.Sprintf(format, args...))})
+}
+
+// file scans one file as torch.load reads it. In a folder a file of no known layout is
+// listed and skipped; scanned on its own it is a problem.
+func (s *scanner) file(path string, inFolder bool) {
+	f, err := mmap.Open(path)
+	if err != nil {
+		s.problem(path, -1, statedict.ErrCorrupt, "%v", err)
+		return
+	}
 	defer f.Close()
 	data := f.Bytes()
+	if strings.HasSuffix(path, ".distcp") {
+		// A DCP data file outside a folder whose .metadata locates its items: find the
+		// archives by their structure, and say the scan could not locate them as DCP does.
+		s.layout(path, layoutDCPData)
+		s.problem(path, -1, statedict.ErrCorrupt, "no readable %s locates this data file's items: they were found by their structure, not as DCP finds them", dcp.MetadataFile)
+		s.concatenated(path, data)
+		return
+	}
+	if layout := s.torchLoad(path, data, 0, "", true, inFolder); layout != "" {
+		s.layout(path, layout)
+		return
+	}
+	if looksLikeSafetensors(data) {
+		s.layout(path, layoutSafetensors)
+		return
+	}
+	s.layout(path, layoutNone)
+	if !inFolder {
+		s.problem(path, -1, statedict.ErrUnsupported, "not a checkpoint: neither a torch.save zip, legacy stream or tar, a pickle, a DCP folder nor safetensors")
+	}
+}
+
+// torchLoad scans data (at base in file) as torch.load reads a stream: a zip archive when
+// it starts with the zip magic, a legacy tar archive (files only: torch tries tar only on
+// real files at offset 0), else the legacy pickle sequence. where prefixes pickle
+// locations. It returns the layout, or "" when data is none of these: a stream whose first
+// pickle breaks before importing anything is not a pickle (lenient: in a folder, only
+// globals shaped like Python names count, so text files are not taken for pickles).
+func (s *scanner) torchLoad(file string, data []byte, base int64, where string, isFile, lenient bool) string {
 	switch {
-	case bytes.HasPrefix(data, torchzip.Magic):
-		if strings.HasSuffix(path, ".distcp") {
-			return scanConcatenatedZips(path, data), nil
-		}
-		return scanZip(path, data, 0, "")
-	case bytes.HasPrefix(data, torchlegacy.Magic):
-		return scanStream(path, data, 5, "legacy stream"), nil
-	case len(data) > 1 && data[0] == 0x80 && data[1] <= 5:
-		return scanStream(path, data, 1, "bare"), nil
+	case len(data) >= 4 && string(data[:4]) == zipMagic:
+		return s.zipArchive(file, data, base, where)
+	case isFile && isTar(data):
+		s.tarArchive(file, data)
+		return layoutTar
+	case isFile && strings.HasSuffix(file, ".safetensors"):
+		// torch.load hands *.safetensors paths to the safetensors library.
+		return ""
 	}
-	return nil, nil
+	return s.legacy(file, data, base, where, lenient)
 }
 
-// scanZip scans every .pkl record of a zip archive held in data (at base within path).
-func scanZip(path string, data []byte, base int64, where string) ([]PickleScan, error) {
-	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
-	if err != nil && !errors.Is(err, zip.ErrInsecurePath) {
-		return nil, fmt.Errorf("%s: %szip: %w", path, where, err)
-	}
-	var out []PickleScan
-	for _, zf := range zr.File {
-		if !strings.HasSuffix(zf.Name, ".pkl") {
-			continue
-		}
-		s := PickleScan{File: path, Where: strings.TrimSpace(where + zf.Name)}
-		off, err := zf.DataOffset()
-		if err != nil || zf.Method != zip.Store || off+int64(zf.CompressedSize64) > int64(len(data)) {
-			s.Err = fmt.Errorf("record %s is not a readable stored record", zf.Name)
-			out = append(out, s)
-			continue
-		}
-		s.Base = base + off
-		s.Report, s.Err = pickle.Scan(data[off : off+int64(zf.CompressedSize64)])
-		out = append(out, s)
-	}
-	return out, nil
+// addPickle records a pickle scan.
+func (s *scanner) addPickle(ps PickleScan) {
+	s.res.Pickles = append(s.res.Pickles, ps)
 }
 
-// scanStream scans up to n pickles that follow each other at the start of data.
-func scanStream(path string, data []byte, n int, where string) []PickleScan {
-	var out []PickleScan
-	var off int64
-	for i := 0; i < n && off < int64(len(data)); i++ {
-		dec := pickle.NewDecoder(data[off:], pickle.Options{PersistentLoad: func(pickle.Value) (pickle.Value, error) { return pickle.None{}, nil }})
-		_, derr := dec.Decode()
-		end := off + dec.Offset()
-		s := PickleScan{File: path, Where: fmt.Sprintf("%s pickle %d", where, i+1), Base: off}
-		if derr != nil {
-			end = int64(len(data)) // scan what is there; Scan reports where it breaks
-		}
-		s.Report, s.Err = pickle.Scan(data[off:end])
-		out = append(out, s)
-		if derr != nil {
-			break
-		}
-		off = end
+// pickleProblem records a malformed pickle as a problem too.
+func (s *scanner) pickleProblem(ps PickleScan) {
+	if ps.Err == nil {
+		return
 	}
-	return out
+	off := int64(-1)
+	var pe *pickle.Error
+	if errors.As(ps.Err, &pe) && !ps.Inflated {
+		off = ps.Base + pe.Offset
+	}
+	s.problem(ps.File, off, statedict.ErrCorrupt, "%s: malformed pickle: %v", ps.Where, ps.Err)
 }
 
-// scanConcatenatedZips walks the torch.save archives DCP writes back to back in a .distcp
-// file: each ends with its end-of-central-directory record.
-func scanConcatenatedZips(path string, data []byte) []PickleScan {
-	var out []PickleScan
-	var off int64
-	for off < int64(len(data)) {
-		if !bytes.HasPrefix(data[off:], torchzip.Magic) {
-			// Safetensors-format DCP files or trailing data: nothing pickled beyond here.
-			break
-		}
-		end := zipEnd(data[off:])
-		if end < 0 {
-			out = append(out, PickleScan{File: path, Where: fmt.Sprintf("archive at byte %d", off), Base: off, Err: errors.New("no end-of-central-directory record")})
-			break
-		}
-		scans, err := scanZip(path, data[off:off+end], off, fmt.Sprintf("archive at byte %d: ", off))
-		if err != nil {
-			out = append(out, PickleScan{File: path, Where: fmt.Sprintf("archive at byte %d", off), Base: off, Err: err})
-			break
-		}
-		out = append(out, scans...)
-		off += end
+// joinWhere prefixes a location inside a file with the enclosing item's.
+func joinWhere(prefix, where string) string {
+	if prefix == "" {
+		return where
 	}
-	return out
-}
-
-// zipEnd returns the length of the zip archive at the start of data, found from its first
-// end-of-central-directory record (signature, 22 bytes, comment), or -1.
-func zipEnd(data []byte) int64 {
-	sig := []byte("PK\x05\x06")
-	from := 0
-	for {
-		i := bytes.Index(data[from:], sig)
-		if i < 0 {
-			return -1
-		}
-		p := from + i
-		if p+22 <= len(data) {
-			comment := int(binary.LittleEndian.Uint16(data[p+20:]))
-			if p+22+comment <= len(data) {
-				return int64(p + 22 + comment)
-			}
-		}
-		from = p + 1
-	}
-}
-
-// SortedGlobals lists the distinct globals of the scans, dangerous first, then by name.
-func SortedGlobals(scans []PickleScan) []pickle.ScannedGlobal {
-	seen := map[pickle.Global]bool{}
-	var out []pickle.ScannedGlobal
-	for _, s := range scans {
-		for _, g := range s.Report.Globals {
-			if !seen[g.Global] {
-				seen[g.Global] = true
-				out = append(out, g)
-			}
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if (out[i].Class == pickle.Unsafe) != (out[j].Class == pickle.Unsafe) {
-			return out[i].Class == pickle.Unsafe
-		}
-		return out[i].Global.String() < out[j].Global.String()
-	})
-	return out
+	return prefix + ": " + where
 }

@@ -40,6 +40,9 @@ func addModule(sd *Dict, o *Object, prefix string, open map[*Object]bool) error 
 	if open[o] {
 		return fmt.Errorf("%s: module %s contains itself", prefix, o.Class)
 	}
+	if len(open) >= maxValueDepth {
+		return fmt.Errorf("%s: %w: modules nested deeper than %d levels", prefix, ErrUnsupported, maxValueDepth)
+	}
 	open[o] = true
 	defer delete(open, o)
 	d, ok := moduleDict(o)

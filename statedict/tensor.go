@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"math/bits"
+	"os"
+	"strconv"
 )
 
 // Storage is a flat run of bytes that one or more tensors view, as torch's UntypedStorage.
@@ -264,6 +266,37 @@ func (t *Tensor) Validate() error {
 	return nil
 }
 
+// MaxViewExpansion is how many bytes more than its storage holds a view may materialise
+// (WriteTo: hashing, converting to formats without views). Only overlapping views —
+// stride 0 (expand) or overlapping strides — exceed their storage: zeros(1).expand(2**36)
+// is 256 GiB from 4 stored bytes. The CKPT_MAX_VIEW_EXPANSION environment variable (bytes)
+// overrides it.
+var MaxViewExpansion int64 = 1 << 30
+
+// viewExpansionLimit is MaxViewExpansion, or CKPT_MAX_VIEW_EXPANSION when set.
+func viewExpansionLimit() int64 {
+	if s := os.Getenv("CKPT_MAX_VIEW_EXPANSION"); s != "" {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return MaxViewExpansion
+}
+
+// CheckView refuses to materialise a view whose logical bytes exceed its storage's by
+// more than the limit.
+func (t *Tensor) CheckView() error {
+	if t.Storage == nil {
+		return nil
+	}
+	limit := viewExpansionLimit()
+	if n := t.NBytes(); n > t.Storage.Size && n-t.Storage.Size > limit {
+		return fmt.Errorf("%s: storage %q: %w: a view (shape %v, strides %v) expands its %d stored bytes to %d (more than %d bytes beyond the storage): set CKPT_MAX_VIEW_EXPANSION to a larger byte count to materialise it anyway",
+			t.Storage.File, t.storageKey(), ErrUnsupported, t.Shape, t.Strides, t.Storage.Size, n, limit)
+	}
+	return nil
+}
+
 // IsWholeStorage reports whether the tensor's contiguous bytes (what WriteTo writes) are
 // exactly its storage's bytes as stored, so that a checksum of one is a checksum of the other.
 func (t *Tensor) IsWholeStorage() bool {
@@ -281,6 +314,9 @@ const copyBuf = 1 << 20
 func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 	if err := t.Validate(); err != nil {
 		return 0, fmt.Errorf("tensor in storage %q: %w", t.storageKey(), err)
+	}
+	if err := t.CheckView(); err != nil {
+		return 0, err
 	}
 	es := int64(t.DType.Size())
 	total := t.NBytes()

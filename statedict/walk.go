@@ -25,8 +25,9 @@ func Walk(v Value, prefix string, fn func(name string, v Value) error) error {
 }
 
 type walker struct {
-	fn   func(string, Value) error
-	open map[any]bool // containers on the current path
+	fn    func(string, Value) error
+	open  map[any]bool // containers on the current path
+	depth int
 }
 
 // JoinName appends key k to the flattened name prefix with ".", the one naming rule of
@@ -47,6 +48,11 @@ func (w *walker) enter(c any, name string) error {
 }
 
 func (w *walker) walk(v Value, name string) error {
+	w.depth++
+	defer func() { w.depth-- }()
+	if w.depth > maxValueDepth {
+		return fmt.Errorf("%s: %w: values nested deeper than %d levels", name, ErrUnsupported, maxValueDepth)
+	}
 	switch c := v.(type) {
 	case *Dict:
 		if c.Len() == 0 {

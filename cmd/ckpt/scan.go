@@ -1,10 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/spf13/cobra"
 )
@@ -12,91 +13,197 @@ import (
 // scanJSON is the --json output of scan.
 type scanJSON struct {
 	Path    string       `json:"path"`
+	Files   []fileJSON   `json:"files"`
 	Pickles []pickleJSON `json:"pickles"`
-	// Dangerous lists "module.name" of every dangerous global found.
-	Dangerous []string `json:"dangerous"`
+	// Refused lists every refused finding: globals outside the policy and TorchScript code.
+	Refused []findingJSON `json:"refused"`
+	// Dangerous lists "module.name" of every global classified dangerous (known code execution).
+	Dangerous []string      `json:"dangerous"`
+	Problems  []problemJSON `json:"problems"`
+}
+
+type fileJSON struct {
+	Path   string `json:"path"`
+	Layout string `json:"layout"`
 }
 
 type pickleJSON struct {
-	File    string       `json:"file"`
-	Where   string       `json:"where"`
-	Globals []globalJSON `json:"globals"`
-	Error   string       `json:"error,omitempty"`
+	File     string       `json:"file"`
+	Where    string       `json:"where"`
+	Inflated bool         `json:"inflated,omitempty"`
+	Globals  []globalJSON `json:"globals"`
+	Error    string       `json:"error,omitempty"`
 }
 
 type globalJSON struct {
-	Global string `json:"global"`
+	Global   string `json:"global"`
+	Offset   int64  `json:"offset"`
+	Opcode   string `json:"opcode"`
+	Safety   string `json:"safety"`
+	Severity string `json:"severity,omitempty"`
+	Why      string `json:"why,omitempty"`
+}
+
+type findingJSON struct {
+	File     string `json:"file"`
+	Where    string `json:"where"`
+	Offset   int64  `json:"offset"`
+	Global   string `json:"global,omitempty"`
+	Severity string `json:"severity"`
+	Why      string `json:"why,omitempty"`
+}
+
+type problemJSON struct {
+	File   string `json:"file"`
 	Offset int64  `json:"offset"`
-	Opcode string `json:"opcode"`
-	Safety string `json:"safety"`
-	Why    string `json:"why,omitempty"`
+	Error  string `json:"error"`
 }
 
 func newScanCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "scan PATH",
-		Short: "List the Python globals a checkpoint's pickles reference; fail on dangerous ones",
-		Long: `scan finds every pickle in a checkpoint file or folder (torch.save zip and legacy
-files, DCP .metadata and the archives inside .distcp files) and lists each Python global it
-references, classified as allowed (torch's weights_only allowlist), unknown (ckpt keeps it as
-an inert record) or dangerous (os, subprocess, builtins.eval/exec/getattr, ...). Nothing is
-decoded into objects or executed. Exits 3 naming the global when a dangerous one is found.`,
+		Short: "Check that loading a checkpoint with torch would run no code",
+		Long: `scan finds every pickle torch.load(weights_only=False) or DCP's loader would unpickle
+in a checkpoint file or folder, where they find it — a torch.save zip's data.pkl, the
+pickles of a legacy stream or tar, a bare pickle, a DCP folder's .metadata and each item
+its storage entries locate — and lists each Python global referenced. Nothing is decoded
+into objects or executed.
+
+The policy is default-deny. Allowed: torch's weights_only allowlist ("allowed") and the
+pure-data reconstructors ckpt models ("data": builtin containers, copyreg's instance
+protocol, numpy arrays and dtypes, argparse.Namespace, the DCP metadata dataclasses).
+Every other global, every dotted name included, is refused with a severity: "known code
+execution" (os.system, builtins.eval, pickle.loads, a TorchScript archive, ... also when
+reached through a dotted name) or "would import and call unknown code" (any other class
+or function, e.g. a pickled nn.Module's class).
+
+Exit status: 3 when anything is refused; 1 when the scan cannot vouch for the checkpoint
+(malformed pickles, bytes no record or item accounts for, records torch refuses, a layout
+torch does not load, or no pickle at all); 0 when every pickle was found and every global
+is allowed.`,
 		Args: positional("PATH", "ckpt scan model.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			scans, err := formats.Scan(args[0])
+			res, err := formats.Scan(args[0])
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			res := scanJSON{Path: args[0], Pickles: []pickleJSON{}, Dangerous: []string{}}
-			for _, s := range scans {
-				pj := pickleJSON{File: s.File, Where: s.Where, Globals: []globalJSON{}}
-				if s.Err != nil {
-					pj.Error = s.Err.Error()
-				}
-				for _, g := range s.Report.Globals {
-					why, _ := pickle.Dangerous(g.Global)
-					pj.Globals = append(pj.Globals, globalJSON{g.Global.String(), s.Base + g.Offset, g.Opcode, g.Class.String(), why})
-				}
-				res.Pickles = append(res.Pickles, pj)
-			}
-			bad := formats.Dangerous(scans)
-			for _, g := range bad {
-				res.Dangerous = append(res.Dangerous, g.Global.String())
-			}
 			if asJSON {
-				if err := printJSON(out, res); err != nil {
+				if err := printJSON(out, scanOutput(res)); err != nil {
 					return err
 				}
 			} else {
-				for _, p := range res.Pickles {
-					fmt.Fprintf(out, "%s: %s: %d globals\n", p.File, p.Where, len(p.Globals))
-					if p.Error != "" {
-						fmt.Fprintf(out, "  malformed: %s\n", p.Error)
-					}
-				}
-				for _, g := range formats.SortedGlobals(scans) {
-					line := fmt.Sprintf("  %-10s %s", g.Class, g.Global)
-					if why, ok := pickle.Dangerous(g.Global); ok {
-						line += "  — " + why
-					}
-					fmt.Fprintln(out, line)
-				}
+				printScan(out, res)
 			}
-			if len(bad) > 0 {
-				f := bad[0]
-				return fmt.Errorf("%s: %s: DANGEROUS global %s at byte %d (%s): unpickling it with Python's pickle, as torch.load(weights_only=False) and DCP's loader do, would run it: %w",
-					f.File, f.Where, f.Global, f.Offset, f.Why, statedict.ErrDangerous)
-			}
-			for _, s := range scans {
-				if s.Err != nil {
-					return fmt.Errorf("%s: %s: malformed pickle: %w", s.File, s.Where, s.Err)
-				}
-			}
-			return nil
+			return scanVerdict(res)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings as JSON")
 	return cmd
+}
+
+// scanOutput builds the --json report.
+func scanOutput(res *formats.ScanResult) scanJSON {
+	j := scanJSON{Path: res.Path, Files: []fileJSON{}, Pickles: []pickleJSON{}, Refused: []findingJSON{}, Dangerous: []string{}, Problems: []problemJSON{}}
+	for _, f := range res.Files {
+		j.Files = append(j.Files, fileJSON{f.Path, f.Layout})
+	}
+	for _, s := range res.Pickles {
+		pj := pickleJSON{File: s.File, Where: s.Where, Inflated: s.Inflated, Globals: []globalJSON{}}
+		if s.Err != nil {
+			pj.Error = s.Err.Error()
+		}
+		for _, g := range s.Report.Globals {
+			pj.Globals = append(pj.Globals, globalJSON{g.Global.String(), s.Base + g.Offset, g.Opcode, g.Class.String(), g.Class.Severity(), g.Why})
+		}
+		j.Pickles = append(j.Pickles, pj)
+	}
+	seen := map[string]bool{}
+	for _, f := range res.Refused() {
+		fj := findingJSON{File: f.File, Where: f.Where, Offset: f.Offset, Severity: f.Class.Severity(), Why: f.Why}
+		if f.Global.Module != "" || f.Global.Name != "" {
+			fj.Global = f.Global.String()
+			if f.Class.String() == "dangerous" && !seen[fj.Global] {
+				seen[fj.Global] = true
+				j.Dangerous = append(j.Dangerous, fj.Global)
+			}
+		}
+		j.Refused = append(j.Refused, fj)
+	}
+	for _, p := range res.Problems {
+		j.Problems = append(j.Problems, problemJSON{p.File, p.Offset, p.Err.Error()})
+	}
+	return j
+}
+
+// printScan writes the text report: each file's layout, each pickle, the problems, then the
+// distinct globals with their class and severity, worst first.
+func printScan(out io.Writer, res *formats.ScanResult) {
+	for _, f := range res.Files {
+		fmt.Fprintf(out, "%s: %s\n", f.Path, f.Layout)
+	}
+	for _, p := range res.Pickles {
+		fmt.Fprintf(out, "%s: %s: %d globals\n", p.File, p.Where, len(p.Report.Globals))
+	}
+	for _, p := range res.Problems {
+		fmt.Fprintf(out, "  problem: %s\n", p.Error())
+	}
+	for _, c := range res.Code {
+		fmt.Fprintf(out, "  %-10s %s: %s  — %s: %s\n", c.Class, c.File, c.Where, c.Class.Severity(), c.Why)
+	}
+	for _, g := range res.SortedGlobals() {
+		line := fmt.Sprintf("  %-10s %s", g.Class, g.Global)
+		if g.Opcode == "STACK_GLOBAL" && g.Global.Module == "" && g.Global.Name == "" {
+			line = fmt.Sprintf("  %-10s (dynamic STACK_GLOBAL)", g.Class)
+		}
+		if sev := g.Class.Severity(); sev != "" {
+			line += "  — " + sev
+			if g.Why != "" {
+				line += ": " + g.Why
+			}
+		}
+		fmt.Fprintln(out, line)
+	}
+}
+
+// scanVerdict turns a scan into the command's error: refused findings (wrapping
+// statedict.ErrDangerous: exit 3) first, then problems, then finding nothing to vouch for
+// (exit 1).
+func scanVerdict(res *formats.ScanResult) error {
+	if bad := res.Refused(); len(bad) > 0 {
+		f := bad[0]
+		at := fmt.Sprintf("at byte %d", f.Offset)
+		if f.Inflated {
+			at = fmt.Sprintf("at byte %d of the inflated record", f.Offset)
+		}
+		what := "global " + f.Global.String()
+		if f.Global.Module == "" && f.Global.Name == "" {
+			what = "content"
+		}
+		if f.Class.String() == "dangerous" {
+			what = "DANGEROUS " + what
+		}
+		msg := fmt.Sprintf("%s: %s: %s %s (%s", f.File, f.Where, what, at, f.Class.Severity())
+		if f.Why != "" {
+			msg += ": " + f.Why
+		}
+		msg += "): unpickling it with Python's pickle, as torch.load(weights_only=False) and DCP's loader do, would run it"
+		if n := len(bad); n > 1 {
+			msg += fmt.Sprintf(" (and %d more refused)", n-1)
+		}
+		return fmt.Errorf("%s: %w", msg, statedict.ErrDangerous)
+	}
+	if len(res.Problems) > 0 {
+		p := res.Problems[0]
+		msg := "scan cannot vouch for the checkpoint: " + p.Error()
+		if n := len(res.Problems); n > 1 {
+			msg += fmt.Sprintf(" (and %d more problems)", n-1)
+		}
+		return errors.New(msg)
+	}
+	if len(res.Pickles) == 0 {
+		return fmt.Errorf("%s: no pickles found: nothing here is a checkpoint torch.load or DCP would unpickle", res.Path)
+	}
+	return nil
 }

@@ -203,6 +203,12 @@ var allow = func() []pickle.Global {
 	return out
 }()
 
+// MetadataGlobals returns the globals a DCP .metadata may name beyond torch's weights_only
+// allowlist: the DCP metadata dataclasses under their torch ≥ 2.0 and torch 1.13 module
+// paths, and the pathlib paths StorageMeta.checkpoint_id holds. They only build data; a
+// scan's policy allows them.
+func MetadataGlobals() []pickle.Global { return slices.Clone(allow) }
+
 // ReadMetadata decodes and validates a DCP `.metadata` pickle; file names it in errors.
 // The pickle is decoded with the restricted unpickler in strict mode, allowing only the
 // DCP classes (under both their torch ≥ 2.0 and torch 1.13 module paths) and torch's

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -303,7 +304,7 @@ func (p *savePlan) finish(out statedict.Output, ck *statedict.Checkpoint, opts s
 	if err != nil {
 		return nil, err
 	}
-	_, err = mw.Write(encodeMetadata(p, st))
+	err = encodeMetadata(mw, p, st)
 	if cerr := mw.Close(); err == nil {
 		err = cerr
 	}
@@ -418,6 +419,11 @@ func standalone(t *statedict.Tensor) (*statedict.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c != t {
+		if err := t.CheckView(); err != nil {
+			return nil, err
+		}
+	}
 	switch d, mapped := c.Storage.Mapped(); {
 	case c != t:
 		st = c.Storage // gathered: exactly the view's bytes
@@ -440,6 +446,10 @@ const (
 	opNewObj = 0x81
 )
 
+// metadataBatch is how many dict entries one MARK … SETITEMS holds, as Python's pickler
+// batches them: the unpickler's stack then never holds more than one batch.
+const metadataBatch = 1000
+
 // encodeMetadata pickles the Metadata dataclass of plan p with its items stored at st:
 // each tensor's chunk list in the order torch's create_default_global_save_plan builds it
 // (over the ranks' deduplicated plans in rank order), storage_data as each rank's writer
@@ -447,8 +457,21 @@ const (
 // planner_data in the state dict's order — torch lists state_dict_metadata in rank order,
 // which loaders ignore but a reader rebuilding the state dict from it (dcp_to_torch_save,
 // ckpt) would follow. A chunk's MetadataIndex hint is its position in its tensor's list.
-func encodeMetadata(p *savePlan, st map[storageKey]stored) []byte {
+// It streams: the encoder's buffer is flushed as it fills, so memory does not grow with the
+// number of items.
+func encodeMetadata(w io.Writer, p *savePlan, st map[storageKey]stored) error {
 	e := pickle.NewEncoder()
+	var werr error
+	// next ends a batch of dict entries every metadataBatch of n entries, and flushes.
+	next := func(i, n int) {
+		if (i+1)%metadataBatch == 0 && i+1 < n {
+			e.Op(pickle.OpSetItems)
+			e.Op(pickle.OpMark)
+		}
+		if e.Len() >= 1<<20 && werr == nil {
+			werr = e.Flush(w)
+		}
+	}
 	obj := func(module, class string) {
 		e.Global(pickle.Global{Module: module, Name: class})
 		e.Op(pickle.OpEmptyTuple)
@@ -482,6 +505,7 @@ func encodeMetadata(p *savePlan, st map[storageKey]stored) []byte {
 		t, ok := l.val.(*statedict.Tensor)
 		if !ok {
 			obj(mdModule, "BytesStorageMetadata")
+			next(li, len(p.leaves))
 			continue
 		}
 		obj(mdModule, "TensorStorageMetadata")
@@ -508,7 +532,11 @@ func encodeMetadata(p *savePlan, st map[storageKey]stored) []byte {
 		e.String("chunks")
 		e.Op(pickle.OpEmptyList)
 		e.Op(pickle.OpMark)
-		for _, it := range chunks[li] {
+		for ci, it := range chunks[li] {
+			if ci > 0 && ci%metadataBatch == 0 {
+				e.Op(pickle.OpAppends) // batched as Python's pickler batches lists
+				e.Op(pickle.OpMark)
+			}
 			obj(mdModule, "ChunkStorageMetadata")
 			e.Op(pickle.OpEmptyDict)
 			e.Op(pickle.OpMark)
@@ -522,13 +550,14 @@ func encodeMetadata(p *savePlan, st map[storageKey]stored) []byte {
 		e.Op(pickle.OpAppends)
 		e.Op(pickle.OpSetItems)
 		e.Op(pickle.OpBuild)
+		next(li, len(p.leaves))
 	}
 	e.Op(pickle.OpSetItems)
 
 	e.String("planner_data")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for _, l := range p.leaves {
+	for li, l := range p.leaves {
 		e.String(l.fqn)
 		e.Op(pickle.OpMark)
 		for _, k := range l.path {
@@ -540,12 +569,14 @@ func encodeMetadata(p *savePlan, st map[storageKey]stored) []byte {
 			}
 		}
 		e.Op(pickle.OpTuple)
+		next(li, len(p.leaves))
 	}
 	e.Op(pickle.OpSetItems)
 
 	e.String("storage_data")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
+	n := 0
 	for r := range p.ranks {
 		for _, tensors := range []bool{false, true} {
 			for _, i := range p.byRank[r] {
@@ -582,6 +613,8 @@ func encodeMetadata(p *savePlan, st map[storageKey]stored) []byte {
 				e.Int(s.length)
 				e.Op(pickle.OpSetItems)
 				e.Op(pickle.OpBuild)
+				next(n, len(p.items))
+				n++
 			}
 		}
 	}
@@ -593,7 +626,11 @@ func encodeMetadata(p *savePlan, st map[storageKey]stored) []byte {
 	e.String("1.0.0")
 	e.Op(pickle.OpSetItems)
 	e.Op(pickle.OpBuild)
-	return e.Finish()
+	if werr != nil {
+		return werr
+	}
+	_, err := w.Write(e.Finish())
+	return err
 }
 
 // tuple emits a tuple of ints.

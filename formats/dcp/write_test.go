@@ -303,3 +303,36 @@ func FuzzFinishParts(f *testing.F) {
 		}
 	})
 }
+
+// TestWriteManyRanks: a tensor in more chunks than one pickle batch holds (1,100 ranks)
+// reads back whole.
+func TestWriteManyRanks(t *testing.T) {
+	const ranks = 1100
+	x := f32(0, 2*ranks)
+	ts := &statedict.TensorSharding{}
+	for r := range ranks {
+		ts.Pieces = append(ts.Pieces, statedict.Piece{Offsets: []int64{2 * int64(r)}, Sizes: []int64{2}, Ranks: []int{r}})
+	}
+	root := statedict.NewDict("")
+	root.Set("x", x)
+	dir := t.TempDir()
+	sh := &statedict.Sharding{Ranks: ranks, Tensors: map[*statedict.Tensor]*statedict.TensorSharding{x: ts}}
+	if _, err := Write(dirOutput(dir), &statedict.Checkpoint{Root: root}, statedict.WriteOptions{Sharding: sh}); err != nil {
+		t.Fatal(err)
+	}
+	md := readMD(t, dir)
+	if it, _ := md.Item("x"); it == nil || len(it.Tensor.Chunks) != ranks {
+		t.Fatalf("metadata: %+v", it)
+	}
+	ck, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	got, _ := ck.Tensor("x")
+	a, _ := got.Bytes()
+	b, _ := x.Bytes()
+	if !bytes.Equal(a, b) {
+		t.Fatal("read back differs")
+	}
+}

@@ -6,6 +6,8 @@
 package manifest
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -97,11 +99,46 @@ func Read(path string) (*Manifest, error) {
 	return &m, nil
 }
 
-// Write writes m as indented JSON.
+// Write writes m as indented JSON (what json.Encoder with a two-space indent writes),
+// streaming the tensor list one entry at a time: a manifest of 300 000 tensors is not
+// built as one buffer in memory.
 func Write(w io.Writer, m *Manifest) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(m)
+	head := *m
+	head.Tensors = []Tensor{}
+	b, err := json.MarshalIndent(&head, "", "  ")
+	if err != nil {
+		return err
+	}
+	// The tensor list is the last field: its "[]" closes the object.
+	const tail = "[]\n}"
+	if !bytes.HasSuffix(b, []byte(tail)) {
+		return fmt.Errorf("manifest: unexpected layout")
+	}
+	bw := bufio.NewWriter(w)
+	bw.Write(b[:len(b)-len(tail)])
+	if len(m.Tensors) == 0 {
+		if m.Tensors == nil {
+			bw.WriteString("null\n}\n")
+		} else {
+			bw.WriteString(tail + "\n")
+		}
+		return bw.Flush()
+	}
+	bw.WriteString("[\n")
+	for i := range m.Tensors {
+		e, err := json.MarshalIndent(&m.Tensors[i], "    ", "  ")
+		if err != nil {
+			return err
+		}
+		bw.WriteString("    ")
+		bw.Write(e)
+		if i < len(m.Tensors)-1 {
+			bw.WriteString(",")
+		}
+		bw.WriteString("\n")
+	}
+	bw.WriteString("  ]\n}\n")
+	return bw.Flush()
 }
 
 // Owned lists the files of the folder dir that a ckpt conversion wrote — the files its

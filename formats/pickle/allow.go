@@ -79,14 +79,20 @@ func buildAllowlist() map[Global]struct{} {
 	return m
 }
 
-// Safety classifies a global for [Scan].
+// Safety classifies a global for [Scan]. The classes are ordered by severity.
 type Safety int
 
 const (
 	// SafeAllowed: in the torch weights_only allowlist ([Allowed]).
 	SafeAllowed Safety = iota
-	// Unknown: neither allowlisted nor a known gadget. This package only
-	// records such globals inertly; Python would import and maybe call them.
+	// Modeled: not in torch's allowlist, but one of the pure-data reconstructors this
+	// package and ckpt's readers interpret as data ([IsModeled]): builtin containers,
+	// copyreg's instance protocol, numpy arrays and dtypes, argparse.Namespace. Python
+	// would import and call them, and they only build data.
+	Modeled
+	// Unknown: neither allowlisted, modeled nor a known gadget. This package only
+	// records such globals inertly; Python would import and maybe call them, running
+	// whatever code they are.
 	Unknown
 	// Unsafe: a known code-execution, file-system, network or process
 	// gadget ([Dangerous]). Loading the pickle with Python's pickle module
@@ -94,11 +100,13 @@ const (
 	Unsafe
 )
 
-// String returns "allowed", "unknown" or "dangerous".
+// String returns "allowed", "data", "unknown" or "dangerous".
 func (s Safety) String() string {
 	switch s {
 	case SafeAllowed:
 		return "allowed"
+	case Modeled:
+		return "data"
 	case Unknown:
 		return "unknown"
 	case Unsafe:
@@ -107,17 +115,73 @@ func (s Safety) String() string {
 	return fmt.Sprintf("Safety(%d)", int(s))
 }
 
+// Severity says what loading the global with Python's pickle means: "" for the allowed and
+// modeled classes, "would import and call unknown code" for Unknown and "known code
+// execution" for Unsafe.
+func (s Safety) Severity() string {
+	switch s {
+	case Unknown:
+		return "would import and call unknown code"
+	case Unsafe:
+		return "known code execution"
+	}
+	return ""
+}
+
+// Refused reports whether a scan policy refuses the class: everything but the allowlist
+// and the modeled pure-data reconstructors (default deny).
+func (s Safety) Refused() bool { return s >= Unknown }
+
 // Classify returns the safety class of g and, for dangerous globals, the
-// reason.
+// reason. The policy is default-deny: only the exact names of [Allowed] and
+// [IsModeled] pass; every other global, and every dotted (protocol 4 qualified)
+// name, is Unknown or, when it reaches a known gadget, Unsafe.
 func Classify(g Global) (Safety, string) {
 	if why, bad := Dangerous(g); bad {
 		return Unsafe, why
 	}
-	if Allowed(mapGlobal(g)) {
+	m := mapGlobal(g)
+	if Allowed(m) {
 		return SafeAllowed, ""
+	}
+	if IsModeled(m) {
+		return Modeled, ""
 	}
 	return Unknown, ""
 }
+
+// IsModeled reports whether g is one of the pure-data reconstructors ckpt interprets as
+// data although torch's weights_only allowlist lacks them: the builtin containers and
+// constructors the decoder builds natively (dict, list, tuple, bytes,
+// collections.defaultdict), copyreg's instance protocol (_reconstructor with its base
+// builtins.object, __newobj__, __newobj_ex__: they only call the class the pickle names,
+// which is classified on its own), numpy arrays, scalars and dtypes, and
+// argparse.Namespace (an attribute bag; convert turns it into a dict). g is given after
+// Python 2→3 renaming. Readers of other formats add their own data classes (DCP's
+// metadata dataclasses) to a scan's policy.
+func IsModeled(g Global) bool {
+	_, ok := modeled[g]
+	return ok
+}
+
+var modeled = func() map[Global]struct{} {
+	m := map[Global]struct{}{}
+	add := func(module string, names ...string) {
+		for _, n := range names {
+			m[Global{module, n}] = struct{}{}
+		}
+	}
+	add("builtins", "dict", "list", "tuple", "bytes", "object")
+	add("collections", "defaultdict")
+	add("copyreg", "_reconstructor", "__newobj__", "__newobj_ex__")
+	add("numpy", "dtype", "ndarray")
+	for _, core := range []string{"numpy.core", "numpy._core"} {
+		add(core+".multiarray", "_reconstruct", "scalar")
+		add(core+".numeric", "_frombuffer")
+	}
+	add("argparse", "Namespace")
+	return m
+}()
 
 // Dangerous reports whether g, if resolved and called by Python's
 // unpickler, can run code, touch files, processes or the network, or load
@@ -137,20 +201,20 @@ func Dangerous(g Global) (why string, ok bool) {
 }
 
 func dangerousPath(g Global) (string, bool) {
-	full := g.Module + "." + g.Name
-	// Check every dotted prefix: a module, a submodule, or a module-level
-	// name reached through a dotted (protocol 4) qualified name.
-	for i := 0; i <= len(full); i++ {
-		if i < len(full) && full[i] != '.' {
-			continue
-		}
-		prefix := full[:i]
-		if why, ok := dangerousModules[prefix]; ok {
-			return why, true
-		}
-		if j := strings.LastIndexByte(prefix, '.'); j > 0 {
-			if why, ok := dangerousNames[Global{prefix[:j], prefix[j+1:]}]; ok {
-				return why, true
+	// Every dotted prefix of the whole name: a module, a submodule, or a module-level name
+	// reached through a dotted (protocol 4) qualified name.
+	if why, ok := dangerousPrefix(g.Module + "." + g.Name); ok {
+		return why, true
+	}
+	// A dotted name is attribute traversal from the module: torch.serialization + os.system
+	// is os.system, reached through a module that imported it, and tempfile + _os.system
+	// the same under an alias. Every tail of the name from one of its segments on is
+	// checked like a name of its own (leading underscores dropped from its first segment).
+	if segs := strings.Split(g.Name, "."); len(segs) > 1 {
+		for i := 0; i < len(segs)-1; i++ {
+			tail := strings.TrimLeft(segs[i], "_") + "." + strings.Join(segs[i+1:], ".")
+			if why, ok := dangerousPrefix(tail); ok {
+				return fmt.Sprintf("%s (reached as %s)", why, g), true
 			}
 		}
 	}
@@ -165,6 +229,25 @@ func dangerousPath(g Global) (string, bool) {
 		}
 		if g.Module == "pathlib" || g.Module == "pathlib._local" {
 			return "pathlib method (file-system access)", true
+		}
+	}
+	return "", false
+}
+
+// dangerousPrefix checks every dotted prefix of full against the gadget modules and names.
+func dangerousPrefix(full string) (string, bool) {
+	for i := 0; i <= len(full); i++ {
+		if i < len(full) && full[i] != '.' {
+			continue
+		}
+		prefix := full[:i]
+		if why, ok := dangerousModules[prefix]; ok {
+			return why, true
+		}
+		if j := strings.LastIndexByte(prefix, '.'); j > 0 {
+			if why, ok := dangerousNames[Global{prefix[:j], prefix[j+1:]}]; ok {
+				return why, true
+			}
 		}
 	}
 	return "", false
@@ -235,6 +318,16 @@ var dangerousModules = map[string]string{
 	"torch._inductor":                       "torch._inductor: compiles and loads generated code",
 	"torch.distributed.rpc":                 "torch.distributed.rpc: remote calls",
 	"torch.fx.experimental.symbolic_shapes": "torch.fx.experimental.symbolic_shapes: evaluates guard expressions with eval",
+	"torch.utils.collect_env":               "torch.utils.collect_env: runs shell commands (run, run_and_read_all)",
+	"_osx_support":                          "_osx_support: runs shell commands (_read_output, _find_build_tool)",
+	"_aix_support":                          "_aix_support: runs shell commands",
+	"distutils":                             "distutils: spawns compilers and commands",
+	"setuptools":                            "setuptools: runs builds and commands",
+	"pip":                                   "pip: installs and runs packages",
+	"ensurepip":                             "ensurepip: runs pip",
+	"venv":                                  "venv: creates environments, runs commands",
+	"doctest":                               "doctest: executes source strings",
+	"idlelib":                               "idlelib: runs source and subprocesses",
 }
 
 // dangerousNames are single gadgets in otherwise harmless modules.
@@ -281,6 +374,7 @@ var dangerousNames = map[Global]string{
 	{"_functools", "reduce"}:                      "_functools.reduce: calls any callable repeatedly",
 	{"platform", "popen"}:                         "platform.popen: runs shell commands (old Pythons)",
 	{"numpy", "load"}:                             "numpy.load: loads pickles from files",
+	{"uuid", "_get_command_stdout"}:               "uuid._get_command_stdout: runs commands",
 	{"numpy.testing._private.utils", "runstring"}: "numpy runstring: executes source",
 	{"torch", "load"}:                             "torch.load: loads nested checkpoints (possibly with weights_only=False)",
 	{"torch.serialization", "load"}:               "torch.serialization.load: loads nested checkpoints",

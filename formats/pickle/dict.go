@@ -59,7 +59,7 @@ func (d *Dict) All() iter.Seq2[Value, Value] {
 // Get returns the value stored under a key equal (in Python's sense) to key.
 // It reports false for absent and unhashable keys.
 func (d *Dict) Get(key Value) (Value, bool) {
-	r, err := d.index.lookup(key, maxKeyBytes)
+	r, err := d.index.lookup(key, maxKeyBytes, d.keys)
 	if err != nil || r.pos < 0 {
 		return nil, false
 	}
@@ -85,7 +85,7 @@ func (d *Dict) TrySet(key, val Value) error {
 // put stores val under key and reports whether a new entry was added and
 // how many bytes the key's canonical encoding took (at most budget).
 func (d *Dict) put(key, val Value, budget int64) (added bool, cost int, err error) {
-	r, err := d.index.lookup(key, budget)
+	r, err := d.index.lookup(key, budget, d.keys)
 	if err != nil {
 		return false, 0, err
 	}
@@ -93,7 +93,7 @@ func (d *Dict) put(key, val Value, budget int64) (added bool, cost int, err erro
 		d.vals[r.pos] = val
 		return false, len(r.enc), nil
 	}
-	d.index.add(r, len(d.keys))
+	d.index.add(r, len(d.keys), d.keys)
 	d.keys = append(d.keys, key)
 	d.vals = append(d.vals, val)
 	return true, len(r.enc), nil
@@ -105,14 +105,14 @@ func (s *Set) add(item Value, budget int64) (added bool, cost int, err error) {
 	if err := s.sync(); err != nil {
 		return false, 0, err
 	}
-	r, err := s.index.lookup(item, budget)
+	r, err := s.index.lookup(item, budget, s.Items[:s.indexed])
 	if err != nil {
 		return false, 0, err
 	}
 	if r.pos >= 0 {
 		return false, len(r.enc), nil
 	}
-	s.index.add(r, len(s.Items))
+	s.index.add(r, len(s.Items), s.Items)
 	s.Items = append(s.Items, item)
 	s.indexed++
 	return true, len(r.enc), nil
@@ -121,12 +121,12 @@ func (s *Set) add(item Value, budget int64) (added bool, cost int, err error) {
 // sync indexes items appended to Items by a caller (a Set built by hand).
 func (s *Set) sync() error {
 	for ; s.indexed < len(s.Items); s.indexed++ {
-		r, err := s.index.lookup(s.Items[s.indexed], maxKeyBytes)
+		r, err := s.index.lookup(s.Items[s.indexed], maxKeyBytes, s.Items[:s.indexed])
 		if err != nil {
 			return err
 		}
 		if r.pos < 0 {
-			s.index.add(r, s.indexed)
+			s.index.add(r, s.indexed, s.Items)
 		}
 	}
 	return nil
@@ -139,7 +139,7 @@ func (s *Set) Contains(v Value) bool {
 	if s.sync() != nil {
 		return false
 	}
-	r, err := s.index.lookup(v, maxKeyBytes)
+	r, err := s.index.lookup(v, maxKeyBytes, s.Items[:s.indexed])
 	return err == nil && r.pos >= 0
 }
 
@@ -155,7 +155,8 @@ const maxKeyBytes = 1 << 30
 
 // keyIndex maps canonical key encodings to positions.
 type keyIndex struct {
-	strs  map[string]int // plain str keys (the common case), unencoded
+	strs  map[string]int // plain str keys (the common case), unencoded; nil while few
+	nstr  int            // str keys added while strs is nil
 	other map[string]int // every other hashable key, by canonical encoding
 	ids   map[any]uint64 // identity-hashed values → their id in encodings
 }
@@ -170,8 +171,23 @@ type keyRef struct {
 	unique bool // equals nothing (contains NaN): never indexed
 }
 
-func (ix *keyIndex) lookup(key Value, budget int64) (keyRef, error) {
+// smallIndex is how many str keys are looked up by scanning before the index builds its
+// map: most dicts of a checkpoint pickle are small (dataclass and module states), and a
+// map for each would cost several times the dict.
+const smallIndex = 8
+
+// lookup finds key among items, the keys (or set items) in position order.
+func (ix *keyIndex) lookup(key Value, budget int64, items []Value) (keyRef, error) {
 	if s, ok := key.(string); ok {
+		if ix.strs == nil {
+			// str equals only str: the other keys need not be looked at.
+			for i, k := range items {
+				if ks, isStr := k.(string); isStr && ks == s {
+					return keyRef{pos: i, isStr: true, str: s}, nil
+				}
+			}
+			return keyRef{pos: -1, isStr: true, str: s}, nil
+		}
 		if p, found := ix.strs[s]; found {
 			return keyRef{pos: p, isStr: true, str: s}, nil
 		}
@@ -191,11 +207,23 @@ func (ix *keyIndex) lookup(key Value, budget int64) (keyRef, error) {
 	return r, nil
 }
 
-func (ix *keyIndex) add(r keyRef, pos int) {
+// add records the key of r at pos; items are the keys before it, in position order.
+func (ix *keyIndex) add(r keyRef, pos int, items []Value) {
 	switch {
 	case r.isStr:
 		if ix.strs == nil {
-			ix.strs = make(map[string]int)
+			ix.nstr++
+			if ix.nstr <= smallIndex {
+				return // found by scanning items
+			}
+			ix.strs = make(map[string]int, ix.nstr)
+			for i, k := range items[:pos] {
+				if ks, isStr := k.(string); isStr {
+					if _, dup := ix.strs[ks]; !dup {
+						ix.strs[ks] = i
+					}
+				}
+			}
 		}
 		ix.strs[r.str] = pos
 	case !r.unique:

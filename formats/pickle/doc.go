@@ -44,7 +44,11 @@
 // [*Error] carrying the byte offset and name of the failing opcode.
 //
 // [Options.Strict] refuses, like torch.load(weights_only=True), any global
-// outside [Allowed] and [Options.Allow]. [Scan] walks the opcodes without
-// building values and lists every global a pickle references, classified
-// against [Allowed] and a list of known gadgets ([Dangerous]).
+// outside [Allowed] and [Options.Allow]. [Scan] and [ScanOne] walk the opcodes
+// without building values and list every global a pickle references,
+// classified by [Classify] under a default-deny policy: allowed (torch's
+// weights_only allowlist, [Allowed]), data (the pure-data reconstructors
+// ckpt models, [IsModeled]), dangerous (a known gadget, [Dangerous], including
+// gadgets reached through dotted names) and unknown — every other global and
+// every other dotted name, which Python would import and call.
 package pickle

@@ -2,6 +2,7 @@ package pickle
 
 import (
 	"encoding/binary"
+	"io"
 	"math"
 	"math/big"
 )
@@ -21,6 +22,17 @@ type Encoder struct {
 
 // NewEncoder starts a protocol-2 pickle.
 func NewEncoder() *Encoder { return &Encoder{buf: []byte{0x80, 2}} }
+
+// Len is the number of encoded bytes not yet flushed.
+func (e *Encoder) Len() int { return len(e.buf) }
+
+// Flush writes what has been encoded so far to w and empties the buffer; the memo carries
+// on, so a long pickle streams out in bounded memory.
+func (e *Encoder) Flush(w io.Writer) error {
+	_, err := w.Write(e.buf)
+	e.buf = e.buf[:0]
+	return err
+}
 
 // Finish ends the pickle with STOP and returns it.
 func (e *Encoder) Finish() []byte { return append(e.buf, '.') }

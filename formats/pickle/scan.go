@@ -69,6 +69,23 @@ func Scan(data []byte) (ScanReport, error) {
 	return s.rep, nil
 }
 
+// ScanOne scans the one pickle at the start of data, as one pickle.load call reads it, and
+// stops after its STOP: End is where it ends and the bytes after it are not looked at. A
+// torch.save legacy stream or a DCP item is a sequence of such loads, each of which may
+// stop the reader; callers that know the layout scan it one pickle at a time.
+func ScanOne(data []byte) (ScanReport, error) {
+	s := scanner{r: reader{data: data}, lim: DefaultLimits()}
+	if len(data) == 0 {
+		return s.rep, &Error{Err: io.EOF}
+	}
+	if err := s.scanOne(); err != nil {
+		return s.rep, err
+	}
+	s.rep.Pickles = 1
+	s.rep.End = int64(s.r.pos)
+	return s.rep, nil
+}
+
 // sym is the scanner's abstraction of a stack value: a str it knows, or
 // anything else.
 type sym struct {

@@ -25,8 +25,21 @@ const Format = "torch-legacy"
 // magicNumber is torch.serialization.MAGIC_NUMBER, the first pickled value of the stream.
 var magicNumber, _ = new(big.Int).SetString("1950a86a20f9469cfc6c", 16)
 
-// Magic is the byte prefix of a legacy file: the protocol-2 pickle of the magic number.
+// Magic is the usual byte prefix of a legacy file: the protocol-2 pickle of the magic
+// number. torch reads the magic number with pickle.load, so other protocols (a protocol-4
+// FRAME, a protocol-0 text LONG) are legacy files too: IsLegacy recognizes them all.
 var Magic = []byte{0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19}
+
+// IsLegacy reports whether head (the first bytes of a file; 512 are plenty) starts with a
+// pickle of the magic number, in whatever protocol torch.save wrote it.
+func IsLegacy(head []byte) bool {
+	if bytes.HasPrefix(head, Magic) {
+		return true
+	}
+	v, err := pickle.NewDecoder(head, pickle.Options{Limits: pickle.Limits{MaxAlloc: 1 << 12}}).Decode()
+	m, ok := v.(*big.Int)
+	return err == nil && ok && m.Cmp(magicNumber) == 0
+}
 
 // Error is a positional error naming the file, what was being read and the byte offset.
 type Error struct {
@@ -69,7 +82,7 @@ func Decode(data []byte, file string) (statedict.Value, error) {
 	fail := func(what string, off int64, err error) error {
 		return &Error{File: file, What: what, Offset: off, Err: err}
 	}
-	if !bytes.HasPrefix(data, Magic) {
+	if !IsLegacy(data[:min(len(data), 512)]) {
 		return nil, fail("magic number", 0, errors.New("not a legacy torch.save stream"))
 	}
 	var (

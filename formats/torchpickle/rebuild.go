@@ -11,6 +11,12 @@ import (
 // object interprets one call record. Allowlisted torch rebuild functions become tensors;
 // everything else stays inert.
 func (c *converter) object(o *pickle.Object) (statedict.Value, error) {
+	// Rebuild calls nest in rebuild calls (_rebuild_from_type_v2's argument tuple) without
+	// passing through value: count them here too.
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.leave()
 	g := o.Class
 	if n, v3, ok := tensorRebuild(g); ok {
 		return c.rebuildTensor(o.Args, n, v3)

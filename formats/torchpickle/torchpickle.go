@@ -93,7 +93,15 @@ func Load(data []byte, resolve Resolver, opts Options) (statedict.Value, int64, 
 	}
 	// From here the decoder and its memo are garbage: converting does not keep them alive.
 	out, err := c.value(v)
-	return out, end, err
+	if err != nil {
+		return nil, end, err
+	}
+	// The tree keeps the pickle's sharing; refuse one whose expansion listing or flattening
+	// would produce is out of proportion (a shared-structure bomb).
+	if err := statedict.CheckExpansion(out); err != nil {
+		return nil, end, err
+	}
+	return out, end, nil
 }
 
 // ParsePID validates a storage persistent id ('storage', storage_type, key, location, numel[, view_metadata]).
@@ -189,21 +197,39 @@ func describe(v pickle.Value) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// converter turns pickle values into statedict values, keeping shared objects shared.
+// converter turns pickle values into statedict values, keeping shared objects shared
+// (tuples too, by backing array: a pickle's memo shares them like any object).
 type converter struct {
-	seen  map[any]statedict.Value // pickle pointer → converted value
+	seen  map[any]statedict.Value // pickle pointer (or tupleID) → converted value
 	depth int
 }
 
-// maxDepth bounds container nesting so hostile input cannot exhaust the goroutine stack.
+// tupleID identifies a decoded tuple by its backing array.
+type tupleID struct {
+	first *pickle.Value
+	n     int
+}
+
+// maxDepth bounds nesting on every recursive path (containers, objects, rebuild calls
+// nested in rebuild calls) so hostile input cannot exhaust the goroutine stack.
 const maxDepth = 10000
 
-func (c *converter) value(v pickle.Value) (statedict.Value, error) {
+// enter counts one level of recursion; leave undoes it.
+func (c *converter) enter() error {
 	c.depth++
-	defer func() { c.depth-- }()
 	if c.depth > maxDepth {
-		return nil, fmt.Errorf("containers nested deeper than %d levels", maxDepth)
+		return fmt.Errorf("%w: values nested deeper than %d levels", statedict.ErrUnsupported, maxDepth)
 	}
+	return nil
+}
+
+func (c *converter) leave() { c.depth-- }
+
+func (c *converter) value(v pickle.Value) (statedict.Value, error) {
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.leave()
 	switch x := v.(type) {
 	case nil, pickle.None:
 		return nil, nil
@@ -216,6 +242,13 @@ func (c *converter) value(v pickle.Value) (statedict.Value, error) {
 	case *statedict.Tensor: // built while decoding
 		return x, nil
 	case pickle.Tuple:
+		if len(x) == 0 {
+			return statedict.Tuple{}, nil
+		}
+		id := tupleID{&x[0], len(x)}
+		if done, ok := c.seen[id]; ok {
+			return done, nil
+		}
 		out := make(statedict.Tuple, len(x))
 		for i, it := range x {
 			cv, err := c.value(it)
@@ -224,6 +257,7 @@ func (c *converter) value(v pickle.Value) (statedict.Value, error) {
 			}
 			out[i] = cv
 		}
+		c.seen[id] = out
 		return out, nil
 	case *pickle.List:
 		if done, ok := c.seen[x]; ok {

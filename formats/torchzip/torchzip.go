@@ -11,7 +11,6 @@ package torchzip
 import (
 	"archive/zip"
 	"bytes"
-	"compress/flate"
 	"errors"
 	"fmt"
 	"io"
@@ -104,9 +103,14 @@ func Decode(data []byte, file string, base int64) (statedict.Value, error) {
 	prefix := first[:slash+1]
 	records := make(map[string]*zip.File, len(zr.File))
 	for _, f := range zr.File {
-		if rest, ok := strings.CutPrefix(f.Name, prefix); ok {
-			records[rest] = f
+		rest, ok := strings.CutPrefix(f.Name, prefix)
+		if !ok {
+			// torch's PyTorchStreamReader refuses the archive ("file in archive is not in a
+			// subdirectory"): a record beside the archive folder (../../escaped.txt) is
+			// nothing torch.save writes.
+			return nil, fail(f.Name, -1, fmt.Errorf("%w: record is not in the archive folder %s, which torch refuses", statedict.ErrCorrupt, prefix))
 		}
+		records[rest] = f
 	}
 	if records["constants.pkl"] != nil || records[".data/version"] != nil && records["version"] == nil {
 		return nil, fail(prefix+"constants.pkl", -1, fmt.Errorf("%w: this is a TorchScript archive (torch.jit.save), not a torch.save checkpoint", statedict.ErrUnsupported))
@@ -144,17 +148,42 @@ func Decode(data []byte, file string, base int64) (statedict.Value, error) {
 			return nil, fmt.Errorf("storage %q: view metadata is only valid in the legacy format", req.Key)
 		}
 		name := "data/" + req.Key
+		rec := records[name]
+		if rec == nil {
+			return nil, fail(prefix+name, -1, fmt.Errorf("%w: record missing", statedict.ErrCorrupt))
+		}
+		nbytes := req.NumEl * int64(req.DType.Size())
+		if req.NumEl > 0 && nbytes/req.NumEl != int64(req.DType.Size()) {
+			return nil, fail(prefix+name, -1, fmt.Errorf("%w: storage of %d %s elements overflows", statedict.ErrCorrupt, req.NumEl, req.DType))
+		}
+		if rec.Method == zip.Deflate {
+			// Inflated lazily, as far as the tensors read, streaming: a small deflated record
+			// may claim gigabytes no tensor references.
+			raw, off, err := rawRecord(data, rec, func(off int64, err error) error { return fail(rec.Name, off, err) })
+			if err != nil {
+				return nil, err
+			}
+			if err := checkRatio(rec.UncompressedSize64, int64(len(raw))); err != nil {
+				return nil, fail(rec.Name, off, err)
+			}
+			if uint64(nbytes) > rec.UncompressedSize64 {
+				return nil, fail(prefix+name, off, fmt.Errorf("%w: storage of %d %s elements needs %d bytes, record has %d", statedict.ErrCorrupt, req.NumEl, req.DType, nbytes, rec.UncompressedSize64))
+			}
+			z := newInflater(raw, int64(rec.UncompressedSize64), base+off, file+": "+rec.Name)
+			st := statedict.NewReaderStorage(req.Key, req.Location, req.DType, z, base+off, nbytes)
+			st.File, st.BigEndian = file, bigEndian
+			return st, nil
+		}
 		b, off, err := read(name)
 		if err != nil {
 			return nil, err
 		}
-		nbytes := req.NumEl * int64(req.DType.Size())
-		if req.NumEl > 0 && nbytes/req.NumEl != int64(req.DType.Size()) || nbytes > int64(len(b)) {
-			return nil, fail(prefix+name, off, fmt.Errorf("storage of %d %s elements needs %d bytes, record has %d", req.NumEl, req.DType, nbytes, len(b)))
+		if nbytes > int64(len(b)) {
+			return nil, fail(prefix+name, off, fmt.Errorf("%w: storage of %d %s elements needs %d bytes, record has %d", statedict.ErrCorrupt, req.NumEl, req.DType, nbytes, len(b)))
 		}
 		st := statedict.NewMappedStorage(req.Key, req.Location, req.DType, b[:nbytes])
 		st.File, st.Offset, st.BigEndian = file, base+off, bigEndian
-		st.FileBacked = records[name].Method == zip.Store
+		st.FileBacked = true
 		return st, nil
 	}
 	root, _, err := torchpickle.Load(pkl, resolve, torchpickle.Options{})
@@ -186,40 +215,44 @@ func checkVersion(records map[string]*zip.File, read func(string) ([]byte, int64
 	return nil
 }
 
-// record returns a record's bytes: a zero-copy slice of data for stored records, a
-// decompressed copy for deflated ones. off is the data offset within data.
-func record(data []byte, f *zip.File, fail func(int64, error) error) ([]byte, int64, error) {
+// rawRecord returns a record's stored (possibly compressed) bytes, checked to lie inside
+// data, and their offset.
+func rawRecord(data []byte, f *zip.File, fail func(int64, error) error) ([]byte, int64, error) {
 	off, err := f.DataOffset()
 	if err != nil {
-		return nil, -1, fail(-1, err)
+		return nil, -1, fail(-1, fmt.Errorf("%w: %v", statedict.ErrCorrupt, err))
 	}
 	size := int64(f.CompressedSize64)
 	if size < 0 || off < 0 || off > int64(len(data)) || size > int64(len(data))-off {
-		return nil, off, fail(off, fmt.Errorf("record of %d bytes runs past the end of the %d-byte archive", f.CompressedSize64, len(data)))
+		return nil, off, fail(off, fmt.Errorf("%w: record of %d bytes runs past the end of the %d-byte archive", statedict.ErrCorrupt, f.CompressedSize64, len(data)))
 	}
-	raw := data[off : off+size]
+	return data[off : off+size], off, nil
+}
+
+// maxInflatedRecord bounds a deflated record other than a storage (data.pkl, version),
+// which is inflated into memory whole.
+const maxInflatedRecord = 1 << 30
+
+// record returns a record's bytes: a zero-copy slice of data for stored records, a
+// decompressed copy for deflated ones (bounded by maxInflatedRecord and the ratio cap). off
+// is the data offset within data.
+func record(data []byte, f *zip.File, fail func(int64, error) error) ([]byte, int64, error) {
+	raw, off, err := rawRecord(data, f, fail)
+	if err != nil {
+		return nil, off, err
+	}
 	switch f.Method {
 	case zip.Store:
 		if f.UncompressedSize64 != f.CompressedSize64 {
-			return nil, off, fail(off, fmt.Errorf("stored record with compressed size %d != size %d", f.CompressedSize64, f.UncompressedSize64))
+			return nil, off, fail(off, fmt.Errorf("%w: stored record with compressed size %d != size %d", statedict.ErrCorrupt, f.CompressedSize64, f.UncompressedSize64))
 		}
 		return raw, off, nil
 	case zip.Deflate:
-		const maxInflate = 1 << 34
-		if f.UncompressedSize64 > maxInflate {
-			return nil, off, fail(off, fmt.Errorf("deflated record of %d bytes is too large", f.UncompressedSize64))
-		}
-		// The directory's size is only a claim: grow with the real inflated bytes rather than
-		// allocating what a hostile header says up front.
-		w := bytes.NewBuffer(make([]byte, 0, min(f.UncompressedSize64, 1<<26)))
-		n, err := io.Copy(w, io.LimitReader(flate.NewReader(bytes.NewReader(raw)), int64(f.UncompressedSize64)+1))
+		b, err := Inflate(raw, f.UncompressedSize64, maxInflatedRecord)
 		if err != nil {
-			return nil, off, fail(off, fmt.Errorf("inflate: %w", err))
+			return nil, off, fail(off, err)
 		}
-		if uint64(n) != f.UncompressedSize64 {
-			return nil, off, fail(off, fmt.Errorf("inflated %d bytes, directory says %d", n, f.UncompressedSize64))
-		}
-		return w.Bytes(), off, nil
+		return b, off, nil
 	}
-	return nil, off, fail(off, fmt.Errorf("unsupported compression method %d", f.Method))
+	return nil, off, fail(off, fmt.Errorf("%w: compression method %d", statedict.ErrUnsupported, f.Method))
 }

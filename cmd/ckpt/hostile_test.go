@@ -1,0 +1,294 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckpt-dev/ckpt/internal/oracle"
+)
+
+// The hostile fixtures of testdata/hostile/gen.py (issue 14), written by real torch in the
+// oracle and checked there: check.py loads each as its producer does and reports whether
+// its payload ran.
+
+// payloads are the fixtures torch executes and scan must refuse (exit 3), with a word the
+// refusal must name.
+var payloads = map[string]string{
+	"bare_p0.pkl":                 "posix.system",
+	"bare_p1.pkl":                 "posix.system",
+	"legacy_frame.pt":             "posix.system",
+	"legacy_textlong.pt":          "posix.system",
+	"dotted_serialization_os.pkl": "torch.serialization.os.system",
+	"dotted_tempfile_os.pkl":      "tempfile._os.system",
+	"dotted_torch_os.pkl":         "torch.os.system",
+	"pickle_loads.pkl":            "pickle.loads",
+	"osx_support.pkl":             "_osx_support._read_output",
+	"collect_env.pkl":             "torch.utils.collect_env.run",
+	"deflated.pt":                 "posix.system",
+	"dcp_meta_p0":                 ".metadata",
+	"dcp_bytes_p0":                `item "step"`,
+	"dcp_hidden":                  `item "z"`,
+}
+
+// generateHostile writes the fixtures into a fresh oracle folder and returns it (host path)
+// with torch's report on loading each.
+func generateHostile(t *testing.T, big bool) (string, map[string]struct {
+	Executed bool
+	Error    string
+}) {
+	t.Helper()
+	o := oracle.Require(t)
+	host, inChroot := oracle.TempDir(t)
+	args := []string{"testdata/hostile/gen.py", inChroot}
+	if big {
+		args = append(args, "--big")
+	}
+	if out, err := o.Python(args...); err != nil {
+		t.Fatalf("gen.py: %v\n%s", err, out)
+	}
+	names, _ := os.ReadDir(host)
+	check := []string{"testdata/hostile/check.py"}
+	for _, n := range names {
+		if !strings.HasPrefix(n.Name(), "deep_from_type") && n.Name() != "deflated_bomb.pt" && n.Name() != "many_tensors.safetensors" {
+			check = append(check, inChroot+"/"+n.Name())
+		}
+	}
+	out, err := o.Python(check...)
+	if err != nil {
+		t.Fatalf("check.py: %v\n%s", err, out)
+	}
+	var rep map[string]struct {
+		Executed bool
+		Error    string
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]struct {
+		Executed bool
+		Error    string
+	}{}
+	for k, v := range rep {
+		byName[filepath.Base(k)] = v
+	}
+	return host, byName
+}
+
+// TestScanRefusesWhatTorchRuns: for every payload fixture, torch.load (or DCP's loader)
+// really runs it — the marker file appears — and ckpt scan exits 3 naming it; the committed
+// copies of the fixtures scan the same. A record outside the archive folder is refused by
+// torch, by scan (exit 1) and by the reader, naming the record.
+func TestScanRefusesWhatTorchRuns(t *testing.T) {
+	dir, torch := generateHostile(t, false)
+	for name, want := range payloads {
+		t.Run(name, func(t *testing.T) {
+			if r, ok := torch[name]; !ok || !r.Executed {
+				t.Fatalf("torch did not run the payload of %s: %+v", name, r)
+			}
+			for _, p := range []string{filepath.Join(dir, name), filepath.Join("../../testdata/hostile", name)} {
+				out, err := run(t, "scan", p)
+				if exitStatus(err) != exitDangerous || !strings.Contains(err.Error(), want) {
+					t.Errorf("scan %s: %v (want exit 3 naming %s)\n%s", p, err, want, out)
+				}
+			}
+		})
+	}
+	t.Run("legacy_p4_clean.pt", func(t *testing.T) {
+		// torch's legacy writer with pickle_protocol=4 puts the magic number in a FRAME: a
+		// legacy file all the same, read and scanned clean.
+		if r := torch["legacy_p4_clean.pt"]; r.Executed || r.Error != "" {
+			t.Fatalf("torch: %+v", r)
+		}
+		p := filepath.Join(dir, "legacy_p4_clean.pt")
+		if out, err := run(t, "scan", p); err != nil {
+			t.Errorf("scan: %v\n%s", err, out)
+		}
+		if out, err := run(t, "inspect", "--json", p); err != nil || !strings.Contains(out, `"torch-legacy"`) || !strings.Contains(out, `"shape": [`) {
+			t.Errorf("inspect: %v\n%s", err, out)
+		}
+	})
+	t.Run("escaped.pt", func(t *testing.T) {
+		if r := torch["escaped.pt"]; r.Executed || !strings.Contains(r.Error, "not in a subdirectory") {
+			t.Fatalf("torch: %+v", r)
+		}
+		p := filepath.Join(dir, "escaped.pt")
+		_, err := run(t, "scan", p)
+		if exitStatus(err) != exitFailure || !strings.Contains(err.Error(), "../../escaped.txt") {
+			t.Errorf("scan: %v, want exit 1 naming the record", err)
+		}
+		if _, err := run(t, "inspect", p); err == nil || !strings.Contains(err.Error(), "../../escaped.txt") {
+			t.Errorf("inspect: %v, want a refusal naming the record", err)
+		}
+	})
+}
+
+// TestScanNoAllClear: what holds no pickle, or is not a checkpoint, never scans clean.
+func TestScanNoAllClear(t *testing.T) {
+	empty := t.TempDir()
+	readme := filepath.Join(t.TempDir(), "README.md")
+	os.WriteFile(readme, []byte("# a model\n"), 0o644)
+	for _, p := range []string{empty, readme, "../../testdata/safetensors/every_dtype.safetensors"} {
+		if _, err := run(t, "scan", p); exitStatus(err) != exitFailure {
+			t.Errorf("scan %s: %v, want exit 1", p, err)
+		}
+	}
+	if _, err := run(t, "scan", "../../testdata/torch/numpy_args.pt"); err != nil {
+		t.Errorf("numpy and argparse.Namespace are modeled data: %v", err)
+	}
+	if _, err := run(t, "scan", "../../testdata/modules/module.pt"); err == nil || !strings.Contains(err.Error(), "would import and call unknown code") {
+		t.Errorf("a pickled nn.Module imports its classes: %v", err)
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// ckptBinary builds the command once, without cgo (as released), for the memory tests.
+func ckptBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		d, err := os.MkdirTemp("", "ckpt-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(d, "ckpt")
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("%v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// limited runs the built command under an address-space limit of as bytes and a 60 s
+// timeout and returns its stderr, exit code and peak RSS in KiB. The Go runtime reserves
+// about 750 MiB of address space up front, so under 1 GiB the process has ~250 MiB to
+// work in.
+func limited(t *testing.T, as int64, args ...string) (stderr string, code int, rssKiB int64) {
+	return limitedFor(t, as, 60*time.Second, args...)
+}
+
+// limitedFor is limited with another timeout.
+func limitedFor(t *testing.T, as int64, timeout time.Duration, args ...string) (stderr string, code int, rssKiB int64) {
+	t.Helper()
+	bin := ckptBinary(t)
+	cmd := exec.Command("prlimit", append([]string{fmt.Sprintf("--as=%d", as), "--", bin}, args...)...)
+	var e strings.Builder
+	cmd.Stderr = &e
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("ckpt %v: still running after %v", args, timeout)
+	}
+	if u, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rssKiB = u.Maxrss // KiB on Linux; prlimit execs the command, so this is ckpt's
+	}
+	t.Logf("ckpt %s: exit %d in %v, peak RSS %d MiB", strings.Join(args, " "), cmd.ProcessState.ExitCode(), time.Since(start).Round(time.Millisecond), rssKiB>>10)
+	return e.String(), cmd.ProcessState.ExitCode(), rssKiB
+}
+
+// crashed reports the marks of a Go runtime failure rather than a handled error.
+func crashed(stderr string) bool {
+	for _, m := range []string{"fatal error", "goroutine stack exceeds", "panic:", "SIGABRT", "out of memory"} {
+		if strings.Contains(stderr, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestHostileResources: small hostile files torch loads fail cleanly — an error naming what
+// is wrong, exit 1, no crash — in bounded memory and time: shared-structure bombs, a 3
+// million deep _rebuild_from_type_v2, a 256 GiB stride-0 view; and (with the big fixtures)
+// a 2 GiB deflate bomb, while 300 000 tensors convert to DCP within the limit.
+func TestHostileResources(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command and runs it under resource limits")
+	}
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		t.Skip("prlimit not installed")
+	}
+	dir, _ := generateHostile(t, true)
+	out := t.TempDir()
+	const gib = 1 << 30
+	cases := []struct {
+		args []string
+		want string // in the error; "" for success
+		as   int64
+		slow bool // a real workload (item 10): 60 s is too little on a loaded 2-core machine
+	}{
+		{[]string{"inspect", "bomb_tuple.pt"}, "pickle bomb", gib, false},
+		{[]string{"inspect", "bomb_list.pt"}, "pickle bomb", gib, false},
+		{[]string{"inspect", "bomb_tensor.pt"}, "pickle bomb", gib, false},
+		{[]string{"inspect", "bomb_module.pt"}, "pickle bomb", gib, false},
+		{[]string{"convert", "--to", "tpu", "bomb_tensor.pt", filepath.Join(out, "b.pt")}, "pickle bomb", gib, false},
+		{[]string{"convert", "--to", "tpu", "bomb_module.pt", filepath.Join(out, "m.pt")}, "pickle bomb", gib, false},
+		{[]string{"inspect", "--hash", "expand.pt"}, "CKPT_MAX_VIEW_EXPANSION", gib, false},
+		{[]string{"convert", "--to", "tpu", "--format", "safetensors", "expand.pt", filepath.Join(out, "e.safetensors")}, "CKPT_MAX_VIEW_EXPANSION", gib, false},
+		{[]string{"convert", "--to", "tpu", "--format", "dcp", "expand.pt", filepath.Join(out, "e_dcp")}, "CKPT_MAX_VIEW_EXPANSION", gib, false},
+		{[]string{"inspect", "expand.pt"}, "", gib, false},
+		{[]string{"inspect", "deflated_bomb.pt"}, "zip bomb", gib, false},
+		{[]string{"scan", "deflated_bomb.pt"}, "", gib, false},
+		// 300 000 tensors to DCP: peak RSS ~1 GiB today (≈3.4 KiB per tensor, most of it the
+		// source tree, its remapped copy and the manifest, outside formats/), so this one runs
+		// under 3 GiB: the Go runtime alone reserves ~750 MiB of address space.
+		{[]string{"convert", "--to", "tpu", "--format", "dcp", "many_tensors.safetensors", filepath.Join(out, "many_dcp")}, "", 3 * gib, true},
+	}
+	for _, c := range cases {
+		for i, a := range c.args {
+			if strings.HasSuffix(a, ".pt") && !strings.HasPrefix(a, out) || strings.HasSuffix(a, ".safetensors") && !strings.HasPrefix(a, out) {
+				c.args[i] = filepath.Join(dir, a)
+			}
+		}
+		timeout := 60 * time.Second
+		if c.slow {
+			timeout = 5 * time.Minute
+		}
+		stderr, code, _ := limitedFor(t, c.as, timeout, c.args...)
+		if crashed(stderr) {
+			t.Errorf("ckpt %v crashed:\n%.2000s", c.args, stderr)
+			continue
+		}
+		if c.want == "" && code != 0 || c.want != "" && (code != 1 || !strings.Contains(stderr, c.want)) {
+			t.Errorf("ckpt %v: exit %d, stderr %.600s; want %q", c.args, code, stderr, c.want)
+		}
+	}
+	// Rebuild calls nested a million deep: the depth limit, not the stack, stops them (the 3
+	// million deep file decodes to ~280 MiB of tuples, at the edge of what 1 GiB of address
+	// space leaves the Go runtime, so it gets 4 GiB below).
+	stderr, code, _ := limited(t, gib, "inspect", filepath.Join(dir, "deep_from_type_1m.pt"))
+	if crashed(stderr) || code != 1 || !strings.Contains(stderr, "nested deeper than") {
+		t.Errorf("deep_from_type_1m.pt: exit %d\n%.2000s", code, stderr)
+	}
+	// The 3 million deep file, in a process of its own (its ~330 MiB of decoded tuples would
+	// otherwise stay in this test process's peak RSS, which its children inherit at fork).
+	stderr, code, _ = limited(t, 4*gib, "inspect", filepath.Join(dir, "deep_from_type.pt"))
+	if crashed(stderr) || code != 1 || !strings.Contains(stderr, "nested deeper than") {
+		t.Errorf("deep_from_type.pt: exit %d\n%.2000s", code, stderr)
+	}
+}

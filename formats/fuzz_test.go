@@ -1,0 +1,95 @@
+package formats
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// scanSeeds adds the small real and hostile checkpoints to a scan fuzz target.
+func scanSeeds(f *testing.F, add func(name string, b []byte)) {
+	var paths []string
+	for _, g := range []string{"../testdata/torch/*.pt", "../testdata/hostile/*", "../testdata/hostile/*/*", "../testdata/dcp/*/*", "../testdata/dcp/*/.metadata"} {
+		m, _ := filepath.Glob(g)
+		paths = append(paths, m...)
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) > 64<<10 {
+			continue
+		}
+		add(filepath.Base(p), b)
+	}
+}
+
+// fileNames are the names a scanned file may have: the scanner treats some specially.
+var fileNames = []string{"model.pt", "model.bin", ".metadata", "__0_0.distcp", "model.safetensors", "README.md"}
+
+// checkScan checks what every scan must keep: problems wrap the error family and point
+// inside the file, findings point inside the file.
+func checkScan(t *testing.T, res *ScanResult, size int64) {
+	for _, p := range res.Problems {
+		if !errors.Is(p, statedict.ErrCorrupt) && !errors.Is(p, statedict.ErrUnsupported) {
+			t.Fatalf("problem outside the error family: %v", p)
+		}
+		if p.Offset > size {
+			t.Fatalf("problem past the end of the %d-byte file: %v", size, p)
+		}
+	}
+	for _, f := range res.Refused() {
+		if !f.Inflated && (f.Offset < 0 || f.Offset >= size) {
+			t.Fatalf("finding outside the %d-byte file: %+v", size, f)
+		}
+		if !f.Class.Refused() {
+			t.Fatalf("refused finding of class %v", f.Class)
+		}
+	}
+}
+
+// FuzzScan scans arbitrary files under the names the scanner treats specially: it must never
+// panic, and what it reports must point inside the file.
+func FuzzScan(f *testing.F) {
+	scanSeeds(f, func(name string, b []byte) {
+		for i, n := range fileNames {
+			if filepath.Ext(n) == filepath.Ext(name) || n == name {
+				f.Add(uint8(i), b)
+			}
+		}
+		f.Add(uint8(1), b)
+	})
+	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
+		p := filepath.Join(t.TempDir(), fileNames[int(kind)%len(fileNames)])
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Scan(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkScan(t, res, int64(len(data)))
+		if len(res.Pickles) == 0 && len(res.Problems) == 0 && len(res.Code) == 0 {
+			if l := res.Files[0].Layout; l != layoutSafetensors && l != layoutNone {
+				t.Fatalf("layout %q with no pickle and no problem", l)
+			}
+		}
+	})
+}
+
+// FuzzConcatenated scans arbitrary bytes as a DCP data file whose items no .metadata
+// locates: archives and pickles back to back, each archive's end found by its structure.
+func FuzzConcatenated(f *testing.F) {
+	scanSeeds(f, func(name string, b []byte) {
+		if filepath.Ext(name) == ".distcp" || filepath.Ext(name) == ".pt" {
+			f.Add(b)
+			f.Add(append(append([]byte{}, b...), b...))
+		}
+	})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := &scanner{res: &ScanResult{}, covered: map[string]bool{}}
+		s.concatenated("__0_0.distcp", data)
+		checkScan(t, s.res, int64(len(data)))
+	})
+}

@@ -1,0 +1,384 @@
+package formats
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/formats/pickle"
+	"github.com/ckpt-dev/ckpt/formats/torchzip"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+const (
+	zipMagic       = "PK\x03\x04"
+	zipCentralSig  = "PK\x01\x02"
+	zipEndSig      = "PK\x05\x06"
+	zip64EndSig    = "PK\x06\x06"
+	zip64LocSig    = "PK\x06\x07"
+	zipDescSig     = "PK\x07\x08"
+	zipEndLen      = 22
+	zip64LocLen    = 20
+	zip64EndLen    = 56
+	zipCentralLen  = 46
+	zipLocalLen    = 30
+	zipMaxComment  = 0xffff
+	zipFlagDescr   = 0x8
+	zipMethodStore = 0
+	zipMethodFlate = 8
+)
+
+// zipEntry is one record of a zip archive, from its central-directory entry and local header.
+type zipEntry struct {
+	Name             string
+	Flags, Method    uint16
+	CompSize, Size   uint64
+	HeaderOff        int64 // local header
+	DataOff, DataEnd int64 // the record's (compressed) bytes
+	End              int64 // past the data descriptor, if any
+}
+
+// zipDir is a parsed zip archive: its records and the spans of data they account for.
+type zipDir struct {
+	Entries []zipEntry
+	// spans are the byte ranges the archive's structures cover: local records, central
+	// directory, zip64 records, end record and comment.
+	spans []span
+	// End is where the end-of-central-directory record and its comment end.
+	End int64
+}
+
+type span struct {
+	from, to int64
+	what     string
+}
+
+// readZipDir parses the zip archive in data the way a reader that trusts its end record
+// does (torch's miniz, Go's archive/zip): the last end-of-central-directory signature
+// whose comment fits, then the central directory it points to (zip64 aware), then each
+// entry's local header. Every length is checked against data before use.
+func readZipDir(data []byte) (*zipDir, error) {
+	n := int64(len(data))
+	eocd := int64(-1)
+	for p := n - zipEndLen; p >= 0 && p >= n-zipEndLen-zipMaxComment; p-- {
+		if string(data[p:p+4]) == zipEndSig && p+zipEndLen+int64(le16(data[p+20:])) <= n {
+			eocd = p
+			break
+		}
+	}
+	if eocd < 0 {
+		return nil, errors.New("no end-of-central-directory record")
+	}
+	d := &zipDir{End: eocd + zipEndLen + int64(le16(data[eocd+20:]))}
+	d.spans = append(d.spans, span{eocd, d.End, "end of central directory"})
+	count := uint64(le16(data[eocd+10:]))
+	cdSize := uint64(le32(data[eocd+12:]))
+	cdOff := uint64(le32(data[eocd+16:]))
+	cdEnd := eocd // where the central directory must end
+	// A zip64 locator before the end record (miniz, torch's writer, always writes one) leads
+	// to the zip64 end record, whose counts are the real ones.
+	loc := eocd - zip64LocLen
+	hasLoc := loc >= 0 && string(data[loc:loc+4]) == zip64LocSig
+	if !hasLoc && (count == 0xffff || cdSize == 0xffffffff || cdOff == 0xffffffff) {
+		return nil, errors.New("zip64 end record expected but no locator")
+	}
+	if hasLoc {
+		z := int64(le64(data[loc+8:]))
+		if z < 0 || z > loc-zip64EndLen || string(data[z:z+4]) != zip64EndSig {
+			return nil, fmt.Errorf("zip64 end record at byte %d is missing", z)
+		}
+		recLen := int64(le64(data[z+4:])) + 12
+		if recLen < zip64EndLen || recLen > loc-z {
+			return nil, fmt.Errorf("zip64 end record at byte %d has a bad size", z)
+		}
+		d.spans = append(d.spans, span{loc, eocd, "zip64 locator"}, span{z, z + recLen, "zip64 end record"})
+		count, cdSize, cdOff = le64(data[z+32:]), le64(data[z+40:]), le64(data[z+48:])
+		cdEnd = z
+	}
+	if cdOff > uint64(cdEnd) || cdSize != uint64(cdEnd)-cdOff {
+		return nil, fmt.Errorf("central directory (byte %d, %d bytes) does not end where the end record starts (byte %d)", cdOff, cdSize, cdEnd)
+	}
+	if count > cdSize/zipCentralLen {
+		return nil, fmt.Errorf("%d entries cannot fit a %d-byte central directory", count, cdSize)
+	}
+	d.spans = append(d.spans, span{int64(cdOff), cdEnd, "central directory"})
+	p := int64(cdOff)
+	d.Entries = make([]zipEntry, 0, count)
+	for i := uint64(0); i < count; i++ {
+		if p+zipCentralLen > cdEnd || string(data[p:p+4]) != zipCentralSig {
+			return nil, fmt.Errorf("central directory entry %d at byte %d is malformed", i, p)
+		}
+		nameLen, extraLen, commentLen := int64(le16(data[p+28:])), int64(le16(data[p+30:])), int64(le16(data[p+32:]))
+		next := p + zipCentralLen + nameLen + extraLen + commentLen
+		if next > cdEnd {
+			return nil, fmt.Errorf("central directory entry %d at byte %d runs past the directory", i, p)
+		}
+		e := zipEntry{
+			Name:     string(data[p+zipCentralLen : p+zipCentralLen+nameLen]),
+			Flags:    le16(data[p+8:]),
+			Method:   le16(data[p+10:]),
+			CompSize: uint64(le32(data[p+20:])),
+			Size:     uint64(le32(data[p+24:])),
+		}
+		hdr := uint64(le32(data[p+42:]))
+		// The zip64 extra field holds, in order, the fields saturated in the entry.
+		extra := data[p+zipCentralLen+nameLen : p+zipCentralLen+nameLen+extraLen]
+		for len(extra) >= 4 {
+			id, sz := le16(extra), int(le16(extra[2:]))
+			if sz > len(extra)-4 {
+				break
+			}
+			if id == 1 {
+				f := extra[4 : 4+sz]
+				for _, v := range []*uint64{&e.Size, &e.CompSize, &hdr} {
+					if *v == 0xffffffff {
+						if len(f) < 8 {
+							return nil, fmt.Errorf("entry %q: zip64 extra field too short", e.Name)
+						}
+						*v, f = le64(f), f[8:]
+					}
+				}
+			}
+			extra = extra[4+sz:]
+		}
+		if err := localRecord(data, &e, hdr); err != nil {
+			return nil, err
+		}
+		d.Entries = append(d.Entries, e)
+		d.spans = append(d.spans, span{e.HeaderOff, e.End, fmt.Sprintf("record %q", e.Name)})
+		p = next
+	}
+	if p != cdEnd {
+		return nil, fmt.Errorf("%d bytes of the central directory belong to no entry", cdEnd-p)
+	}
+	return d, nil
+}
+
+// localRecord reads the local header of e at hdr and locates its data and descriptor.
+func localRecord(data []byte, e *zipEntry, hdr uint64) error {
+	n := int64(len(data))
+	if hdr > uint64(n-zipLocalLen) || string(data[hdr:hdr+4]) != zipMagic {
+		return fmt.Errorf("record %q: no local header at byte %d", e.Name, hdr)
+	}
+	h := int64(hdr)
+	e.HeaderOff = h
+	e.DataOff = h + zipLocalLen + int64(le16(data[h+26:])) + int64(le16(data[h+28:]))
+	if e.CompSize > uint64(n) || e.DataOff > n-int64(e.CompSize) {
+		return fmt.Errorf("record %q: %d bytes at byte %d run past the end of the %d-byte archive", e.Name, e.CompSize, e.DataOff, n)
+	}
+	e.DataEnd = e.DataOff + int64(e.CompSize)
+	e.End = e.DataEnd
+	if e.Flags&zipFlagDescr != 0 {
+		// A data descriptor follows: optional signature, CRC, sizes (8 bytes each in zip64).
+		l := int64(12)
+		if e.CompSize >= 0xffffffff || e.Size >= 0xffffffff {
+			l = 20
+		}
+		if e.DataEnd+4 <= n && string(data[e.DataEnd:e.DataEnd+4]) == zipDescSig {
+			l += 4
+		}
+		if e.DataEnd+l > n {
+			return fmt.Errorf("record %q: data descriptor runs past the end of the archive", e.Name)
+		}
+		e.End += l
+	}
+	return nil
+}
+
+// gaps returns the bytes of [0, size) no span covers and the spans that overlap.
+func (d *zipDir) check(size int64) error {
+	sp := append([]span(nil), d.spans...)
+	sort.Slice(sp, func(i, j int) bool { return sp[i].from < sp[j].from })
+	var at int64
+	for i, s := range sp {
+		if s.from > at {
+			return fmt.Errorf("%d bytes at byte %d belong to no zip record", s.from-at, at)
+		}
+		if s.from < at {
+			return fmt.Errorf("%s at byte %d overlaps %s", s.what, s.from, sp[i-1].what)
+		}
+		at = s.to
+	}
+	if at < size {
+		return fmt.Errorf("%d bytes at byte %d after the end of the zip archive", size-at, at)
+	}
+	return nil
+}
+
+func le16(b []byte) uint16 { return binary.LittleEndian.Uint16(b) }
+func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+// maxPickleRecord bounds a deflated pickle record inflated for scanning.
+const maxPickleRecord = 256 << 20
+
+// zipArchive scans a torch zip archive held in data (at base within file), as torch.load
+// reads it: the records must all lie in one top folder (torch refuses others), a
+// constants.pkl record makes it a TorchScript archive (torch.load runs torch.jit.load on
+// it), and every .pkl record is scanned, data.pkl first. It returns the layout.
+func (s *scanner) zipArchive(file string, data []byte, base int64, where string) string {
+	at := func(off int64) int64 { return base + off }
+	d, err := readZipDir(data)
+	if err != nil {
+		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, "zip: "+err.Error()))
+		return layoutZip
+	}
+	if err := d.check(int64(len(data))); err != nil {
+		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, "zip: "+err.Error()))
+	}
+	layout := layoutZip
+	if len(d.Entries) == 0 {
+		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, "empty zip archive"))
+		return layout
+	}
+	prefix := ""
+	if i := strings.IndexByte(d.Entries[0].Name, '/'); i >= 0 {
+		prefix = d.Entries[0].Name[:i+1]
+	} else {
+		s.problem(file, at(d.Entries[0].HeaderOff), statedict.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("record %q is not in a subdirectory: torch refuses the archive", d.Entries[0].Name)))
+	}
+	var pkls []zipEntry
+	for _, e := range d.Entries {
+		if prefix != "" && !strings.HasPrefix(e.Name, prefix) {
+			s.problem(file, at(e.HeaderOff), statedict.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("record %q is outside the archive folder %s: torch refuses the archive", e.Name, prefix)))
+		}
+		if e.Name == prefix+"constants.pkl" {
+			layout = layoutTorchScript
+			s.res.Code = append(s.res.Code, Finding{File: file, Where: joinWhere(where, e.Name), Offset: at(e.HeaderOff), Class: pickle.Unsafe,
+				Why: "TorchScript archive: torch.load hands it to torch.jit.load, which runs its code"})
+		}
+		if strings.HasSuffix(e.Name, ".pkl") {
+			pkls = append(pkls, e)
+		}
+	}
+	sort.SliceStable(pkls, func(i, j int) bool { return pkls[i].Name == prefix+"data.pkl" && pkls[j].Name != prefix+"data.pkl" })
+	if len(pkls) == 0 || pkls[0].Name != prefix+"data.pkl" {
+		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("no %sdata.pkl record: torch.load cannot read the archive", prefix)))
+	}
+	for _, e := range pkls {
+		ps := PickleScan{File: file, Where: joinWhere(where, e.Name), Base: at(e.DataOff)}
+		raw := data[e.DataOff:e.DataEnd]
+		switch e.Method {
+		case zipMethodStore:
+			if e.CompSize != e.Size {
+				s.problem(file, at(e.HeaderOff), statedict.ErrCorrupt, "%s: stored record of %d bytes says it holds %d", ps.Where, e.CompSize, e.Size)
+			}
+		case zipMethodFlate:
+			ps.Inflated = true
+			raw, err = torchzip.Inflate(raw, e.Size, maxPickleRecord)
+			if err != nil {
+				s.problem(file, at(e.DataOff), statedict.ErrCorrupt, "%s: %v", ps.Where, err)
+				continue
+			}
+		default:
+			s.problem(file, at(e.DataOff), statedict.ErrUnsupported, "%s: compression method %d", ps.Where, e.Method)
+			continue
+		}
+		ps.Report, ps.Err = pickle.ScanOne(raw)
+		if ps.Err == nil && ps.Report.End != int64(len(raw)) {
+			s.problem(file, at(e.DataOff)+ps.Report.End, statedict.ErrCorrupt, "%s: %d bytes after the pickle's STOP", ps.Where, int64(len(raw))-ps.Report.End)
+		}
+		s.addPickle(ps)
+		s.pickleProblem(ps)
+	}
+	return layout
+}
+
+// concatenated scans a DCP data file without the metadata that locates its items: torch.save
+// archives (or legacy streams) back to back, each archive's end found by walking its local
+// records to its central directory and end record (not by searching for a signature, which
+// a tensor's bytes may contain).
+func (s *scanner) concatenated(file string, data []byte) {
+	var off int64
+	for i := 1; off < int64(len(data)); i++ {
+		where := fmt.Sprintf("archive at byte %d", off)
+		rest := data[off:]
+		if len(rest) >= 4 && string(rest[:4]) == zipMagic {
+			end, err := zipForwardEnd(rest)
+			if err != nil {
+				s.problem(file, off, statedict.ErrCorrupt, "%s: %v", where, err)
+				return
+			}
+			s.zipArchive(file, rest[:end], off, where)
+			off += end
+			continue
+		}
+		if looksLikeSafetensors(rest) {
+			return // the safetensors blob of SerializationFormat.SAFETENSORS runs to the end
+		}
+		if s.legacy(file, rest, off, fmt.Sprintf("item at byte %d", off), false) == "" {
+			s.problem(file, off, statedict.ErrCorrupt, "%d bytes at byte %d are neither an archive nor a pickle", len(rest), off)
+		}
+		return
+	}
+}
+
+// zipForwardEnd returns the length of the zip archive at the start of data, walking local
+// records (whose sizes must be in their headers) to the central directory and end record.
+func zipForwardEnd(data []byte) (int64, error) {
+	n := int64(len(data))
+	var p int64
+	for p+4 <= n && string(data[p:p+4]) == zipMagic {
+		if p+zipLocalLen > n {
+			return 0, fmt.Errorf("truncated local header at byte %d", p)
+		}
+		flags := le16(data[p+6:])
+		comp := int64(le32(data[p+18:]))
+		nameLen, extraLen := int64(le16(data[p+26:])), int64(le16(data[p+28:]))
+		if flags&zipFlagDescr != 0 {
+			return 0, fmt.Errorf("record at byte %d has its sizes in a data descriptor", p)
+		}
+		if comp == 0xffffffff {
+			// zip64: the local extra field holds the sizes (uncompressed, then compressed).
+			ex := data[min(p+zipLocalLen+nameLen, n):min(p+zipLocalLen+nameLen+extraLen, n)]
+			comp = -1
+			for len(ex) >= 4 {
+				id, sz := le16(ex), int(le16(ex[2:]))
+				if sz > len(ex)-4 {
+					break
+				}
+				if id == 1 && sz >= 16 {
+					comp = int64(le64(ex[12:]))
+				}
+				ex = ex[4+sz:]
+			}
+			if comp < 0 {
+				return 0, fmt.Errorf("zip64 record at byte %d has no sizes", p)
+			}
+		}
+		next := p + zipLocalLen + nameLen + extraLen + comp
+		if comp < 0 || next > n || next < p {
+			return 0, fmt.Errorf("record at byte %d runs past the end of the file", p)
+		}
+		p = next
+	}
+	for p+4 <= n && string(data[p:p+4]) == zipCentralSig {
+		if p+zipCentralLen > n {
+			return 0, fmt.Errorf("truncated central directory entry at byte %d", p)
+		}
+		p += zipCentralLen + int64(le16(data[p+28:])) + int64(le16(data[p+30:])) + int64(le16(data[p+32:]))
+	}
+	if p+4 <= n && string(data[p:p+4]) == zip64EndSig {
+		if p+12 > n {
+			return 0, fmt.Errorf("truncated zip64 end record at byte %d", p)
+		}
+		l := int64(le64(data[p+4:]))
+		if l < 0 || l > n-p-12 {
+			return 0, fmt.Errorf("zip64 end record at byte %d runs past the end of the file", p)
+		}
+		p += 12 + l
+		if p+4 <= n && string(data[p:p+4]) == zip64LocSig {
+			p += zip64LocLen
+		}
+	}
+	if p+zipEndLen > n || string(data[p:p+4]) != zipEndSig {
+		return 0, fmt.Errorf("no end-of-central-directory record at byte %d", p)
+	}
+	end := p + zipEndLen + int64(le16(data[p+20:]))
+	if end > n {
+		return 0, fmt.Errorf("end record's comment runs past the end of the file")
+	}
+	return end, nil
+}
