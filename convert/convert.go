@@ -6,6 +6,10 @@
 // Tensors stream from the mapped source to the output; nothing is held whole in memory, and
 // the output appears under its final name only when complete.
 //
+// With a Target that has a mesh the output is per device — one file per rank holding that
+// rank's shards (sharding.go decides them; the layout's writer lays them out) — and Hosts
+// splits its writing across the machines of a multi-host job (hosts.go).
+//
 // The steps are open → plan → write → manifest; each lives with the package that knows its
 // layout, and convert only orchestrates.
 package convert
@@ -87,8 +91,14 @@ type Options struct {
 	Dequantize DequantizeMode
 	// Target is what the conversion writes for: the device tag storages get (unless
 	// Remap.Place decides otherwise), the TPU generation DequantizeAuto decides for, and
-	// the slice, mesh and plan of sharded outputs. nil keeps device tags.
+	// the slice, mesh and plan of sharded outputs. nil keeps device tags. With a mesh the
+	// output is per device: a DCP folder whose __R_0.distcp holds rank R's shards, or a
+	// folder of one safetensors file per rank (Format Safetensors) with a sharding
+	// manifest.
 	Target *runtime.Target
+	// Hosts, for a sharded output, splits the conversion across the machines of a
+	// multi-host job (see Hosts).
+	Hosts Hosts
 }
 
 // ErrDataDropped is the error of a strict conversion (Options.Strict) whose output would
@@ -133,14 +143,36 @@ type Summary struct {
 	// Alongside summarizes the conversion of each training-state file of an HF Trainer
 	// checkpoint folder (optimizer.pt, scheduler.pt, rng_state.pth, …) into the output folder.
 	Alongside []*Summary `json:"alongside,omitempty"`
+	// Sharding describes a per-device output: its ranks and mesh.
+	Sharding *ShardingReport `json:"sharding,omitempty"`
+	// Host reports this process's share of a multi-host conversion.
+	Host *HostReport `json:"host,omitempty"`
 }
 
-// layout resolves the output format and destination to the layout written.
-func layout(f Format, dst string) (formats.Layout, error) {
+// ShardingReport describes a per-device output.
+type ShardingReport struct {
+	Ranks int    `json:"ranks"`
+	Mesh  string `json:"mesh"`
+	// Sharded counts the tensors split across ranks; the others are whole on every rank.
+	Sharded int `json:"sharded"`
+}
+
+// layout resolves the output format and destination to the layout written: per device
+// (one file per rank) when sharded.
+func layout(f Format, dst string, sharded bool) (formats.Layout, error) {
 	switch f {
 	case Torch:
+		if sharded {
+			return "", fmt.Errorf("a torch.save file holds whole tensors: a per-device output is a dcp or safetensors folder")
+		}
 		return formats.TorchFile, nil
 	case Safetensors:
+		if sharded {
+			if strings.HasSuffix(dst, ".safetensors") {
+				return "", fmt.Errorf("%s: a per-device safetensors output is a folder (one file per rank), not a .safetensors file", dst)
+			}
+			return formats.SafetensorsRanks, nil
+		}
 		if strings.HasSuffix(dst, ".safetensors") {
 			return formats.SafetensorsFile, nil
 		}
@@ -151,19 +183,25 @@ func layout(f Format, dst string) (formats.Layout, error) {
 	return "", fmt.Errorf("unknown output format %q (torch, safetensors, dcp)", f)
 }
 
+// openSource opens the checkpoint to convert (a test counts what is read through it).
+var openSource = formats.Open
+
 // Run performs the conversion. Cancelling ctx stops it between pieces of output and
 // removes everything written so far; the destination is then as it was.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
 	start := time.Now()
 	opts.Dst = filepath.Clean(opts.Dst) // "DST/" names the folder DST
-	lay, err := layout(opts.Format, opts.Dst)
+	lay, err := layout(opts.Format, opts.Dst, opts.Target.Sharding() != nil)
 	if err != nil {
+		return nil, err
+	}
+	if err := opts.Hosts.check(opts.Target, lay); err != nil {
 		return nil, err
 	}
 	if err := checkApart(opts.Src, opts.Dst); err != nil {
 		return nil, err
 	}
-	ck, err := formats.Open(opts.Src)
+	ck, err := openSource(opts.Src)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +209,9 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	p, err := plan(ck, opts, lay)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Hosts.Count > 1 {
+		return runHost(ctx, opts, p, start)
 	}
 	out, err := newOutput(ctx, opts.Dst, formats.Writers[lay].Folder, opts.Force, opts.Resume, opts.Progress)
 	if err != nil {
@@ -187,22 +228,32 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err := write(out.root(), p, opts); err != nil {
 		return nil, err
 	}
-	if opts.Strict {
-		var dropped []string
-		for _, w := range p.sum.Warnings {
-			if w.Dropped {
-				dropped = append(dropped, w.Message)
-			}
-		}
-		if len(dropped) > 0 {
-			return nil, fmt.Errorf("%s: %w: %s", opts.Dst, ErrDataDropped, strings.Join(dropped, "; "))
-		}
+	if err := strict(p, opts); err != nil {
+		return nil, err
 	}
 	if err := out.commit(); err != nil {
 		return nil, err
 	}
 	p.sum.Seconds = time.Since(start).Seconds()
 	return p.sum, nil
+}
+
+// strict fails a strict conversion (Options.Strict) whose output would not hold all of the
+// source's data.
+func strict(p *planned, opts Options) error {
+	if !opts.Strict {
+		return nil
+	}
+	var dropped []string
+	for _, w := range p.sum.Warnings {
+		if w.Dropped {
+			dropped = append(dropped, w.Message)
+		}
+	}
+	if len(dropped) > 0 {
+		return fmt.Errorf("%s: %w: %s", opts.Dst, ErrDataDropped, strings.Join(dropped, "; "))
+	}
+	return nil
 }
 
 // planned is a conversion planned: the remapped checkpoint to write and what was decided.
@@ -215,6 +266,8 @@ type planned struct {
 	// weights.
 	alongside []string
 	total     int64
+	// sharding splits the tensors across the target's ranks (nil: not per device).
+	sharding *statedict.Sharding
 }
 
 // plan decides what to write: quantized groups unpacked or shielded from the cast, the
@@ -268,7 +321,19 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		return nil, err
 	}
 	p.sum.Tensors = len(tensors)
-	p.total = contentBytes(tensors, formats.Writers[lay].Tree)
+	if sh := opts.Target.Sharding(); sh != nil {
+		if q.report != nil && len(q.report.Kept) > 0 {
+			return nil, fmt.Errorf("%s: %w: %s-quantized weights are not sharded per device (their scales follow blocks, not the weights' placements); --dequantize them", opts.Src, statedict.ErrUnsupported, q.report.Method)
+		}
+		var ws []remap.Warning
+		if p.sharding, ws, err = sharding(root, opts.Target, opts.Remap.OptimizerNames); err != nil {
+			return nil, fmt.Errorf("%s: %w", opts.Src, err)
+		}
+		p.sum.Warnings = append(p.sum.Warnings, ws...)
+		p.sum.Sharding = &ShardingReport{Ranks: p.sharding.Ranks, Mesh: opts.Target.Mesh.String(), Sharded: len(p.sharding.Tensors)}
+	}
+	// A per-device layout hashes every tensor's bytes once, piece by piece.
+	p.total = contentBytes(tensors, formats.Writers[lay].Tree && p.sharding == nil)
 	if !formats.Writers[lay].Folder && len(ck.Extras) > 0 {
 		// A single file holds tensors only: say once what stays behind, and claim nothing
 		// about files that are not written.
@@ -298,6 +363,11 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		}
 	}
 	return p, nil
+}
+
+// writeOptions are what the layout's writer is given.
+func (p *planned) writeOptions(o *output, opts Options) statedict.WriteOptions {
+	return statedict.WriteOptions{Sum: o.sum, MaxShardSize: opts.MaxShardSize, Rewrite: p.rewrite, Sharding: p.sharding}
 }
 
 // placement places tensors as the target does.
@@ -335,7 +405,7 @@ func write(out *subOutput, p *planned, opts Options) error {
 	prev := out.o.src
 	out.o.src = p.src
 	defer func() { out.o.src = prev }()
-	w, err := formats.Writers[p.lay].Write(out, p.ck, statedict.WriteOptions{Sum: out.o.sum, MaxShardSize: opts.MaxShardSize, Rewrite: p.rewrite})
+	w, err := formats.Writers[p.lay].Write(out, p.ck, p.writeOptions(out.o, opts))
 	if err != nil {
 		return err
 	}
@@ -358,7 +428,7 @@ func write(out *subOutput, p *planned, opts Options) error {
 			p.sum.Warnings = append(p.sum.Warnings, w)
 		}
 	}
-	m, err := buildManifest(out.o, p, opts, w.Names)
+	m, err := buildManifest(out.o, p, opts, w.Names, nil)
 	if err != nil {
 		return err
 	}

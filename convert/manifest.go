@@ -11,9 +11,10 @@ import (
 
 // buildManifest describes the output of p: every tensor written, with the xxhash64 fed
 // while it was written (or, for a view whose storage was written whole, computed by reading
-// it again from the page-cache-warm source). names maps written tensors to their names
-// when they differ from the tree's.
-func buildManifest(o *output, p *planned, opts Options, names map[*statedict.Tensor]string) (*manifest.Manifest, error) {
+// it again from the page-cache-warm source), or, with hash set, the xxhash64 it gives for
+// the tensor's name in the output. names maps written tensors to their names when they
+// differ from the tree's.
+func buildManifest(o *output, p *planned, opts Options, names map[*statedict.Tensor]string, hash func(name string, t *statedict.Tensor) (uint64, error)) (*manifest.Manifest, error) {
 	m := &manifest.Manifest{
 		Tool: manifest.Tool, Version: opts.ToolVersion, Created: time.Now().UTC().Format(time.RFC3339),
 		Args:   opts.Args,
@@ -34,7 +35,12 @@ func buildManifest(o *output, p *planned, opts Options, names map[*statedict.Ten
 			}
 			name = n
 		}
-		sum, err := tensorHash(o, nt.Tensor)
+		var sum uint64
+		if hash != nil {
+			sum, err = hash(name, nt.Tensor)
+		} else {
+			sum, err = tensorHash(o, nt.Tensor)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", nt.Name, err)
 		}

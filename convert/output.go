@@ -68,6 +68,27 @@ func newOutput(ctx context.Context, dst string, folder, force, resume bool, prog
 	return o, nil
 }
 
+// newMemberOutput is host host's share of a multi-host conversion's folder output
+// (atomicfile.JoinDir).
+func newMemberOutput(ctx context.Context, opts Options, host, hosts int) (*output, error) {
+	o := &output{ctx: ctx, dst: opts.Dst, folder: true, force: opts.Force, progress: opts.Progress, created: map[string]bool{}, sums: map[any]*xxhash.Digest{}}
+	var err error
+	o.dir, err = atomicfile.JoinDir(opts.Dst, atomicfile.DirOptions{Force: opts.Force, Owner: manifest.Owned, Resume: opts.Resume}, host, hosts)
+	return o, err
+}
+
+// finish reports the last progress: done as the total (a writer of some ranks does not
+// hash every piece its ranks hold: others may write the replicated ones).
+func (o *output) finish() {
+	if o.progress == nil {
+		return
+	}
+	o.mu.Lock()
+	o.done = o.total
+	o.mu.Unlock()
+	o.progress(o.total, o.total)
+}
+
 // root is the output as a whole.
 func (o *output) root() *subOutput { return &subOutput{o: o} }
 
@@ -123,6 +144,9 @@ func (o *output) create(name string) (io.WriteCloser, error) {
 		return o.replay(name, file, j)
 	}
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return nil, err
+	}
+	if err := o.dir.Started(name); err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)

@@ -15,11 +15,14 @@ import (
 // DCP is the format name of torch.distributed.checkpoint directories.
 const DCP Kind = "dcp"
 
-// openDir reads a folder: a torch.distributed.checkpoint directory (it has `.metadata`) or a
-// Hugging Face model folder.
+// openDir reads a folder: a torch.distributed.checkpoint directory (it has `.metadata`), a
+// per-device safetensors folder (it has sharding.json) or a Hugging Face model folder.
 func openDir(dir string) (*statedict.Checkpoint, error) {
 	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err == nil {
 		return dcp.Open(dir)
+	}
+	if isRanksFolder(dir) {
+		return openRanks(dir)
 	}
 	if _, ok := hf.Detect(dir); ok {
 		return hf.Open(dir, openFile)

@@ -24,8 +24,12 @@ const (
 	// HFFolder is a Hugging Face model folder: safetensors shards, their index, and the
 	// source folder's configuration and tokenizer files.
 	HFFolder Layout = "hf"
-	// DCPFolder is a torch.distributed.checkpoint directory.
+	// DCPFolder is a torch.distributed.checkpoint directory: one data file per rank when
+	// sharded.
 	DCPFolder Layout = "dcp"
+	// SafetensorsRanks is a per-device safetensors folder: one file per rank holding its
+	// pieces of every tensor, and a sharding manifest (safetensors.Sharding).
+	SafetensorsRanks Layout = "safetensors-ranks"
 )
 
 // LayoutWriter is a layout's writer and whether its output is a folder.
@@ -35,14 +39,18 @@ type LayoutWriter struct {
 	// Tree reports whether the layout holds a whole checkpoint tree (non-tensor values,
 	// nesting); flat layouts hold named tensors only.
 	Tree bool
+	// Finish, for the per-rank layouts (those that take a statedict.Sharding), completes an
+	// output whose ranks were written in parts; nil for the others.
+	Finish statedict.Finisher
 }
 
 // Writers lists the writer of every layout.
 var Writers = map[Layout]LayoutWriter{
-	TorchFile:       {Write: torchzip.WriteCheckpoint, Tree: true},
-	SafetensorsFile: {Write: safetensors.WriteCheckpoint},
-	HFFolder:        {Write: hf.Write, Folder: true},
-	DCPFolder:       {Write: dcp.Write, Folder: true, Tree: true},
+	TorchFile:        {Write: torchzip.WriteCheckpoint, Tree: true},
+	SafetensorsFile:  {Write: safetensors.WriteCheckpoint},
+	HFFolder:         {Write: hf.Write, Folder: true},
+	DCPFolder:        {Write: dcp.Write, Folder: true, Tree: true, Finish: dcp.Finish},
+	SafetensorsRanks: {Write: safetensors.WriteRanks, Folder: true, Finish: safetensors.FinishRanks},
 }
 
 // ParseLayout parses a layout name.

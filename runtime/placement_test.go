@@ -23,6 +23,7 @@ type golden struct {
 		Mesh       []int    `json:"mesh"`
 		Placements []string `json:"placements"`
 		Order      []int    `json:"order"`
+		Even       bool     `json:"even"`
 		Strided    bool     `json:"strided_shard_agrees"`
 		Ranks      []struct {
 			Rank    int     `json:"rank"`
@@ -96,6 +97,30 @@ func TestChunksMatchTorch(t *testing.T) {
 				t.Errorf("%s: rank %d chunk %v %v, torch %v %v", name, r.Rank, ch.Offsets, ch.Sizes, r.Offsets, r.Sizes)
 			}
 		}
+	}
+}
+
+// TestStridedShardDisagreement pins what the README says of FSDP2 over tensor
+// parallelism: torch 2.14's _StridedShard reports the boxes FSDP2 holds (the chunks ckpt
+// writes) in every ordered case but one — a TP shard with fewer rows than the FSDP degree
+// (9 rows on fsdp=4 over tp=2), where it puts a row on a rank whose shard is empty.
+func TestStridedShardDisagreement(t *testing.T) {
+	var ordered, disagree []string
+	for _, c := range readGolden(t).Cases {
+		if c.Order == nil {
+			continue
+		}
+		name := fmt.Sprint(c.Shape, c.Mesh)
+		ordered = append(ordered, name)
+		if c.Even && !c.Strided {
+			t.Errorf("%s: torch's _StridedShard disagrees on an even split", name)
+		}
+		if !c.Strided {
+			disagree = append(disagree, name)
+		}
+	}
+	if len(ordered) < 8 || !slices.Equal(disagree, []string{"[9] [4 2]"}) {
+		t.Errorf("of the ordered cases %v, _StridedShard disagrees on %v; want [9] on [4 2] only", ordered, disagree)
 	}
 }
 

@@ -9,6 +9,11 @@
 // chunk assembly) through io.ReaderAt, and streamed as contiguous little-endian bytes by
 // Tensor.WriteTo with bounded buffers.
 //
+// Writers of every format take a checkpoint through one contract (writer.go: Output,
+// Writer, WriteOptions, Written). Per-rank layouts also take a Sharding — each tensor's
+// pieces and the ranks holding them, decided by the TPU target (package runtime) — and can
+// be written in parts, one per host, which a Finisher completes.
+//
 // The DType registry lists every torch 2.14 dtype with its element size, its typed-storage
 // class and its safetensors name. Flattened names join dict keys and list indices with ".",
 // as torch.distributed.checkpoint flattens state dicts.

@@ -37,6 +37,14 @@ type WriteOptions struct {
 	// Metadata is free-form string metadata for layouts that hold some (safetensors'
 	// __metadata__).
 	Metadata map[string]string
+	// Sharding, for the per-rank layouts, splits the tensors across the ranks of a
+	// distributed job: each rank's file holds that rank's pieces. Other layouts refuse it.
+	Sharding *Sharding
+	// Ranks, with Sharding, lists the ranks whose files this call writes — one host's
+	// devices in a multi-host conversion; nil writes every rank's. A writer given some
+	// ranks writes their files only, no index, and returns what it wrote as Written.Part;
+	// the layout's Finisher writes the index from every part.
+	Ranks []int
 }
 
 // Written reports what a format writer wrote.
@@ -55,11 +63,21 @@ type Written struct {
 	// NotWritten lists the values the layout cannot hold, by flattened name with their
 	// type ("optimizer.param_groups.0.lr: float64").
 	NotWritten []string
+	// Part is what a writer of some ranks (WriteOptions.Ranks) records for the layout's
+	// index — where each of its items lies in its files — as JSON, for the Finisher.
+	Part []byte
 }
 
 // Writer writes ck in one on-disk layout through out. Every format package provides one
 // (formats.Writers lists them), so converting chooses a writer from a table.
 type Writer func(out Output, ck *Checkpoint, opts WriteOptions) (*Written, error)
+
+// Finisher completes a per-rank output written in parts: given the Written.Part of every
+// call that wrote some of the ranks (the hosts of a multi-host conversion, in any order,
+// together covering every rank once), and the same ck and options, it writes the layout's
+// index through out (DCP's .metadata) and reports the whole output's files. It reads no
+// tensor bytes.
+type Finisher func(out Output, ck *Checkpoint, opts WriteOptions, parts [][]byte) (*Written, error)
 
 // CopyFiles copies ck's extra files (config.json, tokenizer files, …: Checkpoint.Extras)
 // into a folder output, read through ck.Files (confined to the source folder), replacing

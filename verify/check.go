@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
@@ -33,7 +34,10 @@ type CheckReport struct {
 	// and hashed.
 	Tensors int `json:"tensors"`
 	Checked int `json:"checked"`
-	// Bytes is the total size of the tensors hashed.
+	// Replicas counts the further copies of replicated pieces a per-device output holds,
+	// each hashed against its box of the reassembled tensor.
+	Replicas int `json:"replicas,omitempty"`
+	// Bytes is the total size of the tensors (and replicas) hashed.
 	Bytes    int64          `json:"bytes"`
 	Problems []CheckProblem `json:"problems"`
 }
@@ -46,7 +50,8 @@ type CheckProblem struct {
 	// Tensor is the tensor's name ("" for a problem with the output as a whole).
 	Tensor string `json:"tensor"`
 	// Kind is "missing" (in the manifest, not in the output), "extra" (in the output, not in
-	// the manifest), "dtype", "shape", "nbytes" or "xxhash64".
+	// the manifest), "dtype", "shape", "nbytes", "xxhash64" or "replica" (a rank's copy of a
+	// replicated piece differs from the copy the tensor is reassembled from).
 	Kind string `json:"kind"`
 	Want string `json:"want,omitempty"`
 	Got  string `json:"got,omitempty"`
@@ -112,14 +117,26 @@ func Check(path, mpath string) (*CheckReport, error) {
 			rep.Problems = append(rep.Problems, CheckProblem{Tensor: nt.Name, Kind: "extra"})
 		}
 	}
+	// A per-device output keeps a copy of a replicated piece in every rank's file that holds
+	// it; formats.Open reassembles from the first. Every further copy must hash as its box of
+	// the reassembled tensor does, which the manifest's hash vouches for.
+	reps, closeRanks, err := replicas(path, byName)
+	defer closeRanks()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrFailed, err)
+	}
 	// Hash on every core, reading through statedict.ReadTensors: bounded resident memory
 	// however large the checkpoint.
-	ts := make([]statedict.NamedTensor, len(jobs))
-	sums := make([]*xxhash.Digest, len(jobs))
+	ts := make([]statedict.NamedTensor, len(jobs), len(jobs)+2*len(reps))
 	for i, j := range jobs {
 		ts[i] = statedict.NamedTensor{Name: j.want.Name, Tensor: j.t}
 		rep.Bytes += j.t.NBytes()
 	}
+	for _, r := range reps {
+		ts = append(ts, statedict.NamedTensor{Name: r.name, Tensor: r.e}, statedict.NamedTensor{Name: r.name, Tensor: r.d})
+		rep.Bytes += r.d.NBytes()
+	}
+	sums := make([]*xxhash.Digest, len(ts))
 	err = statedict.ReadTensors(context.Background(), ts, func(i int) io.Writer {
 		sums[i] = xxhash.New()
 		return sums[i]
@@ -129,6 +146,16 @@ func Check(path, mpath string) (*CheckReport, error) {
 	}
 	for i, j := range jobs {
 		j.got = fmt.Sprintf("%016x", sums[i].Sum64())
+	}
+	for k, r := range reps {
+		i := len(jobs) + 2*k
+		want, got := sums[i].Sum64(), sums[i+1].Sum64()
+		if r.d.DTypeName() != r.e.DTypeName() || !slices.Equal(r.d.Shape, r.e.Shape) || want != got {
+			rep.Problems = append(rep.Problems, CheckProblem{Tensor: r.name, Kind: "replica",
+				Want: fmt.Sprintf("%s %v xxhash64 %016x (the piece at %v)", r.e.DTypeName(), r.e.Shape, want, r.offsets),
+				Got:  fmt.Sprintf("%s %v xxhash64 %016x (rank %d's copy)", r.d.DTypeName(), r.d.Shape, got, r.rank)})
+		}
+		rep.Replicas++
 	}
 	for _, j := range jobs {
 		switch {

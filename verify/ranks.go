@@ -8,32 +8,9 @@ import (
 	"path/filepath"
 
 	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
-
-// shardingFile is the sharding manifest of a per-device safetensors output: every rank's
-// file holds that rank's piece of every tensor, so a piece several ranks hold (replicated
-// over a mesh axis) is stored once per rank. formats.Open reassembles each tensor from the
-// first copy of each piece; the others are what the other devices load, and are checked
-// here against the same expected values.
-const shardingFile = "sharding.json"
-
-// sharding is the part of sharding.json (format "ckpt-sharded-safetensors", version 1, as
-// formats/safetensors documents it) that says which rank files hold which pieces.
-type sharding struct {
-	Format    string   `json:"format"`
-	Version   int      `json:"version"`
-	WorldSize int      `json:"world_size"`
-	Files     []string `json:"files"`
-	Tensors   []struct {
-		Name   string `json:"name"`
-		Pieces []struct {
-			Offsets []int64 `json:"offsets"`
-			Sizes   []int64 `json:"sizes"`
-			Ranks   []int   `json:"ranks"`
-		} `json:"pieces"`
-	} `json:"tensors"`
-}
 
 // replica is a copy of a piece of a tensor in one rank's file, paired with the box of the
 // expected tensor it must equal.
@@ -53,16 +30,20 @@ func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica,
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return nil, release, nil
 	}
-	b, err := os.ReadFile(filepath.Join(dir, shardingFile))
+	b, err := os.ReadFile(filepath.Join(dir, safetensors.ShardingFile))
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, release, nil
 		}
 		return nil, release, err
 	}
-	var m sharding
-	if err := json.Unmarshal(b, &m); err != nil || m.Format != "ckpt-sharded-safetensors" || m.Version != 1 || len(m.Files) != m.WorldSize {
-		return nil, release, fmt.Errorf("%s: %w: not a version 1 sharding manifest (%v)", filepath.Join(dir, shardingFile), statedict.ErrCorrupt, err)
+	// Every rank's file holds that rank's piece of every tensor, so a piece several ranks
+	// hold (replicated over a mesh axis) is stored once per rank. formats.Open reassembles
+	// each tensor from the first copy of each piece; the others are what the other devices
+	// load, and are checked here against the same expected values.
+	var m safetensors.Sharding
+	if err := json.Unmarshal(b, &m); err != nil || m.Format != safetensors.ShardingFormat || m.Version != 1 || len(m.Files) != m.WorldSize {
+		return nil, release, fmt.Errorf("%s: %w: not a version 1 sharding manifest (%v)", filepath.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, err)
 	}
 	opened := map[int]map[string]*statedict.Tensor{}
 	var cks []io.Closer
@@ -76,7 +57,7 @@ func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica,
 			return ts, nil
 		}
 		if r < 0 || r >= len(m.Files) || !filepath.IsLocal(m.Files[r]) {
-			return nil, fmt.Errorf("%s: %w: rank %d's file", filepath.Join(dir, shardingFile), statedict.ErrCorrupt, r)
+			return nil, fmt.Errorf("%s: %w: rank %d's file", filepath.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, r)
 		}
 		ck, err := formats.Open(filepath.Join(dir, m.Files[r]))
 		if err != nil {

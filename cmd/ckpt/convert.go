@@ -27,6 +27,7 @@ func newConvertCmd() *cobra.Command {
 		optimNames                               []string
 		keepCUDARNG                              bool
 		dequantize, tpuGen                       string
+		shard                                    shardFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "convert --to tpu SRC DST",
@@ -37,6 +38,15 @@ default — and writes DST as:
   --format torch        a torch.save file torch.load(weights_only=True) reads
   --format safetensors  DST.safetensors, or a Hugging Face folder (sharded by --max-shard-size)
   --format dcp          a torch.distributed.checkpoint directory
+With --topology and/or --mesh the output is per device, one file per rank (TorchTPU
+process) holding that rank's DTensor shards: --format dcp writes __R_0.distcp per rank
+(deduplicated as torch's planner does) and .metadata; --format safetensors one
+rank-R-of-N.safetensors per rank and sharding.json. Placements are ckpt plan's (--plan FILE
+overrides); optimizer moments follow their parameters. With --num-hosts N each host of a
+multi-host job (--host-index, default $JOB_COMPLETION_INDEX or $TPU_WORKER_ID) writes its
+own devices' files into DST's shared partial folder, reading only the source bytes they
+hold; host 0 waits for the others (--host-wait), writes the index and manifest and moves
+DST into place.
 The output is written under a temporary name, fsynced and renamed when complete; an
 existing DST is replaced only with --force. A manifest (DST.ckpt-manifest.json, or
 ckpt-manifest.json inside a folder) records the source, options, version and an xxhash64 of
@@ -68,6 +78,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 					return err
 				}
 			}
+			if format == "" && (shard.mesh != "" || shard.topology != "") {
+				format = "dcp" // a per-device output: one file per rank
+			}
 			if opts.Dst, opts.Format, err = destination(args[0], args[1], format); err != nil {
 				return err
 			}
@@ -93,8 +106,8 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				}
 				opts.Dequantize = convert.DequantizeMode(d)
 			}
-			if opts.Dequantize == convert.DequantizeAuto && tpuGen == "" {
-				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v4, v5e, v5p, v6e or tpu7x)"))
+			if opts.Dequantize == convert.DequantizeAuto && tpuGen == "" && shard.topology == "" {
+				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v4, v5e, v5p, v6e or tpu7x) or --topology"))
 			}
 			if tpuGen != "" {
 				if opts.Dequantize != convert.DequantizeAuto {
@@ -103,6 +116,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				if opts.Target.Generation, err = runtime.LookupGeneration(tpuGen); err != nil {
 					return usage(fmt.Errorf("--tpu-gen: %w", err))
 				}
+			}
+			if err := shard.apply(cmd.Flags(), &opts, os.Getenv); err != nil {
+				return err
 			}
 			opts.Remap.StripWrappers = !noStrip
 			opts.Remap.PlainData = true
@@ -198,6 +214,13 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			if sum.Resumed > 0 {
 				fmt.Fprintf(out, "resumed: kept %s the interrupted conversion finished\n", plural(sum.Resumed, "file"))
 			}
+			if s := sum.Sharding; s != nil {
+				fmt.Fprintf(out, "sharded %d tensors over %d ranks (mesh %s); the others are whole on every rank\n", s.Sharded, s.Ranks, s.Mesh)
+			}
+			if sum.Host != nil {
+				printHost(out, sum)
+				return nil
+			}
 			fmt.Fprintf(out, "wrote %s (%s, %s, %s) in %.2fs; manifest %s\n",
 				sum.Dst, sum.Format, plural(sum.Tensors, "tensor"), humanBytes(sum.Bytes), sum.Seconds, sum.Manifest)
 			return nil
@@ -213,6 +236,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.BoolVar(&keepCUDARNG, "keep-cuda-rng", false, "keep CUDA RNG states (as CPU byte tensors) instead of dropping them")
 	f.StringVar(&dequantize, "dequantize", "", "unpack quantized tensors to --dtype (default bfloat16): --dequantize (all) or --dequantize=auto (with --tpu-gen)")
 	f.Lookup("dequantize").NoOptDefVal = string(convert.DequantizeAll)
+	shard.register(f)
 	f.StringVar(&tpuGen, "tpu-gen", "", "target TPU generation for --dequantize=auto: v4, v5e, v5p, v6e or tpu7x (v7x)")
 	f.StringArrayVar(&renames, "rename", nil, "REGEX=REPL applied to tensor names, in order (repeatable)")
 	f.StringVar(&sel, "select", "", "keep only the sub-tree at this dotted key (e.g. state_dict)")

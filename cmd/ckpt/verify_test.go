@@ -257,12 +257,8 @@ func FuzzParsePromptIDs(f *testing.F) {
 // with sharding.json, a DCP directory whose __R_0.distcp holds rank R's pieces — pass
 // parity, read through formats' reassembly, every rank's copy of a replicated piece
 // included; changing one element of one rank's copy fails it, naming the tensor, the rank and
-// the element's index in the whole tensor. Skipped by a build whose convert writes no
-// per-device outputs (no --mesh).
+// the element's index in the whole tensor.
 func TestVerifyPerDevice(t *testing.T) {
-	if newConvertCmd().Flags().Lookup("mesh") == nil {
-		t.Skip("convert --topology/--mesh (per-device outputs) is not in this build")
-	}
 	src := "../../testdata/hf/mistral_sharded"
 	dir := t.TempDir()
 	for _, f := range []string{"safetensors", "dcp"} {
@@ -278,6 +274,9 @@ func TestVerifyPerDevice(t *testing.T) {
 		if f == "safetensors" && rep.Tensors.Replicas == 0 {
 			t.Errorf("no replica of the dp axis compared: %+v", rep.Tensors)
 		}
+		if out, err := run(t, "check", dst); err != nil {
+			t.Fatalf("check %s: %v\n%s", f, err, out)
+		}
 	}
 	// Ranks 4–7 hold the dp=1 copies of ranks 0–3's pieces: rank 6's is the second copy of
 	// the piece rank 2 also holds, which reassembling the tensor does not read.
@@ -286,5 +285,10 @@ func TestVerifyPerDevice(t *testing.T) {
 	out, err := run(t, "verify", filepath.Join(src), filepath.Join(dir, "safetensors"))
 	if exitStatus(err) != exitCorrupt || !strings.Contains(out, victim+", rank 6's copy") {
 		t.Fatalf("exit %d: %v\n%s", exitStatus(err), err, out)
+	}
+	// ckpt check hashes every rank's copy too, not only the one reassembly reads.
+	out, err = run(t, "check", filepath.Join(dir, "safetensors"))
+	if exitStatus(err) != exitCorrupt || !strings.Contains(out, "rank 6's copy") || !strings.Contains(out, victim) {
+		t.Fatalf("check: exit %d: %v\n%s", exitStatus(err), err, out)
 	}
 }

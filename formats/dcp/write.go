@@ -1,10 +1,12 @@
 package dcp
 
 import (
-	"bytes"
+	"encoding/json"
 	"fmt"
 	"hash"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
@@ -12,7 +14,7 @@ import (
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// DataFile is the single data file Write produces (rank 0, file 0).
+// DataFile is the one data file of an output written without a sharding: RankFile(0).
 const DataFile = "__0_0.distcp"
 
 // leaf is one flattened item of a DCP save plan.
@@ -83,68 +85,226 @@ func terminal(l *statedict.List) bool {
 }
 
 // Write is the statedict.Writer of torch.distributed.checkpoint directories: a folder
-// that torch.distributed.checkpoint.load reads in a single process, every tensor one chunk
-// stored in __0_0.distcp as an embedded torch.save archive, every other leaf a bytes item
-// (a torch.save of the value), and a .metadata pickle naming only the classes DCP needs.
+// that torch.distributed.checkpoint.load reads into any process layout. Every tensor piece
+// is stored as an embedded torch.save archive, every other leaf as a bytes item (a
+// torch.save of the value), and a .metadata pickle names only the classes DCP needs.
+//
+// Without opts.Sharding it is what one process saves: every tensor one chunk, all in
+// __0_0.distcp. With it, it is what the ranks of a job save with DCP's default planner:
+// file __R_0.distcp holds rank R's pieces — its DTensor local shards, with the offsets and
+// sizes DTensor reports — so each process reads only its own file, and pieces several
+// ranks hold (replicated tensors, bytes items) are written once, by the rank torch's
+// dedup_save_plans picks. Every rank gets its file, empty or not. With opts.Ranks only
+// those ranks' files are written and the .metadata is left to Finish.
+//
 // The embedded archives are tagged "cpu", as torch's own DCP writer saves CPU copies: DCP
 // loads bytes items with a plain torch.load and copies tensor chunks into the caller's
 // tensors, wherever those live, so a device tag in the file could only make loading fail.
 func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions) (*statedict.Written, error) {
+	p, err := planFor(ck, opts)
+	if err != nil {
+		return nil, err
+	}
+	ranks, err := p.selected(opts.Ranks)
+	if err != nil {
+		return nil, err
+	}
+	stored, files, n, err := p.write(out, ranks, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Ranks != nil {
+		part, err := encodePart(p, stored, ranks)
+		if err != nil {
+			return nil, err
+		}
+		return &statedict.Written{Files: files, Bytes: n, Part: part}, nil
+	}
+	return p.finish(out, ck, opts, stored)
+}
+
+// Finish is the statedict.Finisher of DCP directories written in parts (Write with
+// opts.Ranks): it checks that the parts hold exactly the items the save plan gives their
+// ranks and writes the .metadata.
+func Finish(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions, parts [][]byte) (*statedict.Written, error) {
+	p, err := planFor(ck, opts)
+	if err != nil {
+		return nil, err
+	}
+	stored, byKey := map[storageKey]stored{}, p.byKey()
+	wrote := make([]bool, p.ranks)
+	for i, b := range parts {
+		if err := decodePart(p, b, byKey, stored, wrote); err != nil {
+			return nil, fmt.Errorf("part %d: %w", i, err)
+		}
+	}
+	for r, ok := range wrote {
+		if !ok {
+			return nil, fmt.Errorf("no part holds rank %d's file %s", r, RankFile(r))
+		}
+	}
+	return p.finish(out, ck, opts, stored)
+}
+
+// RankFile is the data file of rank r: __R_0.distcp, as torch's FileSystemWriter names
+// the one file each rank writes.
+func RankFile(r int) string { return "__" + strconv.Itoa(r) + "_0.distcp" }
+
+func planFor(ck *statedict.Checkpoint, opts statedict.WriteOptions) (*savePlan, error) {
 	leaves, err := flatten(ck.Root)
 	if err != nil {
 		return nil, err
 	}
-	w, err := out.Create(DataFile)
-	if err != nil {
-		return nil, err
+	return newSavePlan(leaves, opts.Sharding)
+}
+
+// selected checks the ranks to write (nil: all) and returns them in increasing order.
+func (p *savePlan) selected(ranks []int) ([]int, error) {
+	if ranks == nil {
+		all := make([]int, p.ranks)
+		for r := range all {
+			all[r] = r
+		}
+		return all, nil
 	}
-	defer w.Close()
-	var items []item
-	var off int64
+	out := slices.Clone(ranks)
+	slices.Sort(out)
+	for i, r := range out {
+		if r < 0 || r >= p.ranks || i > 0 && out[i-1] == r {
+			return nil, fmt.Errorf("ranks %v: each one of the %d ranks at most once", ranks, p.ranks)
+		}
+	}
+	return out, nil
+}
+
+// stored is where an item's bytes were written.
+type stored struct {
+	file           string
+	offset, length int64
+}
+
+// write writes the files of ranks (in increasing order): each rank's bytes items, then its
+// tensor pieces, in its plan's order. A tensor whose pieces this call writes one after the
+// other in the tensor's row-major order feeds one digest (opts.Sum of the tensor) with all
+// of them, so the tensor's checksum costs no second read; other pieces feed a digest of
+// their own (opts.Sum of the piece's view).
+func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.WriteOptions) (map[storageKey]stored, []string, int64, error) {
+	inOrder := p.inOrder(ranks)
+	sums := map[*statedict.Tensor]hash.Hash{}
+	res := map[storageKey]stored{}
+	var files []string
+	var total int64
 	cpu := func(*statedict.Storage) string { return "cpu" }
-	save := func(l leaf, v statedict.Value, t *statedict.Tensor) error {
-		so := torchzip.SaveOptions{Location: cpu}
-		if t != nil && opts.Sum != nil {
-			so.Sum = func(*statedict.Storage) hash.Hash { return opts.Sum(t) }
-		}
-		n, err := torchzip.Write(w, v, so)
+	for _, r := range ranks {
+		name := RankFile(r)
+		w, err := out.Create(name)
 		if err != nil {
-			return fmt.Errorf("%s: %w", l.fqn, err)
+			return nil, nil, 0, err
 		}
-		items = append(items, item{leaf: l, tensor: t, offset: off, length: n})
-		off += n
-		return nil
-	}
-	// Bytes items first, then tensors, as DCP's writer orders them.
-	for _, l := range leaves {
-		if _, ok := l.val.(*statedict.Tensor); !ok {
-			if err := save(l, l.val, nil); err != nil {
-				return nil, err
+		var off int64
+		save := func(it *planItem) error {
+			l := p.leaves[it.leaf]
+			so := torchzip.SaveOptions{Location: cpu}
+			v := l.val
+			if it.tensor != nil {
+				view, err := it.tensor.Box(it.piece.Offsets, it.piece.Sizes)
+				if err != nil {
+					return err
+				}
+				st, err := standalone(view)
+				if err != nil {
+					return err
+				}
+				v = st
+				if opts.Sum != nil && !it.piece.Empty() {
+					t := it.tensor
+					var h hash.Hash
+					switch {
+					case !inOrder[t]:
+						h = opts.Sum(view)
+					case sums[t] != nil:
+						h = sums[t]
+					default:
+						h = opts.Sum(t)
+						sums[t] = h
+					}
+					so.Sum = func(*statedict.Storage) hash.Hash { return h }
+				}
 			}
-		}
-	}
-	for _, l := range leaves {
-		if t, ok := l.val.(*statedict.Tensor); ok {
-			if t.DType.Kind() == statedict.KindQuantized {
-				return nil, fmt.Errorf("%s: %w: torch.distributed.checkpoint cannot load quantized %s tensors (its loader copies into torch.empty)", l.fqn, statedict.ErrUnsupported, t.DType)
-			}
-			st, err := standalone(t)
+			n, err := torchzip.Write(w, v, so)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", l.fqn, err)
+				return err
 			}
-			if err := save(l, st, t); err != nil {
-				return nil, err
+			res[it.key(l.fqn)] = stored{name, off, n}
+			off += n
+			return nil
+		}
+		for _, tensors := range []bool{false, true} {
+			for _, i := range p.byRank[r] {
+				if it := p.items[i]; (it.tensor != nil) == tensors {
+					if err := save(it); err != nil {
+						w.Close()
+						return nil, nil, 0, fmt.Errorf("%s: %w", p.leaves[it.leaf].fqn, err)
+					}
+				}
 			}
 		}
+		if err := w.Close(); err != nil {
+			return nil, nil, 0, err
+		}
+		files = append(files, name)
+		total += off
 	}
-	if err := w.Close(); err != nil {
-		return nil, err
+	return res, files, total, nil
+}
+
+// inOrder reports, per tensor, whether writing ranks writes all its pieces and they follow
+// each other in the tensor's row-major order, each a contiguous run of it (a tensor whole,
+// or split along its first dimension).
+func (p *savePlan) inOrder(ranks []int) map[*statedict.Tensor]bool {
+	writes := map[int]bool{}
+	for _, r := range ranks {
+		writes[r] = true
+	}
+	next := map[*statedict.Tensor]int64{} // the next element expected; -1 once out of order
+	byWriter := slices.Clone(p.items)
+	slices.SortStableFunc(byWriter, func(a, b *planItem) int { return a.writer - b.writer })
+	for _, it := range byWriter {
+		t := it.tensor
+		if t == nil || next[t] < 0 {
+			continue
+		}
+		start, n, ok := it.piece.Run(t.Shape)
+		switch {
+		case !writes[it.writer] || !ok:
+			next[t] = -1
+		case n == 0:
+		case start != next[t]:
+			next[t] = -1
+		default:
+			next[t] = start + n
+		}
+	}
+	out := map[*statedict.Tensor]bool{}
+	for t, n := range next {
+		out[t] = n == t.NumEl()
+	}
+	return out
+}
+
+// finish writes the .metadata of the items stored, copies the checkpoint's extra files
+// (config.json, tokenizer files) and reports the whole output.
+func (p *savePlan) finish(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions, st map[storageKey]stored) (*statedict.Written, error) {
+	for _, it := range p.items {
+		if _, ok := st[it.key(p.leaves[it.leaf].fqn)]; !ok {
+			return nil, fmt.Errorf("%s: no part stored it (rank %d's)", p.leaves[it.leaf].fqn, it.writer)
+		}
 	}
 	mw, err := out.Create(MetadataFile)
 	if err != nil {
 		return nil, err
 	}
-	err = encodeMetadata(mw, items)
+	err = encodeMetadata(mw, p, st)
 	if cerr := mw.Close(); err == nil {
 		err = cerr
 	}
@@ -155,40 +315,125 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 	if err != nil {
 		return nil, err
 	}
-	return &statedict.Written{Files: append([]string{DataFile, MetadataFile}, extras...), Bytes: off}, nil
+	w := &statedict.Written{}
+	for r := range p.ranks {
+		w.Files = append(w.Files, RankFile(r))
+	}
+	for _, s := range st {
+		w.Bytes += s.length
+	}
+	w.Files = append(append(w.Files, MetadataFile), extras...)
+	return w, nil
 }
 
-// item is one written entry with its place in the data file.
-type item struct {
-	leaf
-	tensor         *statedict.Tensor // nil for bytes items
-	offset, length int64
+// part is what a writer of some ranks records: each item's place in its files.
+type part struct {
+	Ranks []int        `json:"ranks"`
+	Items []storedItem `json:"items"`
+}
+
+type storedItem struct {
+	FQN     string  `json:"fqn"`
+	Offsets []int64 `json:"offsets"` // nil for bytes items
+	File    string  `json:"file"`
+	Offset  int64   `json:"offset"`
+	Length  int64   `json:"length"`
+}
+
+func encodePart(p *savePlan, st map[storageKey]stored, ranks []int) ([]byte, error) {
+	pt := part{Ranks: ranks, Items: []storedItem{}}
+	for _, it := range p.items {
+		fqn := p.leaves[it.leaf].fqn
+		s, ok := st[it.key(fqn)]
+		if !ok {
+			continue
+		}
+		si := storedItem{FQN: fqn, File: s.file, Offset: s.offset, Length: s.length}
+		if it.tensor != nil {
+			si.Offsets = it.piece.Offsets
+		}
+		pt.Items = append(pt.Items, si)
+	}
+	return json.Marshal(pt)
+}
+
+// decodePart adds the items of a part to st, checking them against the plan (byKey indexes
+// its items): each is a planned item of one of the part's ranks, in that rank's file, and
+// no rank or item comes twice.
+func decodePart(p *savePlan, b []byte, byKey map[storageKey]*planItem, st map[storageKey]stored, wrote []bool) error {
+	var pt part
+	if err := json.Unmarshal(b, &pt); err != nil {
+		return err
+	}
+	mine := map[int]bool{}
+	for _, r := range pt.Ranks {
+		if r < 0 || r >= p.ranks {
+			return fmt.Errorf("rank %d is not one of the %d ranks", r, p.ranks)
+		}
+		if wrote[r] {
+			return fmt.Errorf("rank %d's file is in two parts", r)
+		}
+		wrote[r], mine[r] = true, true
+	}
+	for _, si := range pt.Items {
+		k := keyOf(si.FQN, si.Offsets)
+		it, ok := byKey[k]
+		switch {
+		case !ok:
+			return fmt.Errorf("%s at %v: not an item of this save plan", si.FQN, si.Offsets)
+		case !mine[it.writer] || si.File != RankFile(it.writer):
+			return fmt.Errorf("%s at %v: stored in %s, but rank %d writes it", si.FQN, si.Offsets, si.File, it.writer)
+		case si.Offset < 0 || si.Length <= 0:
+			return fmt.Errorf("%s at %v: stored range %d+%d", si.FQN, si.Offsets, si.Offset, si.Length)
+		}
+		if _, dup := st[k]; dup {
+			return fmt.Errorf("%s at %v: stored twice", si.FQN, si.Offsets)
+		}
+		st[k] = stored{si.File, si.Offset, si.Length}
+	}
+	return nil
+}
+
+// byKey indexes the plan's items by their storage key.
+func (p *savePlan) byKey() map[storageKey]*planItem {
+	m := make(map[storageKey]*planItem, len(p.items))
+	for _, it := range p.items {
+		m[it.key(p.leaves[it.leaf].fqn)] = it
+	}
+	return m
 }
 
 // standalone returns t as DCP saves it: a contiguous tensor owning exactly its bytes.
-// Contiguous views read their range of the source storage; other views are gathered once
-// (bounded by the tensor's own size).
+// Contiguous views read their range of the source storage (a zero-copy file range when the
+// source is mapped); other views, and those whose stored bytes need fixing (byte order,
+// conj, neg), are gathered on demand as they are written, in bounded memory.
 func standalone(t *statedict.Tensor) (*statedict.Tensor, error) {
 	nb := t.NBytes()
 	es := int64(t.DType.Size())
 	var st *statedict.Storage
-	if d, mapped := t.Storage.Mapped(); mapped && t.IsContiguous() && !t.Conj && !t.Neg && !t.Storage.BigEndian && t.DType.ValuesPerByte() == 1 {
+	if nb == 0 {
+		st = statedict.NewMappedStorage("empty", "cpu", t.DType, []byte{})
+		return &statedict.Tensor{DType: t.DType, Shape: t.Shape, Strides: statedict.ContiguousStrides(t.Shape), Storage: st, RequiresGrad: t.RequiresGrad}, nil
+	}
+	c, err := t.Contiguous()
+	if err != nil {
+		return nil, err
+	}
+	if c != t {
+		if err := t.CheckView(); err != nil {
+			return nil, err
+		}
+	}
+	switch d, mapped := c.Storage.Mapped(); {
+	case c != t:
+		st = c.Storage // gathered: exactly the view's bytes
+	case mapped:
 		// A slice of the mapped source: stays zero-copy, and a file range for the output
 		// writer when the source storage is file-backed.
 		st = statedict.NewMappedStorage(t.Storage.Key, t.Storage.Location, t.DType, d[t.Offset*es:t.Offset*es+nb])
 		st.File, st.Offset, st.FileBacked = t.Storage.File, t.Storage.Offset+t.Offset*es, t.Storage.FileBacked
-	} else if t.IsContiguous() && !t.Conj && !t.Neg && !t.Storage.BigEndian && t.DType.ValuesPerByte() == 1 {
+	default:
 		st = statedict.NewReaderStorage(t.Storage.Key, t.Storage.Location, t.DType, t.Storage, t.Offset*es, nb)
-	} else {
-		if err := t.CheckView(); err != nil {
-			return nil, err
-		}
-		var buf bytes.Buffer
-		buf.Grow(int(nb))
-		if _, err := t.WriteTo(&buf); err != nil {
-			return nil, err
-		}
-		st = statedict.NewMappedStorage(t.Storage.Key, t.Storage.Location, t.DType, buf.Bytes())
 	}
 	out := &statedict.Tensor{DType: t.DType, Shape: t.Shape, Strides: statedict.ContiguousStrides(t.Shape), Storage: st,
 		RequiresGrad: t.RequiresGrad, Quantizer: t.Quantizer}
@@ -205,14 +450,21 @@ const (
 // batches them: the unpickler's stack then never holds more than one batch.
 const metadataBatch = 1000
 
-// encodeMetadata pickles the Metadata dataclass for items to w, streaming: the encoder's
-// buffer is flushed as it fills, so memory does not grow with the number of items.
-func encodeMetadata(w io.Writer, items []item) error {
+// encodeMetadata pickles the Metadata dataclass of plan p with its items stored at st:
+// each tensor's chunk list in the order torch's create_default_global_save_plan builds it
+// (over the ranks' deduplicated plans in rank order), storage_data as each rank's writer
+// reports its writes (bytes items, then tensor pieces), and state_dict_metadata and
+// planner_data in the state dict's order — torch lists state_dict_metadata in rank order,
+// which loaders ignore but a reader rebuilding the state dict from it (dcp_to_torch_save,
+// ckpt) would follow. A chunk's MetadataIndex hint is its position in its tensor's list.
+// It streams: the encoder's buffer is flushed as it fills, so memory does not grow with the
+// number of items.
+func encodeMetadata(w io.Writer, p *savePlan, st map[storageKey]stored) error {
 	e := pickle.NewEncoder()
 	var werr error
-	// next ends a batch of dict entries every metadataBatch items and flushes.
-	next := func(i int) {
-		if (i+1)%metadataBatch == 0 && i+1 < len(items) {
+	// next ends a batch of dict entries every metadataBatch of n entries, and flushes.
+	next := func(i, n int) {
+		if (i+1)%metadataBatch == 0 && i+1 < n {
 			e.Op(pickle.OpSetItems)
 			e.Op(pickle.OpMark)
 		}
@@ -231,7 +483,16 @@ func encodeMetadata(w io.Writer, items []item) error {
 		e.Op(pickle.OpTuple1)
 		e.Op(pickle.OpReduce)
 	}
-	zeros := func(n int) []int64 { return make([]int64, n) }
+	// Each leaf's items in chunk-list order.
+	chunks := make([][]*planItem, len(p.leaves))
+	hint := map[*planItem]int{}
+	for r := range p.ranks {
+		for _, i := range p.byRank[r] {
+			it := p.items[i]
+			hint[it] = len(chunks[it.leaf])
+			chunks[it.leaf] = append(chunks[it.leaf], it)
+		}
+	}
 	obj(mdModule, "Metadata")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
@@ -239,14 +500,14 @@ func encodeMetadata(w io.Writer, items []item) error {
 	e.String("state_dict_metadata")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for i, it := range items {
-		e.String(it.fqn)
-		if it.tensor == nil {
+	for li, l := range p.leaves {
+		e.String(l.fqn)
+		t, ok := l.val.(*statedict.Tensor)
+		if !ok {
 			obj(mdModule, "BytesStorageMetadata")
-			next(i)
+			next(li, len(p.leaves))
 			continue
 		}
-		t := it.tensor
 		obj(mdModule, "TensorStorageMetadata")
 		e.Op(pickle.OpEmptyDict)
 		e.Op(pickle.OpMark)
@@ -270,73 +531,92 @@ func encodeMetadata(w io.Writer, items []item) error {
 		size(t.Shape)
 		e.String("chunks")
 		e.Op(pickle.OpEmptyList)
-		obj(mdModule, "ChunkStorageMetadata")
-		e.Op(pickle.OpEmptyDict)
 		e.Op(pickle.OpMark)
-		e.String("offsets")
-		size(zeros(len(t.Shape)))
-		e.String("sizes")
-		size(t.Shape)
+		for ci, it := range chunks[li] {
+			if ci > 0 && ci%metadataBatch == 0 {
+				e.Op(pickle.OpAppends) // batched as Python's pickler batches lists
+				e.Op(pickle.OpMark)
+			}
+			obj(mdModule, "ChunkStorageMetadata")
+			e.Op(pickle.OpEmptyDict)
+			e.Op(pickle.OpMark)
+			e.String("offsets")
+			size(it.piece.Offsets)
+			e.String("sizes")
+			size(it.piece.Sizes)
+			e.Op(pickle.OpSetItems)
+			e.Op(pickle.OpBuild)
+		}
+		e.Op(pickle.OpAppends)
 		e.Op(pickle.OpSetItems)
 		e.Op(pickle.OpBuild)
-		e.Op(pickle.OpAppend)
-		e.Op(pickle.OpSetItems)
-		e.Op(pickle.OpBuild)
-		next(i)
+		next(li, len(p.leaves))
 	}
 	e.Op(pickle.OpSetItems)
 
 	e.String("planner_data")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for i, it := range items {
-		e.String(it.fqn)
+	for li, l := range p.leaves {
+		e.String(l.fqn)
 		e.Op(pickle.OpMark)
-		for _, p := range it.path {
-			switch p := p.(type) {
+		for _, k := range l.path {
+			switch k := k.(type) {
 			case string:
-				e.String(p)
+				e.String(k)
 			case int64:
-				e.Int(p)
+				e.Int(k)
 			}
 		}
 		e.Op(pickle.OpTuple)
-		next(i)
+		next(li, len(p.leaves))
 	}
 	e.Op(pickle.OpSetItems)
 
 	e.String("storage_data")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for i, it := range items {
-		obj(mdModule, "MetadataIndex")
-		e.Op(pickle.OpEmptyDict)
-		e.Op(pickle.OpMark)
-		e.String("fqn")
-		e.String(it.fqn)
-		if it.tensor != nil {
-			e.String("offset")
-			size(zeros(len(it.tensor.Shape)))
-			e.String("index")
-			e.Int(0)
-		} else {
-			e.String("index")
-			e.None()
+	n := 0
+	for r := range p.ranks {
+		for _, tensors := range []bool{false, true} {
+			for _, i := range p.byRank[r] {
+				it := p.items[i]
+				if (it.tensor != nil) != tensors {
+					continue
+				}
+				fqn := p.leaves[it.leaf].fqn
+				s := st[it.key(fqn)]
+				obj(mdModule, "MetadataIndex")
+				e.Op(pickle.OpEmptyDict)
+				e.Op(pickle.OpMark)
+				e.String("fqn")
+				e.String(fqn)
+				if it.tensor != nil {
+					e.String("offset")
+					size(it.piece.Offsets)
+					e.String("index")
+					e.Int(int64(hint[it]))
+				} else {
+					e.String("index")
+					e.None()
+				}
+				e.Op(pickle.OpSetItems)
+				e.Op(pickle.OpBuild)
+				obj(fsModule, "_StorageInfo")
+				e.Op(pickle.OpEmptyDict)
+				e.Op(pickle.OpMark)
+				e.String("relative_path")
+				e.String(s.file)
+				e.String("offset")
+				e.Int(s.offset)
+				e.String("length")
+				e.Int(s.length)
+				e.Op(pickle.OpSetItems)
+				e.Op(pickle.OpBuild)
+				next(n, len(p.items))
+				n++
+			}
 		}
-		e.Op(pickle.OpSetItems)
-		e.Op(pickle.OpBuild)
-		obj(fsModule, "_StorageInfo")
-		e.Op(pickle.OpEmptyDict)
-		e.Op(pickle.OpMark)
-		e.String("relative_path")
-		e.String(DataFile)
-		e.String("offset")
-		e.Int(it.offset)
-		e.String("length")
-		e.Int(it.length)
-		e.Op(pickle.OpSetItems)
-		e.Op(pickle.OpBuild)
-		next(i)
 	}
 	e.Op(pickle.OpSetItems)
 

@@ -49,6 +49,9 @@ type Output struct {
 	Path   string   `json:"path"`
 	Format string   `json:"format"`
 	Files  []string `json:"files"`
+	// Run identifies a multi-host conversion: a host run again after the output is complete
+	// finds its run here and has nothing to do.
+	Run string `json:"run,omitempty"`
 }
 
 // Tensor describes one written tensor; XXHash64 is the xxhash64 of its contiguous

@@ -40,6 +40,22 @@ func track(undo func()) int {
 	return pending.next
 }
 
+// trackCreate runs create and, when it succeeds, registers undo — both while RemovePending
+// waits — so that a signal arriving between the two cannot leave what create made behind.
+func trackCreate(create func() error, undo func()) (int, error) {
+	pending.Lock()
+	defer pending.Unlock()
+	if err := create(); err != nil {
+		return 0, err
+	}
+	if pending.undos == nil {
+		pending.undos = map[int]func(){}
+	}
+	pending.next++
+	pending.undos[pending.next] = undo
+	return pending.next, nil
+}
+
 func untrack(key int) {
 	pending.Lock()
 	defer pending.Unlock()
@@ -107,13 +123,18 @@ func Create(path string, force bool) (*File, error) {
 	tmp := partialName(path)
 	cleaned := false
 	for {
-		f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		var f *os.File
+		key, err := trackCreate(func() (err error) {
+			f, err = os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+			return err
+		}, func() { os.Remove(tmp) })
 		if err == nil {
 			if lerr := lock(f); lerr != nil {
+				untrack(key)
 				f.Close()
 				return nil, fmt.Errorf("%s: %w", path, ErrBusy)
 			}
-			return &File{File: f, final: path, CleanedUp: cleaned, key: track(func() { os.Remove(tmp) })}, nil
+			return &File{File: f, final: path, CleanedUp: cleaned, key: key}, nil
 		}
 		if !errors.Is(err, os.ErrExist) || cleaned {
 			return nil, err
@@ -202,6 +223,8 @@ type Dir struct {
 	journal   *os.File
 	done      bool
 	key       int
+	// member is set for one of several processes writing the folder (JoinDir).
+	member *member
 }
 
 // DirOptions say how a folder output may be created.
@@ -240,23 +263,28 @@ func CreateDir(path string, opts DirOptions) (*Dir, error) {
 	}
 	tmp := partialName(path)
 	d := &Dir{Path: tmp, final: path, opts: opts}
-	if err := os.Mkdir(tmp, 0o700); err != nil {
+	undo := func() { os.RemoveAll(tmp) }
+	key, err := trackCreate(func() error { return os.Mkdir(tmp, 0o700) }, undo)
+	if err != nil {
 		if !errors.Is(err, os.ErrExist) {
 			return nil, err
 		}
 		if err := d.leftover(); err != nil {
 			return nil, err
 		}
+		key = track(undo)
 	} else if err := d.lockDir(); err != nil {
+		untrack(key)
 		return nil, err
 	}
 	j, err := os.OpenFile(filepath.Join(tmp, journalName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
+		untrack(key)
 		d.lockf.Close()
 		return nil, err
 	}
 	d.journal = j
-	d.key = track(func() { os.RemoveAll(tmp) })
+	d.key = key
 	return d, nil
 }
 
@@ -405,6 +433,16 @@ func (d *Dir) Commit() error {
 		d.lockf.Close()
 		return err
 	}
+	if d.member != nil {
+		// The other members' files stay for another attempt: a failed finish removes nothing.
+		fail = func(err error) error {
+			d.member.release(d)
+			return err
+		}
+		if err := d.member.prepareCommit(d); err != nil {
+			return fail(err)
+		}
+	}
 	entries, err := os.ReadDir(d.Path)
 	if err != nil {
 		return fail(err)
@@ -421,7 +459,11 @@ func (d *Dir) Commit() error {
 		return fail(err)
 	}
 	d.journal.Close()
-	os.Remove(filepath.Join(d.Path, journalName))
+	if d.member == nil {
+		os.Remove(filepath.Join(d.Path, journalName))
+	} else if err := d.member.removeControl(d); err != nil {
+		return fail(err)
+	}
 	if err := replaceable(d.final, d.opts.Force, d.opts.Owner); err != nil {
 		return fail(err)
 	}
@@ -448,7 +490,11 @@ func (d *Dir) Commit() error {
 	}
 	err = os.Rename(d.Path, d.final)
 	untrack(restore)
-	d.lockf.Close()
+	if d.member != nil {
+		d.member.release(d)
+	} else {
+		d.lockf.Close()
+	}
 	if err != nil {
 		if old != "" {
 			os.Rename(old, d.final)
@@ -481,12 +527,18 @@ func removeOwned(old string) {
 	os.Remove(old) // fails, keeping it, if anything else is left
 }
 
-// Abort removes the temporary folder.
+// Abort removes the temporary folder — for a member of a shared output (JoinDir), only
+// what it wrote, and nothing once its share is sealed.
 func (d *Dir) Abort() {
 	if d.done {
 		return
 	}
 	d.done = true
+	if d.member != nil {
+		d.member.abort(d)
+		untrack(d.key)
+		return
+	}
 	d.journal.Close()
 	os.RemoveAll(d.Path)
 	d.lockf.Close()

@@ -8,6 +8,8 @@
 # (default 3). Prints a Markdown table for BENCHMARKS.md; then, after a blank line, a second
 # one for the cast of a float32 checkpoint to bfloat16 (--dtype bfloat16): ckpt and the Python
 # path with .to(torch.bfloat16), on an 8-layer float32 file of 2.17 GB (also kept in .bench/).
+# The first table ends with a DCP folder written whole and one sharded per device (fsdp=8),
+# run alternately, and the median ratio of their times.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -67,12 +69,43 @@ convert_rows() {
   done
 }
 
+# paired NAME_A NAME_B -- CMD_A -- CMD_B: both commands alternately, rep by rep (A then B on
+# odd reps, B then A on even ones), so that both see the same machine; a row each (median
+# time, peak RSS of the last run) and the median of the per-rep time ratios B/A.
+paired() {
+  local na=$1 nb=$2; shift 2
+  local a=() b=()
+  while [ "$1" != "--" ]; do a+=("$1"); shift; done; shift
+  b=("$@")
+  local ta=() tb=() ratios=() t0 t1 x y
+  for i in $(seq "$reps"); do
+    for which in $([ $((i % 2)) = 1 ] && echo "a b" || echo "b a"); do
+      prepare
+      t0=$(now)
+      if [ "$which" = a ]; then /usr/bin/time -v -o .bench/run-a.time "${a[@]}" >/dev/null; else /usr/bin/time -v -o .bench/run-b.time "${b[@]}" >/dev/null; fi
+      t1=$(now)
+      if [ "$which" = a ]; then x=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}'); else y=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}'); fi
+    done
+    ta+=("$x"); tb+=("$y"); ratios+=("$(awk -v x="$x" -v y="$y" 'BEGIN{print y/x}')")
+  done
+  row "$na" "$(printf '%s\n' "${ta[@]}" | median)" "$(rss .bench/run-a.time)"
+  row "$nb" "$(printf '%s\n' "${tb[@]}" | median)" "$(rss .bench/run-b.time)"
+  paired_ratio=$(printf '%s\n' "${ratios[@]}" | median)
+}
+
 header
 measure "cp" cp "$src" .bench/out.cp
 measure "cp + sync" sh -c "cp '$src' .bench/out.cp && sync .bench/out.cp"
 # The disk's floor for this output: the same bytes copied with direct I/O and fsynced.
 measure "dd bs=8M oflag=direct conv=fsync" dd if="$src" of=.bench/out.dd bs=8M oflag=direct conv=fsync status=none
 convert_rows
+# Per device (issue 11): the same checkpoint as a DCP folder, whole in one file, and sharded
+# with FSDP over the 8 devices of a v6e-8 (one __R_0.distcp per device), paired.
+paired "ckpt convert --to tpu → dcp" "ckpt convert --to tpu --topology v6e-8 (fsdp=8) → dcp, a file per device" \
+  .bench/ckpt convert --to tpu --format dcp "$src" .bench/out.dcp -- \
+  .bench/ckpt convert --to tpu --topology v6e-8 --format dcp "$src" .bench/out.dcp
+echo
+echo "sharded / whole, median of the paired runs: $paired_ratio"
 
 # float32 → bfloat16. GB/s here is the source's size (the float32 file read) over the time;
 # the output is about half as many bytes.

@@ -15,7 +15,8 @@ Cases with "order" describe FSDP2 on top of tensor parallelism: the shards apply
 mesh-axis order (TP first, then FSDP chunks each TP shard, as fully_shard does with
 torch.chunk). Their ranks are computed with torch.chunk directly; where every split is even
 the script also asserts that DTensor's own description of that layout,
-_StridedShard(dim, split_factor) on the FSDP axis, gives the same offsets.
+_StridedShard(dim, split_factor) on the FSDP axis, gives the same offsets; where splits are
+uneven it records whether it does ("strided_shard_agrees").
 
 "splits" records torch.chunk's piece sizes for (n, k), padded with empty pieces to k, as
 DTensor pads them.
@@ -74,6 +75,8 @@ ORDERED = [
     ((10, 4), (4, 2), [S(0), S(0)], [1, 0]),
     ((7, 6), (2, 3), [S(0), S(1)], [1, 0]),
     ((24, 6), (2, 2, 2), [S(0), S(0), S(1)], [2, 1, 0]),
+    ((61, 16), (2, 2), [S(0), S(0)], [1, 0]),
+    ((44, 16), (4, 2), [S(0), S(0)], [1, 0]),
 ]
 
 SPLITS = [(n, k) for n in range(0, 13) for k in (1, 2, 3, 4, 5, 8)]
@@ -155,21 +158,24 @@ def ordered_case(shape, mesh, pls, order):
         box = full[tuple(slice(o, o + s) for o, s in zip(offsets, sizes))]
         assert torch.equal(local[0], box), (shape, mesh, pls, order, c)
         ranks.append({"rank": r, "coord": list(c), "offsets": offsets, "sizes": sizes})
-    if even:
-        # DTensor's own name for this layout: _StridedShard(dim, split_factor) on an axis
-        # whose shard applies after those of later mesh axes on the same dimension.
-        strided = [placement(s) for s in pls]
-        for a in range(len(pls)):
-            after = [b for b in range(a + 1, len(pls)) if pls[b] == pls[a] != R and order.index(b) < order.index(a)]
-            if after:
-                sf = 1
-                for b in after:
-                    sf *= mesh[b]
-                strided[a] = _StridedShard(int(pls[a][2:-1]), split_factor=sf)
-        for rk in ranks:
-            sizes, offsets = _compute_local_shape_and_global_offset(shape, mesh, rk["coord"], strided)
-            assert list(sizes) == rk["sizes"] and list(offsets) == rk["offsets"], (shape, mesh, strided, rk, sizes, offsets)
-    return ranks, even
+    # DTensor's own name for this layout: _StridedShard(dim, split_factor) on an axis whose
+    # shard applies after those of later mesh axes on the same dimension. Where every split is
+    # even it must agree; otherwise record whether it does (it need not: see README).
+    strided = [placement(s) for s in pls]
+    for a in range(len(pls)):
+        after = [b for b in range(a + 1, len(pls)) if pls[b] == pls[a] != R and order.index(b) < order.index(a)]
+        if after:
+            sf = 1
+            for b in after:
+                sf *= mesh[b]
+            strided[a] = _StridedShard(int(pls[a][2:-1]), split_factor=sf)
+    agrees = True
+    for rk in ranks:
+        sizes, offsets = _compute_local_shape_and_global_offset(shape, mesh, rk["coord"], strided)
+        same = list(sizes) == rk["sizes"] and (0 in rk["sizes"] or list(offsets) == rk["offsets"])
+        assert same or not even, (shape, mesh, strided, rk, sizes, offsets)
+        agrees = agrees and same
+    return ranks, even, agrees
 
 
 def main():
@@ -178,9 +184,9 @@ def main():
     for shape, mesh, pls in CASES:
         cases.append({"shape": list(shape), "mesh": list(mesh), "placements": pls, "ranks": dtensor_case(shape, mesh, pls)})
     for shape, mesh, pls, order in ORDERED:
-        ranks, even = ordered_case(shape, mesh, pls, order)
+        ranks, even, agrees = ordered_case(shape, mesh, pls, order)
         cases.append({"shape": list(shape), "mesh": list(mesh), "placements": pls, "order": order,
-                      "strided_shard_agrees": even, "ranks": ranks})
+                      "even": even, "strided_shard_agrees": agrees, "ranks": ranks})
     splits = []
     for n, k in SPLITS:
         sizes = [p.shape[0] for p in torch.chunk(torch.empty(n), k)]

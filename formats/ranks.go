@@ -1,0 +1,162 @@
+package formats
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/ckpt-dev/ckpt/formats/dcp"
+	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// SafetensorsRanksFormat is the Checkpoint.Format of per-device safetensors folders.
+const SafetensorsRanksFormat = "safetensors-ranks"
+
+// maxRanks bounds a world: more processes than any TPU pod has devices.
+const maxRanks = 1 << 16
+
+// maxShardingFile bounds a sharding manifest: a few hundred bytes per tensor and rank.
+const maxShardingFile = 256 << 20
+
+// openRanks reads a per-device safetensors folder (safetensors.Sharding): every tensor is
+// reassembled lazily from its pieces, each read from the first rank file holding it, so
+// reading the folder never holds a whole tensor in memory. Each rank file must hold exactly
+// its rank's piece of every tensor the manifest lists, as the manifest says.
+func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
+	mpath := filepath.Join(dir, safetensors.ShardingFile)
+	f, err := os.Open(mpath)
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxShardingFile+1))
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%s: %w: %s", mpath, statedict.ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	if len(b) > maxShardingFile {
+		return nil, fail("larger than %d bytes", maxShardingFile)
+	}
+	var m safetensors.Sharding
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fail("%v", err)
+	}
+	if m.Format != safetensors.ShardingFormat || m.Version != 1 {
+		return nil, fmt.Errorf("%s: %w: format %q version %d (ckpt reads %s version 1)", mpath, statedict.ErrUnsupported, m.Format, m.Version, safetensors.ShardingFormat)
+	}
+	if m.WorldSize < 1 || m.WorldSize > maxRanks || len(m.Files) != m.WorldSize {
+		return nil, fail("%d files for a world of %d ranks", len(m.Files), m.WorldSize)
+	}
+	ck := &statedict.Checkpoint{Format: SafetensorsRanksFormat, Path: dir}
+	defer func() {
+		if err != nil {
+			ck.Close()
+		}
+	}()
+	// The rank files, opened when a piece is first read from them.
+	files := make([]*statedict.Dict, m.WorldSize)
+	rankFile := func(r int) (*statedict.Dict, error) {
+		if files[r] != nil {
+			return files[r], nil
+		}
+		name := m.Files[r]
+		if !filepath.IsLocal(name) || filepath.Base(name) != name {
+			return nil, fail("rank %d's file %q is not a file of the folder", r, name)
+		}
+		path := filepath.Join(dir, name)
+		if err := checkRank(path, r, m.WorldSize); err != nil {
+			return nil, err
+		}
+		c, err := safetensors.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		ck.Closers = append(ck.Closers, c.Closers...)
+		files[r] = c.Root.(*statedict.Dict)
+		return files[r], nil
+	}
+	root := statedict.NewDict("")
+	for _, st := range m.Tensors {
+		dtype, ok := statedict.DTypeForSafetensors(st.DType)
+		if !ok {
+			return nil, fail("tensor %q: dtype %q", st.Name, st.DType)
+		}
+		x := &statedict.Tensor{DType: dtype, Shape: st.Shape}
+		ts := &statedict.TensorSharding{Pieces: st.Pieces}
+		if err := ts.Check(x, m.WorldSize); err != nil {
+			return nil, fail("tensor %q: %v", st.Name, err)
+		}
+		var chunks []dcp.Chunk
+		for _, p := range st.Pieces {
+			if p.Empty() {
+				continue
+			}
+			r := p.Ranks[0]
+			d, err := rankFile(r)
+			if err != nil {
+				return nil, err
+			}
+			v, ok := d.Get(st.Name)
+			t, isT := v.(*statedict.Tensor)
+			if !ok || !isT || t.DType != dtype || !slices.Equal(t.Shape, p.Sizes) {
+				return nil, fail("tensor %q: %s does not hold rank %d's %v piece of it", st.Name, m.Files[r], r, p.Sizes)
+			}
+			chunks = append(chunks, dcp.Chunk{Offsets: p.Offsets, Tensor: t})
+		}
+		var t *statedict.Tensor
+		switch {
+		case len(chunks) == 1 && slices.Equal(chunks[0].Tensor.Shape, st.Shape):
+			t = chunks[0].Tensor
+		case len(chunks) == 0: // no elements
+			t = &statedict.Tensor{DType: dtype, Shape: st.Shape, Strides: statedict.ContiguousStrides(st.Shape),
+				Storage: statedict.NewMappedStorage(st.Name, "cpu", dtype, []byte{})}
+		default:
+			asm, err := dcp.NewChunked(dtype, st.Shape, chunks)
+			if err != nil {
+				return nil, fail("tensor %q: %v", st.Name, err)
+			}
+			t = asm.Tensor(st.Name)
+			t.Storage.File = dir
+		}
+		if _, dup := root.Get(st.Name); dup {
+			return nil, fail("tensor %q listed twice", st.Name)
+		}
+		root.Set(st.Name, t)
+	}
+	ck.Root = root
+	return ck, nil
+}
+
+// checkRank checks that the rank file at path says it is rank r's of a world of n.
+func checkRank(path string, r, n int) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	h, err := safetensors.ReadHeader(f, st.Size())
+	if err != nil {
+		return err
+	}
+	if got, want := h.Metadata[safetensors.RankKey]+"/"+h.Metadata[safetensors.WorldSizeKey], fmt.Sprintf("%d/%d", r, n); got != want {
+		return fmt.Errorf("%s: %w: the file of rank %d of %d says it is rank %q", path, statedict.ErrCorrupt, r, n, got)
+	}
+	return nil
+}
+
+// isRanksFolder reports whether dir is a per-device safetensors folder.
+func isRanksFolder(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, safetensors.ShardingFile))
+	return !errors.Is(err, os.ErrNotExist)
+}

@@ -1,0 +1,170 @@
+package atomicfile
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// writeMember writes a file of a member's share as a caller does: journaled as started,
+// written, journaled as finished.
+func writeMember(t *testing.T, d *Dir, name, content string) {
+	t.Helper()
+	if err := d.Started(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.Path, name), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Finished(Journaled{File: name, Size: int64(len(content)), XXHash64: "0"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestShared: three members write one folder; it appears under its final name only when
+// member 0 commits after every share is sealed, holding their files and no control file.
+func TestShared(t *testing.T) {
+	dir := t.TempDir()
+	dst := filepath.Join(dir, "out")
+	var ds []*Dir
+	for h := range 3 {
+		d, err := JoinDir(dst, DirOptions{}, h, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	if _, err := JoinDir(dst, DirOptions{}, 1, 3); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a second host 1: %v", err)
+	}
+	if _, err := CreateDir(dst, DirOptions{}); err == nil {
+		t.Fatal("a single-process output into a shared partial folder")
+	}
+	for h, d := range ds {
+		writeMember(t, d, "__"+string(rune('0'+h))+"_0.distcp", strings.Repeat("x", h+1))
+	}
+	if err := ds[0].Seal([]byte("part 0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ds[0].Commit(); err == nil || !strings.Contains(err.Error(), "host 1 is still writing") {
+		t.Fatalf("commit while host 1 writes: %v", err)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Fatal("the destination appeared before every host finished")
+	}
+	// The failed commit left everything for another attempt.
+	if got := entries(t, ds[0].Path); len(got) < 3 {
+		t.Fatalf("a failed commit removed files: %v", got)
+	}
+	d0, err := JoinDir(dst, DirOptions{}, 0, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if part, ok := d0.Sealed(); !ok || string(part) != "part 0" {
+		t.Fatalf("host 0 rejoining: sealed %q %v", part, ok)
+	}
+	for h, d := range ds[1:] {
+		if err := d.Seal([]byte("part " + string(rune('1'+h)))); err != nil {
+			t.Fatal(err)
+		}
+		d.Abort() // leaves, keeping its sealed share
+	}
+	parts, err := d0.Parts()
+	if err != nil || len(parts) != 3 || string(parts[2]) != "part 2" {
+		t.Fatalf("parts %q, %v", parts, err)
+	}
+	if err := ds[1].Commit(); err == nil {
+		t.Fatal("host 1 committed")
+	}
+	// Unsealed (another conversion's share), a member's files go and it writes anew.
+	d2, err := JoinDir(dst, DirOptions{}, 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Unseal(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d2.Sealed(); ok || slices.Contains(entries(t, d2.Path), "__2_0.distcp") {
+		t.Fatalf("unsealed: %v", entries(t, d2.Path))
+	}
+	writeMember(t, d2, "__2_0.distcp", "yyy")
+	d2.Seal([]byte("part 2"))
+	d2.Abort()
+	writeMember(t, d0, ".metadata", "md")
+	os.WriteFile(filepath.Join(d0.Path, "stray"), nil, 0o644)
+	if err := d0.Commit(); !errors.Is(err, ErrForeign) {
+		t.Fatalf("commit with a stray file: %v", err)
+	}
+	os.Remove(filepath.Join(d0.Path, "stray"))
+	d0, err = JoinDir(dst, DirOptions{}, 0, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeMember(t, d0, ".metadata", "md")
+	if err := d0.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got := entries(t, dst)
+	if want := []string{".metadata", "__0_0.distcp", "__1_0.distcp", "__2_0.distcp"}; !slices.Equal(got, want) {
+		t.Fatalf("committed %v, want %v", got, want)
+	}
+	if got := entries(t, dir); !slices.Equal(got, []string{"out"}) {
+		t.Fatalf("left beside it: %v", got)
+	}
+}
+
+// TestSharedLeftovers: a member killed while writing (its lock released, its journal
+// left) finds its own leftovers on its next run — resumed or removed — and never touches
+// another member's files; a member that aborts removes only what it wrote.
+func TestSharedLeftovers(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "out")
+	other, err := JoinDir(dst, DirOptions{}, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeMember(t, other, "zero", "0")
+	kill := func() {
+		d, err := JoinDir(dst, DirOptions{}, 1, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeMember(t, d, "done", "12")
+		d.Started("half")
+		os.WriteFile(filepath.Join(d.Path, "half"), []byte("1"), 0o600)
+		d.member.release(d) // the kernel drops a killed process's lock
+		untrack(d.key)
+	}
+	kill()
+	d, err := JoinDir(dst, DirOptions{Resume: true}, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.Resumed["done"]; !ok || len(d.Resumed) != 1 || !d.CleanedUp {
+		t.Fatalf("resumed %v, cleaned %v", d.Resumed, d.CleanedUp)
+	}
+	if got := entries(t, d.Path); slices.Contains(got, "half") || !slices.Contains(got, "done") {
+		t.Fatalf("after resuming: %v", got)
+	}
+	d.member.release(d)
+	untrack(d.key)
+	kill()
+	d, err = JoinDir(dst, DirOptions{}, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, d.Path); slices.Contains(got, "done") || slices.Contains(got, "half") || !slices.Contains(got, "zero") || !d.CleanedUp {
+		t.Fatalf("after starting over: %v", got)
+	}
+	writeMember(t, d, "mine", "m")
+	d.Abort()
+	if got := entries(t, other.Path); slices.Contains(got, "mine") || !slices.Contains(got, "zero") {
+		t.Fatalf("after host 1 aborted: %v", got)
+	}
+	other.Abort()
+	if _, err := os.Stat(other.Path); !os.IsNotExist(err) {
+		t.Fatalf("the partial folder stays once every member left: %v", entries(t, other.Path))
+	}
+}
