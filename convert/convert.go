@@ -70,6 +70,10 @@ type Options struct {
 	// Strict makes any data of the source the output would not hold (values the layout
 	// cannot store, files left out, CUDA RNG states dropped) an error: nothing is written.
 	Strict bool
+	// WeightsOnly makes a Python object that cannot be turned into data (Remap.PlainData)
+	// an error instead of an object written as the source pickled it: every pickle of the
+	// output then loads with torch.load(weights_only=True).
+	WeightsOnly bool
 	// Resume continues a folder output whose conversion was killed: the files it finished
 	// are checked against their journaled checksums and kept, the rest written, and the
 	// output ends byte-identical to an uninterrupted run. Without Resume the leftovers of a
@@ -268,6 +272,9 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		return nil, err
 	}
 	p.sum.Tensors = len(tensors)
+	if err := checkContent(ck, tensors); err != nil {
+		return nil, err
+	}
 	p.total = contentBytes(tensors, formats.Writers[lay].Tree)
 	if !formats.Writers[lay].Folder && len(ck.Extras) > 0 {
 		// A single file holds tensors only: say once what stays behind, and claim nothing
@@ -298,6 +305,29 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		}
 	}
 	return p, nil
+}
+
+// checkContent refuses an output of no tensors, or of placeholders only, from a source
+// that holds weights: a conversion never succeeds having written nothing of them.
+func checkContent(src *statedict.Checkpoint, out []statedict.NamedTensor) error {
+	if len(out) == 0 {
+		in, err := src.Tensors()
+		if err != nil {
+			return err
+		}
+		if h := statedict.HiddenTensors(src.Root); h.Tensors > 0 {
+			return fmt.Errorf("%s: %w: its %d tensor(s) are inside %s object(s), which ckpt does not read as data; nothing would be written", src.Path, statedict.ErrUnsupported, h.Tensors, strings.Join(h.Classes, ", "))
+		} else if len(in) > 0 {
+			return fmt.Errorf("%s: no tensor left to write: the selection and drops remove all %d", src.Path, len(in))
+		}
+		return nil
+	}
+	for _, nt := range out {
+		if nt.Tensor.NumEl() > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %w: every one of its %d tensor(s) is empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, statedict.ErrUnsupported, len(out), out[0].Name, out[0].Tensor.Shape)
 }
 
 // placement places tensors as the target does.
@@ -335,9 +365,12 @@ func write(out *subOutput, p *planned, opts Options) error {
 	prev := out.o.src
 	out.o.src = p.src
 	defer func() { out.o.src = prev }()
-	w, err := formats.Writers[p.lay].Write(out, p.ck, statedict.WriteOptions{Sum: out.o.sum, MaxShardSize: opts.MaxShardSize, Rewrite: p.rewrite})
+	w, err := formats.Writers[p.lay].Write(out, p.ck, statedict.WriteOptions{Sum: out.o.sum, MaxShardSize: opts.MaxShardSize, Rewrite: p.rewrite, WeightsOnly: opts.WeightsOnly})
 	if err != nil {
 		return err
+	}
+	if len(w.Kept) > 0 {
+		p.sum.Warnings = append(p.sum.Warnings, kept(w.Kept, p.lay))
 	}
 	p.sum.Files, p.sum.Bytes, p.sum.Tied = w.Files, w.Bytes, w.Tied
 	if len(w.Tied) == 0 {
@@ -394,6 +427,17 @@ func notWritten(items []string, lay formats.Layout) remap.Warning {
 		Message: fmt.Sprintf("%d value(s) not written (%s holds tensors only): %s; a torch or DCP output keeps them", len(items), lay, remap.Summarize(parts))}
 }
 
+// kept is the warning for the Python objects written as the source pickled them: nothing
+// about them is lost, but loading them needs their classes (and trusting them).
+func kept(items []string, lay formats.Layout) remap.Warning {
+	loader := "torch.load(weights_only=True) refuses them"
+	if lay == formats.DCPFolder {
+		loader = "DCP's loader imports their classes to unpickle them"
+	}
+	return remap.Warning{Kind: "objects_kept", Items: items,
+		Message: fmt.Sprintf("kept %d Python object(s) as the source pickled them (%s): %s; dropping them loses nothing but those values", len(items), remap.Summarize(items), loader)}
+}
+
 // Messages are the warnings' one-line messages.
 func (s *Summary) Messages() []string {
 	out := make([]string, len(s.Warnings))
@@ -413,7 +457,7 @@ func convertAlongside(parent *subOutput, p *planned, opts Options, name string) 
 	}
 	defer ck.Close()
 	ro := opts.Remap
-	sub := Options{Src: src, Dst: filepath.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target,
+	sub := Options{Src: src, Dst: filepath.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target, WeightsOnly: opts.WeightsOnly,
 		Remap: remap.Options{Place: ro.Place, PlainData: ro.PlainData, OptimizerDType: ro.OptimizerDType, KeepCUDARNG: ro.KeepCUDARNG}}
 	sp, err := plan(ck, sub, formats.TorchFile)
 	if err != nil {

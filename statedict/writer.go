@@ -37,6 +37,10 @@ type WriteOptions struct {
 	// Metadata is free-form string metadata for layouts that hold some (safetensors'
 	// __metadata__).
 	Metadata map[string]string
+	// WeightsOnly makes a Python object outside torch's weights_only allowlist an error
+	// instead of a value pickled as the source had it (Written.Kept), so that every pickle
+	// written loads with torch.load(weights_only=True).
+	WeightsOnly bool
 }
 
 // Written reports what a format writer wrote.
@@ -55,6 +59,10 @@ type Written struct {
 	// NotWritten lists the values the layout cannot hold, by flattened name with their
 	// type ("optimizer.param_groups.0.lr: float64").
 	NotWritten []string
+	// Kept lists the Python objects written as the source pickled them although
+	// torch.load(weights_only=True) refuses them, by flattened name with their class
+	// ("hyper_parameters_type: omegaconf.dictconfig.DictConfig").
+	Kept []string
 }
 
 // Writer writes ck in one on-disk layout through out. Every format package provides one

@@ -22,7 +22,7 @@ func newConvertCmd() *cobra.Command {
 		to, format, mapLoc, dtype, sel, maxShard string
 		renames, drops                           []string
 		noStrip, force, resume, asJSON           bool
-		verbose, strict                          bool
+		verbose, strict, weightsOnly             bool
 		optimDType                               string
 		optimNames                               []string
 		keepCUDARNG                              bool
@@ -57,7 +57,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			return positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt")(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, ToolVersion: toolVersion(), Args: os.Args}
+			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, WeightsOnly: weightsOnly, ToolVersion: toolVersion(), Args: os.Args}
 			to, err := targetChoice.parse(to)
 			if err != nil {
 				return err
@@ -225,6 +225,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.BoolVarP(&verbose, "verbose", "v", false, "list every value or file a warning concerns")
 	f.String("progress", "auto", "progress on stderr: auto (a bar on a terminal, plain lines otherwise), always, never")
 	f.BoolVar(&strict, "strict", false, "fail, writing nothing, when the output would not hold all of the source's data")
+	f.BoolVar(&weightsOnly, "weights-only-safe", false, "fail, writing nothing, when a Python object that is not plain data would be kept: the output then loads with torch.load(weights_only=True)")
 	for _, c := range []choice{progressChoice, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype")} {
 		c.complete(cmd)
 	}
@@ -312,6 +313,7 @@ var warningHints = map[string]string{
 	"values_not_written": " (--format torch or dcp; --strict makes this an error)",
 	"files_left_out":     " (--strict makes this an error)",
 	"optimizer_unmapped": " (--optimizer-names FILE ties them)",
+	"objects_kept":       " (--drop REGEX removes them; --weights-only-safe makes this an error)",
 }
 
 // parseSize parses sizes like "5GB", "500MB", "2GiB", "1048576".

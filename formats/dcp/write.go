@@ -102,8 +102,14 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 	var items []item
 	var off int64
 	cpu := func(*statedict.Storage) string { return "cpu" }
+	var kept []string
 	save := func(l leaf, v statedict.Value, t *statedict.Tensor) error {
 		so := torchzip.SaveOptions{Location: cpu}
+		if !opts.WeightsOnly {
+			// DCP's loader unpickles bytes items with torch.load(weights_only=False).
+			keep := torchzip.KeptInto(&kept)
+			so.Kept = func(name string, o *statedict.Object) { keep(statedict.JoinName(l.fqn, name), o) }
+		}
 		if t != nil && opts.Sum != nil {
 			so.Sum = func(*statedict.Storage) hash.Hash { return opts.Sum(t) }
 		}
@@ -155,7 +161,7 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 	if err != nil {
 		return nil, err
 	}
-	return &statedict.Written{Files: append([]string{DataFile, MetadataFile}, extras...), Bytes: off}, nil
+	return &statedict.Written{Files: append([]string{DataFile, MetadataFile}, extras...), Bytes: off, Kept: kept}, nil
 }
 
 // item is one written entry with its place in the data file.
