@@ -130,7 +130,7 @@ type Object struct {
 	// from a pickle: then the module is all of Class before its last dot).
 	Module string
 	Call   Call
-	Args  []Value
+	Args   []Value
 	// Kwargs are the keyword arguments of a NewEx call; nil otherwise.
 	Kwargs *Dict
 	State  Value
