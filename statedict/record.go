@@ -25,6 +25,9 @@ import (
 // its library pickles it. The conversion looks at the pickled structure, never at what
 // the class would do, and does not descend into the values it returns.
 func (o *Object) Data() (v Value, what string, ok bool, err error) {
+	if o.Call == CallRef {
+		return o.Class, "class reference " + o.Class + " → its name", true, nil
+	}
 	if _, known := omegaconfContainers[o.Class]; known {
 		v, err := omegaconfContainer(o, 0)
 		if err != nil {
@@ -35,9 +38,6 @@ func (o *Object) Data() (v Value, what string, ok bool, err error) {
 			kind = "list"
 		}
 		return v, o.Class + " → " + kind + " (values and interpolations as stored)", true, nil
-	}
-	if o.Call == CallRef {
-		return o.Class, "class reference " + o.Class + " → its name", true, nil
 	}
 	noArgs := len(o.Args) == 0 && o.Kwargs.lenOrZero() == 0
 	switch {

@@ -108,7 +108,14 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 		if !opts.WeightsOnly {
 			// DCP's loader unpickles bytes items with torch.load(weights_only=False).
 			keep := torchzip.KeptInto(&kept)
-			so.Kept = func(name string, o *statedict.Object) { keep(statedict.JoinName(l.fqn, name), o) }
+			so.Kept = func(name string, o *statedict.Object) {
+				if name == "" {
+					name = l.fqn
+				} else {
+					name = statedict.JoinName(l.fqn, name)
+				}
+				keep(name, o)
+			}
 		}
 		if t != nil && opts.Sum != nil {
 			so.Sum = func(*statedict.Storage) hash.Hash { return opts.Sum(t) }
