@@ -56,7 +56,7 @@ func (l *orderedListing) UnmarshalJSON(b []byte) error {
 
 // objectFixture is one file of testdata/ecosystem/objects.json.
 type objectFixture struct {
-	Tensors orderedListing            `json:"tensors"`
+	Tensors orderedListing             `json:"tensors"`
 	Plain   map[string]json.RawMessage `json:"plain"`
 }
 
