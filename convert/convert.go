@@ -14,8 +14,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -172,6 +172,12 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return nil, err
 	}
 	defer ck.Close()
+	if lay == formats.TorchFile {
+		if ck, err = withTrainingState(ck); err != nil {
+			return nil, err
+		}
+		defer ck.Close()
+	}
 	p, err := plan(ck, opts, lay)
 	if err != nil {
 		return nil, err
@@ -247,16 +253,24 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		p.rewrite = map[string][]byte{}
 	}
 	p.rewrite[manifest.Name] = nil // a source's own manifest describes the source
-	// A folder output takes an HF Trainer checkpoint's training state along, converted; the
-	// other files of other layouts are left out.
-	folderOut := lay == formats.HFFolder
-	var left []string
+	// A folder output takes an HF Trainer checkpoint's training state along, converted (a
+	// torch file holds it inside: withTrainingState); the other files of other layouts are
+	// left out.
+	folderOut := formats.Writers[lay].Folder
+	var left, training []string
 	for _, f := range ck.Ignored {
-		if folderOut && hf.IsTrainerState(f) {
+		switch {
+		case folderOut && hf.IsTrainerState(f):
 			p.alongside = append(p.alongside, f)
-		} else {
+		case hf.IsTrainerState(f):
+			training = append(training, f)
+		default:
 			left = append(left, f)
 		}
+	}
+	if len(training) > 0 {
+		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "training_state_left_out", Items: training, Dropped: true,
+			Message: fmt.Sprintf("left out the training state %s: a %s file holds tensors only; a folder, torch or DCP output keeps it", remap.Summarize(training), lay)})
 	}
 	if len(ck.Outside) > 0 {
 		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "links_outside", Items: ck.Outside,
@@ -266,7 +280,8 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "files_left_out", Items: left, Dropped: true,
 			Message: fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted", remap.Summarize(left), ck.Format)})
 	}
-	p.ck = &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files}
+	p.ck = &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files,
+		Metadata: ck.Metadata, WeightsName: ck.WeightsName, Components: ck.Components}
 	tensors, err := p.ck.Tensors()
 	if err != nil {
 		return nil, err
@@ -286,22 +301,31 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		}
 		return p, nil
 	}
-	if opts.Remap.DType != statedict.Invalid && slices.Contains(ck.Extras, hf.ConfigFile) {
-		cfg, ok := p.rewrite[hf.ConfigFile]
+	if opts.Remap.DType == statedict.Invalid {
+		return p, nil
+	}
+	// Every model configuration names the dtype its weights load in: the folder's, or each
+	// component's (unet/config.json, text_encoder/config.json).
+	for _, name := range ck.Extras {
+		if path.Base(name) != hf.ConfigFile {
+			continue
+		}
+		cfg, ok := p.rewrite[name]
 		if !ok {
-			if cfg, err = ck.ReadFile(hf.ConfigFile); err != nil {
+			if cfg, err = ck.ReadFile(name); err != nil {
 				return nil, err
 			}
 		}
-		if cfg != nil {
-			newCfg, old, err := hf.ConfigDType(cfg, opts.Remap.DType)
-			if err != nil {
-				return nil, err
-			}
-			if old != "" {
-				p.rewrite[hf.ConfigFile] = newCfg
-				p.sum.ConfigDType = old + " → " + opts.Remap.DType.String()
-			}
+		if cfg == nil {
+			continue
+		}
+		newCfg, old, err := hf.ConfigDType(cfg, opts.Remap.DType)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if old != "" {
+			p.rewrite[name] = newCfg
+			p.sum.ConfigDType = old + " → " + opts.Remap.DType.String()
 		}
 	}
 	return p, nil
@@ -365,7 +389,7 @@ func write(out *subOutput, p *planned, opts Options) error {
 	prev := out.o.src
 	out.o.src = p.src
 	defer func() { out.o.src = prev }()
-	w, err := formats.Writers[p.lay].Write(out, p.ck, statedict.WriteOptions{Sum: out.o.sum, MaxShardSize: opts.MaxShardSize, Rewrite: p.rewrite, WeightsOnly: opts.WeightsOnly})
+	w, err := formats.Writers[p.lay].Write(out, p.ck, statedict.WriteOptions{Sum: out.o.sum, MaxShardSize: opts.MaxShardSize, Rewrite: p.rewrite, WeightsOnly: opts.WeightsOnly, Metadata: p.ck.Metadata})
 	if err != nil {
 		return err
 	}
@@ -445,6 +469,40 @@ func (s *Summary) Messages() []string {
 		out[i] = w.Message
 	}
 	return out
+}
+
+// withTrainingState returns ck with the training state of an HF Trainer checkpoint folder
+// inside, for a single torch file to hold it: the weights under "model", each of
+// optimizer.pt, scheduler.pt, scaler.pt and rng_state*.pth under its file's stem
+// ("optimizer", "rng_state_1"), the names a training script resuming from one file uses.
+// The optimizer state then follows the converted model as in any training checkpoint. ck is
+// returned as it is when its folder holds no training state.
+func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) {
+	var files, rest []string
+	for _, f := range ck.Ignored {
+		if hf.IsTrainerState(f) {
+			files = append(files, f)
+		} else {
+			rest = append(rest, f)
+		}
+	}
+	if len(files) == 0 {
+		return ck, nil
+	}
+	root := statedict.NewDict("")
+	root.Set("model", ck.Root)
+	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Ignored: rest, Outside: ck.Outside,
+		Files: ck.Files, Metadata: ck.Metadata}
+	for _, f := range files {
+		part, err := formats.Open(filepath.Join(ck.Path, f))
+		if err != nil {
+			out.Close()
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out.Closers = append(out.Closers, part.Closers...)
+		root.Set(strings.TrimSuffix(f, filepath.Ext(f)), part.Root)
+	}
+	return out, nil
 }
 
 // convertAlongside converts the training-state file name of the source folder into the

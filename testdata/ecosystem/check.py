@@ -58,9 +58,10 @@ def main():
         try:
             obj = load(job["format"], job["out"], job.get("weights_only", True))
             rep["tensors"] = listing(obj)
-            rep["plain"] = {k: jsonable(obj[k]) for k in job.get("keys", []) if k in obj}
-            rep["repr"] = {k: repr(obj[k]) for k in job.get("keys", []) if k in obj}
-            rep["types"] = {k: type(obj[k]).__module__ + "." + type(obj[k]).__qualname__ for k in job.get("keys", []) if k in obj}
+            keys = job.get("keys") or []
+            rep["plain"] = {k: jsonable(obj[k]) for k in keys if k in obj}
+            rep["repr"] = {k: repr(obj[k]) for k in keys if k in obj}
+            rep["types"] = {k: type(obj[k]).__module__ + "." + type(obj[k]).__qualname__ for k in keys if k in obj}
         except Exception as e:  # reported, for the Go test to show
             rep["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(rep))
