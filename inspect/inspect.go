@@ -37,6 +37,10 @@ type Report struct {
 	// Ignored lists files of a folder that hold weights or pickles outside the checkpoint
 	// read (another layout's copy of the weights, training-state pickles).
 	Ignored []string `json:"ignored,omitempty"`
+	// Dangerous lists the globals the checkpoint's pickles reference that are known to run
+	// code when Python unpickles them (as `ckpt scan` classifies them): "module.name at
+	// FILE: WHERE". ckpt read them as inert records.
+	Dangerous []string `json:"dangerous,omitempty"`
 }
 
 // Tensor describes one stored tensor.

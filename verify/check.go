@@ -1,7 +1,3 @@
-// Package verify proves that a converted checkpoint is what it should be. It is a sink: it
-// reads outputs through formats and is never imported by the packages that convert. Check
-// compares an output with the manifest its conversion wrote (every tensor present, with its
-// dtype, shape, size and xxhash64).
 package verify
 
 import (

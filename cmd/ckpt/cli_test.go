@@ -178,3 +178,15 @@ func TestCompletionScripts(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectDangerous: inspect prints what it read of a checkpoint whose pickle references
+// code Python would run, and exits 3 as scan does (issue 15, item 4).
+func TestInspectDangerous(t *testing.T) {
+	out, err := run(t, "inspect", "../../testdata/torch/malicious.pt")
+	if exitStatus(err) != exitDangerous || !strings.Contains(err.Error(), "posix.system") || !strings.Contains(out, "payload (posix.system)") {
+		t.Errorf("exit %d (%v), report:\n%s", exitStatus(err), err, out)
+	}
+	if _, err := run(t, "inspect", "../../testdata/torch/training_cuda.pt"); err != nil {
+		t.Errorf("a clean checkpoint: %v", err)
+	}
+}

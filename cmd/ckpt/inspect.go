@@ -8,8 +8,10 @@ import (
 	"text/tabwriter"
 
 	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
+	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/spf13/cobra"
 )
 
@@ -43,18 +45,37 @@ not fit its model or cannot be mapped unambiguously.`,
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
+			// What scan calls known code execution makes inspect fail too, after the report.
+			var danger error
+			if res, err := formats.Scan(args[0]); err == nil {
+				for _, f := range res.Refused() {
+					if f.Class == pickle.Unsafe {
+						rep.Dangerous = append(rep.Dangerous, fmt.Sprintf("%s at %s: %s", f.Global, f.File, f.Where))
+					}
+				}
+				if len(rep.Dangerous) > 0 {
+					danger = fmt.Errorf("%s: references %s, which Python's pickle would run (ckpt read it as an inert record; ckpt scan tells more): %w",
+						args[0], rep.Dangerous[0], statedict.ErrDangerous)
+				}
+			}
 			if asJSON {
 				err = printJSON(cmd.OutOrStdout(), rep)
 			} else {
 				err = printReport(cmd.OutOrStdout(), rep)
 			}
-			if err != nil || rep.Training == nil {
+			if err != nil {
 				return err
+			}
+			if rep.Training == nil {
+				return danger
 			}
 			if !asJSON {
 				if err := printTraining(cmd.OutOrStdout(), rep.Training); err != nil {
 					return err
 				}
+			}
+			if danger != nil {
+				return danger
 			}
 			for _, o := range rep.Training.Optimizers {
 				if o.Error != "" {

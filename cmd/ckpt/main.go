@@ -107,6 +107,6 @@ them for TorchTPU: device tags, dtypes, names, quantization and training state.
 	root.Version = toolVersion()
 	root.SetVersionTemplate("ckpt {{.Version}}\n")
 	root.PersistentFlags().BoolP("quiet", "q", false, "print errors only (no summary, warnings or progress)")
-	root.AddCommand(newVersionCmd(), newInspectCmd(), newScanCmd(), newConvertCmd(), newCheckCmd(), newDevicesCmd(), newPlanCmd(), newForwardCmd(), newGenDocsCmd())
+	root.AddCommand(newVersionCmd(), newInspectCmd(), newScanCmd(), newConvertCmd(), newCheckCmd(), newDevicesCmd(), newPlanCmd(), newForwardCmd(), newVerifyCmd(), newGenDocsCmd())
 	return root
 }

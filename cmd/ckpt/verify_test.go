@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/verify"
+)
+
+// changeElement changes one element of the named tensor of the checkpoint file at path
+// (its bytes found by content): the high byte of the element at byte offset at of the
+// tensor's bytes is flipped.
+func changeElement(t *testing.T, path, name string, at int) {
+	t.Helper()
+	ck, err := formats.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensor, err := ck.Tensor(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := tensor.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	es := tensor.DType.Size()
+	ck.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(b, buf.Bytes())
+	if i < 0 || bytes.Contains(b[i+1:], buf.Bytes()) {
+		t.Fatalf("%s: the bytes of %s are not found once", path, name)
+	}
+	b[i+at*es+es-1] ^= 0x40
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerifyCommand converts with the CLI and verifies: parity exits 0; one changed
+// element exits 5 naming the tensor, the element and both values, in text and JSON.
+func TestVerifyCommand(t *testing.T) {
+	src := "../../testdata/hf/mistral_sharded"
+	dst := filepath.Join(t.TempDir(), "out.safetensors")
+	if _, err := run(t, "convert", "--to", "tpu", "--dtype", "bfloat16", src, dst); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "verify", src, dst)
+	if err != nil || !strings.Contains(out, "PARITY") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	const victim = "model.layers.0.mlp.down_proj.weight"
+	changeElement(t, dst, victim, 7)
+	out, err = run(t, "verify", src, dst)
+	if exitStatus(err) != exitCorrupt || !strings.Contains(err.Error(), victim) || !strings.Contains(out, victim+": 1 of ") || !strings.Contains(out, "first at [0 7]") {
+		t.Fatalf("exit %d: %v\n%s", exitStatus(err), err, out)
+	}
+	// The report is the first JSON value printed (the error object follows it).
+	out, err = run(t, "verify", "--json", src, dst)
+	var rep verifyReport
+	if jerr := json.NewDecoder(strings.NewReader(out)).Decode(&rep); jerr != nil || exitStatus(err) != exitCorrupt || rep.OK {
+		t.Fatalf("%v %v\n%s", err, jerr, out)
+	}
+	if p := rep.Tensors.Problems; len(p) != 1 || p[0].Tensor != victim || p[0].Kind != "value" || p[0].Flat != 7 || p[0].Want == p[0].Got {
+		t.Fatalf("problems %+v", p)
+	}
+}
+
+// TestVerifyUsage: flags that need --forward, unknown TPU generations and contradictory
+// flags are usage errors.
+func TestVerifyUsage(t *testing.T) {
+	src := "../../testdata/torch/training_cuda.pt"
+	for _, args := range [][]string{
+		{"verify", src},
+		{"verify", "--tokens", "1,2", src, src},
+		{"verify", "--max-kl", "1", src, src},
+		{"verify", "--forward", "--tpu-gen", "v9", src, src},
+		{"verify", "--forward", "--tokens", "1", "--prompt-ids", "f", src, src},
+		{"verify", "--forward", "--tokens", "x", src, src},
+		{"verify", "--manifest", "m", "--no-manifest", src, src},
+		{"verify", "--forward", "--min-agree", "2", src, src},
+	} {
+		if _, err := run(t, args...); exitStatus(err) != exitUsage {
+			t.Errorf("%q: exit %d (%v), want %d", args, exitStatus(err), err, exitUsage)
+		}
+	}
+}
+
+func TestParsePromptIDs(t *testing.T) {
+	for in, want := range map[string]string{"1 5 9\n": "[1 5 9]", "[[1, 5, 9]]": "[1 5 9]", "3,4": "[3 4]"} {
+		got, err := parsePromptIDs(in)
+		if err != nil || fmt.Sprint(got) != want {
+			t.Errorf("%q: %v %v, want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "1 -2", "a"} {
+		if _, err := parsePromptIDs(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// TestVerifyForward converts tiny models written by transformers (a float32 Llama to
+// bfloat16, FP8 dequantized for v6e, FP8 kept for TPU7x), checks `ckpt verify --forward`
+// passes, and that changing one element of one converted weight fails it naming the tensor.
+// Then --emit-torch writes the TPU check, which runs in the oracle with cpu standing in for
+// tpu: it passes on the conversion (as stored, bfloat16, and widened to float32) and fails
+// on a deliberately broken one (a transposed matrix).
+func TestVerifyForward(t *testing.T) {
+	o := oracle.Require(t)
+	host, chroot := oracle.TempDir(t)
+	if _, err := o.Python("testdata/forward/gen.py", chroot, "llama_gqa", "llama_fp8"); err != nil {
+		t.Fatal(err)
+	}
+	type tc struct {
+		name, src string
+		convert   []string
+		verify    []string
+	}
+	for _, c := range []tc{
+		{"bf16", "llama_gqa", []string{"--dtype", "bfloat16"}, nil},
+		{"fp8-v6e", "llama_fp8", []string{"--dequantize=auto", "--tpu-gen", "v6e"}, []string{"--tpu-gen", "v6e"}},
+		{"fp8-tpu7x", "llama_fp8", []string{"--dequantize=auto", "--tpu-gen", "tpu7x"}, []string{"--tpu-gen", "tpu7x"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := filepath.Join(host, c.src)
+			dst := filepath.Join(host, "out-"+c.name)
+			if _, err := run(t, append(append([]string{"convert", "--to", "tpu", "--format", "safetensors"}, c.convert...), src, dst)...); err != nil {
+				t.Fatal(err)
+			}
+			args := append(append([]string{"verify", "--forward", "--json"}, c.verify...), src, dst)
+			out, err := run(t, args...)
+			var rep verifyReport
+			if jerr := json.Unmarshal([]byte(out), &rep); err != nil || jerr != nil || !rep.OK || rep.Forward == nil || len(rep.Forward.Positions) != 32 {
+				t.Fatalf("%v %v\n%s", err, jerr, out)
+			}
+			if keep := strings.HasSuffix(rep.Forward.Converted, "+fp8"); keep != (c.name == "fp8-tpu7x") {
+				t.Errorf("converted run %q", rep.Forward.Converted)
+			}
+			t.Logf("%s: %s", c.name, rep.Forward.LogitsReport)
+		})
+	}
+	// One element of one converted weight changed: parity names it, verify exits 5.
+	dst := filepath.Join(host, "out-bf16")
+	const victim = "model.layers.1.self_attn.o_proj.weight"
+	broken := filepath.Join(host, "broken")
+	if err := os.CopyFS(broken, os.DirFS(dst)); err != nil {
+		t.Fatal(err)
+	}
+	changeElement(t, filepath.Join(broken, "model.safetensors"), victim, 100)
+	out, err := run(t, "verify", "--forward", "--tokens", "1,5,9,2,7,3,11,4,8,6,10,12", filepath.Join(host, "llama_gqa"), broken)
+	if exitStatus(err) != exitCorrupt || !strings.Contains(err.Error(), victim) {
+		t.Fatalf("exit %d: %v\n%s", exitStatus(err), err, out)
+	}
+	// The TPU check, run in the oracle on the cpu device.
+	emit := filepath.Join(host, "emit")
+	out, err = run(t, "verify", "--emit-torch", emit, "--tokens", "1,5,9,2,7,3,11,4,8,6,10,12", filepath.Join(host, "llama_gqa"), dst)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, f := range []string{verify.EmitScript, verify.EmitReference, verify.EmitConfig} {
+		if _, err := os.Stat(filepath.Join(emit, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := run(t, "verify", "--emit-torch", emit, filepath.Join(host, "llama_gqa"), dst); err == nil {
+		t.Error("--emit-torch replaced an earlier bundle without --force")
+	}
+	for _, f := range []string{"dcp", "torch"} {
+		out := filepath.Join(host, "out-"+f)
+		if f == "torch" {
+			out += ".pt"
+		}
+		if _, err := run(t, "convert", "--to", "tpu", "--format", f, "--dtype", "bfloat16", filepath.Join(host, "llama_gqa"), out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if bad, err := o.Python("testdata/verify/break.py", chroot+"/out-bf16,"+chroot+"/bad"); err != nil {
+		t.Fatalf("%v\n%s", err, bad)
+	}
+	runs := []struct {
+		name   string
+		args   []string
+		status int
+	}{
+		{"hf folder as stored", []string{chroot + "/out-bf16"}, 0},
+		{"hf folder in float32", []string{chroot + "/out-bf16", "--dtype", "float32"}, 0},
+		{"dcp", []string{chroot + "/out-dcp"}, 0},
+		{"torch file", []string{chroot + "/out-torch.pt"}, 0},
+		{"transposed", []string{chroot + "/bad/transposed"}, 5},
+	}
+	args := []string{"testdata/verify/run_script.py", chroot + "/emit/" + verify.EmitScript}
+	for i, r := range runs {
+		if i > 0 {
+			args = append(args, "---")
+		}
+		args = append(append(args, r.args...), "--device", "cpu", "--json")
+	}
+	raw, err := o.Python(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []struct {
+		Status int    `json:"status"`
+		Output string `json:"output"`
+	}
+	if err := json.Unmarshal(raw, &results); err != nil || len(results) != len(runs) {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	for i, r := range runs {
+		var rep struct {
+			Failed  []string `json:"failed"`
+			MaxKL   float64  `json:"max_kl"`
+			Device  string   `json:"device"`
+			DType   string   `json:"dtype"`
+			Against struct {
+				MaxKL float64 `json:"max_kl"`
+			} `json:"versus_ckpt_emulation"`
+		}
+		res := results[i]
+		if jerr := json.Unmarshal([]byte(res.Output), &rep); jerr != nil || res.Status != r.status || rep.Device != "cpu" {
+			t.Fatalf("%s: exit %d (want %d), %v\n%s", r.name, res.Status, r.status, jerr, res.Output)
+		}
+		t.Logf("verify_tpu.py, %s (%s): max KL %.3g vs the source, %.3g vs ckpt's emulation; failed %q", r.name, rep.DType, rep.MaxKL, rep.Against.MaxKL, rep.Failed)
+	}
+}
+
+// FuzzParsePromptIDs: arbitrary --prompt-ids files give ids or an error, never a panic.
+func FuzzParsePromptIDs(f *testing.F) {
+	f.Add("[[1, 5, 9]]")
+	f.Add("1\n2\n3")
+	f.Add("99999999999999999999")
+	f.Fuzz(func(t *testing.T, s string) {
+		ids, err := parsePromptIDs(s)
+		if err == nil && len(ids) == 0 {
+			t.Fatal("no ids and no error")
+		}
+		for _, id := range ids {
+			if id < 0 {
+				t.Fatalf("negative id %d", id)
+			}
+		}
+	})
+}
+
+// TestVerifyPerDevice: the per-device outputs of a TPU target — one safetensors file per rank
+// with sharding.json, a DCP directory whose __R_0.distcp holds rank R's pieces — pass
+// parity, read through formats' reassembly, every rank's copy of a replicated piece
+// included; changing one element of one rank's copy fails it, naming the tensor, the rank and
+// the element's index in the whole tensor. Skipped by a build whose convert writes no
+// per-device outputs (no --mesh).
+func TestVerifyPerDevice(t *testing.T) {
+	if newConvertCmd().Flags().Lookup("mesh") == nil {
+		t.Skip("convert --topology/--mesh (per-device outputs) is not in this build")
+	}
+	src := "../../testdata/hf/mistral_sharded"
+	dir := t.TempDir()
+	for _, f := range []string{"safetensors", "dcp"} {
+		dst := filepath.Join(dir, f)
+		if out, err := run(t, "convert", "--to", "tpu", "--dtype", "bfloat16", "--topology", "v6e-8", "--mesh", "dp=2,tp=4", "--format", f, src, dst); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		out, err := run(t, "verify", "--json", src, dst)
+		var rep verifyReport
+		if jerr := json.NewDecoder(strings.NewReader(out)).Decode(&rep); err != nil || jerr != nil || !rep.OK || rep.Tensors.Pairs == 0 {
+			t.Fatalf("%s: %v %v\n%s", f, err, jerr, out)
+		}
+		if f == "safetensors" && rep.Tensors.Replicas == 0 {
+			t.Errorf("no replica of the dp axis compared: %+v", rep.Tensors)
+		}
+	}
+	// Ranks 4–7 hold the dp=1 copies of ranks 0–3's pieces: rank 6's is the second copy of
+	// the piece rank 2 also holds, which reassembling the tensor does not read.
+	const victim = "model.layers.0.mlp.down_proj.weight"
+	changeElement(t, filepath.Join(dir, "safetensors", "rank-00006-of-00008.safetensors"), victim, 3)
+	out, err := run(t, "verify", filepath.Join(src), filepath.Join(dir, "safetensors"))
+	if exitStatus(err) != exitCorrupt || !strings.Contains(out, victim+", rank 6's copy") {
+		t.Fatalf("exit %d: %v\n%s", exitStatus(err), err, out)
+	}
+}

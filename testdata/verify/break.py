@@ -1,0 +1,108 @@
+"""Deliberately broken conversions of a converted Hugging Face folder, for measuring what
+`ckpt verify --forward` must reject.
+
+Usage (in the oracle chroot): python3 testdata/verify/break.py SRC,OUT[,REFERENCE] ...
+
+SRC is a folder with config.json and model.safetensors (a correct conversion); REFERENCE,
+if given, is the unconverted float32 model folder (for the rounding variant). For every
+variant below it writes OUT/VARIANT/ (config.json and model.safetensors); it prints a JSON
+object mapping each OUT to the list of variant names written there. Each variant is one bug a converter could make:
+
+  one_element_sign   the largest-magnitude element of the first layer's attention output
+                     projection negated (one element of one weight changed)
+  one_element_x16    the same element multiplied by 16
+  transposed         the first square matrix of the first layer transposed
+  layers_swapped     the first two decoder layers' weights exchanged
+  embed_shifted      the embedding rows shifted by one token (an off-by-one vocabulary)
+  norm_dropped       the final norm's weight set to ones (a norm left at its init)
+  noise_1pct         every weight plus Gaussian noise of 1% of its standard deviation
+  truncated_bf16     bfloat16 weights made by truncating float32 instead of rounding to
+                     nearest even (REFERENCE needed; a subtle bug the forward pass alone
+                     cannot be expected to see — tensor parity does)
+"""
+
+import json
+import os
+import shutil
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+
+
+def first(sd, pred):
+    for k in sorted(sd, key=layer_order):
+        if pred(k, sd[k]):
+            return k
+    return None
+
+
+def layer_order(k):
+    parts = k.split(".")
+    for i, p in enumerate(parts):
+        if p == "layers" and i + 1 < len(parts) and parts[i + 1].isdigit():
+            return (int(parts[i + 1]), k)
+    return (-1, k)
+
+
+def is_weight(k, v):
+    return v.is_floating_point() and v.dim() >= 2 and ".layers.0." in k
+
+
+def variants(sd, ref):
+    out = {}
+    o = first(sd, lambda k, v: is_weight(k, v) and ("o_proj" in k or "out_proj" in k)) or first(sd, is_weight)
+    flat = sd[o].reshape(-1)
+    i = int(flat.float().abs().argmax())
+    for name, f in (("one_element_sign", lambda x: -x), ("one_element_x16", lambda x: x * 16)):
+        s = dict(sd)
+        t = sd[o].clone()
+        t.view(-1)[i] = f(t.view(-1)[i])
+        s[o] = t
+        out[name] = s
+    sq = first(sd, lambda k, v: is_weight(k, v) and v.dim() == 2 and v.shape[0] == v.shape[1])
+    if sq:
+        out["transposed"] = {**sd, sq: sd[sq].t().contiguous()}
+    l0 = [k for k in sd if ".layers.0." in k]
+    if all(k.replace(".layers.0.", ".layers.1.") in sd for k in l0):
+        s = dict(sd)
+        for k in l0:
+            k1 = k.replace(".layers.0.", ".layers.1.")
+            s[k], s[k1] = sd[k1], sd[k]
+        out["layers_swapped"] = s
+    e = first(sd, lambda k, v: k.endswith("embed_tokens.weight"))
+    out["embed_shifted"] = {**sd, e: torch.roll(sd[e], 1, 0).contiguous()}
+    n = first(sd, lambda k, v: k.endswith("model.norm.weight"))
+    if n:
+        out["norm_dropped"] = {**sd, n: torch.ones_like(sd[n])}
+    g = torch.Generator().manual_seed(0)
+    out["noise_1pct"] = {k: (v + 0.01 * v.float().std() * torch.randn(v.shape, generator=g)).to(v.dtype)
+                         if v.is_floating_point() and v.dim() >= 2 else v for k, v in sd.items()}
+    if ref is not None:
+        def trunc(v):
+            if v.dtype != torch.float32:
+                return v
+            return (v.contiguous().view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)
+        out["truncated_bf16"] = {k: trunc(v) for k, v in ref.items()}
+    return out
+
+
+def main():
+    written = {}
+    for job in sys.argv[1:]:
+        src, outdir, *refdir = job.split(",")
+        ref = load_file(os.path.join(refdir[0], "model.safetensors")) if refdir else None
+        sd = load_file(os.path.join(src, "model.safetensors"))
+        names = []
+        for name, s in variants(sd, ref).items():
+            d = os.path.join(outdir, name)
+            os.makedirs(d, exist_ok=True)
+            shutil.copy(os.path.join(src, "config.json"), d)
+            save_file({k: v.contiguous() for k, v in s.items()}, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+            names.append(name)
+        written[outdir] = names
+    print(json.dumps(written))
+
+
+if __name__ == "__main__":
+    main()

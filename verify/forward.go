@@ -1,0 +1,252 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/quant"
+	"github.com/ckpt-dev/ckpt/runtime"
+	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/verify/forward"
+	"github.com/ckpt-dev/ckpt/verify/forward/kernel"
+)
+
+// ForwardOptions configure Forward.
+type ForwardOptions struct {
+	// Tokens are the token ids run; nil runs DefaultTokens of the model's vocabulary.
+	Tokens []int
+	// Generation is the TPU generation the converted checkpoint is for: FP8 weights it
+	// runs natively (runtime.Generation.NativeWeight) stay FP8 in the converted run. nil
+	// dequantizes every FP8 weight to bfloat16, as a TPU without FP8 matrix units runs it.
+	Generation *runtime.Generation
+	// Config is config.json for both sides; nil reads each side's own (in its folder or
+	// beside its file), or the other side's when one has none.
+	Config []byte
+	// Thresholds decide the verdict (zero value: DefaultThresholds).
+	Thresholds *Thresholds
+}
+
+// ForwardReport is what Forward found: `ckpt verify --forward --json`'s "forward" section.
+type ForwardReport struct {
+	Src       string `json:"src"`
+	Dst       string `json:"dst"`
+	ModelType string `json:"model_type"`
+	// Reference and Converted say how each side ran: "float32" for the source (quantized
+	// weights dequantized exactly), "tpu" for the converted checkpoint (bf16 matrix-unit
+	// inputs, float32 accumulation), with "+fp8" when FP8 weights stayed FP8.
+	Reference  string `json:"reference"`
+	Converted  string `json:"converted"`
+	Generation string `json:"generation,omitempty"`
+	Kernel     string `json:"kernel"`
+	*LogitsReport
+	Seconds float64 `json:"seconds"`
+}
+
+// Err is nil when every threshold holds, else an error naming the failures that matches
+// ErrFailed.
+func (r *ForwardReport) Err() error {
+	if r.OK() {
+		return nil
+	}
+	return fmt.Errorf("%s vs %s: forward pass: %s: %w", r.Src, r.Dst, strings.Join(r.Failed, "; "), ErrFailed)
+}
+
+// Logits are the runs' logits [T, vocab] — the source in float32 (Reference) and as a TPU
+// computes (SourceTPU), the converted checkpoint as a TPU computes (TPU) — and the converted
+// side's config.json, for writing a reference (EmitTorch).
+type Logits struct {
+	Tokens                    []int
+	Vocab                     int
+	Reference, SourceTPU, TPU []float32
+	Config                    []byte
+}
+
+// DefaultTokens are the ids run when none are given: 32 ids spread over the vocabulary
+// by a fixed linear congruential sequence, the same for every run of a model.
+func DefaultTokens(vocab int) []int {
+	ids := make([]int, 32)
+	x := uint64(12345)
+	for i := range ids {
+		x = x*6364136223846793005 + 1442695040888963407
+		ids[i] = int((x >> 33) % uint64(vocab))
+	}
+	return ids
+}
+
+// Forward runs the model at src as the reference — float32, quantized weights dequantized
+// exactly — and the converted checkpoint at dst as a TPU runs it — every matrix product's
+// inputs rounded to bfloat16, accumulated in float32, FP8 weights kept FP8 where the target
+// generation runs them natively — on the same tokens, and compares the logits position by
+// position against the thresholds. The source also runs as a TPU runs it, to tell the
+// TPU's arithmetic from the conversion (see Thresholds). Both sides are read with formats.Open: a sharded output
+// (a multi-rank DCP directory) runs from the whole tensors its reader reassembles from the
+// per-device shards.
+func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*ForwardReport, *Logits, error) {
+	start := time.Now()
+	th := DefaultThresholds()
+	if opts.Thresholds != nil {
+		th = *opts.Thresholds
+	}
+	sck, err := formats.Open(src)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sck.Close()
+	dck, err := formats.Open(dst)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer dck.Close()
+	scfg, dcfg, err := configs(sck, dck, opts.Config)
+	if err != nil {
+		return nil, nil, err
+	}
+	keep, err := keepFP8(dck, dcfg, opts.Generation)
+	if err != nil {
+		return nil, nil, err
+	}
+	skeep, err := keepFP8(sck, scfg, opts.Generation)
+	if err != nil {
+		return nil, nil, err
+	}
+	ref, err := forward.Load(sck, forward.Options{Precision: forward.Float32, Config: scfg})
+	if err != nil {
+		return nil, nil, fmt.Errorf("the source: %w", err)
+	}
+	refTPU, err := forward.Load(sck, forward.Options{Precision: forward.TPU, KeepFP8: skeep, Config: scfg})
+	if err != nil {
+		return nil, nil, fmt.Errorf("the source: %w", err)
+	}
+	got, err := forward.Load(dck, forward.Options{Precision: forward.TPU, KeepFP8: keep, Config: dcfg})
+	if err != nil {
+		return nil, nil, fmt.Errorf("the converted checkpoint: %w", err)
+	}
+	rc, gc := ref.Config(), got.Config()
+	if rc.Vocab != gc.Vocab || rc.ModelType != gc.ModelType {
+		return nil, nil, fmt.Errorf("%s is a %s model with vocabulary %d, %s a %s model with vocabulary %d", src, rc.ModelType, rc.Vocab, dst, gc.ModelType, gc.Vocab)
+	}
+	tokens := opts.Tokens
+	if tokens == nil {
+		tokens = DefaultTokens(rc.Vocab)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	rl, err := ref.Forward(tokens)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", src, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	rtl, err := refTPU.Forward(tokens)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", src, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	gl, err := got.Forward(tokens)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", dst, err)
+	}
+	lr, err := CompareLogits(tokens, rc.Vocab, rl, rtl, gl, th)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep := &ForwardReport{Src: src, Dst: dst, ModelType: rc.ModelType, Reference: forward.Float32.String(),
+		Converted: forward.TPU.String(), Kernel: kernel.Current(), LogitsReport: lr}
+	if keep {
+		rep.Converted += "+fp8"
+	}
+	if opts.Generation != nil {
+		rep.Generation = opts.Generation.Name
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	return rep, &Logits{Tokens: tokens, Vocab: rc.Vocab, Reference: rl, SourceTPU: rtl, TPU: gl, Config: dcfg}, nil
+}
+
+// configs finds config.json for each side: given, each side's own, else the other side's —
+// without its quantization config when the borrowing side's tensors are not quantized that
+// way (a dequantized output whose config was not written beside it).
+func configs(sck, dck *statedict.Checkpoint, given []byte) ([]byte, []byte, error) {
+	if given != nil {
+		return given, given, nil
+	}
+	s, serr := ownConfig(sck.Path)
+	d, derr := ownConfig(dck.Path)
+	switch {
+	case serr != nil && derr != nil:
+		return nil, nil, fmt.Errorf("%w; %w (give the model's config.json with --config)", serr, derr)
+	case serr != nil:
+		b, err := borrowConfig(sck, d)
+		return b, d, err
+	case derr != nil:
+		b, err := borrowConfig(dck, s)
+		return s, b, err
+	}
+	return s, d, nil
+}
+
+// ownConfig reads config.json inside a checkpoint folder or beside a checkpoint file.
+func ownConfig(path string) ([]byte, error) {
+	dir := path
+	if st, err := os.Stat(path); err == nil && !st.IsDir() {
+		dir = filepath.Dir(path)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("%s: no config.json", path)
+	}
+	return b, nil
+}
+
+// borrowConfig is the other side's config for ck, its quantization config removed when
+// ck's tensors do not match it.
+func borrowConfig(ck *statedict.Checkpoint, cfg []byte) ([]byte, error) {
+	q, err := quant.ParseConfig(cfg, nil)
+	if err != nil || q == nil {
+		return cfg, nil
+	}
+	ts, err := ck.Tensors()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := quant.Detect(q, ts); err == nil {
+		return cfg, nil
+	}
+	return quant.StripConfig(cfg)
+}
+
+// keepFP8 reports whether the converted checkpoint's FP8 weights stay FP8 on gen: it holds
+// FP8 groups and gen runs them natively.
+func keepFP8(ck *statedict.Checkpoint, cfg []byte, gen *runtime.Generation) (bool, error) {
+	if gen == nil {
+		return false, nil
+	}
+	q, err := quant.ParseConfig(cfg, nil)
+	if err != nil || q == nil {
+		return false, nil
+	}
+	ts, err := ck.Tensors()
+	if err != nil {
+		return false, err
+	}
+	plan, err := quant.Detect(q, ts)
+	if err != nil || plan == nil {
+		return false, nil
+	}
+	fp8 := []quant.Scheme{quant.SchemeFP8Tensor, quant.SchemeFP8Channel, quant.SchemeFP8Column, quant.SchemeFP8Block}
+	for _, g := range plan.Groups {
+		if slices.Contains(fp8, g.Scheme) && g.NativeOn(gen) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
