@@ -74,6 +74,9 @@ type Options struct {
 	// an error instead of an object written as the source pickled it: every pickle of the
 	// output then loads with torch.load(weights_only=True).
 	WeightsOnly bool
+	// Compress compresses a DCP output's items: "zstd" with torch's ZStandard extension
+	// (DCP's loader needs the zstandard module); "" writes them as they are.
+	Compress string
 	// Resume continues a folder output whose conversion was killed: the files it finished
 	// are checked against their journaled checksums and kept, the rest written, and the
 	// output ends byte-identical to an uninterrupted run. Without Resume the leftovers of a
@@ -166,6 +169,9 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	if err := checkApart(opts.Src, opts.Dst); err != nil {
 		return nil, err
+	}
+	if opts.Compress != "" && lay != formats.DCPFolder {
+		return nil, fmt.Errorf("%s: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, statedict.ErrUnsupported, opts.Compress, lay)
 	}
 	ck, err := formats.Open(opts.Src)
 	if err != nil {
@@ -389,7 +395,7 @@ func write(out *subOutput, p *planned, opts Options) error {
 	prev := out.o.src
 	out.o.src = p.src
 	defer func() { out.o.src = prev }()
-	w, err := formats.Writers[p.lay].Write(out, p.ck, statedict.WriteOptions{Sum: out.o.sum, MaxShardSize: opts.MaxShardSize, Rewrite: p.rewrite, WeightsOnly: opts.WeightsOnly, Metadata: p.ck.Metadata})
+	w, err := formats.Writers[p.lay].Write(out, p.ck, statedict.WriteOptions{Sum: out.o.sum, MaxShardSize: opts.MaxShardSize, Rewrite: p.rewrite, WeightsOnly: opts.WeightsOnly, Metadata: p.ck.Metadata, Compress: opts.Compress})
 	if err != nil {
 		return err
 	}

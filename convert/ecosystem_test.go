@@ -126,6 +126,7 @@ type ecosystemResult struct {
 	Plain   map[string]json.RawMessage `json:"plain"`
 	Repr    map[string]string          `json:"repr"`
 	Types   map[string]string          `json:"types"`
+	Bytes   map[string]string          `json:"bytes"`
 	Error   string                     `json:"error"`
 }
 

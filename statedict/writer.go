@@ -41,6 +41,9 @@ type WriteOptions struct {
 	// instead of a value pickled as the source had it (Written.Kept), so that every pickle
 	// written loads with torch.load(weights_only=True).
 	WeightsOnly bool
+	// Compress names a compression for layouts that have one: "zstd" stores every item of a
+	// DCP folder with torch's ZStandard stream extension. "" writes uncompressed.
+	Compress string
 }
 
 // Written reports what a format writer wrote.

@@ -26,7 +26,7 @@ func newConvertCmd() *cobra.Command {
 		optimDType                               string
 		optimNames                               []string
 		keepCUDARNG                              bool
-		dequantize, tpuGen                       string
+		dequantize, tpuGen, compress             string
 	)
 	cmd := &cobra.Command{
 		Use:   "convert --to tpu SRC DST",
@@ -70,6 +70,14 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			}
 			if opts.Dst, opts.Format, err = destination(args[0], args[1], format); err != nil {
 				return err
+			}
+			if compress != "" {
+				if opts.Compress, err = compressChoice.parse(compress); err != nil {
+					return err
+				}
+				if opts.Format != convert.DCP {
+					return usage(fmt.Errorf("--compress applies to DCP outputs (--format dcp); this one is %s", opts.Format))
+				}
 			}
 			if cmd.Flags().Changed("map-location") {
 				if opts.Remap.Place, err = remap.ParseMapLocation(mapLoc); err != nil {
@@ -225,8 +233,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.BoolVarP(&verbose, "verbose", "v", false, "list every value or file a warning concerns")
 	f.String("progress", "auto", "progress on stderr: auto (a bar on a terminal, plain lines otherwise), always, never")
 	f.BoolVar(&strict, "strict", false, "fail, writing nothing, when the output would not hold all of the source's data")
+	f.StringVar(&compress, "compress", "", "compress a DCP output's items: zstd (torch's ZStandard extension, which DCP's loader reads with the zstandard module)")
 	f.BoolVar(&weightsOnly, "weights-only-safe", false, "fail, writing nothing, when a Python object that is not plain data would be kept: the output then loads with torch.load(weights_only=True)")
-	for _, c := range []choice{progressChoice, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype")} {
+	for _, c := range []choice{compressChoice, progressChoice, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype")} {
 		c.complete(cmd)
 	}
 	cmd.RegisterFlagCompletionFunc("map-location", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {

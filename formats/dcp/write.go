@@ -10,6 +10,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/klauspost/compress/zstd"
 )
 
 // DataFile is the single data file Write produces (rank 0, file 0).
@@ -103,8 +104,21 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 	var off int64
 	cpu := func(*statedict.Storage) string { return "cpu" }
 	var kept []string
+	var descs []string
+	var zw *zstd.Encoder
+	switch opts.Compress {
+	case "":
+	case "zstd":
+		// torch's ZStandard extension: each item one zstd stream (zstandard's default level).
+		descs = []string{ZStandard}
+		if zw, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1)); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("%w: %s compression (DCP items are compressed with zstd)", statedict.ErrUnsupported, opts.Compress)
+	}
 	save := func(l leaf, v statedict.Value, t *statedict.Tensor) error {
-		so := torchzip.SaveOptions{Location: cpu}
+		so := torchzip.SaveOptions{Location: cpu, Data: true}
 		if !opts.WeightsOnly {
 			// DCP's loader unpickles bytes items with torch.load(weights_only=False).
 			keep := torchzip.KeptInto(&kept)
@@ -120,11 +134,21 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 		if t != nil && opts.Sum != nil {
 			so.Sum = func(*statedict.Storage) hash.Hash { return opts.Sum(t) }
 		}
-		n, err := torchzip.Write(w, v, so)
+		var n int64
+		if zw != nil {
+			cw := &statedict.Counter{W: w}
+			zw.Reset(cw)
+			if _, err = torchzip.Write(zw, v, so); err == nil {
+				err = zw.Close()
+			}
+			n = cw.N
+		} else {
+			n, err = torchzip.Write(w, v, so)
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", l.fqn, err)
 		}
-		items = append(items, item{leaf: l, tensor: t, offset: off, length: n})
+		items = append(items, item{leaf: l, tensor: t, offset: off, length: n, transforms: descs})
 		off += n
 		return nil
 	}
@@ -176,6 +200,7 @@ type item struct {
 	leaf
 	tensor         *statedict.Tensor // nil for bytes items
 	offset, length int64
+	transforms     []string // the item's stream transforms (compression)
 }
 
 // standalone returns t as DCP saves it: a contiguous tensor owning exactly its bytes.
@@ -347,6 +372,14 @@ func encodeMetadata(w io.Writer, items []item) error {
 		e.Int(it.offset)
 		e.String("length")
 		e.Int(it.length)
+		if len(it.transforms) > 0 {
+			e.String("transform_descriptors")
+			e.Op(pickle.OpEmptyList)
+			for _, d := range it.transforms {
+				e.String(d)
+				e.Op(pickle.OpAppend)
+			}
+		}
 		e.Op(pickle.OpSetItems)
 		e.Op(pickle.OpBuild)
 		next(i)

@@ -30,6 +30,11 @@ type SaveOptions struct {
 	// archive loads with torch.load(weights_only=True). Objects Python would run as known
 	// code are never written.
 	Kept func(name string, o *statedict.Object)
+	// Data says the archive is loaded with torch.load(weights_only=False) (DCP's bytes
+	// items): the pure-data classes ckpt models (pickle.IsModeled: argparse.Namespace,
+	// io.BytesIO) then load without importing anything beyond the standard library, so they
+	// are written as any value, neither reported nor refused.
+	Data bool
 }
 
 // Write writes root as a torch.save zip archive that torch.load(weights_only=True) reads:
@@ -38,7 +43,7 @@ type SaveOptions struct {
 // miniz's layout. Storage bytes stream from their source; only the pickle is held in
 // memory. It returns the number of bytes written.
 func Write(w io.Writer, root statedict.Value, opts SaveOptions) (int64, error) {
-	p := &pickler{enc: pickle.NewEncoder(), keys: map[*statedict.Storage]string{}, dtypes: map[*statedict.Storage]statedict.DType{}, memo: map[any]uint32{}, loc: opts.Location, kept: opts.Kept}
+	p := &pickler{enc: pickle.NewEncoder(), keys: map[*statedict.Storage]string{}, dtypes: map[*statedict.Storage]statedict.DType{}, memo: map[any]uint32{}, loc: opts.Location, kept: opts.Kept, data: opts.Data}
 	if err := p.value(root, ""); err != nil {
 		return 0, err
 	}
@@ -95,6 +100,7 @@ type pickler struct {
 	// kept is told each object written that torch.load(weights_only=True) refuses; nil
 	// makes such an object an error.
 	kept func(name string, o *statedict.Object)
+	data bool // SaveOptions.Data
 }
 
 var (
@@ -284,10 +290,13 @@ func (p *pickler) object(x *statedict.Object, name string) error {
 		if strings.Contains(g.Name, ".") {
 			return fmt.Errorf("%s%w: %s is a nested class, which a protocol-2 pickle cannot name", label(name), statedict.ErrUnsupported, x.Class)
 		}
-		if p.kept == nil {
+		switch {
+		case p.data && pickle.IsModeled(g):
+		case p.kept == nil:
 			return fmt.Errorf("%s%s cannot be loaded by torch.load(weights_only=True)", label(name), x.Class)
+		default:
+			p.kept(name, x)
 		}
-		p.kept(name, x)
 	}
 	e := p.enc
 	e.Global(g)

@@ -8,8 +8,10 @@ with torch.load(weights_only=WEIGHTS_ONLY)), safetensors (a file or a folder of 
 safetensors.torch.load_file) or dcp (torch.distributed.checkpoint through
 dcp_to_torch_save, whose bytes items DCP unpickles itself). Prints one JSON line per job:
 {"tensors": torch's listing (common.listing), "plain": the values under KEYS as JSON,
-"repr": their repr(), "types": their type names, "error": why loading failed}.
+"repr": their repr(), "types": their type names, "bytes": every io.BytesIO by flattened
+name, hex, "error": why loading failed}.
 """
+import io
 import json
 import os
 import sys
@@ -50,6 +52,16 @@ def jsonable(v):
     return repr(v)
 
 
+def byte_items(obj, prefix=""):
+    out = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(byte_items(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(obj, io.BytesIO):
+        out[prefix] = obj.getvalue().hex()
+    return out
+
+
 def main():
     with open(sys.argv[1]) as f:
         jobs = json.load(f)
@@ -58,6 +70,7 @@ def main():
         try:
             obj = load(job["format"], job["out"], job.get("weights_only", True))
             rep["tensors"] = listing(obj)
+            rep["bytes"] = byte_items(obj)
             keys = job.get("keys") or []
             rep["plain"] = {k: jsonable(obj[k]) for k in keys if k in obj}
             rep["repr"] = {k: repr(obj[k]) for k in keys if k in obj}
