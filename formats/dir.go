@@ -10,6 +10,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/diffusers"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/formats/zero"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -17,10 +18,14 @@ import (
 const DCP Kind = "dcp"
 
 // openDir reads a folder: a torch.distributed.checkpoint directory (it has `.metadata`), a
-// diffusers pipeline (model_index.json) or a Hugging Face model or PEFT adapter folder.
+// DeepSpeed ZeRO checkpoint (consolidated), a diffusers pipeline (model_index.json) or a
+// Hugging Face model or PEFT adapter folder.
 func openDir(dir string) (*statedict.Checkpoint, error) {
 	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err == nil {
 		return dcp.Open(dir)
+	}
+	if tag, ok := zero.Detect(dir); ok {
+		return zero.Open(tag, openPart)
 	}
 	if diffusers.Detect(dir) {
 		return diffusers.Open(dir, openDir, holdsWeights)
