@@ -42,6 +42,14 @@ existing DST is replaced only with --force. A manifest (DST.ckpt-manifest.json, 
 ckpt-manifest.json inside a folder) records the source, options, version and an xxhash64 of
 every tensor.
 
+SRC may also be a DeepSpeed ZeRO folder (consolidated as zero_to_fp32.py does), a diffusers
+pipeline (written as a folder of components), a PEFT adapter folder, or an HF Trainer
+checkpoint-N/ folder, whose optimizer, scheduler and RNG state follow the weights (files
+alongside in a folder output, entries beside "model" in a torch file). Python objects that
+only hold data (Lightning's AttributeDict, omegaconf configs, argparse and SimpleNamespace,
+dataclasses) become plain dicts and lists; any other object is written as the source
+pickled it, with a warning (--weights-only-safe makes it an error), never one that is code.
+
 Quantized checkpoints (FP8, MXFP4, NVFP4 with their config.json quantization_config or
 hf_quant_config.json) pass through unchanged with their scales and config, which --dtype
 leaves alone. --dequantize unpacks every quantized tensor to --dtype (bfloat16 by default)
