@@ -25,7 +25,7 @@ const (
 	// exitMismatch: an optimizer state does not fit its model (or cannot be mapped
 	// unambiguously), so training would not resume.
 	exitMismatch = 4
-	// exitCorrupt: verification failed (an output differs from its manifest).
+	// exitCorrupt: verification failed (an output differs from its manifest or its source).
 	exitCorrupt = 5
 	// exitNoFit: the checkpoint does not fit the slice's HBM (plan).
 	exitNoFit = 6
@@ -39,7 +39,7 @@ const exitCodes = `Exit status:
   2    usage error (wrong arguments or flags)
   3    dangerous content: a pickle references code Python would run (scan, inspect)
   4    an optimizer state does not fit its model (inspect --optimizer, convert)
-  5    verification failed: an output differs from its manifest (check)
+  5    verification failed: an output differs from its manifest (check) or its source (verify)
   6    does not fit: the checkpoint needs more HBM than the slice has (plan)
   130  interrupted (SIGINT); 143 terminated (SIGTERM) — partial outputs removed`
 
