@@ -189,6 +189,33 @@ var kernels = map[[2]statedict.DType]func(dst, src []byte){
 	},
 }
 
+// Integer and bool tensors converted to float32 (Tensor.float(), as DeepSpeed's
+// zero_to_fp32 does to every buffer): one rounding, straight from the integer, as C++'s
+// static_cast<float> does.
+func init() {
+	ints := map[statedict.DType]func([]byte) float32{
+		statedict.Int64: func(b []byte) float32 { return float32(int64(binary.LittleEndian.Uint64(b))) },
+		statedict.Int32: func(b []byte) float32 { return float32(int32(binary.LittleEndian.Uint32(b))) },
+		statedict.Int16: func(b []byte) float32 { return float32(int16(binary.LittleEndian.Uint16(b))) },
+		statedict.Int8:  func(b []byte) float32 { return float32(int8(b[0])) },
+		statedict.Uint8: func(b []byte) float32 { return float32(b[0]) },
+		statedict.Bool: func(b []byte) float32 {
+			if b[0] != 0 {
+				return 1
+			}
+			return 0
+		},
+	}
+	for from, dec := range ints {
+		fs := from.Size()
+		kernels[[2]statedict.DType{from, statedict.Float32}] = func(dst, src []byte) {
+			for i, j := 0, 0; i+fs <= len(src); i, j = i+fs, j+4 {
+				binary.LittleEndian.PutUint32(dst[j:], math.Float32bits(dec(src[i:i+fs])))
+			}
+		}
+	}
+}
+
 // pair views src as elements of type S and dst as as many elements of type D (byte arrays:
 // no alignment needed), so that kernels index both without bounds checks per element.
 func pair[S, D any](dst, src []byte) ([]S, []D) {

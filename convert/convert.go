@@ -18,8 +18,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -74,6 +74,13 @@ type Options struct {
 	// Strict makes any data of the source the output would not hold (values the layout
 	// cannot store, files left out, CUDA RNG states dropped) an error: nothing is written.
 	Strict bool
+	// WeightsOnly makes a Python object that cannot be turned into data (Remap.PlainData)
+	// an error instead of an object written as the source pickled it: every pickle of the
+	// output then loads with torch.load(weights_only=True).
+	WeightsOnly bool
+	// Compress compresses a DCP output's items: "zstd" with torch's ZStandard extension
+	// (DCP's loader needs the zstandard module); "" writes them as they are.
+	Compress string
 	// Resume continues a folder output whose conversion was killed: the files it finished
 	// are checked against their journaled checksums and kept, the rest written, and the
 	// output ends byte-identical to an uninterrupted run. Without Resume the leftovers of a
@@ -201,11 +208,20 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err := checkApart(opts.Src, opts.Dst); err != nil {
 		return nil, err
 	}
+	if opts.Compress != "" && lay != formats.DCPFolder {
+		return nil, fmt.Errorf("%s: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, statedict.ErrUnsupported, opts.Compress, lay)
+	}
 	ck, err := openSource(opts.Src)
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
+	if lay == formats.TorchFile {
+		if ck, err = withTrainingState(ck); err != nil {
+			return nil, err
+		}
+		defer ck.Close()
+	}
 	p, err := plan(ck, opts, lay)
 	if err != nil {
 		return nil, err
@@ -296,16 +312,24 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		p.rewrite = map[string][]byte{}
 	}
 	p.rewrite[manifest.Name] = nil // a source's own manifest describes the source
-	// A folder output takes an HF Trainer checkpoint's training state along, converted; the
-	// other files of other layouts are left out.
-	folderOut := lay == formats.HFFolder
-	var left []string
+	// A folder output takes an HF Trainer checkpoint's training state along, converted (a
+	// torch file holds it inside: withTrainingState); the other files of other layouts are
+	// left out.
+	folderOut := formats.Writers[lay].Folder
+	var left, training []string
 	for _, f := range ck.Ignored {
-		if folderOut && hf.IsTrainerState(f) {
+		switch {
+		case folderOut && hf.IsTrainerState(f):
 			p.alongside = append(p.alongside, f)
-		} else {
+		case hf.IsTrainerState(f):
+			training = append(training, f)
+		default:
 			left = append(left, f)
 		}
+	}
+	if len(training) > 0 {
+		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "training_state_left_out", Items: training, Dropped: true,
+			Message: fmt.Sprintf("left out the training state %s: a %s file holds tensors only; a folder, torch or DCP output keeps it", remap.Summarize(training), lay)})
 	}
 	if len(ck.Outside) > 0 {
 		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "links_outside", Items: ck.Outside,
@@ -315,13 +339,20 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "files_left_out", Items: left, Dropped: true,
 			Message: fmt.Sprintf("left out %s: weights or pickles outside the %s checkpoint that was read, not converted", remap.Summarize(left), ck.Format)})
 	}
-	p.ck = &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files}
+	p.ck = &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files,
+		Metadata: ck.Metadata, WeightsName: ck.WeightsName, Components: ck.Components}
 	tensors, err := p.ck.Tensors()
 	if err != nil {
 		return nil, err
 	}
 	p.sum.Tensors = len(tensors)
+	if err := checkContent(ck, tensors); err != nil {
+		return nil, err
+	}
 	if sh := opts.Target.Sharding(); sh != nil {
+		if len(ck.Components) > 0 {
+			return nil, fmt.Errorf("%s: %w: a checkpoint of %d components (a pipeline) is not sharded per device; convert each component folder on its own", opts.Src, statedict.ErrUnsupported, len(ck.Components))
+		}
 		if q.report != nil && len(q.report.Kept) > 0 {
 			return nil, fmt.Errorf("%s: %w: %s-quantized weights are not sharded per device (their scales follow blocks, not the weights' placements); --dequantize them", opts.Src, statedict.ErrUnsupported, q.report.Method)
 		}
@@ -344,22 +375,31 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		}
 		return p, nil
 	}
-	if opts.Remap.DType != statedict.Invalid && slices.Contains(ck.Extras, hf.ConfigFile) {
-		cfg, ok := p.rewrite[hf.ConfigFile]
+	if opts.Remap.DType == statedict.Invalid {
+		return p, nil
+	}
+	// Every model configuration names the dtype its weights load in: the folder's, or each
+	// component's (unet/config.json, text_encoder/config.json).
+	for _, name := range ck.Extras {
+		if path.Base(name) != hf.ConfigFile {
+			continue
+		}
+		cfg, ok := p.rewrite[name]
 		if !ok {
-			if cfg, err = ck.ReadFile(hf.ConfigFile); err != nil {
+			if cfg, err = ck.ReadFile(name); err != nil {
 				return nil, err
 			}
 		}
-		if cfg != nil {
-			newCfg, old, err := hf.ConfigDType(cfg, opts.Remap.DType)
-			if err != nil {
-				return nil, err
-			}
-			if old != "" {
-				p.rewrite[hf.ConfigFile] = newCfg
-				p.sum.ConfigDType = old + " → " + opts.Remap.DType.String()
-			}
+		if cfg == nil {
+			continue
+		}
+		newCfg, old, err := hf.ConfigDType(cfg, opts.Remap.DType)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if old != "" {
+			p.rewrite[name] = newCfg
+			p.sum.ConfigDType = old + " → " + opts.Remap.DType.String()
 		}
 	}
 	return p, nil
@@ -367,7 +407,31 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 
 // writeOptions are what the layout's writer is given.
 func (p *planned) writeOptions(o *output, opts Options) statedict.WriteOptions {
-	return statedict.WriteOptions{Sum: o.sum, MaxShardSize: opts.MaxShardSize, Rewrite: p.rewrite, Sharding: p.sharding}
+	return statedict.WriteOptions{Sum: o.sum, MaxShardSize: opts.MaxShardSize, Rewrite: p.rewrite, Sharding: p.sharding,
+		WeightsOnly: opts.WeightsOnly, Metadata: p.ck.Metadata, Compress: opts.Compress}
+}
+
+// checkContent refuses an output of no tensors, or of placeholders only, from a source
+// that holds weights: a conversion never succeeds having written nothing of them.
+func checkContent(src *statedict.Checkpoint, out []statedict.NamedTensor) error {
+	if len(out) == 0 {
+		in, err := src.Tensors()
+		if err != nil {
+			return err
+		}
+		if h := statedict.HiddenTensors(src.Root); h.Tensors > 0 {
+			return fmt.Errorf("%s: %w: its %d tensor(s) are inside %s object(s), which ckpt does not read as data; nothing would be written", src.Path, statedict.ErrUnsupported, h.Tensors, strings.Join(h.Classes, ", "))
+		} else if len(in) > 0 {
+			return fmt.Errorf("%s: no tensor left to write: the selection and drops remove all %d", src.Path, len(in))
+		}
+		return nil
+	}
+	for _, nt := range out {
+		if nt.Tensor.NumEl() > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %w: every one of its %d tensor(s) is empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, statedict.ErrUnsupported, len(out), out[0].Name, out[0].Tensor.Shape)
 }
 
 // placement places tensors as the target does.
@@ -408,6 +472,9 @@ func write(out *subOutput, p *planned, opts Options) error {
 	w, err := formats.Writers[p.lay].Write(out, p.ck, p.writeOptions(out.o, opts))
 	if err != nil {
 		return err
+	}
+	if len(w.Kept) > 0 {
+		p.sum.Warnings = append(p.sum.Warnings, kept(w.Kept, p.lay))
 	}
 	p.sum.Files, p.sum.Bytes, p.sum.Tied = w.Files, w.Bytes, w.Tied
 	if len(w.Tied) == 0 {
@@ -464,6 +531,17 @@ func notWritten(items []string, lay formats.Layout) remap.Warning {
 		Message: fmt.Sprintf("%d value(s) not written (%s holds tensors only): %s; a torch or DCP output keeps them", len(items), lay, remap.Summarize(parts))}
 }
 
+// kept is the warning for the Python objects written as the source pickled them: nothing
+// about them is lost, but loading them needs their classes (and trusting them).
+func kept(items []string, lay formats.Layout) remap.Warning {
+	loader := "torch.load(weights_only=True) refuses them"
+	if lay == formats.DCPFolder {
+		loader = "DCP's loader imports their classes to unpickle them"
+	}
+	return remap.Warning{Kind: "objects_kept", Items: items,
+		Message: fmt.Sprintf("kept %d Python object(s) as the source pickled them (%s): %s; dropping them loses nothing but those values", len(items), remap.Summarize(items), loader)}
+}
+
 // Messages are the warnings' one-line messages.
 func (s *Summary) Messages() []string {
 	out := make([]string, len(s.Warnings))
@@ -471,6 +549,40 @@ func (s *Summary) Messages() []string {
 		out[i] = w.Message
 	}
 	return out
+}
+
+// withTrainingState returns ck with the training state of an HF Trainer checkpoint folder
+// inside, for a single torch file to hold it: the weights under "model", each of
+// optimizer.pt, scheduler.pt, scaler.pt and rng_state*.pth under its file's stem
+// ("optimizer", "rng_state_1"), the names a training script resuming from one file uses.
+// The optimizer state then follows the converted model as in any training checkpoint. ck is
+// returned as it is when its folder holds no training state.
+func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) {
+	var files, rest []string
+	for _, f := range ck.Ignored {
+		if hf.IsTrainerState(f) {
+			files = append(files, f)
+		} else {
+			rest = append(rest, f)
+		}
+	}
+	if len(files) == 0 {
+		return ck, nil
+	}
+	root := statedict.NewDict("")
+	root.Set("model", ck.Root)
+	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Ignored: rest, Outside: ck.Outside,
+		Files: ck.Files, Metadata: ck.Metadata}
+	for _, f := range files {
+		part, err := formats.Open(filepath.Join(ck.Path, f))
+		if err != nil {
+			out.Close()
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out.Closers = append(out.Closers, part.Closers...)
+		root.Set(strings.TrimSuffix(f, filepath.Ext(f)), part.Root)
+	}
+	return out, nil
 }
 
 // convertAlongside converts the training-state file name of the source folder into the
@@ -483,7 +595,7 @@ func convertAlongside(parent *subOutput, p *planned, opts Options, name string) 
 	}
 	defer ck.Close()
 	ro := opts.Remap
-	sub := Options{Src: src, Dst: filepath.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target,
+	sub := Options{Src: src, Dst: filepath.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target, WeightsOnly: opts.WeightsOnly,
 		Remap: remap.Options{Place: ro.Place, PlainData: ro.PlainData, OptimizerDType: ro.OptimizerDType, KeepCUDARNG: ro.KeepCUDARNG}}
 	sp, err := plan(ck, sub, formats.TorchFile)
 	if err != nil {

@@ -18,7 +18,7 @@ func buildManifest(o *output, p *planned, opts Options, names map[*statedict.Ten
 	m := &manifest.Manifest{
 		Tool: manifest.Tool, Version: opts.ToolVersion, Created: time.Now().UTC().Format(time.RFC3339),
 		Args:   opts.Args,
-		Source: manifest.Source{Path: opts.Src, Format: p.sum.SrcFormat},
+		Source: manifest.Source{Path: opts.Src, Format: p.sum.SrcFormat, Metadata: p.ck.Metadata},
 		Output: manifest.Output{Path: opts.Dst, Format: string(opts.Format), Files: p.sum.Files},
 		Remap:  p.sum.Remap, Tensors: []manifest.Tensor{},
 	}

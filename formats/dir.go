@@ -7,8 +7,10 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
+	"github.com/ckpt-dev/ckpt/formats/diffusers"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/formats/zero"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -16,13 +18,21 @@ import (
 const DCP Kind = "dcp"
 
 // openDir reads a folder: a torch.distributed.checkpoint directory (it has `.metadata`), a
-// per-device safetensors folder (it has sharding.json) or a Hugging Face model folder.
+// per-device safetensors folder (it has sharding.json), a DeepSpeed ZeRO checkpoint
+// (consolidated), a diffusers pipeline (model_index.json) or a Hugging Face model or PEFT
+// adapter folder.
 func openDir(dir string) (*statedict.Checkpoint, error) {
 	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err == nil {
 		return dcp.Open(dir)
 	}
 	if isRanksFolder(dir) {
 		return openRanks(dir)
+	}
+	if tag, ok := zero.Detect(dir); ok {
+		return zero.Open(tag, openPart)
+	}
+	if diffusers.Detect(dir) {
+		return diffusers.Open(dir, openDir, holdsWeights)
 	}
 	if _, ok := hf.Detect(dir); ok {
 		return hf.Open(dir, openFile)
@@ -32,6 +42,16 @@ func openDir(dir string) (*statedict.Checkpoint, error) {
 		err = fmt.Errorf("%w; it holds %s: pass a file itself (ckpt reads any single checkpoint file)", err, strings.Join(files, ", "))
 	}
 	return nil, err
+}
+
+// holdsWeights reports whether the folder dir is one openDir reads as a checkpoint of its
+// own (a DCP folder, a Hugging Face or PEFT folder).
+func holdsWeights(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err == nil {
+		return true
+	}
+	_, ok := hf.Detect(dir)
+	return ok
 }
 
 func openSafetensors(path string) (*statedict.Checkpoint, error) {

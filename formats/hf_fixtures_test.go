@@ -229,21 +229,21 @@ func TestHFFolderOtherWeights(t *testing.T) {
 	}
 }
 
-// TestFolderOfOtherLayout: a folder ckpt does not read as a whole (a PEFT adapter, a
-// DeepSpeed step folder) is refused with an error naming the files that can be read.
+// TestFolderOfOtherLayout: a folder ckpt does not read as a whole (weights under names no
+// library loads by) is refused with an error naming the files that can be read.
 func TestFolderOfOtherLayout(t *testing.T) {
 	dir := t.TempDir()
 	st, err := os.ReadFile("../testdata/safetensors/every_dtype.safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "adapter_model.safetensors"), st, 0o644)
-	os.WriteFile(filepath.Join(dir, "adapter_config.json"), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(dir, "weights_ema.safetensors"), st, 0o644)
+	os.WriteFile(filepath.Join(dir, "notes.json"), []byte("{}"), 0o644)
 	_, err = formats.Open(dir)
-	if err == nil || !strings.Contains(err.Error(), "not a checkpoint folder") || !strings.Contains(err.Error(), "it holds adapter_model.safetensors") {
+	if err == nil || !strings.Contains(err.Error(), "not a checkpoint folder") || !strings.Contains(err.Error(), "it holds weights_ema.safetensors") {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := formats.Open(filepath.Join(dir, "adapter_model.safetensors")); err != nil {
+	if _, err := formats.Open(filepath.Join(dir, "weights_ema.safetensors")); err != nil {
 		t.Fatalf("the file named in the error does not open: %v", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/torchlegacy"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
+	"github.com/ckpt-dev/ckpt/formats/zero"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -107,7 +108,23 @@ func Open(path string) (*statedict.Checkpoint, error) {
 	return ck, nil
 }
 
+// openFile reads one checkpoint file; a file that is only part of a checkpoint (a DeepSpeed
+// ZeRO-3 model-states file, whose parameters are placeholders) is refused, naming the
+// folder to read instead.
 func openFile(path string) (*statedict.Checkpoint, error) {
+	ck, err := openPart(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := zero.CheckModelStates(path, ck.Root); err != nil {
+		ck.Close()
+		return nil, err
+	}
+	return ck, nil
+}
+
+// openPart reads one file in whatever format it is, as it is.
+func openPart(path string) (*statedict.Checkpoint, error) {
 	kind, err := Detect(path)
 	if err != nil {
 		return nil, err

@@ -74,7 +74,7 @@ func (s *scanner) dcpFolder(dir, only string) {
 			s.problem(path, -1, statedict.ErrCorrupt, "%v", err)
 			continue
 		}
-		s.dcpFile(path, f.Bytes(), byFile[rel])
+		s.dcpFile(path, f.Bytes(), byFile[rel], md)
 		f.Close()
 	}
 }
@@ -91,7 +91,7 @@ func (s *scanner) plainPickle(file string, data []byte) {
 }
 
 // dcpFile scans the items of one data file and checks that they account for all its bytes.
-func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry) {
+func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry, md *dcp.Metadata) {
 	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Offset < entries[j].Offset })
 	size := int64(len(data))
 	type rng struct{ from, to int64 }
@@ -120,8 +120,13 @@ func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry) 
 		}
 		done[r] = true
 		if len(e.TransformDescriptors) > 0 {
-			s.problem(path, e.Offset, statedict.ErrUnsupported, "%s: stored through stream transforms %q (DCP extensions such as zstd compression), which the scan cannot undo", where, e.TransformDescriptors)
-			continue
+			// Compressed with torch's ZStandard extension: DCP's loader inflates it first.
+			plain, err := md.Inflate(&e, b)
+			if err != nil {
+				s.problem(path, e.Offset, statedict.ErrUnsupported, "%s: %v", where, err)
+				continue
+			}
+			b = plain
 		}
 		if s.torchLoad(path, b, e.Offset, where, false, false) == "" {
 			s.problem(path, e.Offset, statedict.ErrCorrupt, "%s: neither a torch.save archive nor a pickle", where)

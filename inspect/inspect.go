@@ -14,6 +14,7 @@ import (
 	"io"
 	"math/big"
 	"sort"
+	"strings"
 
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -159,6 +160,11 @@ func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(r.Tensors) == 0 {
+		if h := statedict.HiddenTensors(ck.Root); h.Tensors > 0 {
+			return nil, fmt.Errorf("%s: %w: its %d tensor(s) are inside %s object(s), which ckpt does not read as data", ck.Path, statedict.ErrUnsupported, h.Tensors, strings.Join(h.Classes, ", "))
+		}
 	}
 	if opts.Hash {
 		sums := make([]hash.Hash, len(hashed))

@@ -20,8 +20,10 @@ var numpyDTypes = map[string]statedict.DType{
 
 // plainValue turns values that torch.load(weights_only=True) refuses into the plain data
 // they hold: a numpy scalar becomes a Python int/float/bool, a numpy array a CPU tensor
-// (then remapped like every tensor), an argparse.Namespace the dict of its attributes, a
-// pickled nn.Module its state_dict. ok is false for values left as they are.
+// (then remapped like every tensor), a pickled nn.Module its state_dict, a container of
+// data (argparse.Namespace, Lightning's AttributeDict, omegaconf's DictConfig, a
+// dataclass: statedict.Object.Data) the dict or list it holds, a defaultdict a dict. ok is
+// false for values left as they are.
 func (r *remapper) plainValue(v statedict.Value, name string) (statedict.Value, bool, error) {
 	switch x := v.(type) {
 	case *statedict.NDArray:
@@ -73,15 +75,23 @@ func (r *remapper) plainValue(v statedict.Value, name string) (statedict.Value, 
 			r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: pickled nn.Module %s → its state_dict (%d tensors)", displayName(name), x.Class, sd.Len()))
 			return sd, true, nil
 		}
-		if x.Class == "argparse.Namespace" {
-			if d, ok := x.State.(*statedict.Dict); ok {
-				r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: argparse.Namespace → dict", name))
-				plain := statedict.NewDict("")
-				for _, e := range d.Entries() {
-					plain.Set(e.Key, e.Value)
-				}
-				return plain, true, nil
+		d, what, ok, err := x.Data()
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w", displayName(name), err)
+		}
+		if ok {
+			r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: %s", displayName(name), what))
+			return d, true, nil
+		}
+	case *statedict.Dict:
+		if x.Class == "collections.defaultdict" {
+			// Its default factory only matters to code adding keys; the mapping is the data.
+			d := &statedict.Dict{Attrs: x.Attrs}
+			for _, e := range x.Entries() {
+				d.Set(e.Key, e.Value)
 			}
+			r.rep.Converted = append(r.rep.Converted, fmt.Sprintf("%s: collections.defaultdict → dict", displayName(name)))
+			return d, true, nil
 		}
 	}
 	return v, false, nil

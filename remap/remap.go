@@ -85,7 +85,9 @@ type Options struct {
 	// Drop removes every entry whose flattened name matches one of these.
 	Drop []*regexp.Regexp
 	// PlainData turns values torch.load(weights_only=True) refuses into the data they hold:
-	// numpy scalars into numbers, numpy arrays into tensors, argparse.Namespace into a dict.
+	// numpy scalars into numbers, numpy arrays into tensors, pickled modules into their
+	// state_dict, containers of data (argparse.Namespace, AttributeDict, DictConfig,
+	// dataclasses: statedict.Object.Data) into dicts and lists.
 	PlainData bool
 	// OptimizerDType, when valid, is the dtype optimizer moments (per-parameter state
 	// except step) are cast to; by default they keep theirs whatever DType does to weights.

@@ -180,6 +180,17 @@ func (e *expander) size(v Value) (size, error) {
 		if err == nil && c.State != nil {
 			err = child(0, c.State)
 		}
+		for i, x := range c.ListItems {
+			if err != nil {
+				break
+			}
+			err = child(digits(i), x)
+		}
+		for _, v := range []*Dict{c.Kwargs, c.DictItems} {
+			if err == nil && v != nil {
+				err = child(0, v)
+			}
+		}
 	case *Tensor:
 		if c.Attrs != nil {
 			err = child(0, c.Attrs)

@@ -10,13 +10,32 @@ import "fmt"
 // detached (plain tensors, no requires_grad), sharing storage with the module's. ok is false
 // when o is not a module. Custom get_extra_state and state_dict hooks are code, which
 // ckpt never runs: what they would add is not there.
+//
+// A compiled module (torch.compile's OptimizedModule, pickled as a call of its class on the
+// module it wraps and its compiler context) reads as the module it wraps, whose entries
+// state_dict() lists under "_orig_mod."; the compiler context is code, never read.
 func (o *Object) ModuleStateDict() (sd *Dict, ok bool, err error) {
+	prefix := ""
+	if w, isWrapper := moduleWrappers[o.Class]; isWrapper && o.Call == CallReduce && len(o.Args) > w.arg {
+		if inner, isObj := o.Args[w.arg].(*Object); isObj {
+			o, prefix = inner, w.name+"."
+		}
+	}
 	if _, ok := moduleDict(o); !ok {
 		return nil, false, nil
 	}
 	sd = NewDict("collections.OrderedDict")
-	err = addModule(sd, o, "", map[*Object]bool{})
+	err = addModule(sd, o, prefix, map[*Object]bool{})
 	return sd, true, err
+}
+
+// moduleWrappers are the module classes that pickle themselves as a call on the module they
+// wrap: the argument holding it, and the attribute name it has in the wrapper.
+var moduleWrappers = map[string]struct {
+	arg  int
+	name string
+}{
+	"torch._dynamo.eval_frame.OptimizedModule": {0, "_orig_mod"},
 }
 
 // moduleDict returns the pickled __dict__ of an nn.Module: a dict holding _parameters,

@@ -120,13 +120,44 @@ type List struct{ Items []Value }
 type Tuple []Value
 
 // Object is an inert record of a Python object that ckpt does not model as data: the class
-// (or callable) the pickle named, the arguments it would have been called with and the state
-// it would have been given. Nothing was ever called to produce it.
+// (or callable) the pickle named, how it would have been made from it (Call), the arguments,
+// the state it would have been given and the items added to it. Nothing was ever called to
+// produce it; the record holds what a writer needs to pickle the object again as the
+// source had it.
 type Object struct {
 	Class string // "module.qualname", e.g. "torch.Size", "argparse.Namespace"
-	Args  []Value
-	State Value
+	// Module is the module part of Class as the pickle named it ("" when Class was not read
+	// from a pickle: then the module is all of Class before its last dot).
+	Module string
+	Call   Call
+	Args   []Value
+	// Kwargs are the keyword arguments of a NewEx call; nil otherwise.
+	Kwargs *Dict
+	State  Value
+	// ListItems and DictItems are the items appended or set on an instance of a list or
+	// dict subclass after it was made (pickle's APPENDS and SETITEMS on the object).
+	ListItems []Value
+	DictItems *Dict
 }
+
+// Call is how a pickle makes an object from its class or callable.
+type Call uint8
+
+// The ways a pickle makes an object.
+const (
+	// CallReduce is callable(*Args) (REDUCE, and the INST/OBJ opcodes of protocols 0 and 1).
+	CallReduce Call = iota
+	// CallNew is cls.__new__(cls, *Args) (NEWOBJ, copyreg.__newobj__ and
+	// copyreg._reconstructor(cls, object, None)).
+	CallNew
+	// CallNewEx is cls.__new__(cls, *Args, **Kwargs) (NEWOBJ_EX).
+	CallNewEx
+	// CallBuild is the class itself given State (a BUILD applied to a bare global).
+	CallBuild
+	// CallRef is no call: the class or function itself, used as a value
+	// (hyper_parameters_type = DictConfig).
+	CallRef
+)
 
 // NDArray is a numpy array or scalar stored as data: dtype string as numpy spells it
 // ("<f8"), shape, and the raw bytes in C (or Fortran, if set) order.

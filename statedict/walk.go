@@ -133,8 +133,30 @@ type Checkpoint struct {
 	// Files reads the folder's files by relative name (Extras among them), confined to the
 	// checkpoint's tree; nil for a single-file checkpoint.
 	Files fs.FS
+	// Metadata is the free-form string metadata the source holds besides its tensors
+	// (safetensors' __metadata__: kohya and modelspec fields, "format"); writers of layouts
+	// that hold metadata keep it. nil when there is none.
+	Metadata map[string]string
+	// WeightsName is the base name a folder layout gives its weights files: "model"
+	// (model.safetensors), diffusers' "diffusion_pytorch_model", PEFT's "adapter_model";
+	// "" means "model".
+	WeightsName string
+	// Components are the parts of a checkpoint made of several, each an entry of Root
+	// holding its tree and a folder of its own (a diffusers pipeline's unet, vae,
+	// text_encoder); folder layouts write each into its folder. nil for one checkpoint.
+	Components []Component
 	// Closers release the mapped files; Close calls them.
 	Closers []io.Closer
+}
+
+// Component is one part of a checkpoint made of several: the key of Root holding its tree,
+// which is also its folder's name, and what its folder held.
+type Component struct {
+	Name string
+	// Format is the layout its folder was read as ("hf-safetensors", "dcp", …).
+	Format      string
+	WeightsName string
+	Metadata    map[string]string
 }
 
 // ReadFile reads the file name of the checkpoint's folder (one of its Extras) through Files.

@@ -45,6 +45,13 @@ type WriteOptions struct {
 	// ranks writes their files only, no index, and returns what it wrote as Written.Part;
 	// the layout's Finisher writes the index from every part.
 	Ranks []int
+	// WeightsOnly makes a Python object outside torch's weights_only allowlist an error
+	// instead of a value pickled as the source had it (Written.Kept), so that every pickle
+	// written loads with torch.load(weights_only=True).
+	WeightsOnly bool
+	// Compress names a compression for layouts that have one: "zstd" stores every item of a
+	// DCP folder with torch's ZStandard stream extension. "" writes uncompressed.
+	Compress string
 }
 
 // Written reports what a format writer wrote.
@@ -66,6 +73,10 @@ type Written struct {
 	// Part is what a writer of some ranks (WriteOptions.Ranks) records for the layout's
 	// index — where each of its items lies in its files — as JSON, for the Finisher.
 	Part []byte
+	// Kept lists the Python objects written as the source pickled them although
+	// torch.load(weights_only=True) refuses them, by flattened name with their class
+	// ("hyper_parameters_type: omegaconf.dictconfig.DictConfig").
+	Kept []string
 }
 
 // Writer writes ck in one on-disk layout through out. Every format package provides one

@@ -22,11 +22,11 @@ func newConvertCmd() *cobra.Command {
 		to, format, mapLoc, dtype, sel, maxShard string
 		renames, drops                           []string
 		noStrip, force, resume, asJSON           bool
-		verbose, strict                          bool
+		verbose, strict, weightsOnly             bool
 		optimDType                               string
 		optimNames                               []string
 		keepCUDARNG                              bool
-		dequantize, tpuGen                       string
+		dequantize, tpuGen, compress             string
 		shard                                    shardFlags
 	)
 	cmd := &cobra.Command{
@@ -52,6 +52,14 @@ existing DST is replaced only with --force. A manifest (DST.ckpt-manifest.json, 
 ckpt-manifest.json inside a folder) records the source, options, version and an xxhash64 of
 every tensor.
 
+SRC may also be a DeepSpeed ZeRO folder (consolidated as zero_to_fp32.py does), a diffusers
+pipeline (written as a folder of components), a PEFT adapter folder, or an HF Trainer
+checkpoint-N/ folder, whose optimizer, scheduler and RNG state follow the weights (files
+alongside in a folder output, entries beside "model" in a torch file). Python objects that
+only hold data (Lightning's AttributeDict, omegaconf configs, argparse and SimpleNamespace,
+dataclasses) become plain dicts and lists; any other object is written as the source
+pickled it, with a warning (--weights-only-safe makes it an error), never one that is code.
+
 Quantized checkpoints (FP8, MXFP4, NVFP4 with their config.json quantization_config or
 hf_quant_config.json) pass through unchanged with their scales and config, which --dtype
 leaves alone. --dequantize unpacks every quantized tensor to --dtype (bfloat16 by default)
@@ -67,7 +75,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			return positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt")(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, ToolVersion: toolVersion(), Args: os.Args}
+			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, WeightsOnly: weightsOnly, ToolVersion: toolVersion(), Args: os.Args}
 			to, err := targetChoice.parse(to)
 			if err != nil {
 				return err
@@ -83,6 +91,14 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			}
 			if opts.Dst, opts.Format, err = destination(args[0], args[1], format); err != nil {
 				return err
+			}
+			if compress != "" {
+				if opts.Compress, err = compressChoice.parse(compress); err != nil {
+					return err
+				}
+				if opts.Format != convert.DCP {
+					return usage(fmt.Errorf("--compress applies to DCP outputs (--format dcp); this one is %s", opts.Format))
+				}
 			}
 			if cmd.Flags().Changed("map-location") {
 				if opts.Remap.Place, err = remap.ParseMapLocation(mapLoc); err != nil {
@@ -249,7 +265,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.BoolVarP(&verbose, "verbose", "v", false, "list every value or file a warning concerns")
 	f.String("progress", "auto", "progress on stderr: auto (a bar on a terminal, plain lines otherwise), always, never")
 	f.BoolVar(&strict, "strict", false, "fail, writing nothing, when the output would not hold all of the source's data")
-	for _, c := range []choice{progressChoice, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype")} {
+	f.StringVar(&compress, "compress", "", "compress a DCP output's items: zstd (torch's ZStandard extension, which DCP's loader reads with the zstandard module)")
+	f.BoolVar(&weightsOnly, "weights-only-safe", false, "fail, writing nothing, when a Python object that is not plain data would be kept: the output then loads with torch.load(weights_only=True)")
+	for _, c := range []choice{compressChoice, progressChoice, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype")} {
 		c.complete(cmd)
 	}
 	cmd.RegisterFlagCompletionFunc("map-location", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
@@ -336,6 +354,7 @@ var warningHints = map[string]string{
 	"values_not_written": " (--format torch or dcp; --strict makes this an error)",
 	"files_left_out":     " (--strict makes this an error)",
 	"optimizer_unmapped": " (--optimizer-names FILE ties them)",
+	"objects_kept":       " (--drop REGEX removes them; --weights-only-safe makes this an error)",
 }
 
 // parseSize parses sizes like "5GB", "500MB", "2GiB", "1048576".

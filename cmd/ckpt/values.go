@@ -27,6 +27,7 @@ var (
 	dequantizeChoice = choice{"dequantize", []string{"all", "auto"}, map[string]string{"none": ""}}
 	tpuGenChoice     = choice{"tpu-gen", []string{"v4", "v5e", "v5p", "v6e", "tpu7x"}, map[string]string{"v5litepod": "v5e", "trillium": "v6e", "v7x": "tpu7x", "ironwood": "tpu7x"}}
 	progressChoice   = choice{"progress", []string{"auto", "always", "never"}, nil}
+	compressChoice   = choice{"compress", []string{"zstd"}, map[string]string{"zstandard": "zstd"}}
 )
 
 // parse returns the canonical value of s, or a usage error naming the values and the

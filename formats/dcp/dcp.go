@@ -37,7 +37,7 @@ const Format = "dcp"
 const MetadataFile = ".metadata"
 
 // ErrUnsupported is matched by errors.Is for valid DCP features ckpt cannot read (stream
-// transforms such as the zstd extension, non-strided layouts).
+// transforms other than torch's ZStandard extension, non-strided layouts).
 var ErrUnsupported = statedict.ErrUnsupported
 
 // Error reports a problem in a DCP checkpoint: the file at fault (the .metadata pickle or
@@ -164,8 +164,8 @@ func (r *reader) slice(e *StorageEntry) ([]byte, string, error) {
 	fail := func(off int64, format string, args ...any) error {
 		return &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: off, Err: fmt.Errorf(format, args...)}
 	}
-	if len(e.TransformDescriptors) > 0 {
-		return nil, path, fail(e.Offset, "%w: stream transforms %q (DCP extensions such as zstd compression)", ErrUnsupported, e.TransformDescriptors)
+	if _, err := compressed(e.TransformDescriptors); err != nil {
+		return nil, path, fail(e.Offset, "%w", err)
 	}
 	f, ok := r.files[e.RelativePath]
 	if !ok {
@@ -194,6 +194,9 @@ func (r *reader) bytesItem(fqn string) (statedict.Value, error) {
 	b, path, err := r.slice(e)
 	if err != nil {
 		return nil, err
+	}
+	if b, err = r.md.Inflate(e, b); err != nil {
+		return nil, &Error{File: path, FQN: fqn, Offset: e.Offset, Err: err}
 	}
 	v, err := torchzip.Decode(b, path, e.Offset)
 	if err != nil {
@@ -248,6 +251,10 @@ func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta) (*statedi
 	}
 	fail := func(err error) error {
 		return &Error{File: path, FQN: fqn, Chunk: c.Offsets, Offset: e.Offset, Err: err}
+	}
+	if z, _ := compressed(e.TransformDescriptors); z {
+		// Inflated when read: the metadata says what the item holds.
+		return r.zstdTensor(fqn, path, e, b, dtype, c.Sizes), nil
 	}
 	var t *statedict.Tensor
 	switch {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -295,7 +296,7 @@ func TestMutated(t *testing.T) {
 		{"absolute", meta, "dt.grid", []int64{3, 0}, false, nil, `data file "/etc/passwd": relative path escapes`},
 		{"past_eof", data, "dt.grid", []int64{3, 4}, true, nil, "stored range of 1001577 bytes runs past the end of the"},
 		{"missing_file", "__9_0.distcp", "dt.grid", []int64{3, 0}, false, os.ErrNotExist, "data file: statat __9_0.distcp: no such file"},
-		{"transform", data, "dt.grid", []int64{0, 4}, true, ErrUnsupported, `stream transforms ["stream.zstd/1"]`},
+		{"transform", data, "dt.grid", []int64{0, 4}, true, ErrUnsupported, `stream transforms ["stream.aes/1"]`},
 		{"dtype_mismatch", data, "dt.grid", []int64{0, 0}, true, nil, "stored tensor is float32 [3 4], the metadata says float64 [3 4]"},
 		{"evil_global", meta, "", nil, true, pickle.ErrNotAllowed, "unsupported global: STACK_GLOBAL posix.system"},
 	}
@@ -489,6 +490,50 @@ func TestOpenErrors(t *testing.T) {
 		_, err := Open(tc.dir)
 		if err == nil || tc.is != nil && !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%s: error %v, want %v containing %q", tc.dir, err, tc.is, tc.msg)
+		}
+	}
+}
+
+// TestZstdPlain: an item that .metadata says is zstd-compressed but is not opens (items are
+// inflated lazily), and reading it fails as corrupt, naming the data file, the item and its
+// byte offset; the other chunks of the tensor's checkpoint still read.
+func TestZstdPlain(t *testing.T) {
+	dir := copyFixture(t, "sharded")
+	mdb, err := os.ReadFile(filepath.Join(fixtures, "mutated", "zstd_plain.metadata"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, MetadataFile), mdb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	md, err := ReadMetadata(mdb, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := md.Lookup("dt.grid", []int64{0, 4})
+	tensors, err := ck.Tensors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nt := range tensors {
+		_, err := nt.Tensor.WriteTo(io.Discard)
+		if nt.Name != "dt.grid" {
+			if err != nil {
+				t.Errorf("%s: %v", nt.Name, err)
+			}
+			continue
+		}
+		var de *Error
+		if !errors.As(err, &de) || !errors.Is(err, statedict.ErrCorrupt) {
+			t.Fatalf("dt.grid: %v (%T), want a corrupt *dcp.Error", err, err)
+		}
+		if de.File != filepath.Join(dir, e.RelativePath) || de.Offset != e.Offset || de.FQN != "dt.grid" {
+			t.Errorf("error names %s at %d (%s), want %s at %d", de.File, de.Offset, de.FQN, e.RelativePath, e.Offset)
 		}
 	}
 }

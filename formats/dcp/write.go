@@ -12,6 +12,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/klauspost/compress/zstd"
 )
 
 // DataFile is the one data file of an output written without a sharding: RankFile(0).
@@ -109,7 +110,7 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 	if err != nil {
 		return nil, err
 	}
-	stored, files, n, err := p.write(out, ranks, opts)
+	stored, files, n, kept, err := p.write(out, ranks, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -118,9 +119,14 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 		if err != nil {
 			return nil, err
 		}
-		return &statedict.Written{Files: files, Bytes: n, Part: part}, nil
+		return &statedict.Written{Files: files, Bytes: n, Part: part, Kept: kept}, nil
 	}
-	return p.finish(out, ck, opts, stored)
+	w, err := p.finish(out, ck, opts, stored)
+	if err != nil {
+		return nil, err
+	}
+	w.Kept = kept
+	return w, nil
 }
 
 // Finish is the statedict.Finisher of DCP directories written in parts (Write with
@@ -183,12 +189,38 @@ type stored struct {
 	offset, length int64
 }
 
+// transforms are the stream transforms of every item written with compression c, as
+// .metadata's _StorageInfo.transform_descriptors records them.
+func transforms(c string) ([]string, error) {
+	switch c {
+	case "":
+		return nil, nil
+	case "zstd":
+		return []string{ZStandard}, nil
+	}
+	return nil, fmt.Errorf("%w: %s compression (DCP items are compressed with zstd)", statedict.ErrUnsupported, c)
+}
+
 // write writes the files of ranks (in increasing order): each rank's bytes items, then its
 // tensor pieces, in its plan's order. A tensor whose pieces this call writes one after the
 // other in the tensor's row-major order feeds one digest (opts.Sum of the tensor) with all
 // of them, so the tensor's checksum costs no second read; other pieces feed a digest of
-// their own (opts.Sum of the piece's view).
-func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.WriteOptions) (map[storageKey]stored, []string, int64, error) {
+// their own (opts.Sum of the piece's view). With opts.Compress "zstd" each item is one zstd
+// stream (torch's ZStandard extension, zstandard's default level). It also returns the
+// Python objects pickled as the source had them (statedict.Written.Kept).
+func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.WriteOptions) (map[storageKey]stored, []string, int64, []string, error) {
+	descs, err := transforms(opts.Compress)
+	if err != nil {
+		return nil, nil, 0, nil, err
+	}
+	var zw *zstd.Encoder
+	if descs != nil {
+		if zw, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1)); err != nil {
+			return nil, nil, 0, nil, err
+		}
+		defer zw.Close()
+	}
+	var kept []string
 	inOrder := p.inOrder(ranks)
 	sums := map[*statedict.Tensor]hash.Hash{}
 	res := map[storageKey]stored{}
@@ -199,12 +231,24 @@ func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.Write
 		name := RankFile(r)
 		w, err := out.Create(name)
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, nil, 0, nil, err
 		}
 		var off int64
 		save := func(it *planItem) error {
 			l := p.leaves[it.leaf]
-			so := torchzip.SaveOptions{Location: cpu}
+			so := torchzip.SaveOptions{Location: cpu, Data: true}
+			if !opts.WeightsOnly {
+				// DCP's loader unpickles bytes items with torch.load(weights_only=False).
+				keep := torchzip.KeptInto(&kept)
+				so.Kept = func(name string, o *statedict.Object) {
+					if name == "" {
+						name = l.fqn
+					} else {
+						name = statedict.JoinName(l.fqn, name)
+					}
+					keep(name, o)
+				}
+			}
 			v := l.val
 			if it.tensor != nil {
 				view, err := it.tensor.Box(it.piece.Offsets, it.piece.Sizes)
@@ -231,7 +275,18 @@ func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.Write
 					so.Sum = func(*statedict.Storage) hash.Hash { return h }
 				}
 			}
-			n, err := torchzip.Write(w, v, so)
+			var n int64
+			var err error
+			if zw != nil {
+				cw := &statedict.Counter{W: w}
+				zw.Reset(cw)
+				if _, err = torchzip.Write(zw, v, so); err == nil {
+					err = zw.Close()
+				}
+				n = cw.N
+			} else {
+				n, err = torchzip.Write(w, v, so)
+			}
 			if err != nil {
 				return err
 			}
@@ -244,18 +299,18 @@ func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.Write
 				if it := p.items[i]; (it.tensor != nil) == tensors {
 					if err := save(it); err != nil {
 						w.Close()
-						return nil, nil, 0, fmt.Errorf("%s: %w", p.leaves[it.leaf].fqn, err)
+						return nil, nil, 0, nil, fmt.Errorf("%s: %w", p.leaves[it.leaf].fqn, err)
 					}
 				}
 			}
 		}
 		if err := w.Close(); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, 0, nil, err
 		}
 		files = append(files, name)
 		total += off
 	}
-	return res, files, total, nil
+	return res, files, total, kept, nil
 }
 
 // inOrder reports, per tensor, whether writing ranks writes all its pieces and they follow
@@ -300,11 +355,15 @@ func (p *savePlan) finish(out statedict.Output, ck *statedict.Checkpoint, opts s
 			return nil, fmt.Errorf("%s: no part stored it (rank %d's)", p.leaves[it.leaf].fqn, it.writer)
 		}
 	}
+	descs, err := transforms(opts.Compress)
+	if err != nil {
+		return nil, err
+	}
 	mw, err := out.Create(MetadataFile)
 	if err != nil {
 		return nil, err
 	}
-	err = encodeMetadata(mw, p, st)
+	err = encodeMetadata(mw, p, st, descs)
 	if cerr := mw.Close(); err == nil {
 		err = cerr
 	}
@@ -458,8 +517,8 @@ const metadataBatch = 1000
 // which loaders ignore but a reader rebuilding the state dict from it (dcp_to_torch_save,
 // ckpt) would follow. A chunk's MetadataIndex hint is its position in its tensor's list.
 // It streams: the encoder's buffer is flushed as it fills, so memory does not grow with the
-// number of items.
-func encodeMetadata(w io.Writer, p *savePlan, st map[storageKey]stored) error {
+// number of items. Every item's _StorageInfo lists the stream transforms descs (compression).
+func encodeMetadata(w io.Writer, p *savePlan, st map[storageKey]stored, descs []string) error {
 	e := pickle.NewEncoder()
 	var werr error
 	// next ends a batch of dict entries every metadataBatch of n entries, and flushes.
@@ -611,6 +670,14 @@ func encodeMetadata(w io.Writer, p *savePlan, st map[storageKey]stored) error {
 				e.Int(s.offset)
 				e.String("length")
 				e.Int(s.length)
+				if len(descs) > 0 {
+					e.String("transform_descriptors")
+					e.Op(pickle.OpEmptyList)
+					for _, d := range descs {
+						e.String(d)
+						e.Op(pickle.OpAppend)
+					}
+				}
 				e.Op(pickle.OpSetItems)
 				e.Op(pickle.OpBuild)
 				next(n, len(p.items))

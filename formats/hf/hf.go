@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,24 +27,33 @@ const (
 	FormatSafetensorsSharded = "hf-safetensors-sharded"
 	FormatBin                = "hf-bin"
 	FormatBinSharded         = "hf-bin-sharded"
+	// A PEFT adapter folder: adapter_config.json with adapter_model.safetensors (or .bin).
+	FormatAdapterSafetensors = "peft-safetensors"
+	FormatAdapterBin         = "peft-bin"
 )
 
 // layout is one way a folder can hold weights, in order of preference (safetensors first,
 // as transformers prefers them).
+// The weights name is the base name a safetensors output of the folder uses again
+// (statedict.Checkpoint.WeightsName): diffusers and PEFT load their own file names only.
 type layout struct {
 	index, single, format, shardedFormat string
 	shard                                *regexp.Regexp
+	weightsName                          string
 }
 
 var layouts = []layout{
 	{"model.safetensors.index.json", "model.safetensors", FormatSafetensors, FormatSafetensorsSharded,
-		regexp.MustCompile(`^model-\d+-of-\d+\.safetensors$`)},
+		regexp.MustCompile(`^model-\d+-of-\d+\.safetensors$`), "model"},
 	{"diffusion_pytorch_model.safetensors.index.json", "diffusion_pytorch_model.safetensors", FormatSafetensors, FormatSafetensorsSharded,
-		regexp.MustCompile(`^diffusion_pytorch_model-\d+-of-\d+\.safetensors$`)},
+		regexp.MustCompile(`^diffusion_pytorch_model-\d+-of-\d+\.safetensors$`), "diffusion_pytorch_model"},
 	{"pytorch_model.bin.index.json", "pytorch_model.bin", FormatBin, FormatBinSharded,
-		regexp.MustCompile(`^pytorch_model-\d+-of-\d+\.bin$`)},
+		regexp.MustCompile(`^pytorch_model-\d+-of-\d+\.bin$`), "model"},
 	{"diffusion_pytorch_model.bin.index.json", "diffusion_pytorch_model.bin", FormatBin, FormatBinSharded,
-		regexp.MustCompile(`^diffusion_pytorch_model-\d+-of-\d+\.bin$`)},
+		regexp.MustCompile(`^diffusion_pytorch_model-\d+-of-\d+\.bin$`), "diffusion_pytorch_model"},
+	// PEFT writes one adapter file, never sharded (no index).
+	{"", "adapter_model.safetensors", FormatAdapterSafetensors, "", nil, "adapter_model"},
+	{"", "adapter_model.bin", FormatAdapterBin, "", nil, "adapter_model"},
 }
 
 // Index is a sharded checkpoint's index file.
@@ -60,7 +70,7 @@ type WeightEntry struct{ Name, File string }
 // Detect reports whether dir looks like a Hugging Face folder and which format it holds.
 func Detect(dir string) (format string, ok bool) {
 	for _, l := range layouts {
-		if exists(filepath.Join(dir, l.index)) {
+		if l.index != "" && exists(filepath.Join(dir, l.index)) {
 			return l.shardedFormat, true
 		}
 		if exists(filepath.Join(dir, l.single)) {
@@ -79,7 +89,7 @@ func exists(p string) bool {
 // format detection; passing it in keeps this package independent of the readers.
 func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
 	for _, l := range layouts {
-		if exists(filepath.Join(dir, l.index)) {
+		if l.index != "" && exists(filepath.Join(dir, l.index)) {
 			return openSharded(dir, l, openFile)
 		}
 		if exists(filepath.Join(dir, l.single)) {
@@ -100,7 +110,7 @@ func openSingle(dir string, l layout, openFile func(string) (*statedict.Checkpoi
 		ck.Close()
 		return nil, err
 	}
-	out := &statedict.Checkpoint{Format: l.format, Path: dir, Root: root, Closers: ck.Closers}
+	out := &statedict.Checkpoint{Format: l.format, Path: dir, Root: root, Closers: ck.Closers, Metadata: ck.Metadata, WeightsName: l.weightsName}
 	if err := addFiles(out, dir, map[string]bool{l.single: true}); err != nil {
 		out.Close()
 		return nil, err
@@ -201,7 +211,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 			return nil, fmt.Errorf("%s: %w: shard %s is in the folder but the index names none of its tensors", indexPath, statedict.ErrCorrupt, de.Name())
 		}
 	}
-	out := &statedict.Checkpoint{Format: l.shardedFormat, Path: dir}
+	out := &statedict.Checkpoint{Format: l.shardedFormat, Path: dir, WeightsName: l.weightsName}
 	defer func() {
 		if err != nil {
 			out.Close()
@@ -219,6 +229,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 			return nil, err
 		}
 		out.Closers = append(out.Closers, sck.Closers...)
+		out.Metadata = commonMetadata(out.Metadata, sck.Metadata, shard == shards[0])
 		d, err := flatTensorDict(path, sck.Root)
 		if err != nil {
 			return nil, err
@@ -252,6 +263,20 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 	}
 	out.Root = root
 	return out, nil
+}
+
+// commonMetadata keeps the metadata entries every shard holds with the same value (first:
+// md is the first shard's).
+func commonMetadata(acc, md map[string]string, first bool) map[string]string {
+	if first {
+		return maps.Clone(md)
+	}
+	for k, v := range acc {
+		if md[k] != v {
+			delete(acc, k)
+		}
+	}
+	return acc
 }
 
 func indexFile(idx *Index, name string) string {

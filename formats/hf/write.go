@@ -16,7 +16,9 @@ const DefaultMaxShardSize = 5_000_000_000
 // Write is the statedict.Writer of Hugging Face folders: the tensors (flattened, tied
 // aliases kept once, as safetensors.Flatten lays them out) in model.safetensors, or in
 // shards model-0000i-of-0000n.safetensors of at most opts.MaxShardSize bytes listed by
-// model.safetensors.index.json, split in state-dict order as huggingface_hub does; then the
+// model.safetensors.index.json, split in state-dict order as huggingface_hub does — named
+// after ck.WeightsName when the source folder used another name (diffusers'
+// diffusion_pytorch_model, PEFT's adapter_model, which their loaders require); then the
 // checkpoint's extra files (config.json, tokenizer files, …) read from ck.Files, with
 // opts.Rewrite's replacements.
 func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions) (*statedict.Written, error) {
@@ -47,10 +49,14 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 	w := &statedict.Written{Names: flat.Names(), Tied: flat.Tied, NotWritten: flat.NotWritten}
 	weightMap := map[string]string{}
 	var total, params int64
+	stem := ck.WeightsName
+	if stem == "" {
+		stem = "model"
+	}
 	for i, shard := range shards {
-		name := "model.safetensors"
+		name := stem + ".safetensors"
 		if len(shards) > 1 {
-			name = fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
+			name = fmt.Sprintf("%s-%05d-of-%05d.safetensors", stem, i+1, len(shards))
 		}
 		f, err := out.Create(name)
 		if err != nil {
@@ -80,10 +86,11 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 		if err != nil {
 			return nil, err
 		}
-		if err := writeFile(out, SafetensorsIndex, append(b, '\n')); err != nil {
+		index := stem + ".safetensors.index.json"
+		if err := writeFile(out, index, append(b, '\n')); err != nil {
 			return nil, err
 		}
-		w.Files = append(w.Files, SafetensorsIndex)
+		w.Files = append(w.Files, index)
 	}
 	extras, err := statedict.CopyFiles(out, ck, opts.Rewrite)
 	if err != nil {
@@ -92,9 +99,6 @@ func Write(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteO
 	w.Files = append(w.Files, extras...)
 	return w, nil
 }
-
-// SafetensorsIndex is the index file of a sharded safetensors folder.
-const SafetensorsIndex = "model.safetensors.index.json"
 
 func writeFile(out statedict.Output, name string, b []byte) error {
 	f, err := out.Create(name)

@@ -41,6 +41,9 @@ type Manifest struct {
 type Source struct {
 	Path   string `json:"path"`
 	Format string `json:"format"`
+	// Metadata is the source's free-form metadata (safetensors' __metadata__), recorded
+	// whatever the output holds.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Output names the output and its files (relative to the output folder; a file output

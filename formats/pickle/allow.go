@@ -156,7 +156,8 @@ func Classify(g Global) (Safety, string) {
 // collections.defaultdict), copyreg's instance protocol (_reconstructor with its base
 // builtins.object, __newobj__, __newobj_ex__: they only call the class the pickle names,
 // which is classified on its own), numpy arrays, scalars and dtypes, and
-// argparse.Namespace (an attribute bag; convert turns it into a dict). g is given after
+// argparse.Namespace (an attribute bag; convert turns it into a dict), io.BytesIO (an
+// in-memory byte buffer, as Megatron-core saves module extra state). g is given after
 // Python 2→3 renaming. Readers of other formats add their own data classes (DCP's
 // metadata dataclasses) to a scan's policy.
 func IsModeled(g Global) bool {
@@ -180,6 +181,10 @@ var modeled = func() map[Global]struct{} {
 		add(core+".numeric", "_frombuffer")
 	}
 	add("argparse", "Namespace")
+	// An in-memory byte buffer: BytesIO(initial) and __setstate__((bytes, position, dict)).
+	// Megatron-core and Transformer Engine save module extra state as one.
+	add("_io", "BytesIO")
+	add("io", "BytesIO")
 	return m
 }()
 
@@ -192,6 +197,9 @@ var modeled = func() map[Global]struct{} {
 // torch.hub, torch.jit, ...), dotted names reaching a dunder attribute
 // (Foo.__subclasses__), and Python 2 spellings (__builtin__.eval).
 func Dangerous(g Global) (why string, ok bool) {
+	if IsModeled(mapGlobal(g)) {
+		return "", false // pure data, even in a module of gadgets (_io.BytesIO)
+	}
 	for _, c := range []Global{g, mapGlobal(g)} {
 		if why, ok := dangerousPath(c); ok {
 			return why, true

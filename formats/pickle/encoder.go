@@ -57,6 +57,11 @@ const (
 	OpReduce     = 'R'
 	OpBuild      = 'b'
 	OpBinPersID  = 'Q'
+	// OpNewObj and OpNewObjEx re-create objects a source pickle made with cls.__new__; torch's
+	// weights_only unpickler accepts NEWOBJ for its allowlisted classes only, and Python's
+	// unpickler takes NEWOBJ_EX (a protocol-4 opcode) whatever protocol the pickle declares.
+	OpNewObj   = 0x81
+	OpNewObjEx = 0x92
 )
 
 // None appends None.

@@ -16,7 +16,7 @@ const Format = "safetensors"
 // the writer laid the tensors out, see Header.Tensors). Each tensor has its own Storage, keyed
 // by the tensor name with location "cpu", whose bytes are a zero-copy slice of the mapping:
 // nothing is read until a tensor's bytes are used. The checkpoint must be closed to unmap the
-// file. The header's `__metadata__` is not part of the checkpoint; ReadHeader returns it.
+// file. The header's `__metadata__` is the checkpoint's Metadata.
 //
 // dtypes map as follows: F4 becomes torch's float4_e2m1fn_x2 with the last dimension halved
 // (an odd last dimension is an error, as in safetensors' torch loader); F6_E2M3, F6_E3M2 and
@@ -38,7 +38,7 @@ func Open(path string) (*statedict.Checkpoint, error) {
 		f.Close()
 		return nil, err
 	}
-	return &statedict.Checkpoint{Format: Format, Path: path, Root: root, Closers: []io.Closer{f}}, nil
+	return &statedict.Checkpoint{Format: Format, Path: path, Root: root, Closers: []io.Closer{f}, Metadata: h.Metadata}, nil
 }
 
 // tensors builds the tensor dict of the file whose bytes are data and whose validated header

@@ -120,6 +120,9 @@ func Decode(data []byte, file string) (statedict.Value, error) {
 	objStart := base + dec.Offset()
 	refs := map[string]torchpickle.StorageRequest{}
 	scan := pickle.NewDecoder(data[objStart:], pickle.Options{PersistentLoad: func(pid pickle.Value) (pickle.Value, error) {
+		if cls, ok := torchpickle.ModuleClass(pid); ok {
+			return cls, nil // torch.save(model): the module's class
+		}
 		req, err := torchpickle.ParsePID(pid)
 		if err != nil {
 			return nil, err

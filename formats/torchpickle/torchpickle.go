@@ -72,6 +72,9 @@ func Load(data []byte, resolve Resolver, opts Options) (statedict.Value, int64, 
 			return nil, false, nil
 		},
 		PersistentLoad: func(pid pickle.Value) (pickle.Value, error) {
+			if cls, ok := ModuleClass(pid); ok {
+				return cls, nil
+			}
 			req, err := ParsePID(pid)
 			if err != nil {
 				return nil, err
@@ -102,6 +105,22 @@ func Load(data []byte, resolve Resolver, opts Options) (statedict.Value, int64, 
 		return nil, end, err
 	}
 	return out, end, nil
+}
+
+// ModuleClass recognizes the persistent id the legacy torch.save writes for an nn.Module
+// class, ('module', class, source file, source code), and returns the class, as torch's
+// legacy loader does (it compares the saved source with the class's, a warning at most).
+// Nothing of the source code is read or run.
+func ModuleClass(pid pickle.Value) (pickle.Global, bool) {
+	t, ok := pid.(pickle.Tuple)
+	if !ok || len(t) != 4 {
+		return pickle.Global{}, false
+	}
+	if s, _ := t[0].(string); s != "module" {
+		return pickle.Global{}, false
+	}
+	g, ok := t[1].(pickle.Global)
+	return g, ok
 }
 
 // ParsePID validates a storage persistent id ('storage', storage_type, key, location, numel[, view_metadata]).
@@ -322,7 +341,7 @@ func (c *converter) value(v pickle.Value) (statedict.Value, error) {
 		if d, ok := dtypeGlobal(x); ok {
 			return d, nil
 		}
-		return &statedict.Object{Class: x.String()}, nil
+		return &statedict.Object{Class: x.String(), Module: x.Module, Call: statedict.CallRef}, nil
 	case storageRef:
 		return &statedict.Object{Class: "torch.storage.TypedStorage", State: x.st.Key}, nil
 	case *pickle.Object:
@@ -347,9 +366,19 @@ func dtypeGlobal(g pickle.Global) (statedict.DType, bool) {
 	return statedict.ParseDType(g.Name)
 }
 
-// inert converts an object that ckpt does not interpret into a statedict.Object record.
+// calls maps the pickle's ways of making an object to statedict's.
+var calls = map[pickle.ObjectKind]statedict.Call{
+	pickle.Reduce: statedict.CallReduce, pickle.Inst: statedict.CallReduce,
+	pickle.NewObj: statedict.CallNew, pickle.NewObjEx: statedict.CallNewEx, pickle.Build: statedict.CallBuild,
+}
+
+// inert converts an object that ckpt does not interpret into a statedict.Object record
+// holding everything the pickle gave it: how it was made, its arguments, state and items.
 func (c *converter) inert(o *pickle.Object) (statedict.Value, error) {
-	out := &statedict.Object{Class: o.Class.String(), Args: []statedict.Value{}}
+	out := &statedict.Object{Class: o.Class.String(), Module: o.Class.Module, Call: calls[o.Kind], Args: []statedict.Value{}}
+	if o.Kind == pickle.Build {
+		out.Args = nil
+	}
 	for _, a := range o.Args {
 		cv, err := c.value(a)
 		if err != nil {
@@ -362,7 +391,7 @@ func (c *converter) inert(o *pickle.Object) (statedict.Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.Args = append(out.Args, kw)
+		out.Kwargs = kw.(*statedict.Dict)
 	}
 	if o.State != nil {
 		st, err := c.value(o.State)
@@ -370,6 +399,20 @@ func (c *converter) inert(o *pickle.Object) (statedict.Value, error) {
 			return nil, err
 		}
 		out.State = st
+	}
+	for _, it := range o.ListItems {
+		cv, err := c.value(it)
+		if err != nil {
+			return nil, err
+		}
+		out.ListItems = append(out.ListItems, cv)
+	}
+	if o.DictItems != nil {
+		d, err := c.value(o.DictItems)
+		if err != nil {
+			return nil, err
+		}
+		out.DictItems = d.(*statedict.Dict)
 	}
 	return out, nil
 }

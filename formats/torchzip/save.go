@@ -24,6 +24,17 @@ type SaveOptions struct {
 	// Sum, if set, returns a hash to be fed a storage's bytes as they are written (nil: none),
 	// so callers can checksum what was written without reading it again.
 	Sum func(*statedict.Storage) hash.Hash
+	// Kept, if set, accepts Python objects outside torch's weights_only allowlist (a
+	// Lightning hyper-parameter object, a config class): they are pickled as the source had
+	// them and reported here by flattened name. Without it they are an error, and the
+	// archive loads with torch.load(weights_only=True). Objects Python would run as known
+	// code are never written.
+	Kept func(name string, o *statedict.Object)
+	// Data says the archive is loaded with torch.load(weights_only=False) (DCP's bytes
+	// items): the pure-data classes ckpt models (pickle.IsModeled: argparse.Namespace,
+	// io.BytesIO) then load without importing anything beyond the standard library, so they
+	// are written as any value, neither reported nor refused.
+	Data bool
 }
 
 // Write writes root as a torch.save zip archive that torch.load(weights_only=True) reads:
@@ -32,7 +43,7 @@ type SaveOptions struct {
 // miniz's layout. Storage bytes stream from their source; only the pickle is held in
 // memory. It returns the number of bytes written.
 func Write(w io.Writer, root statedict.Value, opts SaveOptions) (int64, error) {
-	p := &pickler{enc: pickle.NewEncoder(), keys: map[*statedict.Storage]string{}, dtypes: map[*statedict.Storage]statedict.DType{}, memo: map[any]uint32{}, loc: opts.Location}
+	p := &pickler{enc: pickle.NewEncoder(), keys: map[*statedict.Storage]string{}, dtypes: map[*statedict.Storage]statedict.DType{}, memo: map[any]uint32{}, loc: opts.Location, kept: opts.Kept, data: opts.Data}
 	if err := p.value(root, ""); err != nil {
 		return 0, err
 	}
@@ -86,6 +97,10 @@ type pickler struct {
 	memo   map[any]uint32
 	loc    func(*statedict.Storage) string
 	err    error // first error raised while emitting argument tuples
+	// kept is told each object written that torch.load(weights_only=True) refuses; nil
+	// makes such an object an error.
+	kept func(name string, o *statedict.Object)
+	data bool // SaveOptions.Data
 }
 
 var (
@@ -174,9 +189,9 @@ func (p *pickler) value(v statedict.Value, name string) error {
 	case *statedict.Object:
 		return p.object(x, name)
 	case *statedict.NDArray:
-		return fmt.Errorf("%s: a numpy array cannot be loaded by torch.load(weights_only=True); drop it or convert it to a tensor", name)
+		return fmt.Errorf("%sa numpy array cannot be loaded by torch.load(weights_only=True); drop it or convert it to a tensor", label(name))
 	default:
-		return fmt.Errorf("%s: cannot pickle %T", name, v)
+		return fmt.Errorf("%scannot pickle %T", label(name), v)
 	}
 	return nil
 }
@@ -236,7 +251,7 @@ func (p *pickler) dict(x *statedict.Dict, name string) error {
 		e.Op(pickle.OpEmptyTuple)
 		e.Op(pickle.OpReduce)
 	default:
-		return fmt.Errorf("%s: a %s cannot be loaded by torch.load(weights_only=True)", name, x.Class)
+		return fmt.Errorf("%sa %s cannot be loaded by torch.load(weights_only=True)", label(name), x.Class)
 	}
 	p.put(x)
 	ents := x.Entries()
@@ -258,33 +273,113 @@ func (p *pickler) dict(x *statedict.Dict, name string) error {
 	return nil
 }
 
+// object pickles x as the source pickle made it: its class, the call (REDUCE, NEWOBJ,
+// NEWOBJ_EX, or none for a class used as a value), the arguments, the items added to it and
+// its state, memoised so a shared object stays shared. Objects outside torch's weights_only
+// allowlist are written only when the caller accepts them (they are reported through Kept),
+// never one Python's pickle would run as known code (pickle.Dangerous).
 func (p *pickler) object(x *statedict.Object, name string) error {
-	g := splitGlobal(x.Class)
-	if !pickle.Allowed(g) {
-		return fmt.Errorf("%s: %s cannot be loaded by torch.load(weights_only=True); drop it (--drop) or select the state you need (--select)", name, x.Class)
+	if p.memoized(x) {
+		return nil
 	}
-	p.enc.Global(g)
-	if x.Args == nil {
+	g := objectGlobal(x)
+	if !pickle.Allowed(g) {
+		if why, bad := pickle.Dangerous(g); bad {
+			return fmt.Errorf("%s%w: %s is code Python would run (%s); it is never written", label(name), statedict.ErrDangerous, x.Class, why)
+		}
+		if strings.Contains(g.Name, ".") {
+			return fmt.Errorf("%s%w: %s is a nested class, which a protocol-2 pickle cannot name", label(name), statedict.ErrUnsupported, x.Class)
+		}
+		switch {
+		case p.data && pickle.IsModeled(g):
+		case p.kept == nil:
+			return fmt.Errorf("%s%s cannot be loaded by torch.load(weights_only=True)", label(name), x.Class)
+		default:
+			p.kept(name, x)
+		}
+	}
+	e := p.enc
+	e.Global(g)
+	switch x.Call {
+	case statedict.CallRef:
+		return nil
+	case statedict.CallBuild:
+		if err := p.value(x.State, name); err != nil {
+			return err
+		}
+		e.Op(pickle.OpBuild)
+		p.put(x)
 		return nil
 	}
 	if err := p.tuple(statedict.Tuple(x.Args), name); err != nil {
 		return err
 	}
-	p.enc.Op(pickle.OpReduce)
+	switch x.Call {
+	case statedict.CallNew:
+		e.Op(pickle.OpNewObj)
+	case statedict.CallNewEx:
+		kw := x.Kwargs
+		if kw == nil {
+			kw = statedict.NewDict("")
+		}
+		if err := p.dict(kw, name); err != nil {
+			return err
+		}
+		e.Op(pickle.OpNewObjEx)
+	default:
+		e.Op(pickle.OpReduce)
+	}
+	p.put(x)
+	if len(x.ListItems) > 0 {
+		err := p.batch(len(x.ListItems), pickle.OpAppend, pickle.OpAppends, func(i int) error {
+			return p.value(x.ListItems[i], statedict.JoinName(name, strconv.Itoa(i)))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if x.DictItems != nil && x.DictItems.Len() > 0 {
+		ents := x.DictItems.Entries()
+		err := p.batch(len(ents), pickle.OpSetItem, pickle.OpSetItems, func(i int) error {
+			if err := p.value(ents[i].Key, name); err != nil {
+				return err
+			}
+			return p.value(ents[i].Value, statedict.JoinName(name, statedict.KeyString(ents[i].Key)))
+		})
+		if err != nil {
+			return err
+		}
+	}
 	if x.State != nil {
 		if err := p.value(x.State, name); err != nil {
 			return err
 		}
-		p.enc.Op(pickle.OpBuild)
+		e.Op(pickle.OpBuild)
 	}
 	return nil
+}
+
+// objectGlobal is the global naming x's class, as its pickle named it when known.
+func objectGlobal(x *statedict.Object) pickle.Global {
+	if x.Module != "" && strings.HasPrefix(x.Class, x.Module+".") {
+		return pickle.Global{Module: x.Module, Name: x.Class[len(x.Module)+1:]}
+	}
+	return splitGlobal(x.Class)
+}
+
+// label prefixes a message with the value's flattened name, if it has one.
+func label(name string) string {
+	if name == "" {
+		return ""
+	}
+	return name + ": "
 }
 
 // tensor emits the rebuild call for t, wrapped for parameters and subclasses.
 func (p *pickler) tensor(t *statedict.Tensor, name string) error {
 	e := p.enc
 	if t.Foreign != "" {
-		return fmt.Errorf("%s: dtype %s has no torch equivalent", name, t.Foreign)
+		return fmt.Errorf("%sdtype %s has no torch equivalent", label(name), t.Foreign)
 	}
 	switch {
 	case t.Class != "" || (t.Attrs != nil && !t.Parameter):
@@ -297,7 +392,7 @@ func (p *pickler) tensor(t *statedict.Tensor, name string) error {
 		}
 		g := splitGlobal(cls)
 		if !pickle.Allowed(g) {
-			return fmt.Errorf("%s: tensor subclass %s cannot be loaded by torch.load(weights_only=True)", name, cls)
+			return fmt.Errorf("%stensor subclass %s cannot be loaded by torch.load(weights_only=True)", label(name), cls)
 		}
 		inner := *t
 		inner.Class, inner.Attrs, inner.Parameter = "", nil, false
@@ -362,13 +457,13 @@ func (p *pickler) plain(t *statedict.Tensor, name string) error {
 // its argument tuple.
 func (p *pickler) rebuildArgs(t *statedict.Tensor, name string) (pickle.Global, func(), error) {
 	if t.Storage == nil {
-		return pickle.Global{}, nil, fmt.Errorf("%s: tensor has no storage", name)
+		return pickle.Global{}, nil, fmt.Errorf("%stensor has no storage", label(name))
 	}
 	if prev, ok := p.dtypes[t.Storage]; ok && prev != t.DType {
-		return pickle.Global{}, nil, fmt.Errorf("%s: views its storage as %s while another tensor views it as %s; torch cannot save that", name, t.DType, prev)
+		return pickle.Global{}, nil, fmt.Errorf("%sviews its storage as %s while another tensor views it as %s; torch cannot save that", label(name), t.DType, prev)
 	}
 	if err := t.Validate(); err != nil {
-		return pickle.Global{}, nil, fmt.Errorf("%s: %w", name, err)
+		return pickle.Global{}, nil, fmt.Errorf("%s%w", label(name), err)
 	}
 	if t.DType.Kind() == statedict.KindQuantized {
 		return p.qtensorArgs(t, name)
@@ -456,7 +551,7 @@ func (p *pickler) persistentID(t *statedict.Tensor) {
 func (p *pickler) qtensorArgs(t *statedict.Tensor, name string) (pickle.Global, func(), error) {
 	q := t.Quantizer
 	if q == nil {
-		return pickle.Global{}, nil, fmt.Errorf("%s: quantized %s tensor without quantizer", name, t.DType)
+		return pickle.Global{}, nil, fmt.Errorf("%squantized %s tensor without quantizer", label(name), t.DType)
 	}
 	var qerr error
 	emit := func() {
@@ -486,7 +581,7 @@ func (p *pickler) qtensorArgs(t *statedict.Tensor, name string) (pickle.Global, 
 			e.Int(q.Axis)
 			e.Op(pickle.OpTuple)
 		default:
-			qerr = fmt.Errorf("%s: unknown qscheme %s", name, q.Scheme)
+			qerr = fmt.Errorf("%sunknown qscheme %s", label(name), q.Scheme)
 		}
 		e.Bool(t.RequiresGrad)
 		p.emptyOrderedDict()
@@ -512,6 +607,10 @@ func WriteCheckpoint(out statedict.Output, ck *statedict.Checkpoint, opts stated
 	if opts.Sum != nil {
 		so.Sum = func(st *statedict.Storage) hash.Hash { return opts.Sum(st) }
 	}
+	w := &statedict.Written{Files: []string{filepath.Base(out.Name())}}
+	if !opts.WeightsOnly {
+		so.Kept = KeptInto(&w.Kept)
+	}
 	n, err := Write(f, ck.Root, so)
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -519,7 +618,23 @@ func WriteCheckpoint(out statedict.Output, ck *statedict.Checkpoint, opts stated
 	if err != nil {
 		return nil, err
 	}
-	return &statedict.Written{Files: []string{filepath.Base(out.Name())}, Bytes: n}, nil
+	w.Bytes = n
+	return w, nil
+}
+
+// KeptInto returns a SaveOptions.Kept that lists each object kept in *list as
+// "name: class", once per name.
+func KeptInto(list *[]string) func(string, *statedict.Object) {
+	seen := map[string]bool{}
+	return func(name string, o *statedict.Object) {
+		if name == "" {
+			name = "(root)"
+		}
+		if !seen[name] {
+			seen[name] = true
+			*list = append(*list, name+": "+o.Class)
+		}
+	}
 }
 
 // ArchiveName is the folder torch.save uses inside a zip written to path: the file name

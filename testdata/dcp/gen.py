@@ -472,6 +472,12 @@ def gen_mutated():
         del md.storage_data[storage_key(md, "dt.grid", [3, 0])]
 
     def transform(md):
+        # A stream transform torch has no extension for (its registry refuses it too).
+        md.storage_data[storage_key(md, "dt.grid", [0, 4])].transform_descriptors = ["stream.aes/1"]
+
+    def zstd_plain(md):
+        # torch's ZStandard extension named for an item that is not zstd: the reader
+        # fails when it inflates that chunk.
         md.storage_data[storage_key(md, "dt.grid", [0, 4])].transform_descriptors = ["stream.zstd/1"]
 
     def dtype_mismatch(md):
@@ -487,7 +493,7 @@ def gen_mutated():
         md.planner_data = None
 
     for fn in (missing_chunk, overlap, out_of_bounds, past_eof, escape, absolute, missing_file,
-               no_storage, transform, dtype_mismatch, evil_global, parts_path, no_planner_data):
+               no_storage, transform, zstd_plain, dtype_mismatch, evil_global, parts_path, no_planner_data):
         mutate(fn.__name__, fn)
 
 

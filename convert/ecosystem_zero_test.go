@@ -1,0 +1,133 @@
+package convert_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/inspect"
+	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/verify"
+)
+
+// zeroFixture is one folder of testdata/ecosystem/zero.json: the state dict DeepSpeed's
+// zero_to_fp32 algorithm consolidates from the replica's partitions.
+type zeroFixture struct {
+	Tensors orderedListing    `json:"tensors"`
+	Tied    map[string]string `json:"tied"`
+}
+
+func zeroFixtures(t *testing.T) map[string]zeroFixture {
+	t.Helper()
+	b, err := os.ReadFile("../testdata/ecosystem/zero.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]json.RawMessage
+	json.Unmarshal(b, &raw)
+	out := map[string]zeroFixture{}
+	for _, name := range []string{"zero2", "zero3"} {
+		var f zeroFixture
+		if err := json.Unmarshal(raw[name], &f); err != nil || len(f.Tensors.Names) == 0 {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out[name] = f
+	}
+	return out
+}
+
+// TestZeROConsolidation reads DeepSpeed ZeRO-2 (two ranks, two groups, padding on the last
+// rank, a tied parameter, a frozen one) and ZeRO-3 (three ranks, every parameter padded,
+// placeholders in the module) folders as the state dict DeepSpeed's zero_to_fp32 algorithm
+// gives on the same partitions: same names in the same order, dtypes, shapes, bytes, and
+// the shared parameter shares its tensor.
+func TestZeROConsolidation(t *testing.T) {
+	for name, want := range zeroFixtures(t) {
+		for _, dir := range []string{name, name + "/global_step3"} {
+			ck, err := formats.Open("../testdata/ecosystem/zero/" + dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+			ck.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, tn := range rep.Tensors {
+				got = append(got, tn.Name)
+				if g, w := (torchEntry{tn.DType, tn.Shape, tn.SHA256}), want.Tensors.Entries[tn.Name]; !reflect.DeepEqual(g, w) {
+					t.Errorf("%s %s: %+v, zero_to_fp32 gives %+v", dir, tn.Name, g, w)
+				}
+				if a, ok := want.Tied[tn.Name]; ok && tn.SharesStorageWith != a {
+					t.Errorf("%s %s shares storage with %q, want %q", dir, tn.Name, tn.SharesStorageWith, a)
+				}
+			}
+			if !reflect.DeepEqual(got, want.Tensors.Names) {
+				t.Errorf("%s: %v, zero_to_fp32 gives %v", dir, got, want.Tensors.Names)
+			}
+		}
+	}
+}
+
+// TestZeRO3ModelStatesAlone: a ZeRO-3 model-states file, whose parameters are [0]-shaped
+// placeholders, is refused on its own, pointing at the folder that holds the weights.
+func TestZeRO3ModelStatesAlone(t *testing.T) {
+	path := "../testdata/ecosystem/zero/zero3/global_step3/zero_pp_rank_0_mp_rank_00_model_states.pt"
+	_, err := formats.Open(path)
+	if !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "placeholders") || !strings.Contains(err.Error(), "zero3/global_step3") {
+		t.Errorf("got %v", err)
+	}
+	if _, err := convert.Run(t.Context(), convert.Options{Src: path, Dst: filepath.Join(t.TempDir(), "x.safetensors"), Format: convert.Safetensors}); err == nil {
+		t.Error("converted placeholders")
+	}
+}
+
+// TestZeROConvertLoadsInTorch converts both ZeRO folders to every format; torch loads each
+// output with every tensor bit-identical to zero_to_fp32's consolidation.
+func TestZeROConvertLoadsInTorch(t *testing.T) {
+	o := oracle.Require(t)
+	fx := zeroFixtures(t)
+	host, chroot := oracle.TempDir(t)
+	var jobs []ecosystemJob
+	var wants []zeroFixture
+	for name, want := range fx {
+		for _, format := range []convert.Format{convert.Torch, convert.Safetensors, convert.DCP} {
+			dst := filepath.Join(host, name+"-"+string(format))
+			if format == convert.Torch {
+				dst += ".pt"
+			}
+			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format}); err != nil {
+				t.Fatalf("%s → %s: %v", name, format, err)
+			}
+			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
+			}
+			jobs = append(jobs, ecosystemJob{Out: chrootPath(host, chroot, dst), Format: string(format), WeightsOnly: true})
+			wants = append(wants, want)
+		}
+	}
+	res := loadInTorch(t, o, host, jobs)
+	for i, job := range jobs {
+		if res[i].Error != "" {
+			t.Fatalf("%s: %s", job.Out, res[i].Error)
+		}
+		want := wants[i].Tensors
+		if job.Format == string(convert.Safetensors) {
+			// A safetensors file keeps a tied tensor once (its alias in the metadata).
+			for alias, of := range wants[i].Tied {
+				if _, ok := res[i].Tensors[of]; ok {
+					res[i].Tensors[alias] = res[i].Tensors[of]
+				}
+			}
+		}
+		sameTensors(t, res[i].Tensors, want, "")
+	}
+}

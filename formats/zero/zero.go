@@ -1,0 +1,567 @@
+// Package zero reads DeepSpeed ZeRO checkpoint folders (stages 1, 2 and 3, any number of
+// data-parallel ranks) as the full model they hold, consolidated exactly as DeepSpeed's own
+// deepspeed/utils/zero_to_fp32.py does — fp32 master weights, unpartitioned, padding
+// removed, shared parameters restored — without DeepSpeed, without running any pickle, and
+// without materialising partitions: every parameter is a lazy gather of the ranges of the
+// ranks' flat partitions that hold it.
+//
+// A folder is the checkpoint root (a `latest` file naming the tag folder, global_stepN/) or
+// the tag folder itself, holding *_model_states.pt (mp_rank_00_model_states.pt for stages 1
+// and 2, zero_pp_rank_R_mp_rank_00_model_states.pt per rank for stage 3) and one
+// *_optim_states.pt per rank whose optimizer_state_dict holds the rank's fp32 partitions
+// (single_partition_of_fp32_groups, or fp32_flat_groups for stage 3).
+package zero
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/codec"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Format is the statedict.Checkpoint.Format of consolidated ZeRO checkpoints.
+const Format = "deepspeed-zero"
+
+// Detect returns the tag folder of a ZeRO checkpoint at dir: the folder `latest` names, or
+// dir itself when it holds the ranks' *_optim_states.pt files.
+func Detect(dir string) (string, bool) {
+	if b, err := os.ReadFile(filepath.Join(dir, "latest")); err == nil {
+		tag := strings.TrimSpace(string(b))
+		if tag != "" && filepath.Base(tag) == tag && tag != ".." && tag != "." && len(files(filepath.Join(dir, tag), optimFile)) > 0 {
+			return filepath.Join(dir, tag), true
+		}
+	}
+	if len(files(dir, optimFile)) > 0 && len(files(dir, modelFile)) > 0 {
+		return dir, true
+	}
+	return "", false
+}
+
+var (
+	optimFile = regexp.MustCompile(`_optim_states\.pt$`)
+	modelFile = regexp.MustCompile(`_model_states\.pt$`)
+	digits    = regexp.MustCompile(`\d+`)
+)
+
+// files lists the regular files of dir matching re, in natural order (rank 10 after rank 2),
+// as zero_to_fp32's get_checkpoint_files sorts them.
+func files(dir string, re *regexp.Regexp) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Type().IsRegular() && re.MatchString(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return naturalLess(out[i], out[j]) })
+	return out
+}
+
+func naturalLess(a, b string) bool {
+	ka, kb := naturalKey(a), naturalKey(b)
+	for i := 0; i < len(ka) && i < len(kb); i++ {
+		if ka[i] != kb[i] {
+			na, ea := strconv.Atoi(ka[i])
+			nb, eb := strconv.Atoi(kb[i])
+			if ea == nil && eb == nil {
+				return na < nb
+			}
+			return ka[i] < kb[i]
+		}
+	}
+	return len(ka) < len(kb)
+}
+
+func naturalKey(s string) []string {
+	var out []string
+	at := 0
+	for _, m := range digits.FindAllStringIndex(s, -1) {
+		out = append(out, s[at:m[0]], s[m[0]:m[1]])
+		at = m[1]
+	}
+	return append(out, s[at:])
+}
+
+// modelStates is what zero_to_fp32's parse_model_states keeps of one model-states file.
+type modelStates struct {
+	file                string
+	module              *statedict.Dict
+	buffers             map[string]bool
+	paramShapes         []*statedict.Dict // per group: name → torch.Size
+	shared              *statedict.Dict   // name → the name it shares
+	frozenShapes        *statedict.Dict
+	frozenFragments     *statedict.Dict
+	hasParamShapes      bool
+	placeholdersPresent bool
+}
+
+// Open reads the ZeRO checkpoint whose tag folder is dir (see Detect); openFile opens one
+// torch.save file. The checkpoint's root is the consolidated state dict in zero_to_fp32's
+// order: buffers (as float32), frozen parameters, trainable parameters, shared parameters
+// (the same tensor as the one they share).
+func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (_ *statedict.Checkpoint, err error) {
+	out := &statedict.Checkpoint{Format: Format, Path: dir}
+	defer func() {
+		if err != nil {
+			out.Close()
+		}
+	}()
+	open := func(name string) (*statedict.Dict, error) {
+		ck, err := openFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		out.Closers = append(out.Closers, ck.Closers...)
+		d, ok := ck.Root.(*statedict.Dict)
+		if !ok {
+			return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", filepath.Join(dir, name), statedict.ErrCorrupt, ck.Root)
+		}
+		return d, nil
+	}
+	var models []*modelStates
+	for _, name := range files(dir, modelFile) {
+		d, err := open(name)
+		if err != nil {
+			return nil, err
+		}
+		m, err := parseModelStates(filepath.Join(dir, name), d)
+		if err != nil {
+			return nil, err
+		}
+		models = append(models, m)
+	}
+	if len(models) == 0 {
+		return nil, fmt.Errorf("%s: %w: no *_model_states.pt file", dir, statedict.ErrCorrupt)
+	}
+	optims := files(dir, optimFile)
+	stage, ws := int64(0), int64(0)
+	var groups [][]*statedict.Tensor // per rank: the fp32 flat partitions, per group
+	for i, name := range optims {
+		d, err := open(name)
+		if err != nil {
+			return nil, err
+		}
+		p := filepath.Join(dir, name)
+		osd, ok := field(d, "optimizer_state_dict").(*statedict.Dict)
+		if !ok {
+			return nil, fmt.Errorf("%s: %w: no optimizer_state_dict", p, statedict.ErrCorrupt)
+		}
+		st, ok := intValue(field(osd, "zero_stage"))
+		if !ok {
+			return nil, fmt.Errorf("%s: %w: not a ZeRO checkpoint (no zero_stage)", p, statedict.ErrCorrupt)
+		}
+		n, ok := partitionCount(field(osd, "partition_count"))
+		if !ok {
+			return nil, fmt.Errorf("%s: %w: partition_count is %T", p, statedict.ErrCorrupt, field(osd, "partition_count"))
+		}
+		if i == 0 {
+			stage, ws = st, n
+		} else if st != stage || n != ws {
+			return nil, fmt.Errorf("%s: %w: ZeRO stage %d over %d ranks, rank 0's file says stage %d over %d", p, statedict.ErrCorrupt, st, n, stage, ws)
+		}
+		key := "single_partition_of_fp32_groups"
+		switch {
+		case stage == 3:
+			key = "fp32_flat_groups"
+		case stage < 1 || stage > 3:
+			return nil, fmt.Errorf("%s: %w: ZeRO stage %d", p, statedict.ErrUnsupported, stage)
+		}
+		flat, err := tensorList(field(osd, key))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", p, key, err)
+		}
+		groups = append(groups, flat)
+	}
+	if int64(len(optims)) != ws || ws == 0 {
+		return nil, fmt.Errorf("%s: %w: %d *_optim_states.pt files for a world size of %d (a rank's file is missing or left over from another run)", dir, statedict.ErrCorrupt, len(optims), ws)
+	}
+	if stage == 3 && int64(len(models)) != ws {
+		return nil, fmt.Errorf("%s: %w: ZeRO-3 over %d ranks needs every rank's model states, found %d", dir, statedict.ErrCorrupt, ws, len(models))
+	}
+	c := &consolidator{dir: dir, ws: ws, stage: stage, models: models, groups: groups, out: statedict.NewDict("collections.OrderedDict")}
+	if err := c.run(); err != nil {
+		return nil, err
+	}
+	out.Root = c.out
+	return out, nil
+}
+
+// parseModelStates reads what zero_to_fp32 needs of one model-states file.
+func parseModelStates(path string, d *statedict.Dict) (*modelStates, error) {
+	m := &modelStates{file: path, buffers: map[string]bool{}}
+	var ok bool
+	if m.module, ok = field(d, "module").(*statedict.Dict); !ok {
+		return nil, fmt.Errorf("%s: %w: not a DeepSpeed model-states file (no module state dict)", path, statedict.ErrCorrupt)
+	}
+	names, ok := field(d, "buffer_names").(*statedict.List)
+	if !ok {
+		return nil, fmt.Errorf("%s: %w: not a model state checkpoint (no buffer_names)", path, statedict.ErrCorrupt)
+	}
+	for _, it := range names.Items {
+		if s, ok := it.(string); ok {
+			m.buffers[s] = true
+		}
+	}
+	shapes, ok := field(d, "param_shapes").(*statedict.List)
+	if !ok {
+		return nil, fmt.Errorf("%s: %w: no param_shapes (saved without a ZeRO optimizer)", path, statedict.ErrCorrupt)
+	}
+	for i, g := range shapes.Items {
+		gd, ok := g.(*statedict.Dict)
+		if !ok {
+			return nil, fmt.Errorf("%s: %w: param_shapes[%d] is %T", path, statedict.ErrCorrupt, i, g)
+		}
+		m.paramShapes = append(m.paramShapes, gd)
+	}
+	if m.shared, ok = field(d, "shared_params").(*statedict.Dict); !ok {
+		m.shared = statedict.NewDict("")
+	}
+	m.frozenShapes, _ = field(d, "frozen_param_shapes").(*statedict.Dict)
+	m.frozenFragments, _ = field(d, "frozen_param_fragments").(*statedict.Dict)
+	return m, nil
+}
+
+// CheckModelStates refuses a ZeRO-3 model-states file read on its own (path, whose tree is
+// root): its module holds [0]-shaped placeholders in place of the parameters, which are
+// partitioned over the *_optim_states.pt files of its folder. Any other file passes.
+func CheckModelStates(path string, root statedict.Value) error {
+	d, ok := root.(*statedict.Dict)
+	if !ok {
+		return nil
+	}
+	module, ok1 := field(d, "module").(*statedict.Dict)
+	shapes, ok2 := field(d, "param_shapes").(*statedict.List)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	for _, g := range shapes.Items {
+		gd, ok := g.(*statedict.Dict)
+		if !ok {
+			continue
+		}
+		for _, e := range gd.Entries() {
+			t, isT := field(module, statedict.KeyString(e.Key)).(*statedict.Tensor)
+			shape, isShape := sizeOf(e.Value)
+			if isT && isShape && t.NumEl() == 0 && numel(shape) > 0 {
+				folder := filepath.Dir(path)
+				return fmt.Errorf("%s: %w: a DeepSpeed ZeRO-3 model-states file: its parameters are placeholders (%s is %v, its shape %v); the weights are partitioned over the *_optim_states.pt files of %s — convert that folder (or its parent, which has `latest`)",
+					path, statedict.ErrUnsupported, statedict.KeyString(e.Key), t.Shape, shape, folder)
+			}
+		}
+	}
+	return nil
+}
+
+// field is d[key], nil when absent.
+func field(d *statedict.Dict, key string) statedict.Value {
+	v, _ := d.Get(key)
+	return v
+}
+
+// intValue reads an int, or an IntEnum member (ZeroStageEnum.gradients pickles as the class
+// called on its value).
+func intValue(v statedict.Value) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case *statedict.Object:
+		if x.Call == statedict.CallReduce && len(x.Args) == 1 {
+			n, ok := x.Args[0].(int64)
+			return n, ok
+		}
+	}
+	return 0, false
+}
+
+// partitionCount is the data-parallel world size: an int, or the largest of a list of
+// per-group counts (expert groups may have their own).
+func partitionCount(v statedict.Value) (int64, bool) {
+	if n, ok := intValue(v); ok {
+		return n, n > 0
+	}
+	l, ok := v.(*statedict.List)
+	if !ok || len(l.Items) == 0 {
+		return 0, false
+	}
+	var most int64
+	for _, it := range l.Items {
+		n, ok := intValue(it)
+		if !ok {
+			return 0, false
+		}
+		most = max(most, n)
+	}
+	return most, most > 0
+}
+
+// tensorList reads a list of 1-D tensors (a rank's flat groups).
+func tensorList(v statedict.Value) ([]*statedict.Tensor, error) {
+	l, ok := v.(*statedict.List)
+	if !ok {
+		if t, isT := v.(*statedict.Tensor); isT {
+			return []*statedict.Tensor{t}, nil
+		}
+		return nil, fmt.Errorf("%w: a %T, not a list of flat tensors", statedict.ErrCorrupt, v)
+	}
+	out := make([]*statedict.Tensor, len(l.Items))
+	for i, it := range l.Items {
+		t, ok := it.(*statedict.Tensor)
+		if !ok || len(t.Shape) != 1 {
+			return nil, fmt.Errorf("%w: group %d is %T, not a flat tensor", statedict.ErrCorrupt, i, it)
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// sizeOf reads a torch.Size (or a tuple or list of ints).
+func sizeOf(v statedict.Value) ([]int64, bool) {
+	if o, ok := v.(*statedict.Object); ok && o.Class == "torch.Size" && len(o.Args) == 1 {
+		v = o.Args[0]
+	}
+	var items []statedict.Value
+	switch x := v.(type) {
+	case statedict.Tuple:
+		items = x
+	case *statedict.List:
+		items = x.Items
+	default:
+		return nil, false
+	}
+	out := make([]int64, len(items))
+	for i, it := range items {
+		n, ok := it.(int64)
+		if !ok || n < 0 {
+			return nil, false
+		}
+		out[i] = n
+	}
+	return out, true
+}
+
+func numel(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// errLayout is a partition layout that does not add up.
+var errLayout = errors.New("the partitions do not hold the parameters param_shapes lists")
+
+// consolidator rebuilds the state dict from the partitions.
+type consolidator struct {
+	dir       string
+	ws, stage int64
+	models    []*modelStates
+	groups    [][]*statedict.Tensor
+	out       *statedict.Dict
+}
+
+func (c *consolidator) run() error {
+	m0 := c.models[0]
+	// Buffers, restored to fp32 as zero_to_fp32 does (Tensor.float(), integers included).
+	for _, e := range m0.module.Entries() {
+		name := statedict.KeyString(e.Key)
+		if !m0.buffers[name] {
+			continue
+		}
+		t, ok := e.Value.(*statedict.Tensor)
+		if !ok {
+			return fmt.Errorf("%s: buffer %s is %T", m0.file, name, e.Value)
+		}
+		f, err := float32Of(t)
+		if err != nil {
+			return fmt.Errorf("%s: buffer %s: %w", m0.file, name, err)
+		}
+		c.out.Set(name, f)
+	}
+	if err := c.frozen(); err != nil {
+		return err
+	}
+	var err error
+	if c.stage <= 2 {
+		err = c.zero2()
+	} else {
+		err = c.zero3()
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range m0.shared.Entries() {
+		if to, ok := c.out.Get(statedict.KeyString(e.Value)); ok {
+			c.out.Set(e.Key, to)
+		}
+	}
+	return nil
+}
+
+// frozen adds the parameters saved outside the optimizer: whole in every model-states file
+// (stages 1, 2) or partitioned like the others over the ranks' files (stage 3).
+func (c *consolidator) frozen() error {
+	m0 := c.models[0]
+	if m0.frozenShapes == nil {
+		return nil
+	}
+	for _, e := range m0.frozenShapes.Entries() {
+		name := statedict.KeyString(e.Key)
+		shape, ok := sizeOf(e.Value)
+		if !ok {
+			return fmt.Errorf("%s: frozen_param_shapes[%s] is %T", m0.file, name, e.Value)
+		}
+		if c.stage <= 2 {
+			t, ok := fragment(m0, name)
+			if !ok {
+				return fmt.Errorf("%s: %w: no frozen fragment for %s", m0.file, statedict.ErrCorrupt, name)
+			}
+			c.out.Set(name, t)
+			continue
+		}
+		var spans []span
+		var dt statedict.DType
+		for _, m := range c.models {
+			t, ok := fragment(m, name)
+			if !ok {
+				return fmt.Errorf("%s: %w: no frozen fragment for %s", m.file, statedict.ErrCorrupt, name)
+			}
+			dt = t.DType
+			spans = append(spans, span{t, 0, t.NumEl()})
+		}
+		g, err := gathered(name, dt, shape, spans)
+		if err != nil {
+			return err
+		}
+		c.out.Set(name, g)
+	}
+	return nil
+}
+
+func fragment(m *modelStates, name string) (*statedict.Tensor, bool) {
+	if m.frozenFragments == nil {
+		return nil, false
+	}
+	t, ok := field(m.frozenFragments, name).(*statedict.Tensor)
+	return t, ok
+}
+
+// zero2 consolidates stages 1 and 2: each group's ranks' partitions, concatenated, hold the
+// group's parameters back to back; the last rank's padding (to 2 × world size) was dropped
+// when saving.
+func (c *consolidator) zero2() error {
+	shapes := c.models[0].paramShapes
+	for i, group := range shapes {
+		var parts []span
+		var avail int64
+		for r := range c.groups {
+			if i >= len(c.groups[r]) {
+				return fmt.Errorf("%s: %w: rank %d has %d groups, param_shapes %d", c.dir, errLayout, r, len(c.groups[r]), len(shapes))
+			}
+			t := c.groups[r][i]
+			parts = append(parts, span{t, 0, t.NumEl()})
+			avail += t.NumEl()
+		}
+		var offset int64
+		for _, e := range group.Entries() {
+			name := statedict.KeyString(e.Key)
+			shape, ok := sizeOf(e.Value)
+			if !ok {
+				return fmt.Errorf("%s: param_shapes[%d][%s] is %T", c.models[0].file, i, name, e.Value)
+			}
+			n := numel(shape)
+			if offset+n > avail {
+				return fmt.Errorf("%s: %w: group %d holds %d elements, %s needs [%d, %d)", c.dir, errLayout, i, avail, name, offset, offset+n)
+			}
+			g, err := gathered(name, statedict.Float32, shape, cut(parts, offset, n))
+			if err != nil {
+				return err
+			}
+			c.out.Set(name, g)
+			offset += n
+		}
+		align := 2 * c.ws
+		if roundUp(offset, align) != roundUp(avail, align) {
+			return fmt.Errorf("%s: %w: group %d: consumed %d elements of %d", c.dir, errLayout, i, offset, avail)
+		}
+	}
+	return nil
+}
+
+// zero3 consolidates stage 3: every parameter is split in ceil(numel / world size) elements
+// per rank, at the same offset of each rank's flat groups (concatenated), the last piece
+// zero-padded.
+func (c *consolidator) zero3() error {
+	flat := make([][]span, len(c.groups)) // per rank: its groups back to back
+	var avail int64
+	for r, gs := range c.groups {
+		var n int64
+		for _, t := range gs {
+			flat[r] = append(flat[r], span{t, 0, t.NumEl()})
+			n += t.NumEl()
+		}
+		if r == 0 {
+			avail = n
+		} else if n != avail {
+			return fmt.Errorf("%s: %w: rank %d holds %d elements, rank 0 %d", c.dir, errLayout, r, n, avail)
+		}
+	}
+	var offset int64
+	for _, group := range c.models[0].paramShapes {
+		for _, e := range group.Entries() {
+			name := statedict.KeyString(e.Key)
+			shape, ok := sizeOf(e.Value)
+			if !ok {
+				return fmt.Errorf("%s: param_shapes[%s] is %T", c.models[0].file, name, e.Value)
+			}
+			n := numel(shape)
+			part := (n + c.ws - 1) / c.ws
+			if offset+part > avail {
+				return fmt.Errorf("%s: %w: the ranks hold %d elements each, %s needs [%d, %d)", c.dir, errLayout, avail, name, offset, offset+part)
+			}
+			var spans []span
+			for r := range flat {
+				spans = append(spans, cut(flat[r], offset, part)...)
+			}
+			g, err := gathered(name, statedict.Float32, shape, cut(spans, 0, n))
+			if err != nil {
+				return err
+			}
+			c.out.Set(name, g)
+			offset += part
+		}
+	}
+	if offset != avail {
+		return fmt.Errorf("%s: %w: consumed %d elements of the %d each rank holds", c.dir, errLayout, offset, avail)
+	}
+	return nil
+}
+
+func roundUp(x, a int64) int64 { return (x + a - 1) / a * a }
+
+// float32Of returns t as float32, converted as Tensor.float() does.
+func float32Of(t *statedict.Tensor) (*statedict.Tensor, error) {
+	if t.DType == statedict.Float32 {
+		return t, nil
+	}
+	if !t.IsWholeStorage() {
+		return nil, fmt.Errorf("%w: a %s view of a larger storage", statedict.ErrUnsupported, t.DType)
+	}
+	st, err := codec.CastStorage(t.Storage, t.DType, statedict.Float32)
+	if err != nil {
+		return nil, err
+	}
+	out := *t
+	out.DType, out.Storage, out.Offset, out.Strides = statedict.Float32, st, 0, statedict.ContiguousStrides(t.Shape)
+	out.Parameter, out.RequiresGrad, out.Attrs = false, false, nil
+	return &out, nil
+}

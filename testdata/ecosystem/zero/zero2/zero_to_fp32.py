@@ -1,0 +1,1 @@
+# DeepSpeed copies its zero_to_fp32.py here; this replica holds a placeholder.
