@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ckpt-dev/ckpt/internal/plural"
 	"path"
 	"path/filepath"
 	"strings"
@@ -420,7 +421,7 @@ func checkContent(src *statedict.Checkpoint, out []statedict.NamedTensor) error 
 			return err
 		}
 		if h := statedict.HiddenTensors(src.Root); h.Tensors > 0 {
-			return fmt.Errorf("%s: %w: its %d tensor(s) are inside %s object(s), which ckpt does not read as data; nothing would be written", src.Path, statedict.ErrUnsupported, h.Tensors, strings.Join(h.Classes, ", "))
+			return fmt.Errorf("%s: %w: %s inside %s objects, which ckpt does not read as data; nothing would be written", src.Path, statedict.ErrUnsupported, plural.Of(h.Tensors, "tensor"), strings.Join(h.Classes, ", "))
 		} else if len(in) > 0 {
 			return fmt.Errorf("%s: no tensor left to write: the selection and drops remove all %d", src.Path, len(in))
 		}
@@ -431,7 +432,7 @@ func checkContent(src *statedict.Checkpoint, out []statedict.NamedTensor) error 
 			return nil
 		}
 	}
-	return fmt.Errorf("%s: %w: every one of its %d tensor(s) is empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, statedict.ErrUnsupported, len(out), out[0].Name, out[0].Tensor.Shape)
+	return fmt.Errorf("%s: %w: all %s empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, statedict.ErrUnsupported, plural.Of(len(out), "tensor"), out[0].Name, out[0].Tensor.Shape)
 }
 
 // placement places tensors as the target does.
@@ -528,7 +529,7 @@ func notWritten(items []string, lay formats.Layout) remap.Warning {
 		}
 	}
 	return remap.Warning{Kind: "values_not_written", Items: items, Dropped: true,
-		Message: fmt.Sprintf("%d value(s) not written (%s holds tensors only): %s; a torch or DCP output keeps them", len(items), lay, remap.Summarize(parts))}
+		Message: fmt.Sprintf("%s not written (%s holds tensors only): %s; a torch or DCP output keeps them", plural.Of(len(items), "value"), lay, remap.Summarize(parts))}
 }
 
 // kept is the warning for the Python objects written as the source pickled them: nothing
@@ -539,7 +540,7 @@ func kept(items []string, lay formats.Layout) remap.Warning {
 		loader = "DCP's loader imports their classes to unpickle them"
 	}
 	return remap.Warning{Kind: "objects_kept", Items: items,
-		Message: fmt.Sprintf("kept %d Python object(s) as the source pickled them (%s): %s; dropping them loses nothing but those values", len(items), remap.Summarize(items), loader)}
+		Message: fmt.Sprintf("kept %s as the source pickled them (%s): %s; dropping them loses nothing but those values", plural.Of(len(items), "Python object"), remap.Summarize(items), loader)}
 }
 
 // Messages are the warnings' one-line messages.

@@ -134,7 +134,7 @@ func scalars(d *statedict.Dict, keys ...string) string {
 				for i, it := range l.Items {
 					items[i] = describeValue(it)
 				}
-				parts = append(parts, k+"=["+strings.Join(items, ", ")+"]")
+				parts = append(parts, k+"=["+strings.Join(items, ",")+"]")
 				continue
 			}
 			parts = append(parts, k+"="+describeValue(v))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ckpt-dev/ckpt/internal/plural"
 	"io"
 	"slices"
 
@@ -23,7 +24,7 @@ func (r *CheckReport) Err() error {
 		return nil
 	}
 	p := r.Problems[0]
-	return fmt.Errorf("%s: %d problem(s); first: tensor %q: %s: %w", r.Path, len(r.Problems), p.Tensor, p.Kind, ErrFailed)
+	return fmt.Errorf("%s: %s; first: tensor %q: %s: %w", r.Path, plural.Of(len(r.Problems), "problem"), p.Tensor, p.Kind, ErrFailed)
 }
 
 // CheckReport is what Check found; it is also `ckpt check --json`'s output.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ckpt-dev/ckpt/internal/plural"
 	"os"
 	"path/filepath"
 	"slices"
@@ -145,7 +146,7 @@ func (r *ParityReport) OK() bool {
 // Err is nil on parity, else an error naming the first problem that matches ErrFailed.
 func (r *ParityReport) Err() error {
 	if len(r.Problems) > 0 {
-		return fmt.Errorf("%s vs %s: %d problem(s); first: %s: %w", r.Src, r.Dst, len(r.Problems), r.Problems[0], ErrFailed)
+		return fmt.Errorf("%s vs %s: %s; first: %s: %w", r.Src, r.Dst, plural.Of(len(r.Problems), "problem"), r.Problems[0], ErrFailed)
 	}
 	for _, a := range r.Alongside {
 		if err := a.Err(); err != nil {

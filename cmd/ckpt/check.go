@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/ckpt-dev/ckpt/verify"
 	"github.com/spf13/cobra"
@@ -35,7 +34,7 @@ problem when the checkpoint differs from its manifest.`,
 				fmt.Fprintf(out, "%s: %d of %s intact (%d bytes hashed), manifest %s\n",
 					rep.Path, rep.Checked, plural(rep.Tensors, "tensor"), rep.Bytes, rep.Manifest)
 				if !rep.OK() {
-					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+					tw := newTable(out, 0)
 					fmt.Fprintln(tw, "TENSOR\tPROBLEM\tMANIFEST\tOUTPUT")
 					for _, p := range rep.Problems {
 						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Tensor, p.Kind, p.Want, p.Got)

@@ -75,7 +75,8 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			return positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt")(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, WeightsOnly: weightsOnly, ToolVersion: toolVersion(), Args: os.Args}
+			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, WeightsOnly: weightsOnly, ToolVersion: toolVersion(),
+				Args: recordedArgs(cmd, args, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, compressChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype"))}
 			to, err := targetChoice.parse(to)
 			if err != nil {
 				return err

@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
@@ -109,7 +108,7 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 			}
 			fmt.Fprintf(w, "%s: %s, %d tokens, vocab %d, %s precision (%s kernels), %.2f s\n",
 				rep.Path, rep.ModelType, len(ids), vocab, rep.Precision, rep.Kernel, rep.Seconds)
-			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			tw := newTable(w, 0)
 			fmt.Fprintln(tw, "POSITION\tTOKEN\tNEXT (TOP-1)\tLOGIT")
 			for t, id := range ids {
 				fmt.Fprintf(tw, "%d\t%d\t%d\t%.4f\n", t, id, rep.Top1[t], rep.Top1Logit[t])

@@ -219,7 +219,7 @@ func printPlan(w io.Writer, r *planReport, tensors int) error {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(w, tabwriter.AlignRight)
 	fmt.Fprintln(tw, "RANK\tHOST\tWEIGHTS\tOPTIMIZER\tOTHER\tRAW\tPADDED\t% HBM\t")
 	row := func(d runtime.DeviceMemory, mark string) {
 		fmt.Fprintf(tw, "%d%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t\n", d.Rank, mark, d.Host, humanBytes(d.Weights.Padded), humanBytes(d.Optimizer.Padded),

@@ -211,7 +211,7 @@ func printVerify(w io.Writer, rep *verifyReport) error {
 			conv += " for " + f.Generation
 		}
 		fmt.Fprintf(w, "forward: %s, %d tokens, source %s vs converted %s (%s kernels), %.2f s\n", f.ModelType, len(f.Tokens), f.Reference, conv, f.Kernel, f.Seconds)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		tw := newTable(w, tabwriter.AlignRight)
 		fmt.Fprintln(tw, "POS\tTOKEN\tMAX ABS\tMEAN ABS\tCOSINE\tKL\tTOP-1 SRC/DST\t\t")
 		for i, p := range f.Positions {
 			mark := ""
@@ -243,11 +243,11 @@ func printParity(w io.Writer, r *verify.ParityReport, indent string) {
 	fmt.Fprintln(w)
 	verdict := "PARITY"
 	if len(r.Problems) > 0 {
-		verdict = fmt.Sprintf("%d PROBLEM(S)", len(r.Problems))
+		verdict = strings.ToUpper(plural(len(r.Problems), "problem"))
 	}
 	dropped := ""
 	if len(r.Dropped) > 0 {
-		dropped = fmt.Sprintf(", %d CUDA RNG states left out", len(r.Dropped))
+		dropped = ", " + plural(len(r.Dropped), "CUDA RNG state") + " left out"
 	}
 	values := ""
 	switch {
