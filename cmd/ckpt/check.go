@@ -11,7 +11,11 @@ func newCheckCmd() *cobra.Command {
 	var asJSON bool
 	var manifest string
 	cmd := &cobra.Command{
-		Use:   "check OUTPUT",
+		Use: "check OUTPUT",
+		Example: `  # after copying a converted checkpoint to a TPU VM or a bucket mount
+  ckpt check /mnt/ckpt/llama_tpu
+  # a program reads the verdict and the problems
+  ckpt check --json model_tpu.safetensors`,
 		Short: "Verify a converted checkpoint against its ckpt-manifest.json",
 		Long: `check re-reads a checkpoint written by ckpt convert (a file, a Hugging Face folder or a
 DCP directory) and compares it with the manifest convert wrote beside it (OUTPUT.ckpt-manifest.json)

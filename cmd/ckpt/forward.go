@@ -37,7 +37,10 @@ func newForwardCmd() *cobra.Command {
 		keepFP8, force, asJSON         bool
 	)
 	cmd := &cobra.Command{
-		Use:   "forward PATH --tokens 1,5,9",
+		Use: "forward PATH --tokens 1,5,9",
+		Example: `  ckpt forward Qwen3-0.6B/ --tokens 151644,872,198
+  # as a TPU computes (bf16 inputs, fp32 accumulation), logits to a file
+  ckpt forward model_tpu/ --tokens 1,5,9 --precision tpu --out logits.safetensors`,
 		Short: "Run a decoder-only model's forward pass in Go and write its logits",
 		Long: `forward reads the model at PATH (a Hugging Face folder, a torch.save file or safetensors
 file with config.json beside it, a DCP directory: anything ckpt reads) and runs its forward

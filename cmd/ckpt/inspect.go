@@ -19,7 +19,10 @@ func newInspectCmd() *cobra.Command {
 	var asJSON, hash, optim bool
 	var optimNames []string
 	cmd := &cobra.Command{
-		Use:   "inspect PATH",
+		Use: "inspect PATH",
+		Example: `  ckpt inspect checkpoint.pt
+  ckpt inspect --optimizer checkpoint.pt       # the training state and how it maps onto the model
+  ckpt inspect --json --hash model.safetensors # for programs: SHA-256 of every tensor`,
 		Short: "List a checkpoint's tensors, dtypes, shapes, device tags and sizes",
 		Long: `inspect reads a checkpoint file or folder (format detected by content) without
 executing any pickle code and lists every tensor as stored: flattened name, dtype, shape,

@@ -27,7 +27,10 @@ func newPlanCmd() *cobra.Command {
 	var optimNames []string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "plan SRC --topology T [--mesh M]",
+		Use: "plan SRC --topology T [--mesh M]",
+		Example: `  ckpt plan Llama-3.1-70B/ --topology v5p-32
+  ckpt plan checkpoint.pt --topology v6e-8 --mesh dp=2,fsdp=4 --dtype bf16
+  ckpt plan Qwen3-8B/ --topology tpu7x-8 --json`,
 		Short: "Check whether a checkpoint fits a TPU slice: per-device HBM, raw and tile-padded",
 		Long: `plan reads the tensor names, dtypes and shapes of a checkpoint (any format; no
 tensor data) and lays them over the TPU slice --topology names (see ckpt devices) on the

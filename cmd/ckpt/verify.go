@@ -32,7 +32,11 @@ func newVerifyCmd() *cobra.Command {
 	)
 	def := verify.DefaultThresholds()
 	cmd := &cobra.Command{
-		Use:   "verify SRC DST",
+		Use: "verify SRC DST",
+		Example: `  # DST holds what converting SRC should give, tensor by tensor
+  ckpt verify checkpoint.pt checkpoint_tpu.pt
+  # and computes what SRC does, as a model
+  ckpt verify --forward --tokens 1,5,9 Qwen3-8B/ Qwen3-8B-tpu/`,
 		Short: "Prove a converted checkpoint holds what its source does, tensor by tensor and (--forward) as a model",
 		Long: `verify compares the checkpoint DST with the checkpoint SRC it was converted from (any two
 formats ckpt reads; it also tells whether two checkpoints are the same model).
