@@ -215,6 +215,10 @@ func printVerify(w io.Writer, rep *verifyReport) error {
 			conv += " for " + f.Generation
 		}
 		fmt.Fprintf(w, "forward: %s, %d tokens, source %s vs converted %s (%s kernels), %.2f s\n", f.ModelType, len(f.Tokens), f.Reference, conv, f.Kernel, f.Seconds)
+		if s := f.Shards; s != nil {
+			fmt.Fprintf(w, "forward: converted side from %d ranks' shards (%s of %s, each product computed per device and combined as the collectives would)\n",
+				s.Ranks, plural(s.Pieces, "piece"), plural(s.Tensors, "tensor"))
+		}
 		tw := newTable(w, tabwriter.AlignRight)
 		fmt.Fprintln(tw, "POS\tTOKEN\tMAX ABS\tMEAN ABS\tCOSINE\tKL\tTOP-1 SRC/DST\t\t")
 		for i, p := range f.Positions {
