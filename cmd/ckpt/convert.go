@@ -300,7 +300,7 @@ func parseDType(c choice, s string) (statedict.DType, error) {
 	return d, nil
 }
 
-// destination applies the destination rules (README: "Where the output goes") to the
+// destination applies the destination rules (docs/formats.md, "Where the output goes") to the
 // command line's SRC, DST and --format (empty when not given): the output path and format.
 //
 //   - DST ending in .safetensors, .pt, .pth or .bin names a file of that format.

@@ -63,7 +63,7 @@ its top-1 token is the source's (or a near tie of it) — against the source in 
 else against the source run as a TPU runs it (the TPU's arithmetic, not the conversion, moved
 such a position: bfloat16 rounding flips near ties in a mixture of experts' routing). The
 check passes when at least --min-agree of the positions agree. Defaults are measured on
-correct and deliberately broken conversions; see the README. Tokens: --tokens 1,5,9, --prompt-ids FILE (ids separated by spaces, commas or
+correct and deliberately broken conversions; see docs/verify.md. Tokens: --tokens 1,5,9, --prompt-ids FILE (ids separated by spaces, commas or
 newlines; a JSON list works), or 32 fixed ids spread over the vocabulary.
 
 --emit-torch DIR writes DIR/verify_tpu.py, DIR/reference.safetensors and DIR/config.json: on
