@@ -16,6 +16,7 @@ package convert
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/ckpt-dev/ckpt/internal/plural"
@@ -541,6 +542,28 @@ func kept(items []string, lay formats.Layout) remap.Warning {
 	}
 	return remap.Warning{Kind: "objects_kept", Items: items,
 		Message: fmt.Sprintf("kept %s as the source pickled them (%s): %s; dropping them loses nothing but those values", plural.Of(len(items), "Python object"), remap.Summarize(items), loader)}
+}
+
+// MarshalJSON writes the summary with each warning once, in Warnings: they already hold the
+// remap's warnings (which the manifest records under "remap") and, prefixed with their file,
+// those of the files converted alongside, so neither "remap" nor "alongside" repeats them.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	type plain Summary // Summary's fields without this method
+	out := plain(s)
+	if s.Remap != nil && s.Remap.Warnings != nil {
+		r := *s.Remap
+		r.Warnings = nil
+		out.Remap = &r
+	}
+	if s.Alongside != nil {
+		out.Alongside = make([]*Summary, len(s.Alongside))
+		for i, a := range s.Alongside {
+			c := *a
+			c.Warnings = nil
+			out.Alongside[i] = &c
+		}
+	}
+	return json.Marshal(out)
 }
 
 // Messages are the warnings' one-line messages.

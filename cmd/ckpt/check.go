@@ -41,7 +41,7 @@ problem when the checkpoint differs from its manifest.`,
 					tw := newTable(out, 0)
 					fmt.Fprintln(tw, "TENSOR\tPROBLEM\tMANIFEST\tOUTPUT")
 					for _, p := range rep.Problems {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Tensor, p.Kind, p.Want, p.Got)
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Tensor, p.Kind, showValue(p.Want), showValue(p.Got))
 					}
 					if err := tw.Flush(); err != nil {
 						return err

@@ -68,7 +68,7 @@ var goldenCases = []struct{ name, sh string }{
 	{"devices", `$CKPT devices --topology v6e-8`},
 	{"devices_json", `$CKPT devices --json --topology v5p-32`},
 	{"devices_unknown", `$CKPT devices --topology v9z-8`},
-	{"plan", `$CKPT plan testdata/hf/mistral_sharded --topology v6e-8 --mesh dp=2,tp=4`},
+	{"plan", `$CKPT plan testdata/hf/mistral_sharded --topology v6e-8 --mesh dp=2,tp=4 --dtype bf16`},
 	{"plan_json", `$CKPT plan --json testdata/torch/training_cuda.pt --topology v5e-4`},
 
 	{"completion_bash", `$CKPT completion bash > $OUT/ckpt.bash && bash -n $OUT/ckpt.bash && echo bash accepts it`},

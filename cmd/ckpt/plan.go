@@ -67,12 +67,8 @@ Activations, gradients and XLA's workspace come on top. Exit status 6: does not 
 					return err
 				}
 			}
-			switch dtype {
-			case "keep":
-			case "bfloat16", "float32", "float16":
-				opts.WeightDType, _ = statedict.ParseDType(dtype)
-			default:
-				return fmt.Errorf("--dtype %q: one of keep, bfloat16, float32, float16", dtype)
+			if opts.WeightDType, err = parseDType(dtypeChoice("dtype"), dtype); err != nil {
+				return err
 			}
 			names, err := parseOptimizerNames(optimNames)
 			if err != nil {
