@@ -25,8 +25,9 @@ const maxShardingFile = 256 << 20
 
 // openRanks reads a per-device safetensors folder (safetensors.Sharding): every tensor is
 // reassembled lazily from its pieces, each read from the first rank file holding it, so
-// reading the folder never holds a whole tensor in memory. Each rank file must hold exactly
-// its rank's piece of every tensor the manifest lists, as the manifest says.
+// reading the folder never holds a whole tensor in memory; the pieces read are the
+// checkpoint's Shards. Each rank file must hold exactly its rank's piece of every tensor the
+// manifest lists, as the manifest says.
 func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 	mpath := filepath.Join(dir, safetensors.ShardingFile)
 	f, err := os.Open(mpath)
@@ -83,6 +84,7 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 		return files[r], nil
 	}
 	root := statedict.NewDict("")
+	ck.Shards = map[*statedict.Tensor][]statedict.Shard{}
 	for _, st := range m.Tensors {
 		dtype, ok := statedict.DTypeForSafetensors(st.DType)
 		if !ok {
@@ -94,6 +96,7 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 			return nil, fail("tensor %q: %v", st.Name, err)
 		}
 		var chunks []dcp.Chunk
+		var shards []statedict.Shard
 		for _, p := range st.Pieces {
 			if p.Empty() {
 				continue
@@ -109,6 +112,7 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 				return nil, fail("tensor %q: %s does not hold rank %d's %v piece of it", st.Name, m.Files[r], r, p.Sizes)
 			}
 			chunks = append(chunks, dcp.Chunk{Offsets: p.Offsets, Tensor: t})
+			shards = append(shards, statedict.Shard{Piece: p, Local: t})
 		}
 		var t *statedict.Tensor
 		switch {
@@ -129,6 +133,7 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 			return nil, fail("tensor %q listed twice", st.Name)
 		}
 		root.Set(st.Name, t)
+		ck.Shards[t] = shards
 	}
 	ck.Root = root
 	return ck, nil

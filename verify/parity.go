@@ -407,7 +407,11 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 			}
 			continue
 		}
-		rep.Problems = append(rep.Problems, pairs[i].valueProblem(c))
+		pr := pairs[i].valueProblem(c)
+		if pairs[i].piece == "" && pairs[i].d != nil {
+			pr.Piece = holder(dck.Shards[pairs[i].d.t], pr.Index)
+		}
+		rep.Problems = append(rep.Problems, pr)
 	}
 	if treeFormats[dck.Format] {
 		if err := compareValues(rep, ex.root, dck.Root); err != nil {

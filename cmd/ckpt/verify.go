@@ -48,8 +48,9 @@ are checked, and its value compared bit for bit with the source's, or with exact
 conversion's cast (torch's rounding) or dequantization (the reference dequantizer) gives.
 The conversion's options are read from DST's ckpt-manifest.json (its recorded command line);
 without one (--no-manifest) names are matched as convert's defaults give them and any float
-cast or dequantization DST shows is reproduced and checked. A sharded DST (a multi-rank DCP
-directory) is compared as the tensors its shards reassemble. Every mismatch is reported:
+cast or dequantization DST shows is reproduced and checked. A per-device DST (a multi-rank
+DCP directory, a per-device safetensors folder) is compared as the tensors its shards
+reassemble, a mismatch naming the rank whose piece holds it. Every mismatch is reported:
 tensor, first differing element, both values.
 
 --forward also runs the model (a decoder-only transformers model with config.json) on the
@@ -57,6 +58,8 @@ same tokens twice: the source in float32, quantized weights dequantized exactly,
 a TPU runs it — every matrix product's inputs rounded to bfloat16, float32 accumulation, FP8
 weights kept FP8 where --tpu-gen's matrix units take them — and compares the logits of every
 position: max and mean absolute error, cosine similarity, KL divergence, top-1 agreement.
+A per-device DST runs as its devices hold it: every matrix product is computed rank by rank
+from the pieces they store and combined as the collectives would.
 A position agrees when its KL divergence, cosine similarity and largest logit error (relative
 to the spread of the source's logits) are within --max-kl, --min-cosine and --max-abs-rel and
 its top-1 token is the source's (or a near tie of it) — against the source in float32, or
@@ -215,6 +218,10 @@ func printVerify(w io.Writer, rep *verifyReport) error {
 			conv += " for " + f.Generation
 		}
 		fmt.Fprintf(w, "forward: %s, %d tokens, source %s vs converted %s (%s kernels), %.2f s\n", f.ModelType, len(f.Tokens), f.Reference, conv, f.Kernel, f.Seconds)
+		if s := f.Shards; s != nil {
+			fmt.Fprintf(w, "forward: converted side from %d ranks' shards (%s of %s, each product computed per device and combined as the collectives would)\n",
+				s.Ranks, plural(s.Pieces, "piece"), plural(s.Tensors, "tensor"))
+		}
 		tw := newTable(w, tabwriter.AlignRight)
 		fmt.Fprintln(tw, "POS\tTOKEN\tMAX ABS\tMEAN ABS\tCOSINE\tKL\tTOP-1 SRC/DST\t\t")
 		for i, p := range f.Positions {
