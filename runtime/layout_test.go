@@ -144,8 +144,8 @@ func TestParseTorchPlacements(t *testing.T) {
 	for _, bad := range [][]string{
 		{"_StridedShard(dim=0, sf=3)", "Shard(dim=0)"}, // sf is not tp's size
 		{"_StridedShard(dim=0, sf=4)", "Shard(dim=1)"}, // nothing later shards dim 0
-		{"Shard(dim=0)"},                               // one placement for two axes
-		{"Shard(dim=2)", "Replicate()"},                // no such dimension
+		{"Shard(dim=0)"},                // one placement for two axes
+		{"Shard(dim=2)", "Replicate()"}, // no such dimension
 		{"Partial()", "Replicate()"},
 	} {
 		if _, err := ParseTorchPlacements(bad, m, 2); err == nil {
