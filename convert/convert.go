@@ -226,6 +226,10 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Past planning only the remapped tree is written (its tensors read the source's bytes
+	// through storages of their own): let the source's tree go, which for a checkpoint of
+	// many small tensors is as large as the remapped one.
+	ck.Root, p.src.Root = nil, nil
 	if opts.Hosts.Count > 1 {
 		return runHost(ctx, opts, p, start)
 	}

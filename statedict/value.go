@@ -43,13 +43,11 @@ func (d *Dict) Len() int { return len(d.entries) }
 func (d *Dict) Entries() []Entry { return d.entries }
 
 func indexKey(k Value) (any, bool) {
-	switch k := k.(type) {
-	case string:
-		return k, true
-	case int64:
-		return k, true
+	switch b := k.(type) {
+	case string, int64:
+		return k, true // as boxed already: no second allocation per key
 	case bool: // Python: True == 1
-		if k {
+		if b {
 			return int64(1), true
 		}
 		return int64(0), true
