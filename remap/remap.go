@@ -237,7 +237,8 @@ func (r *remapper) value(v statedict.Value, name string) (statedict.Value, error
 	}
 	switch c := v.(type) {
 	case *statedict.Dict:
-		out := &statedict.Dict{Class: c.Class, Attrs: c.Attrs}
+		out := statedict.NewDictSize(c.Class, c.Len())
+		out.Attrs = c.Attrs
 		names, err := r.names(c, name)
 		if err != nil {
 			return nil, err
@@ -299,6 +300,7 @@ func (r *remapper) names(d *statedict.Dict, where string) ([]statedict.Value, er
 	if r.training.inOptimizer[d] || !optimizerstate.IsModelStateDict(d) {
 		return out, nil
 	}
+	renamed := false
 	if r.opts.StripWrappers {
 		for changed := true; changed; {
 			changed = false
@@ -319,7 +321,7 @@ func (r *remapper) names(d *statedict.Dict, where string) ([]statedict.Value, er
 						label += " (in " + where + ")"
 					}
 					r.rep.Stripped = append(r.rep.Stripped, label)
-					changed = true
+					changed, renamed = true, true
 				}
 			}
 		}
@@ -333,9 +335,13 @@ func (r *remapper) names(d *statedict.Dict, where string) ([]statedict.Value, er
 				if ns != s {
 					out[i] = ns
 					r.rep.Renamed++
+					renamed = true
 				}
 			}
 		}
+	}
+	if !renamed {
+		return out, nil // the keys of a dict: no two alike
 	}
 	seen := make(map[string]string, len(out))
 	for i, k := range out {

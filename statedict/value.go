@@ -36,6 +36,16 @@ type Dict struct {
 // NewDict returns an empty dict of the given Python class ("" for dict).
 func NewDict(class string) *Dict { return &Dict{Class: class} }
 
+// NewDictSize is NewDict with room for n entries: a reader that knows how many it will set
+// allocates them once, not twice over as the dict grows (a checkpoint may hold hundreds of
+// thousands of tensors).
+func NewDictSize(class string, n int) *Dict {
+	if n <= 0 {
+		return NewDict(class)
+	}
+	return &Dict{Class: class, entries: make([]Entry, 0, n), index: make(map[any]int, n)}
+}
+
 // Len is the number of entries.
 func (d *Dict) Len() int { return len(d.entries) }
 

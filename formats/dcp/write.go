@@ -20,9 +20,20 @@ const DataFile = "__0_0.distcp"
 
 // leaf is one flattened item of a DCP save plan.
 type leaf struct {
-	fqn  string
-	path []statedict.Value // str keys and int list positions, as planner_data records them
+	fqn string
+	// path holds the str keys and int list positions that lead to the leaf, as
+	// planner_data records them; nil for a leaf under one key of the root, whose path is
+	// (fqn,) — most leaves of a flat state dict, which then cost no path of their own.
+	path []statedict.Value
 	val  statedict.Value
+}
+
+// keys returns the leaf's path.
+func (l *leaf) keys() []statedict.Value {
+	if l.path == nil && l.fqn != "" { // "" with no path: the root itself is the leaf
+		return []statedict.Value{l.fqn}
+	}
+	return l.path
 }
 
 // Flatten flattens a state dict the way torch.distributed.checkpoint's flatten_state_dict
@@ -37,7 +48,11 @@ func flatten(root statedict.Value) ([]leaf, error) {
 		switch c := v.(type) {
 		case *statedict.Dict:
 			for _, e := range c.Entries() {
-				if err := walk(append(path[:len(path):len(path)], statedict.KeyString(e.Key)), e.Value); err != nil {
+				k := e.Key // a str key as boxed already: no allocation per leaf
+				if _, ok := k.(string); !ok {
+					k = statedict.KeyString(e.Key)
+				}
+				if err := walk(append(path[:len(path):len(path)], k), e.Value); err != nil {
 					return err
 				}
 			}
@@ -61,6 +76,11 @@ func flatten(root statedict.Value) ([]leaf, error) {
 			return fmt.Errorf("two entries flatten to the same name %q", fqn)
 		}
 		seen[fqn] = true
+		if len(path) == 1 {
+			if k, ok := path[0].(string); ok && k == fqn && k != "" {
+				path = nil
+			}
+		}
 		out = append(out, leaf{fqn, path, v})
 		return nil
 	}
@@ -622,10 +642,11 @@ func encodeMetadata(w io.Writer, p *savePlan, st []stored, descs []string) error
 	e.String("planner_data")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for li, l := range p.leaves {
+	for li := range p.leaves {
+		l := &p.leaves[li]
 		e.String(l.fqn)
 		e.Op(pickle.OpMark)
-		for _, k := range l.path {
+		for _, k := range l.keys() {
 			switch k := k.(type) {
 			case string:
 				e.String(k)

@@ -44,7 +44,7 @@ func Open(path string) (*statedict.Checkpoint, error) {
 // tensors builds the tensor dict of the file whose bytes are data and whose validated header
 // is h.
 func tensors(file string, data []byte, h *Header) (*statedict.Dict, error) {
-	root := statedict.NewDict("")
+	root := statedict.NewDictSize("", len(h.Tensors))
 	for i := range h.Tensors {
 		ti := &h.Tensors[i]
 		fail := func(format string, args ...any) error {
