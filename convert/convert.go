@@ -348,7 +348,7 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 	// Only the remapped tree is written from here on (its tensors read the source's bytes
 	// through storages of their own): let the source's tree go, which for a checkpoint of
 	// many small tensors is as large as the remapped one.
-	ck.Root = nil
+	ck.Root, q.root = nil, nil
 	tensors, err := p.ck.Tensors()
 	if err != nil {
 		return nil, err

@@ -252,7 +252,7 @@ func (r *remapper) value(v statedict.Value, name string) (statedict.Value, error
 			if err != nil {
 				return nil, err
 			}
-			out.Set(names[i], nv)
+			out.Append(names[i], nv) // distinct: c's keys, or renamed ones names checked
 		}
 		r.noteDict(c, out, names, name)
 		return out, nil

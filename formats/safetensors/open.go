@@ -74,7 +74,7 @@ func tensors(file string, data []byte, h *Header) (*statedict.Dict, error) {
 		if err := t.Validate(); err != nil {
 			return nil, fail("%v", err)
 		}
-		root.Set(ti.Name, t)
+		root.Append(ti.Name, t) // the header's names are unique (parse refuses duplicates)
 	}
 	return root, nil
 }
