@@ -16,8 +16,10 @@ package convert
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ckpt-dev/ckpt/internal/plural"
 	"path"
 	"path/filepath"
 	"strings"
@@ -447,7 +449,7 @@ func checkTensors(src *statedict.Checkpoint, n int, first statedict.NamedTensor,
 			return err
 		}
 		if h := statedict.HiddenTensors(src.Root); h.Tensors > 0 {
-			return fmt.Errorf("%s: %w: its %d tensor(s) are inside %s object(s), which ckpt does not read as data; nothing would be written", src.Path, statedict.ErrUnsupported, h.Tensors, strings.Join(h.Classes, ", "))
+			return fmt.Errorf("%s: %w: %s inside %s objects, which ckpt does not read as data; nothing would be written", src.Path, statedict.ErrUnsupported, plural.Of(h.Tensors, "tensor"), strings.Join(h.Classes, ", "))
 		} else if len(in) > 0 {
 			return fmt.Errorf("%s: no tensor left to write: the selection and drops remove all %d", src.Path, len(in))
 		}
@@ -456,7 +458,7 @@ func checkTensors(src *statedict.Checkpoint, n int, first statedict.NamedTensor,
 	if weights {
 		return nil
 	}
-	return fmt.Errorf("%s: %w: every one of its %d tensor(s) is empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, statedict.ErrUnsupported, n, first.Name, first.Tensor.Shape)
+	return fmt.Errorf("%s: %w: all %s empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, statedict.ErrUnsupported, plural.Of(n, "tensor"), first.Name, first.Tensor.Shape)
 }
 
 // placement places tensors as the target does.
@@ -553,7 +555,7 @@ func notWritten(items []string, lay formats.Layout) remap.Warning {
 		}
 	}
 	return remap.Warning{Kind: "values_not_written", Items: items, Dropped: true,
-		Message: fmt.Sprintf("%d value(s) not written (%s holds tensors only): %s; a torch or DCP output keeps them", len(items), lay, remap.Summarize(parts))}
+		Message: fmt.Sprintf("%s not written (%s holds tensors only): %s; a torch or DCP output keeps them", plural.Of(len(items), "value"), lay, remap.Summarize(parts))}
 }
 
 // kept is the warning for the Python objects written as the source pickled them: nothing
@@ -564,7 +566,29 @@ func kept(items []string, lay formats.Layout) remap.Warning {
 		loader = "DCP's loader imports their classes to unpickle them"
 	}
 	return remap.Warning{Kind: "objects_kept", Items: items,
-		Message: fmt.Sprintf("kept %d Python object(s) as the source pickled them (%s): %s; dropping them loses nothing but those values", len(items), remap.Summarize(items), loader)}
+		Message: fmt.Sprintf("kept %s as the source pickled them (%s): %s; dropping them loses nothing but those values", plural.Of(len(items), "Python object"), remap.Summarize(items), loader)}
+}
+
+// MarshalJSON writes the summary with each warning once, in Warnings: they already hold the
+// remap's warnings (which the manifest records under "remap") and, prefixed with their file,
+// those of the files converted alongside, so neither "remap" nor "alongside" repeats them.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	type plain Summary // Summary's fields without this method
+	out := plain(s)
+	if s.Remap != nil && s.Remap.Warnings != nil {
+		r := *s.Remap
+		r.Warnings = nil
+		out.Remap = &r
+	}
+	if s.Alongside != nil {
+		out.Alongside = make([]*Summary, len(s.Alongside))
+		for i, a := range s.Alongside {
+			c := *a
+			c.Warnings = nil
+			out.Alongside[i] = &c
+		}
+	}
+	return json.Marshal(out)
 }
 
 // Messages are the warnings' one-line messages.

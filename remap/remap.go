@@ -2,6 +2,7 @@ package remap
 
 import (
 	"fmt"
+	"github.com/ckpt-dev/ckpt/internal/plural"
 	"regexp"
 	"sort"
 	"strings"
@@ -168,7 +169,7 @@ func Apply(root statedict.Value, opts Options) (statedict.Value, *Report, error)
 	}
 	if n := len(rep.DroppedRNG); n > 0 {
 		rep.Warnings = append(rep.Warnings, Warning{Kind: "cuda_rng_dropped", Items: rep.DroppedRNG, Dropped: true,
-			Message: fmt.Sprintf("dropped %d CUDA RNG state(s) (%s): they mean nothing on a TPU", n, Summarize(rep.DroppedRNG))})
+			Message: fmt.Sprintf("dropped %s (%s): they mean nothing on a TPU", plural.Of(n, "CUDA RNG state"), Summarize(rep.DroppedRNG))})
 	}
 	sort.Strings(rep.Stripped)
 	return out, rep, nil

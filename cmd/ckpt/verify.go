@@ -32,7 +32,11 @@ func newVerifyCmd() *cobra.Command {
 	)
 	def := verify.DefaultThresholds()
 	cmd := &cobra.Command{
-		Use:   "verify SRC DST",
+		Use: "verify SRC DST",
+		Example: `  # DST holds what converting SRC should give, tensor by tensor
+  ckpt verify checkpoint.pt checkpoint_tpu.pt
+  # and computes what SRC does, as a model
+  ckpt verify --forward --tokens 1,5,9 Qwen3-8B/ Qwen3-8B-tpu/`,
 		Short: "Prove a converted checkpoint holds what its source does, tensor by tensor and (--forward) as a model",
 		Long: `verify compares the checkpoint DST with the checkpoint SRC it was converted from (any two
 formats ckpt reads; it also tells whether two checkpoints are the same model).
@@ -59,7 +63,7 @@ its top-1 token is the source's (or a near tie of it) — against the source in 
 else against the source run as a TPU runs it (the TPU's arithmetic, not the conversion, moved
 such a position: bfloat16 rounding flips near ties in a mixture of experts' routing). The
 check passes when at least --min-agree of the positions agree. Defaults are measured on
-correct and deliberately broken conversions; see the README. Tokens: --tokens 1,5,9, --prompt-ids FILE (ids separated by spaces, commas or
+correct and deliberately broken conversions; see docs/verify.md. Tokens: --tokens 1,5,9, --prompt-ids FILE (ids separated by spaces, commas or
 newlines; a JSON list works), or 32 fixed ids spread over the vocabulary.
 
 --emit-torch DIR writes DIR/verify_tpu.py, DIR/reference.safetensors and DIR/config.json: on
@@ -211,7 +215,7 @@ func printVerify(w io.Writer, rep *verifyReport) error {
 			conv += " for " + f.Generation
 		}
 		fmt.Fprintf(w, "forward: %s, %d tokens, source %s vs converted %s (%s kernels), %.2f s\n", f.ModelType, len(f.Tokens), f.Reference, conv, f.Kernel, f.Seconds)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		tw := newTable(w, tabwriter.AlignRight)
 		fmt.Fprintln(tw, "POS\tTOKEN\tMAX ABS\tMEAN ABS\tCOSINE\tKL\tTOP-1 SRC/DST\t\t")
 		for i, p := range f.Positions {
 			mark := ""
@@ -243,11 +247,11 @@ func printParity(w io.Writer, r *verify.ParityReport, indent string) {
 	fmt.Fprintln(w)
 	verdict := "PARITY"
 	if len(r.Problems) > 0 {
-		verdict = fmt.Sprintf("%d PROBLEM(S)", len(r.Problems))
+		verdict = strings.ToUpper(plural(len(r.Problems), "problem"))
 	}
 	dropped := ""
 	if len(r.Dropped) > 0 {
-		dropped = fmt.Sprintf(", %d CUDA RNG states left out", len(r.Dropped))
+		dropped = ", " + plural(len(r.Dropped), "CUDA RNG state") + " left out"
 	}
 	values := ""
 	switch {
