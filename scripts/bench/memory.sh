@@ -13,7 +13,8 @@ large=${LARGE:-100000}
 dir=.bench/memory
 rm -rf "$dir"
 mkdir -p "$dir"
-CGO_ENABLED=0 go build -o "$dir/ckpt" ./cmd/ckpt
+# CKPT_BIN measures another build (an earlier commit's) instead of this tree's.
+if [ -n "${CKPT_BIN:-}" ]; then cp "$CKPT_BIN" "$dir/ckpt"; else CGO_ENABLED=0 go build -o "$dir/ckpt" ./cmd/ckpt; fi
 for n in "$small" "$large"; do
   mkdir -p "$dir/hf$n"
   python3 - "$dir/hf$n/model.safetensors" "$n" <<'PY'
