@@ -32,13 +32,36 @@ type family struct {
 	gptOssLayers bool
 	// defaultRope is the rope_parameters the config class sets when config.json has none.
 	defaultRope map[string]any
-	// gemma is 2 or 3 for Gemma's decoder: embeddings scaled by √hidden, RMSNorm weights
-	// applied as (1 + w), norms around both blocks, GELU-tanh, query_pre_attn_scalar,
-	// logit soft-capping; Gemma 3 adds q/k norms and a rope of its own for sliding layers.
+	// gemma is 1, 2 or 3 for Gemma's decoder: embeddings scaled by √hidden, RMSNorm weights
+	// applied as (1 + w), GELU-tanh by default; Gemma 2 adds norms around both blocks,
+	// query_pre_attn_scalar and logit soft-capping; Gemma 3 adds q/k norms and a rope of
+	// its own for sliding layers.
 	gemma int
 	// slidingPattern: without layer_types, every pattern-th layer is full attention and
 	// the others sliding (Gemma); 0 for none.
 	slidingPattern int
+	// eps is the default rms_norm_eps (0: 1e-6); tie the default tie_word_embeddings.
+	eps float64
+	tie bool
+	// defaultWindow is the sliding_window when config.json has no such key (Mistral's 4096).
+	defaultWindow int
+	// qkNormFull: q and k RMSNorms span the whole projection (all heads), before the heads
+	// are split (OLMo 2), rather than one head.
+	qkNormFull bool
+	// postNorms: no norm before attention or MLP; each block's output is normalized before
+	// it joins the residual (OLMo 2).
+	postNorms bool
+	// fused: q/k/v stored as one self_attn.qkv_proj and gate/up as one mlp.gate_up_proj
+	// (Phi-3), split by rows on load.
+	fused bool
+	// granite reads embedding_multiplier, attention_multiplier, residual_multiplier and
+	// logits_scaling (Granite).
+	granite bool
+	// readsMLPBias: the config's mlp_bias adds biases to gate/up/down (Llama, Granite).
+	readsMLPBias bool
+	// partialRotary: the modeling code rotates only the first partial_rotary_factor of each
+	// head (Phi-3); elsewhere a partial factor is refused.
+	partialRotary bool
 }
 
 type moeKind int
@@ -47,21 +70,29 @@ const (
 	moeNone moeKind = iota
 	moeQwen3
 	moeGptOss
+	// moeMixtral: softmax over all experts, top-k renormalized; every layer; experts named
+	// block_sparse_moe.experts.N.w1/w3/w2 (released checkpoints) or stacked under mlp.
+	moeMixtral
 )
 
 // families lists the supported model_type values.
 var families = map[string]*family{
-	"llama":     {modelType: "llama", defaultTheta: 10000, readsAttnBias: true},
-	"mistral":   {modelType: "mistral", defaultTheta: 10000, windowAll: true},
+	"llama":     {modelType: "llama", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true},
+	"mistral":   {modelType: "mistral", defaultTheta: 10000, windowAll: true, defaultWindow: 4096},
 	"qwen2":     {modelType: "qwen2", defaultTheta: 10000, attnBias: true, qwenWindow: true},
 	"qwen3":     {modelType: "qwen3", defaultTheta: 10000, headDim: 128, readsAttnBias: true, qkNorm: true, qwenWindow: true},
 	"qwen3_moe": {modelType: "qwen3_moe", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qwenWindow: true, moe: moeQwen3},
+	"mixtral":   {modelType: "mixtral", defaultTheta: 1e6, windowAll: true, moe: moeMixtral, eps: 1e-5},
+	"phi3":      {modelType: "phi3", defaultTheta: 10000, windowAll: true, fused: true, partialRotary: true, eps: 1e-5},
+	"olmo2":     {modelType: "olmo2", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qkNormFull: true, postNorms: true, eps: 1e-5},
+	"granite":   {modelType: "granite", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true, granite: true},
 	"gpt_oss": {modelType: "gpt_oss", defaultTheta: 150000, headDim: 64, attnBias: true, oBias: true, readsAttnBias: true,
-		sinks: true, moe: moeGptOss, gptOssLayers: true,
+		sinks: true, moe: moeGptOss, gptOssLayers: true, eps: 1e-5, defaultWindow: 128,
 		defaultRope: map[string]any{"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
 			"truncate": false, "original_max_position_embeddings": 4096.0}},
-	"gemma2":      {modelType: "gemma2", defaultTheta: 10000, headDim: 256, readsAttnBias: true, gemma: 2, slidingPattern: 2},
-	"gemma3_text": {modelType: "gemma3_text", defaultTheta: 1e6, headDim: 256, readsAttnBias: true, qkNorm: true, gemma: 3, slidingPattern: 6},
+	"gemma":       {modelType: "gemma", defaultTheta: 10000, headDim: 256, readsAttnBias: true, gemma: 1, tie: true},
+	"gemma2":      {modelType: "gemma2", defaultTheta: 10000, headDim: 256, readsAttnBias: true, gemma: 2, slidingPattern: 2, tie: true, defaultWindow: 4096},
+	"gemma3_text": {modelType: "gemma3_text", defaultTheta: 1e6, headDim: 256, readsAttnBias: true, qkNorm: true, gemma: 3, slidingPattern: 6, tie: true, defaultWindow: 4096},
 }
 
 // Supported lists the model_type values the forward pass runs, sorted.
@@ -104,6 +135,12 @@ type Config struct {
 	// weights as 1 + w; Sandwich adds post-attention, pre- and post-feedforward norms.
 	EmbedScale            float32
 	NormPlusOne, Sandwich bool
+	// Granite: ResidualScale multiplies each block's output before it joins the residual
+	// and LogitsScaling divides the logits (0: none).
+	ResidualScale, LogitsScaling float32
+	// QKNormFull: the q/k norms span the whole projection (OLMo 2); PostNorms: blocks are
+	// normalized after, not before (OLMo 2); Fused: qkv_proj and gate_up_proj (Phi-3).
+	QKNormFull, PostNorms, Fused bool
 	// AttnScale multiplies the attention scores (head_dim^-0.5, or
 	// query_pre_attn_scalar^-0.5); AttnSoftcap and FinalSoftcap cap scores and logits as
 	// cap·tanh(x/cap) (0: none).
@@ -124,7 +161,7 @@ type Rope struct {
 	Theta           float64
 	params          map[string]any
 	maxPos          int
-	headDim         int
+	rotaryDim       int // the rotated part of each head (head_dim × partial_rotary_factor)
 	AttentionFactor float64
 }
 
@@ -160,10 +197,20 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.HeadDim == 0 && c.Heads > 0 {
 		c.HeadDim = c.Hidden / c.Heads
 	}
-	c.RMSNormEps = g.float("rms_norm_eps", map[bool]float64{true: 1e-5, false: 1e-6}[mt == "gpt_oss"])
+	eps := fam.eps
+	if eps == 0 {
+		eps = 1e-6
+	}
+	c.RMSNormEps = g.float("rms_norm_eps", eps)
 	c.HiddenAct = g.str("hidden_act", "silu")
 	c.AttnScale = 1 / math.Sqrt(float64(c.HeadDim))
-	if fam.gemma != 0 {
+	if fam.gemma == 1 {
+		// Gemma 1 reads hidden_act only (transformers 5), whose default is the tanh GELU.
+		c.HiddenAct = g.str("hidden_act", "gelu_pytorch_tanh")
+		c.EmbedScale = float32(math.Sqrt(float64(c.Hidden)))
+		c.NormPlusOne = true
+	}
+	if fam.gemma >= 2 {
 		c.HiddenAct = g.str("hidden_activation", g.str("hidden_act", "gelu_pytorch_tanh"))
 		c.EmbedScale = float32(math.Sqrt(float64(c.Hidden)))
 		c.NormPlusOne, c.Sandwich = true, true
@@ -175,13 +222,20 @@ func ParseConfig(data []byte) (*Config, error) {
 			return nil, fmt.Errorf("config.json: use_bidirectional_attention is not supported")
 		}
 	}
-	c.TieEmbeddings = g.bool("tie_word_embeddings", false)
+	if fam.granite {
+		c.EmbedScale = float32(g.float("embedding_multiplier", 1))
+		c.AttnScale = g.float("attention_multiplier", 1)
+		c.ResidualScale = float32(g.float("residual_multiplier", 1))
+		c.LogitsScaling = float32(g.float("logits_scaling", 1))
+	}
+	c.QKNormFull, c.PostNorms, c.Fused = fam.qkNormFull, fam.postNorms, fam.fused
+	c.TieEmbeddings = g.bool("tie_word_embeddings", fam.tie)
 	c.AttnBias, c.OBias = fam.attnBias, fam.oBias
 	if fam.readsAttnBias {
 		c.AttnBias = g.bool("attention_bias", fam.attnBias)
 		c.OBias = c.AttnBias
 	}
-	c.MLPBias = mt == "llama" && g.bool("mlp_bias", false)
+	c.MLPBias = fam.readsMLPBias && g.bool("mlp_bias", false)
 	c.QKNorm, c.Sinks = fam.qkNorm, fam.sinks
 	if g.err != nil {
 		return nil, g.err
@@ -203,8 +257,8 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.Heads%c.KVHeads != 0 {
 		return nil, fmt.Errorf("config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.Heads, c.KVHeads)
 	}
-	if c.HiddenAct != "silu" && c.HiddenAct != "gelu_pytorch_tanh" && mt != "gpt_oss" {
-		return nil, fmt.Errorf("config.json: hidden activation %q is not supported (silu, gelu_pytorch_tanh are)", c.HiddenAct)
+	if _, ok := activations[c.HiddenAct]; !ok && mt != "gpt_oss" {
+		return nil, fmt.Errorf("config.json: hidden activation %q is not supported (gelu, gelu_pytorch_tanh, silu are)", c.HiddenAct)
 	}
 	if err := c.window(g); err != nil {
 		return nil, err
@@ -258,17 +312,9 @@ func (c *Config) window(g *getter) error {
 		for i := range c.Sliding {
 			c.Sliding[i] = true
 		}
-		if _, ok := g.raw["sliding_window"]; !ok {
-			win = 4096
-		}
 	}
 	if _, ok := g.raw["sliding_window"]; !ok {
-		switch {
-		case c.fam.gptOssLayers:
-			win = 128
-		case c.fam.gemma != 0:
-			win = 4096
-		}
+		win = c.fam.defaultWindow
 	}
 	c.Window = win
 	if win <= 0 {
@@ -297,6 +343,15 @@ func (c *Config) moe(g *getter) error {
 		c.MoELayer = make([]bool, c.Layers)
 		for i := range c.MoELayer {
 			c.MoELayer[i] = !slices.Contains(only, i) && c.Experts > 0 && step > 0 && (i+1)%step == 0
+		}
+	case moeMixtral:
+		c.Experts = g.int("num_local_experts", 8)
+		c.TopK = g.int("num_experts_per_tok", 2)
+		c.MoEIntermediate = c.Intermediate
+		c.NormTopK = true
+		c.MoELayer = make([]bool, c.Layers)
+		for i := range c.MoELayer {
+			c.MoELayer[i] = true
 		}
 	case moeGptOss:
 		c.Experts = g.int("num_local_experts", 128)

@@ -54,7 +54,11 @@ func (m *Model) Forward(tokens []int) ([]float32, error) {
 	x := make([]float32, T*H)
 	out := make([]float32, T*H)
 	for i, l := range m.layers {
-		rmsNorm(x, h, l.inNorm, c.RMSNormEps)
+		if c.PostNorms {
+			copy(x, h)
+		} else {
+			rmsNorm(x, h, l.inNorm, c.RMSNormEps)
+		}
 		r := rope
 		if l.sliding {
 			r = ropeLocal
@@ -62,27 +66,37 @@ func (m *Model) Forward(tokens []int) ([]float32, error) {
 		if err := m.attention(out, x, T, l, r, tpu); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
-		if c.Sandwich {
+		switch {
+		case c.Sandwich:
 			rmsNorm(out, out, l.postNorm, c.RMSNormEps)
 			add(h, out)
 			rmsNorm(x, h, l.preFF, c.RMSNormEps)
-		} else {
+		case c.PostNorms:
+			rmsNorm(out, out, l.postNorm, c.RMSNormEps)
 			add(h, out)
+			copy(x, h)
+		default:
+			addScaled(h, out, c.ResidualScale)
 			rmsNorm(x, h, l.postNorm, c.RMSNormEps)
 		}
 		if err := m.mlp(out, x, T, l, tpu); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
-		if c.Sandwich {
+		if l.postFF != nil {
 			rmsNorm(out, out, l.postFF, c.RMSNormEps)
 		}
-		add(h, out)
+		addScaled(h, out, c.ResidualScale)
 		m.ck.ReleaseMemory()
 	}
 	rmsNorm(x, h, m.norm, c.RMSNormEps)
 	logits := make([]float32, T*c.Vocab)
 	if err := linear(logits, x, T, m.lmHead, nil, tpu); err != nil {
 		return nil, err
+	}
+	if d := c.LogitsScaling; d != 0 {
+		for i, v := range logits {
+			logits[i] = v / d
+		}
 	}
 	if cp := float32(c.FinalSoftcap); cp != 0 {
 		for i, v := range logits {
@@ -97,6 +111,20 @@ func add(dst, src []float32) {
 	src = src[:len(dst)]
 	for i, v := range src {
 		dst[i] += v
+	}
+}
+
+// addScaled adds src·scale to dst (Granite's residual_multiplier), or src when scale is 0.
+// The product is rounded to float32 before the sum, as torch computes it (no fused
+// multiply-add).
+func addScaled(dst, src []float32, scale float32) {
+	if scale == 0 {
+		add(dst, src)
+		return
+	}
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] += float32(v * scale)
 	}
 }
 
@@ -172,17 +200,23 @@ func (m *Model) attention(dst, x []float32, T int, l *layer, rope *ropeTable, tp
 			return err
 		}
 	}
+	perHead := l.qNorm != nil && !c.QKNormFull
+	if l.qNorm != nil && c.QKNormFull {
+		// OLMo 2 normalizes each token's whole projection, all heads at once.
+		rmsNorm(q, q, l.qNorm, c.RMSNormEps)
+		rmsNorm(k, k, l.kNorm, c.RMSNormEps)
+	}
 	for t := range T {
 		for hd := range nh {
 			row := q[(t*nh+hd)*D : (t*nh+hd+1)*D]
-			if l.qNorm != nil {
+			if perHead {
 				rmsNorm(row, row, l.qNorm, c.RMSNormEps)
 			}
 			rope.apply(row, t)
 		}
 		for hd := range nkv {
 			row := k[(t*nkv+hd)*D : (t*nkv+hd+1)*D]
-			if l.kNorm != nil {
+			if perHead {
 				rmsNorm(row, row, l.kNorm, c.RMSNormEps)
 			}
 			rope.apply(row, t)
@@ -283,10 +317,7 @@ func (m *Model) mlp(dst, x []float32, T int, l *layer, tpu bool) error {
 		}
 		return m.qwen3MoE(dst, x, T, l, tpu)
 	}
-	act := silu
-	if m.cfg.HiddenAct == "gelu_pytorch_tanh" {
-		act = geluTanh
-	}
+	act := activations[m.cfg.HiddenAct]
 	return glu(dst, x, T, l.gate, l.up, l.down, l.gateB, l.upB, l.downB, act, tpu)
 }
 
@@ -319,6 +350,16 @@ func geluTanh(x float32) float32 {
 	return 0.5 * x * (1 + float32(math.Tanh(float64(inner))))
 }
 
+// geluErf is torch's exact gelu: ½x(1 + erf(x/√2)).
+func geluErf(x float32) float32 {
+	return 0.5 * x * (1 + float32(math.Erf(float64(x*float32(1/math.Sqrt2)))))
+}
+
+// activations are the MLP activations by config name (hidden_act, hidden_activation).
+var activations = map[string]func(float32) float32{
+	"silu": silu, "swish": silu, "gelu_pytorch_tanh": geluTanh, "gelu": geluErf,
+}
+
 func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
 
 func sigmoid(x float32) float32 { return 1 / (1 + float32(math.Exp(float64(-x)))) }
@@ -347,7 +388,8 @@ func topk(v []float32, k int) []int {
 	return idx[:k]
 }
 
-// qwen3MoE: softmax over all router logits, top-k, optionally renormalized.
+// qwen3MoE: softmax over all router logits, top-k, optionally renormalized (Qwen3-MoE's
+// norm_topk_prob; always for Mixtral).
 func (m *Model) qwen3MoE(dst, x []float32, T int, l *layer, tpu bool) error {
 	c := m.cfg
 	E := c.Experts

@@ -19,6 +19,11 @@ func FuzzParseConfig(f *testing.F) {
 		`{"model_type":"gpt_oss","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"vocab_size":97,"num_local_experts":4,"num_experts_per_tok":2,"intermediate_size":32,"max_position_embeddings":64}`,
 		`{"model_type":"gemma3_text","hidden_size":64,"num_hidden_layers":4,"num_attention_heads":4,"head_dim":16,"vocab_size":97,"rope_parameters":{"full_attention":{"rope_type":"linear","factor":8,"rope_theta":1000000},"sliding_attention":{"rope_type":"default","rope_theta":10000}}}`,
 		`{"model_type":"gemma2","hidden_size":64,"num_hidden_layers":3,"num_attention_heads":4,"head_dim":16,"vocab_size":97,"attn_logit_softcapping":null}`,
+		`{"model_type":"mixtral","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":97,"num_local_experts":4,"num_experts_per_tok":2,"intermediate_size":32,"sliding_window":5}`,
+		`{"model_type":"phi3","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":97,"max_position_embeddings":32,"original_max_position_embeddings":8,"rope_parameters":{"rope_type":"longrope","rope_theta":10000,"partial_rotary_factor":0.5,"short_factor":[1,1,1,1],"long_factor":[2,2,2,2]}}`,
+		`{"model_type":"olmo2","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":97,"attention_bias":true}`,
+		`{"model_type":"granite","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":97,"embedding_multiplier":12,"attention_multiplier":0.015625,"residual_multiplier":0.22,"logits_scaling":8}`,
+		`{"model_type":"gemma","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"head_dim":16,"vocab_size":97,"hidden_act":"gelu"}`,
 		`{"model_type":"bert"}`,
 		`{"model_type":"llama","hidden_size":1e300,"num_hidden_layers":-1}`,
 	} {

@@ -85,15 +85,28 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 	}
 	H, D := c.Hidden, c.HeadDim
 	qd, kvd := c.Heads*D, c.KVHeads*D
-	l.inNorm = norm("input_layernorm.weight", H)
+	if !c.PostNorms {
+		l.inNorm = norm("input_layernorm.weight", H)
+	}
 	l.postNorm = norm("post_attention_layernorm.weight", H)
 	if c.Sandwich {
 		l.preFF = norm("pre_feedforward_layernorm.weight", H)
+	}
+	if c.Sandwich || c.PostNorms {
 		l.postFF = norm("post_feedforward_layernorm.weight", H)
 	}
-	l.q = mat("self_attn.q_proj.weight", qd, H)
-	l.k = mat("self_attn.k_proj.weight", kvd, H)
-	l.v = mat("self_attn.v_proj.weight", kvd, H)
+	if c.Fused {
+		// Phi-3's qkv_proj holds q, k and v one after the other along the output rows; the
+		// row slices keep a per-device checkpoint's pieces (sliceParts).
+		qkv := mat("self_attn.qkv_proj.weight", qd+2*kvd, H)
+		if qkv != nil {
+			l.q, l.k, l.v = qkv.slice(0, qd), qkv.slice(qd, qd+kvd), qkv.slice(qd+kvd, qd+2*kvd)
+		}
+	} else {
+		l.q = mat("self_attn.q_proj.weight", qd, H)
+		l.k = mat("self_attn.k_proj.weight", kvd, H)
+		l.v = mat("self_attn.v_proj.weight", kvd, H)
+	}
 	l.o = mat("self_attn.o_proj.weight", H, qd)
 	if c.AttnBias {
 		l.qb = vec("self_attn.q_proj.bias", qd)
@@ -104,8 +117,12 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 		l.ob = vec("self_attn.o_proj.bias", H)
 	}
 	if c.QKNorm {
-		l.qNorm = norm("self_attn.q_norm.weight", D)
-		l.kNorm = norm("self_attn.k_norm.weight", D)
+		qn, kn := D, D
+		if c.QKNormFull {
+			qn, kn = qd, kvd
+		}
+		l.qNorm = norm("self_attn.q_norm.weight", qn)
+		l.kNorm = norm("self_attn.k_norm.weight", kn)
 	}
 	if c.Sinks {
 		l.sinks = vec("self_attn.sinks", c.Heads)
@@ -115,9 +132,23 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 	}
 	switch {
 	case c.MoELayer != nil && c.MoELayer[i] && c.fam.moe == moeQwen3:
-		err = l.loadQwen3MoE(ws, p, c)
+		err = l.loadSoftmaxMoE(ws, p, c, qwen3MoENames)
+	case c.MoELayer != nil && c.MoELayer[i] && c.fam.moe == moeMixtral:
+		names := mixtralMoENames
+		if !ws.has(p + names.block + names.router) {
+			names.block = "mlp." // transformers 5's own names (mlp.gate, mlp.experts.gate_up_proj)
+		}
+		err = l.loadSoftmaxMoE(ws, p, c, names)
 	case c.MoELayer != nil && c.MoELayer[i] && c.fam.moe == moeGptOss:
 		err = l.loadGptOssMoE(ws, p, c)
+	case c.Fused:
+		I := c.Intermediate
+		// Phi-3's gate_up_proj: gate rows first, then up (chunk(2) of the output).
+		gu := mat("mlp.gate_up_proj.weight", 2*I, H)
+		if gu != nil {
+			l.gate, l.up = gu.slice(0, I), gu.slice(I, 2*I)
+		}
+		l.down = mat("mlp.down_proj.weight", H, I)
 	default:
 		I := c.Intermediate
 		l.gate = mat("mlp.gate_proj.weight", I, H)
@@ -135,36 +166,49 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 	return l, nil
 }
 
-// loadQwen3MoE reads the router and the experts, stored per expert
-// (mlp.experts.E.gate_proj.weight, as the released checkpoints are) or stacked
-// (mlp.experts.gate_up_proj [E, 2I, H] and down_proj [E, H, I], as transformers 5 holds them).
-func (l *layer) loadQwen3MoE(ws *weights, p string, c *Config) error {
+// moeNames are where a softmax-routed MoE block keeps its router and per-expert weights,
+// relative to the layer: block+router, and block+"experts.N."+gate/up/down.
+type moeNames struct {
+	block, router, gate, up, down string
+}
+
+var (
+	qwen3MoENames   = moeNames{block: "mlp.", router: "gate.weight", gate: "gate_proj", up: "up_proj", down: "down_proj"}
+	mixtralMoENames = moeNames{block: "block_sparse_moe.", router: "gate.weight", gate: "w1", up: "w3", down: "w2"}
+)
+
+// loadSoftmaxMoE reads the router and the experts of a Qwen3-MoE or Mixtral block, stored
+// per expert (mlp.experts.E.gate_proj.weight, block_sparse_moe.experts.E.w1.weight, as the
+// released checkpoints are) or stacked (mlp.experts.gate_up_proj [E, 2I, H] and down_proj
+// [E, H, I], as transformers 5 holds them).
+func (l *layer) loadSoftmaxMoE(ws *weights, p string, c *Config, n moeNames) error {
 	H, I, E := c.Hidden, c.MoEIntermediate, c.Experts
 	var err error
-	if l.router, err = ws.mat(p+"mlp.gate.weight", E, H, ws.round); err != nil {
+	b := p + n.block
+	if l.router, err = ws.mat(b+n.router, E, H, ws.round); err != nil {
 		return err
 	}
-	stacked := ws.has(p+"mlp.experts.gate_up_proj") || ws.mxfp4[ws.prefix+p+"mlp.experts.gate_up_proj"] != nil
+	stacked := ws.has(b+"experts.gate_up_proj") || ws.mxfp4[ws.prefix+b+"experts.gate_up_proj"] != nil
 	for e := range E {
 		x := &expert{}
 		if stacked {
-			gu, err := ws.expert(p+"mlp.experts.gate_up_proj", e, E, 2*I, H, false)
+			gu, err := ws.expert(b+"experts.gate_up_proj", e, E, 2*I, H, false)
 			if err != nil {
 				return err
 			}
 			x.gate, x.up = gu.slice(0, I), gu.slice(I, 2*I)
-			if x.down, err = ws.expert(p+"mlp.experts.down_proj", e, E, H, I, false); err != nil {
+			if x.down, err = ws.expert(b+"experts.down_proj", e, E, H, I, false); err != nil {
 				return err
 			}
 		} else {
-			q := fmt.Sprintf("%smlp.experts.%d.", p, e)
-			if x.gate, err = ws.mat(q+"gate_proj.weight", I, H, ws.round); err != nil {
+			q := fmt.Sprintf("%sexperts.%d.", b, e)
+			if x.gate, err = ws.mat(q+n.gate+".weight", I, H, ws.round); err != nil {
 				return err
 			}
-			if x.up, err = ws.mat(q+"up_proj.weight", I, H, ws.round); err != nil {
+			if x.up, err = ws.mat(q+n.up+".weight", I, H, ws.round); err != nil {
 				return err
 			}
-			if x.down, err = ws.mat(q+"down_proj.weight", H, I, ws.round); err != nil {
+			if x.down, err = ws.mat(q+n.down+".weight", H, I, ws.round); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,64 @@
+package forward
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestFamilyDefaults checks the transformers config-class defaults the family table gives
+// when config.json omits a field, and the refusals that keep an unsupported variant from
+// running as a supported one.
+func TestFamilyDefaults(t *testing.T) {
+	const dims = `"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":97,"max_position_embeddings":64`
+	for _, tc := range []struct {
+		name, json string
+		check      func(c *Config) bool
+		err        string
+	}{
+		{"mixtral eps, window, routing", `{"model_type":"mixtral",` + dims + `,"intermediate_size":32}`, func(c *Config) bool {
+			return c.RMSNormEps == 1e-5 && c.Window == 0 && c.Experts == 8 && c.TopK == 2 && c.NormTopK && c.MoEIntermediate == 32 && c.Rope.Theta == 1e6
+		}, ""},
+		{"mixtral window on every layer", `{"model_type":"mixtral",` + dims + `,"sliding_window":5}`, func(c *Config) bool {
+			return c.Window == 5 && c.Sliding[0] && c.Sliding[1]
+		}, ""},
+		{"mistral default window", `{"model_type":"mistral",` + dims + `}`, func(c *Config) bool { return c.Window == 4096 }, ""},
+		{"gemma ties, scales, gelu", `{"model_type":"gemma",` + dims + `}`, func(c *Config) bool {
+			return c.TieEmbeddings && c.NormPlusOne && !c.Sandwich && c.EmbedScale == 8 && c.HiddenAct == "gelu_pytorch_tanh" && c.HeadDim == 256
+		}, ""},
+		{"gemma2 ties", `{"model_type":"gemma2",` + dims + `}`, func(c *Config) bool { return c.TieEmbeddings && c.Sandwich }, ""},
+		{"phi3 partial rotary", `{"model_type":"phi3",` + dims + `,"partial_rotary_factor":0.75}`, func(c *Config) bool {
+			return c.Fused && c.RMSNormEps == 1e-5 && c.Rope.rotaryDim == 12
+		}, ""},
+		{"olmo2", `{"model_type":"olmo2",` + dims + `}`, func(c *Config) bool {
+			return c.PostNorms && c.QKNorm && c.QKNormFull && c.RMSNormEps == 1e-5 && !c.AttnBias
+		}, ""},
+		{"granite multipliers", `{"model_type":"granite",` + dims + `,"embedding_multiplier":12,"attention_multiplier":0.25,"residual_multiplier":0.5,"logits_scaling":8,"mlp_bias":true}`,
+			func(c *Config) bool {
+				return c.EmbedScale == 12 && c.AttnScale == 0.25 && c.ResidualScale == 0.5 && c.LogitsScaling == 8 && c.MLPBias
+			}, ""},
+		{"granite defaults", `{"model_type":"granite",` + dims + `}`, func(c *Config) bool {
+			return c.EmbedScale == 1 && c.AttnScale == 1 && c.ResidualScale == 1 && c.LogitsScaling == 1
+		}, ""},
+		{"llama partial rotary refused", `{"model_type":"llama",` + dims + `,"partial_rotary_factor":0.5}`, nil, "partial_rotary_factor 0.5 is not supported for llama"},
+		{"odd rotary dimension", `{"model_type":"phi3",` + dims + `,"partial_rotary_factor":0.6}`, nil, "must be even"},
+		{"unknown activation", `{"model_type":"gemma",` + dims + `,"hidden_act":"relu"}`, nil, `hidden activation "relu" is not supported`},
+		{"unsupported family lists the supported", `{"model_type":"stablelm","architectures":["StableLmForCausalLM"]}`, nil,
+			"(StableLmForCausalLM) is not supported by the forward pass (supported: gemma, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(tc.json))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(c) {
+				t.Errorf("%+v", *c)
+			}
+		})
+	}
+}
