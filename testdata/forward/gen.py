@@ -111,6 +111,18 @@ CASES = {
     "granite_bias_tied_bf16": ("GraniteConfig", "GraniteForCausalLM", base(
         embedding_multiplier=12.0, attention_multiplier=0.015625, residual_multiplier=0.22, logits_scaling=8.0,
         attention_bias=True, mlp_bias=True, tie_word_embeddings=True), "bf16"),
+    "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", base(
+        norm_epsilon=1e-5, sliding_window=5, bos_token_id=1, eos_token_id=2), "safetensors"),
+    "starcoder2_nobias_bf16": ("Starcoder2Config", "Starcoder2ForCausalLM", base(
+        use_bias=False, hidden_act="gelu", tie_word_embeddings=True, num_key_value_heads=1, bos_token_id=1,
+        eos_token_id=2), "bf16"),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", base(
+        num_experts=6, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=48,
+        norm_topk_prob=False, num_hidden_layers=3, mlp_only_layers=[1]), "safetensors"),
+    "qwen2_moe_stacked": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", base(
+        num_experts=4, num_experts_per_tok=3, moe_intermediate_size=16, shared_expert_intermediate_size=32,
+        norm_topk_prob=True, qkv_bias=False, tie_word_embeddings=True, use_sliding_window=True, sliding_window=4,
+        max_window_layers=1), "state_dict"),
 }
 
 @contextlib.contextmanager

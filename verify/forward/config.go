@@ -57,6 +57,11 @@ type family struct {
 	// granite reads embedding_multiplier, attention_multiplier, residual_multiplier and
 	// logits_scaling (Granite).
 	granite bool
+	// starcoder2: LayerNorm with biases (norm_epsilon), an ungated c_fc/c_proj MLP, and
+	// use_bias for every projection's bias (StarCoder2).
+	starcoder2 bool
+	// readsQKVBias: qkv_bias (default attnBias) sets q/k/v biases; o_proj has none (Qwen2-MoE).
+	readsQKVBias bool
 	// readsMLPBias: the config's mlp_bias adds biases to gate/up/down (Llama, Granite).
 	readsMLPBias bool
 	// partialRotary: the modeling code rotates only the first partial_rotary_factor of each
@@ -73,19 +78,23 @@ const (
 	// moeMixtral: softmax over all experts, top-k renormalized; every layer; experts named
 	// block_sparse_moe.experts.N.w1/w3/w2 (released checkpoints) or stacked under mlp.
 	moeMixtral
+	// moeQwen2: Qwen3's routing plus a shared expert gated by sigmoid(shared_expert_gate).
+	moeQwen2
 )
 
 // families lists the supported model_type values.
 var families = map[string]*family{
-	"llama":     {modelType: "llama", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true},
-	"mistral":   {modelType: "mistral", defaultTheta: 10000, windowAll: true, defaultWindow: 4096},
-	"qwen2":     {modelType: "qwen2", defaultTheta: 10000, attnBias: true, qwenWindow: true},
-	"qwen3":     {modelType: "qwen3", defaultTheta: 10000, headDim: 128, readsAttnBias: true, qkNorm: true, qwenWindow: true},
-	"qwen3_moe": {modelType: "qwen3_moe", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qwenWindow: true, moe: moeQwen3},
-	"mixtral":   {modelType: "mixtral", defaultTheta: 1e6, windowAll: true, moe: moeMixtral, eps: 1e-5},
-	"phi3":      {modelType: "phi3", defaultTheta: 10000, windowAll: true, fused: true, partialRotary: true, eps: 1e-5},
-	"olmo2":     {modelType: "olmo2", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qkNormFull: true, postNorms: true, eps: 1e-5},
-	"granite":   {modelType: "granite", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true, granite: true},
+	"llama":      {modelType: "llama", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true},
+	"mistral":    {modelType: "mistral", defaultTheta: 10000, windowAll: true, defaultWindow: 4096},
+	"qwen2":      {modelType: "qwen2", defaultTheta: 10000, attnBias: true, qwenWindow: true},
+	"qwen3":      {modelType: "qwen3", defaultTheta: 10000, headDim: 128, readsAttnBias: true, qkNorm: true, qwenWindow: true},
+	"qwen2_moe":  {modelType: "qwen2_moe", defaultTheta: 10000, attnBias: true, readsQKVBias: true, qwenWindow: true, moe: moeQwen2},
+	"qwen3_moe":  {modelType: "qwen3_moe", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qwenWindow: true, moe: moeQwen3},
+	"mixtral":    {modelType: "mixtral", defaultTheta: 1e6, windowAll: true, moe: moeMixtral, eps: 1e-5},
+	"phi3":       {modelType: "phi3", defaultTheta: 10000, windowAll: true, fused: true, partialRotary: true, eps: 1e-5},
+	"olmo2":      {modelType: "olmo2", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qkNormFull: true, postNorms: true, eps: 1e-5},
+	"starcoder2": {modelType: "starcoder2", defaultTheta: 10000, windowAll: true, starcoder2: true, tie: true},
+	"granite":    {modelType: "granite", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true, granite: true},
 	"gpt_oss": {modelType: "gpt_oss", defaultTheta: 150000, headDim: 64, attnBias: true, oBias: true, readsAttnBias: true,
 		sinks: true, moe: moeGptOss, gptOssLayers: true, eps: 1e-5, defaultWindow: 128,
 		defaultRope: map[string]any{"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
@@ -141,6 +150,9 @@ type Config struct {
 	// QKNormFull: the q/k norms span the whole projection (OLMo 2); PostNorms: blocks are
 	// normalized after, not before (OLMo 2); Fused: qkv_proj and gate_up_proj (Phi-3).
 	QKNormFull, PostNorms, Fused bool
+	// LayerNorm: block norms are LayerNorms with biases, eps in RMSNormEps; PlainMLP: an
+	// ungated MLP (StarCoder2).
+	LayerNorm, PlainMLP bool
 	// AttnScale multiplies the attention scores (head_dim^-0.5, or
 	// query_pre_attn_scalar^-0.5); AttnSoftcap and FinalSoftcap cap scores and logits as
 	// cap·tanh(x/cap) (0: none).
@@ -149,7 +161,9 @@ type Config struct {
 	// layers are MoE; MoEIntermediate is an expert's hidden size.
 	Experts, TopK, MoEIntermediate int
 	NormTopK                       bool
-	MoELayer                       []bool
+	// SharedIntermediate is the shared expert's hidden size (Qwen2-MoE; 0: none).
+	SharedIntermediate int
+	MoELayer           []bool
 
 	fam *family
 }
@@ -229,13 +243,25 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.LogitsScaling = float32(g.float("logits_scaling", 1))
 	}
 	c.QKNormFull, c.PostNorms, c.Fused = fam.qkNormFull, fam.postNorms, fam.fused
+	if fam.starcoder2 {
+		c.LayerNorm, c.PlainMLP = true, true
+		c.RMSNormEps = g.float("norm_epsilon", 1e-5)
+		c.HiddenAct = g.str("hidden_act", "gelu_pytorch_tanh")
+	}
 	c.TieEmbeddings = g.bool("tie_word_embeddings", fam.tie)
 	c.AttnBias, c.OBias = fam.attnBias, fam.oBias
 	if fam.readsAttnBias {
 		c.AttnBias = g.bool("attention_bias", fam.attnBias)
 		c.OBias = c.AttnBias
 	}
+	if fam.readsQKVBias {
+		c.AttnBias, c.OBias = g.bool("qkv_bias", fam.attnBias), false
+	}
 	c.MLPBias = fam.readsMLPBias && g.bool("mlp_bias", false)
+	if fam.starcoder2 {
+		b := g.bool("use_bias", true)
+		c.AttnBias, c.OBias, c.MLPBias = b, b, b
+	}
 	c.QKNorm, c.Sinks = fam.qkNorm, fam.sinks
 	if g.err != nil {
 		return nil, g.err
@@ -327,10 +353,16 @@ func (c *Config) moe(g *getter) error {
 	switch c.fam.moe {
 	case moeNone:
 		return nil
-	case moeQwen3:
-		c.Experts = g.int("num_experts", g.int("num_local_experts", 128))
-		c.TopK = g.int("num_experts_per_tok", 8)
-		c.MoEIntermediate = g.int("moe_intermediate_size", 768)
+	case moeQwen3, moeQwen2:
+		// Qwen3MoeConfig's defaults, or Qwen2MoeConfig's.
+		def := [3]int{128, 8, 768}
+		if c.fam.moe == moeQwen2 {
+			def = [3]int{60, 4, 1408}
+			c.SharedIntermediate = g.int("shared_expert_intermediate_size", 5632)
+		}
+		c.Experts = g.int("num_experts", g.int("num_local_experts", def[0]))
+		c.TopK = g.int("num_experts_per_tok", def[1])
+		c.MoEIntermediate = g.int("moe_intermediate_size", def[2])
 		c.NormTopK = g.bool("norm_topk_prob", false)
 		step := g.int("decoder_sparse_step", 1)
 		var only []int
@@ -364,6 +396,9 @@ func (c *Config) moe(g *getter) error {
 	}
 	if g.err != nil {
 		return g.err
+	}
+	if c.SharedIntermediate < 0 || c.SharedIntermediate > 1<<24 {
+		return fmt.Errorf("config.json: shared_expert_intermediate_size %d out of range", c.SharedIntermediate)
 	}
 	if c.Experts > 1<<16 || c.MoEIntermediate < 0 || c.MoEIntermediate > 1<<24 {
 		return fmt.Errorf("config.json: %d experts of size %d out of range", c.Experts, c.MoEIntermediate)

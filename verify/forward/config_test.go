@@ -39,11 +39,23 @@ func TestFamilyDefaults(t *testing.T) {
 		{"granite defaults", `{"model_type":"granite",` + dims + `}`, func(c *Config) bool {
 			return c.EmbedScale == 1 && c.AttnScale == 1 && c.ResidualScale == 1 && c.LogitsScaling == 1
 		}, ""},
+		{"starcoder2 layer norms, biases, ties", `{"model_type":"starcoder2",` + dims + `}`, func(c *Config) bool {
+			return c.LayerNorm && c.PlainMLP && c.AttnBias && c.OBias && c.MLPBias && c.TieEmbeddings && c.RMSNormEps == 1e-5 && c.HiddenAct == "gelu_pytorch_tanh"
+		}, ""},
+		{"starcoder2 use_bias false", `{"model_type":"starcoder2",` + dims + `,"use_bias":false,"norm_epsilon":1e-3}`, func(c *Config) bool {
+			return !c.AttnBias && !c.OBias && !c.MLPBias && c.RMSNormEps == 1e-3
+		}, ""},
+		{"qwen2_moe defaults", `{"model_type":"qwen2_moe",` + dims + `}`, func(c *Config) bool {
+			return c.Experts == 60 && c.TopK == 4 && c.MoEIntermediate == 1408 && c.SharedIntermediate == 5632 && c.AttnBias && !c.OBias && !c.NormTopK
+		}, ""},
+		{"qwen2_moe qkv_bias", `{"model_type":"qwen2_moe",` + dims + `,"qkv_bias":false,"num_experts":4,"num_experts_per_tok":2}`, func(c *Config) bool {
+			return !c.AttnBias && c.Experts == 4
+		}, ""},
 		{"llama partial rotary refused", `{"model_type":"llama",` + dims + `,"partial_rotary_factor":0.5}`, nil, "partial_rotary_factor 0.5 is not supported for llama"},
 		{"odd rotary dimension", `{"model_type":"phi3",` + dims + `,"partial_rotary_factor":0.6}`, nil, "must be even"},
 		{"unknown activation", `{"model_type":"gemma",` + dims + `,"hidden_act":"relu"}`, nil, `hidden activation "relu" is not supported`},
 		{"unsupported family lists the supported", `{"model_type":"stablelm","architectures":["StableLmForCausalLM"]}`, nil,
-			"(StableLmForCausalLM) is not supported by the forward pass (supported: gemma, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe)"},
+			"(StableLmForCausalLM) is not supported by the forward pass (supported: gemma, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, starcoder2)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ParseConfig([]byte(tc.json))

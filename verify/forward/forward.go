@@ -57,7 +57,7 @@ func (m *Model) Forward(tokens []int) ([]float32, error) {
 		if c.PostNorms {
 			copy(x, h)
 		} else {
-			rmsNorm(x, h, l.inNorm, c.RMSNormEps)
+			c.normalize(x, h, l.inNorm)
 		}
 		r := rope
 		if l.sliding {
@@ -68,27 +68,27 @@ func (m *Model) Forward(tokens []int) ([]float32, error) {
 		}
 		switch {
 		case c.Sandwich:
-			rmsNorm(out, out, l.postNorm, c.RMSNormEps)
+			c.normalize(out, out, l.postNorm)
 			add(h, out)
-			rmsNorm(x, h, l.preFF, c.RMSNormEps)
+			c.normalize(x, h, l.preFF)
 		case c.PostNorms:
-			rmsNorm(out, out, l.postNorm, c.RMSNormEps)
+			c.normalize(out, out, l.postNorm)
 			add(h, out)
 			copy(x, h)
 		default:
 			addScaled(h, out, c.ResidualScale)
-			rmsNorm(x, h, l.postNorm, c.RMSNormEps)
+			c.normalize(x, h, l.postNorm)
 		}
 		if err := m.mlp(out, x, T, l, tpu); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
-		if l.postFF != nil {
-			rmsNorm(out, out, l.postFF, c.RMSNormEps)
+		if l.postFF.w != nil {
+			c.normalize(out, out, l.postFF)
 		}
 		addScaled(h, out, c.ResidualScale)
 		m.ck.ReleaseMemory()
 	}
-	rmsNorm(x, h, m.norm, c.RMSNormEps)
+	c.normalize(x, h, m.norm)
 	logits := make([]float32, T*c.Vocab)
 	if err := linear(logits, x, T, m.lmHead, nil, tpu); err != nil {
 		return nil, err
@@ -125,6 +125,40 @@ func addScaled(dst, src []float32, scale float32) {
 	src = src[:len(dst)]
 	for i, v := range src {
 		dst[i] += float32(v * scale)
+	}
+}
+
+// normalize applies a block's norm to each row of x: RMSNorm, or LayerNorm with its bias.
+func (c *Config) normalize(dst, x []float32, n norm) {
+	if c.LayerNorm {
+		layerNorm(dst, x, n.w, n.b, c.RMSNormEps)
+		return
+	}
+	rmsNorm(dst, x, n.w, c.RMSNormEps)
+}
+
+// layerNorm writes (x − mean) / sqrt(var + eps) · weight + bias for each row of x (biased
+// variance), as torch's LayerNorm for float32.
+func layerNorm(dst, x, weight, bias []float32, eps float64) {
+	n := len(weight)
+	for r := 0; r+n <= len(x); r += n {
+		row := x[r : r+n]
+		var sum float64
+		for _, v := range row {
+			sum += float64(v)
+		}
+		mean := sum / float64(n)
+		var ss float64
+		for _, v := range row {
+			d := float64(v) - mean
+			ss += d * d
+		}
+		rstd := float32(1 / math.Sqrt(ss/float64(n)+eps))
+		m := float32(mean)
+		d := dst[r : r+n]
+		for i, v := range row {
+			d[i] = float32((v-m)*rstd)*weight[i] + bias[i]
+		}
 	}
 }
 
@@ -318,6 +352,17 @@ func (m *Model) mlp(dst, x []float32, T int, l *layer, tpu bool) error {
 		return m.qwen3MoE(dst, x, T, l, tpu)
 	}
 	act := activations[m.cfg.HiddenAct]
+	if l.gate == nil {
+		// StarCoder2: c_proj(act(c_fc(x))).
+		h := make([]float32, T*l.up.rows)
+		if err := linear(h, x, T, l.up, l.upB, tpu); err != nil {
+			return err
+		}
+		for i, v := range h {
+			h[i] = act(v)
+		}
+		return linear(dst, h, T, l.down, l.downB, tpu)
+	}
 	return glu(dst, x, T, l.gate, l.up, l.down, l.gateB, l.upB, l.downB, act, tpu)
 }
 
@@ -389,7 +434,7 @@ func topk(v []float32, k int) []int {
 }
 
 // qwen3MoE: softmax over all router logits, top-k, optionally renormalized (Qwen3-MoE's
-// norm_topk_prob; always for Mixtral).
+// norm_topk_prob; always for Mixtral), plus Qwen2-MoE's gated shared expert.
 func (m *Model) qwen3MoE(dst, x []float32, T int, l *layer, tpu bool) error {
 	c := m.cfg
 	E := c.Experts
@@ -415,9 +460,30 @@ func (m *Model) qwen3MoE(dst, x []float32, T int, l *layer, tpu bool) error {
 		}
 		routes[t] = route{top, w}
 	}
-	return m.runExperts(dst, x, T, l, routes, func(out, xs []float32, n int, e *expert) error {
+	err := m.runExperts(dst, x, T, l, routes, func(out, xs []float32, n int, e *expert) error {
 		return glu(out, xs, n, e.gate, e.up, e.down, nil, nil, nil, silu, tpu)
 	})
+	if err != nil || l.shared == nil {
+		return err
+	}
+	// Qwen2-MoE: + sigmoid(shared_expert_gate(x)) · shared_expert(x).
+	H := c.Hidden
+	sh := make([]float32, T*H)
+	if err := glu(sh, x, T, l.shared.gate, l.shared.up, l.shared.down, nil, nil, nil, silu, tpu); err != nil {
+		return fmt.Errorf("shared expert: %w", err)
+	}
+	g := make([]float32, T)
+	if err := linear(g, x, T, l.sharedGate, nil, tpu); err != nil {
+		return fmt.Errorf("shared expert gate: %w", err)
+	}
+	for t := range T {
+		s := sigmoid(g[t])
+		d := dst[t*H : (t+1)*H]
+		for j, v := range sh[t*H : (t+1)*H] {
+			d[j] += float32(s * v)
+		}
+	}
+	return nil
 }
 
 // gptOssMoE: top-k of the biased router logits, softmax over the chosen ones; experts

@@ -24,6 +24,8 @@ func FuzzParseConfig(f *testing.F) {
 		`{"model_type":"olmo2","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":97,"attention_bias":true}`,
 		`{"model_type":"granite","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":97,"embedding_multiplier":12,"attention_multiplier":0.015625,"residual_multiplier":0.22,"logits_scaling":8}`,
 		`{"model_type":"gemma","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"head_dim":16,"vocab_size":97,"hidden_act":"gelu"}`,
+		`{"model_type":"starcoder2","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":97,"use_bias":false,"sliding_window":5}`,
+		`{"model_type":"qwen2_moe","hidden_size":64,"num_hidden_layers":3,"num_attention_heads":4,"vocab_size":97,"num_experts":6,"num_experts_per_tok":2,"moe_intermediate_size":16,"shared_expert_intermediate_size":48,"mlp_only_layers":[1]}`,
 		`{"model_type":"bert"}`,
 		`{"model_type":"llama","hidden_size":1e300,"num_hidden_layers":-1}`,
 	} {

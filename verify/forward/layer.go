@@ -6,15 +6,15 @@ import (
 
 // layer holds one decoder layer's weights.
 type layer struct {
-	inNorm, postNorm []float32
-	preFF, postFF    []float32 // Gemma's norms around the MLP
+	inNorm, postNorm norm
+	preFF, postFF    norm // Gemma's and OLMo 2's norms around the MLP
 	q, k, v, o       *matrix
 	qb, kb, vb, ob   []float32
 	qNorm, kNorm     []float32
 	sinks            []float32
 	sliding          bool
 
-	// dense MLP
+	// dense MLP (no gate: StarCoder2's c_fc, act, c_proj)
 	gate, up, down    *matrix
 	gateB, upB, downB []float32
 
@@ -22,6 +22,9 @@ type layer struct {
 	router  *matrix
 	routerB []float32
 	experts []*expert
+	// Qwen2-MoE's shared expert, weighted by sigmoid(sharedGate · x).
+	shared     *expert
+	sharedGate *matrix
 }
 
 // expert is one MoE expert: Qwen3's gate/up/down, or gpt-oss's interleaved gate_up with
@@ -47,10 +50,9 @@ func (m *Model) load(ws *weights) error {
 	if err != nil {
 		return err
 	}
-	if m.norm, err = ws.vec("model.norm.weight", c.Hidden); err != nil {
+	if m.norm, err = c.loadNorm(ws, "model.norm", c.Hidden); err != nil {
 		return err
 	}
-	m.norm = c.normWeight(m.norm)
 	for i := range c.Layers {
 		l, err := m.loadLayer(ws, i)
 		if err != nil {
@@ -77,23 +79,28 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 		must(e)
 		return v
 	}
-	norm := func(name string, n int) []float32 { return c.normWeight(vec(name, n)) }
+	H, D := c.Hidden, c.HeadDim
+	qkNorm := func(name string, n int) []float32 { return c.normWeight(vec(name, n)) }
+	blockNorm := func(name string) norm {
+		v, e := c.loadNorm(ws, p+name, H)
+		must(e)
+		return v
+	}
 	mat := func(name string, rows, cols int) *matrix {
 		v, e := ws.mat(p+name, rows, cols, round)
 		must(e)
 		return v
 	}
-	H, D := c.Hidden, c.HeadDim
 	qd, kvd := c.Heads*D, c.KVHeads*D
 	if !c.PostNorms {
-		l.inNorm = norm("input_layernorm.weight", H)
+		l.inNorm = blockNorm("input_layernorm")
 	}
-	l.postNorm = norm("post_attention_layernorm.weight", H)
+	l.postNorm = blockNorm("post_attention_layernorm")
 	if c.Sandwich {
-		l.preFF = norm("pre_feedforward_layernorm.weight", H)
+		l.preFF = blockNorm("pre_feedforward_layernorm")
 	}
 	if c.Sandwich || c.PostNorms {
-		l.postFF = norm("post_feedforward_layernorm.weight", H)
+		l.postFF = blockNorm("post_feedforward_layernorm")
 	}
 	if c.Fused {
 		// Phi-3's qkv_proj holds q, k and v one after the other along the output rows; the
@@ -121,8 +128,8 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 		if c.QKNormFull {
 			qn, kn = qd, kvd
 		}
-		l.qNorm = norm("self_attn.q_norm.weight", qn)
-		l.kNorm = norm("self_attn.k_norm.weight", kn)
+		l.qNorm = qkNorm("self_attn.q_norm.weight", qn)
+		l.kNorm = qkNorm("self_attn.k_norm.weight", kn)
 	}
 	if c.Sinks {
 		l.sinks = vec("self_attn.sinks", c.Heads)
@@ -131,8 +138,14 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 		return nil, err
 	}
 	switch {
-	case c.MoELayer != nil && c.MoELayer[i] && c.fam.moe == moeQwen3:
+	case c.MoELayer != nil && c.MoELayer[i] && (c.fam.moe == moeQwen3 || c.fam.moe == moeQwen2):
 		err = l.loadSoftmaxMoE(ws, p, c, qwen3MoENames)
+		if err == nil && c.SharedIntermediate > 0 {
+			SI := c.SharedIntermediate
+			l.shared = &expert{gate: mat("mlp.shared_expert.gate_proj.weight", SI, H),
+				up: mat("mlp.shared_expert.up_proj.weight", SI, H), down: mat("mlp.shared_expert.down_proj.weight", H, SI)}
+			l.sharedGate = mat("mlp.shared_expert_gate.weight", 1, H)
+		}
 	case c.MoELayer != nil && c.MoELayer[i] && c.fam.moe == moeMixtral:
 		names := mixtralMoENames
 		if !ws.has(p + names.block + names.router) {
@@ -141,6 +154,14 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 		err = l.loadSoftmaxMoE(ws, p, c, names)
 	case c.MoELayer != nil && c.MoELayer[i] && c.fam.moe == moeGptOss:
 		err = l.loadGptOssMoE(ws, p, c)
+	case c.PlainMLP:
+		I := c.Intermediate
+		l.up = mat("mlp.c_fc.weight", I, H)
+		l.down = mat("mlp.c_proj.weight", H, I)
+		if c.MLPBias {
+			l.upB = vec("mlp.c_fc.bias", I)
+			l.downB = vec("mlp.c_proj.bias", H)
+		}
 	case c.Fused:
 		I := c.Intermediate
 		// Phi-3's gate_up_proj: gate rows first, then up (chunk(2) of the output).
@@ -245,6 +266,27 @@ func (l *layer) loadGptOssMoE(ws *weights, p string, c *Config) error {
 		l.experts = append(l.experts, x)
 	}
 	return nil
+}
+
+// norm is a block's normalization: RMSNorm's weight (as normWeight gives it), or
+// LayerNorm's weight and bias (StarCoder2).
+type norm struct {
+	w, b []float32
+}
+
+// loadNorm reads the norm stored as name.weight (and name.bias for LayerNorm).
+func (c *Config) loadNorm(ws *weights, name string, n int) (norm, error) {
+	w, err := ws.vec(name+".weight", n)
+	if err != nil {
+		return norm{}, err
+	}
+	nm := norm{w: c.normWeight(w)}
+	if c.LayerNorm {
+		if nm.b, err = ws.vec(name+".bias", n); err != nil {
+			return norm{}, err
+		}
+	}
+	return nm, nil
 }
 
 // normWeight returns the factor an RMSNorm multiplies by: its weight, or 1 + weight for
