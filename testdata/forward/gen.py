@@ -123,6 +123,10 @@ CASES = {
         num_experts=4, num_experts_per_tok=3, moe_intermediate_size=16, shared_expert_intermediate_size=32,
         norm_topk_prob=True, qkv_bias=False, tie_word_embeddings=True, use_sliding_window=True, sliding_window=4,
         max_window_layers=1), "state_dict"),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", base(layer_norm_eps=1e-5), "safetensors"),
+    "stablelm_parallel_qkln_bf16": ("StableLmConfig", "StableLmForCausalLM", base(
+        use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True, partial_rotary_factor=0.5,
+        tie_word_embeddings=True), "bf16"),
 }
 
 @contextlib.contextmanager

@@ -60,8 +60,13 @@ type family struct {
 	// starcoder2: LayerNorm with biases (norm_epsilon), an ungated c_fc/c_proj MLP, and
 	// use_bias for every projection's bias (StarCoder2).
 	starcoder2 bool
-	// readsQKVBias: qkv_bias (default attnBias) sets q/k/v biases; o_proj has none (Qwen2-MoE).
-	readsQKVBias bool
+	// stablelm: LayerNorms (layer_norm_eps), partial rotary 0.25 by default, use_qkv_bias,
+	// qk_layernorm (a LayerNorm per head, each with its own weight) and
+	// use_parallel_residual (StableLM).
+	stablelm bool
+	// qkvBiasKey names the config field (default attnBias) that sets q/k/v biases alone,
+	// o_proj having none: qkv_bias (Qwen2-MoE), use_qkv_bias (StableLM).
+	qkvBiasKey string
 	// readsMLPBias: the config's mlp_bias adds biases to gate/up/down (Llama, Granite).
 	readsMLPBias bool
 	// partialRotary: the modeling code rotates only the first partial_rotary_factor of each
@@ -88,11 +93,12 @@ var families = map[string]*family{
 	"mistral":    {modelType: "mistral", defaultTheta: 10000, windowAll: true, defaultWindow: 4096},
 	"qwen2":      {modelType: "qwen2", defaultTheta: 10000, attnBias: true, qwenWindow: true},
 	"qwen3":      {modelType: "qwen3", defaultTheta: 10000, headDim: 128, readsAttnBias: true, qkNorm: true, qwenWindow: true},
-	"qwen2_moe":  {modelType: "qwen2_moe", defaultTheta: 10000, attnBias: true, readsQKVBias: true, qwenWindow: true, moe: moeQwen2},
+	"qwen2_moe":  {modelType: "qwen2_moe", defaultTheta: 10000, attnBias: true, qkvBiasKey: "qkv_bias", qwenWindow: true, moe: moeQwen2},
 	"qwen3_moe":  {modelType: "qwen3_moe", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qwenWindow: true, moe: moeQwen3},
 	"mixtral":    {modelType: "mixtral", defaultTheta: 1e6, windowAll: true, moe: moeMixtral, eps: 1e-5},
 	"phi3":       {modelType: "phi3", defaultTheta: 10000, windowAll: true, fused: true, partialRotary: true, eps: 1e-5},
 	"olmo2":      {modelType: "olmo2", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qkNormFull: true, postNorms: true, eps: 1e-5},
+	"stablelm":   {modelType: "stablelm", defaultTheta: 10000, partialRotary: true, stablelm: true, qkvBiasKey: "use_qkv_bias"},
 	"starcoder2": {modelType: "starcoder2", defaultTheta: 10000, windowAll: true, starcoder2: true, tie: true},
 	"granite":    {modelType: "granite", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true, granite: true},
 	"gpt_oss": {modelType: "gpt_oss", defaultTheta: 150000, headDim: 64, attnBias: true, oBias: true, readsAttnBias: true,
@@ -153,6 +159,10 @@ type Config struct {
 	// LayerNorm: block norms are LayerNorms with biases, eps in RMSNormEps; PlainMLP: an
 	// ungated MLP (StarCoder2).
 	LayerNorm, PlainMLP bool
+	// HeadLayerNorm: q and k normalized by a bias-free LayerNorm per head, each head its own
+	// weight (StableLM's qk_layernorm); ParallelResidual: x + attn(ln(x)) + mlp(ln(x)) with
+	// one norm (StableLM's use_parallel_residual).
+	HeadLayerNorm, ParallelResidual bool
 	// AttnScale multiplies the attention scores (head_dim^-0.5, or
 	// query_pre_attn_scalar^-0.5); AttnSoftcap and FinalSoftcap cap scores and logits as
 	// cap·tanh(x/cap) (0: none).
@@ -243,6 +253,12 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.LogitsScaling = float32(g.float("logits_scaling", 1))
 	}
 	c.QKNormFull, c.PostNorms, c.Fused = fam.qkNormFull, fam.postNorms, fam.fused
+	if fam.stablelm {
+		c.LayerNorm = true
+		c.RMSNormEps = g.float("layer_norm_eps", 1e-5)
+		c.HeadLayerNorm = g.bool("qk_layernorm", false)
+		c.ParallelResidual = g.bool("use_parallel_residual", false)
+	}
 	if fam.starcoder2 {
 		c.LayerNorm, c.PlainMLP = true, true
 		c.RMSNormEps = g.float("norm_epsilon", 1e-5)
@@ -254,8 +270,8 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.AttnBias = g.bool("attention_bias", fam.attnBias)
 		c.OBias = c.AttnBias
 	}
-	if fam.readsQKVBias {
-		c.AttnBias, c.OBias = g.bool("qkv_bias", fam.attnBias), false
+	if fam.qkvBiasKey != "" {
+		c.AttnBias, c.OBias = g.bool(fam.qkvBiasKey, fam.attnBias), false
 	}
 	c.MLPBias = fam.readsMLPBias && g.bool("mlp_bias", false)
 	if fam.starcoder2 {

@@ -51,11 +51,18 @@ func TestFamilyDefaults(t *testing.T) {
 		{"qwen2_moe qkv_bias", `{"model_type":"qwen2_moe",` + dims + `,"qkv_bias":false,"num_experts":4,"num_experts_per_tok":2}`, func(c *Config) bool {
 			return !c.AttnBias && c.Experts == 4
 		}, ""},
+		{"stablelm defaults", `{"model_type":"stablelm",` + dims + `}`, func(c *Config) bool {
+			return c.LayerNorm && !c.PlainMLP && !c.AttnBias && !c.OBias && !c.HeadLayerNorm && !c.ParallelResidual && c.RMSNormEps == 1e-5 && c.Rope.rotaryDim == 4
+		}, ""},
+		{"stablelm options", `{"model_type":"stablelm",` + dims + `,"use_qkv_bias":true,"qk_layernorm":true,"use_parallel_residual":true,"partial_rotary_factor":0.5}`,
+			func(c *Config) bool {
+				return c.AttnBias && !c.OBias && c.HeadLayerNorm && c.ParallelResidual && c.Rope.rotaryDim == 8
+			}, ""},
 		{"llama partial rotary refused", `{"model_type":"llama",` + dims + `,"partial_rotary_factor":0.5}`, nil, "partial_rotary_factor 0.5 is not supported for llama"},
 		{"odd rotary dimension", `{"model_type":"phi3",` + dims + `,"partial_rotary_factor":0.6}`, nil, "must be even"},
 		{"unknown activation", `{"model_type":"gemma",` + dims + `,"hidden_act":"relu"}`, nil, `hidden activation "relu" is not supported`},
-		{"unsupported family lists the supported", `{"model_type":"stablelm","architectures":["StableLmForCausalLM"]}`, nil,
-			"(StableLmForCausalLM) is not supported by the forward pass (supported: gemma, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, starcoder2)"},
+		{"unsupported family lists the supported", `{"model_type":"falcon","architectures":["FalconForCausalLM"]}`, nil,
+			"(FalconForCausalLM) is not supported by the forward pass (supported: gemma, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, stablelm, starcoder2)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ParseConfig([]byte(tc.json))

@@ -53,6 +53,10 @@ func (m *Model) Forward(tokens []int) ([]float32, error) {
 	}
 	x := make([]float32, T*H)
 	out := make([]float32, T*H)
+	var out2 []float32
+	if c.ParallelResidual {
+		out2 = make([]float32, T*H)
+	}
 	for i, l := range m.layers {
 		if c.PostNorms {
 			copy(x, h)
@@ -65,6 +69,16 @@ func (m *Model) Forward(tokens []int) ([]float32, error) {
 		}
 		if err := m.attention(out, x, T, l, r, tpu); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		if c.ParallelResidual {
+			// StableLM: residual + attn(ln(x)) + mlp(ln(x)), summed left to right.
+			if err := m.mlp(out2, x, T, l, tpu); err != nil {
+				return nil, fmt.Errorf("layer %d: %w", i, err)
+			}
+			add(h, out)
+			add(h, out2)
+			m.ck.ReleaseMemory()
+			continue
 		}
 		switch {
 		case c.Sandwich:
@@ -138,7 +152,7 @@ func (c *Config) normalize(dst, x []float32, n norm) {
 }
 
 // layerNorm writes (x − mean) / sqrt(var + eps) · weight + bias for each row of x (biased
-// variance), as torch's LayerNorm for float32.
+// variance), as torch's LayerNorm for float32; a nil bias is none.
 func layerNorm(dst, x, weight, bias []float32, eps float64) {
 	n := len(weight)
 	for r := 0; r+n <= len(x); r += n {
@@ -157,7 +171,10 @@ func layerNorm(dst, x, weight, bias []float32, eps float64) {
 		m := float32(mean)
 		d := dst[r : r+n]
 		for i, v := range row {
-			d[i] = float32((v-m)*rstd)*weight[i] + bias[i]
+			d[i] = float32((v-m)*rstd) * weight[i]
+			if bias != nil {
+				d[i] += bias[i]
+			}
 		}
 	}
 }
@@ -246,12 +263,18 @@ func (m *Model) attention(dst, x []float32, T int, l *layer, rope *ropeTable, tp
 			if perHead {
 				rmsNorm(row, row, l.qNorm, c.RMSNormEps)
 			}
+			if l.qHeadLN != nil {
+				layerNorm(row, row, l.qHeadLN[hd], nil, c.RMSNormEps)
+			}
 			rope.apply(row, t)
 		}
 		for hd := range nkv {
 			row := k[(t*nkv+hd)*D : (t*nkv+hd+1)*D]
 			if perHead {
 				rmsNorm(row, row, l.kNorm, c.RMSNormEps)
+			}
+			if l.kHeadLN != nil {
+				layerNorm(row, row, l.kHeadLN[hd], nil, c.RMSNormEps)
 			}
 			rope.apply(row, t)
 		}

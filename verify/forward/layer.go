@@ -11,6 +11,7 @@ type layer struct {
 	q, k, v, o       *matrix
 	qb, kb, vb, ob   []float32
 	qNorm, kNorm     []float32
+	qHeadLN, kHeadLN [][]float32 // StableLM's per-head LayerNorm weights
 	sinks            []float32
 	sliding          bool
 
@@ -95,7 +96,9 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 	if !c.PostNorms {
 		l.inNorm = blockNorm("input_layernorm")
 	}
-	l.postNorm = blockNorm("post_attention_layernorm")
+	if !c.ParallelResidual {
+		l.postNorm = blockNorm("post_attention_layernorm")
+	}
 	if c.Sandwich {
 		l.preFF = blockNorm("pre_feedforward_layernorm")
 	}
@@ -130,6 +133,14 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 		}
 		l.qNorm = qkNorm("self_attn.q_norm.weight", qn)
 		l.kNorm = qkNorm("self_attn.k_norm.weight", kn)
+	}
+	if c.HeadLayerNorm {
+		for h := range c.Heads {
+			l.qHeadLN = append(l.qHeadLN, vec(fmt.Sprintf("self_attn.q_layernorm.norms.%d.weight", h), D))
+		}
+		for h := range c.KVHeads {
+			l.kHeadLN = append(l.kHeadLN, vec(fmt.Sprintf("self_attn.k_layernorm.norms.%d.weight", h), D))
+		}
 	}
 	if c.Sinks {
 		l.sinks = vec("self_attn.sinks", c.Heads)

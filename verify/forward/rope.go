@@ -105,6 +105,10 @@ func (c *Config) resolveRope(raw, rp map[string]any) (*Rope, error) {
 		return nil, fmt.Errorf("config.json: rope type %q is not supported (default, linear, dynamic, yarn, longrope, llama3)", typ)
 	}
 	dim := c.HeadDim
+	if c.fam.stablelm {
+		// StableLmConfig's default partial_rotary_factor.
+		dim = int(float64(c.HeadDim) * 0.25)
+	}
 	for _, src := range []map[string]any{rp, raw} {
 		if f, ok := src["partial_rotary_factor"].(float64); ok {
 			if f != 1 && !c.fam.partialRotary {
