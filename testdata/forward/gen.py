@@ -127,6 +127,17 @@ CASES = {
     "stablelm_parallel_qkln_bf16": ("StableLmConfig", "StableLmForCausalLM", base(
         use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True, partial_rotary_factor=0.5,
         tie_word_embeddings=True), "bf16"),
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", base(
+        num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12,
+        n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, moe_intermediate_size=16,
+        n_shared_experts=1, first_k_dense_replace=1, num_hidden_layers=3, routed_scaling_factor=2.5), "safetensors"),
+    "deepseek_v3_yarn_bf16": ("DeepseekV3Config", "DeepseekV3ForCausalLM", base(
+        num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=16, qk_nope_head_dim=8,
+        v_head_dim=8, n_routed_experts=6, num_experts_per_tok=3, n_group=1, topk_group=1, moe_intermediate_size=16,
+        n_shared_experts=2, first_k_dense_replace=0, norm_topk_prob=False, routed_scaling_factor=1.5,
+        rope_interleave=False, attention_bias=True, tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16,
+                             mscale=1.0, mscale_all_dim=1.0, beta_fast=32.0, beta_slow=1.0)), "bf16"),
 }
 
 @contextlib.contextmanager
@@ -183,6 +194,9 @@ def make(name, outdir):
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.3)
+        for n, b in model.named_buffers():
+            if n.endswith("e_score_correction_bias"):  # DeepSeek-V3's router bias, zero at init
+                b.normal_(0, 0.3)
     folder = os.path.join(outdir, name)
     path = name
     if mode == "safetensors":

@@ -60,6 +60,9 @@ type family struct {
 	// starcoder2: LayerNorm with biases (norm_epsilon), an ungated c_fc/c_proj MLP, and
 	// use_bias for every projection's bias (StarCoder2).
 	starcoder2 bool
+	// mla: DeepSeek's multi-head latent attention (q_a/q_b or q_proj, kv_a_proj_with_mqa,
+	// kv_b_proj; rope on qk_rope_head_dim of each head, one rotated key shared by all).
+	mla bool
 	// stablelm: LayerNorms (layer_norm_eps), partial rotary 0.25 by default, use_qkv_bias,
 	// qk_layernorm (a LayerNorm per head, each with its own weight) and
 	// use_parallel_residual (StableLM).
@@ -85,22 +88,27 @@ const (
 	moeMixtral
 	// moeQwen2: Qwen3's routing plus a shared expert gated by sigmoid(shared_expert_gate).
 	moeQwen2
+	// moeDeepSeek: sigmoid scores, group-limited top-k with a score-correction bias, the
+	// chosen scores renormalized and scaled by routed_scaling_factor, plus shared experts;
+	// the first first_k_dense_replace layers dense (DeepSeek-V3).
+	moeDeepSeek
 )
 
 // families lists the supported model_type values.
 var families = map[string]*family{
-	"llama":      {modelType: "llama", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true},
-	"mistral":    {modelType: "mistral", defaultTheta: 10000, windowAll: true, defaultWindow: 4096},
-	"qwen2":      {modelType: "qwen2", defaultTheta: 10000, attnBias: true, qwenWindow: true},
-	"qwen3":      {modelType: "qwen3", defaultTheta: 10000, headDim: 128, readsAttnBias: true, qkNorm: true, qwenWindow: true},
-	"qwen2_moe":  {modelType: "qwen2_moe", defaultTheta: 10000, attnBias: true, qkvBiasKey: "qkv_bias", qwenWindow: true, moe: moeQwen2},
-	"qwen3_moe":  {modelType: "qwen3_moe", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qwenWindow: true, moe: moeQwen3},
-	"mixtral":    {modelType: "mixtral", defaultTheta: 1e6, windowAll: true, moe: moeMixtral, eps: 1e-5},
-	"phi3":       {modelType: "phi3", defaultTheta: 10000, windowAll: true, fused: true, partialRotary: true, eps: 1e-5},
-	"olmo2":      {modelType: "olmo2", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qkNormFull: true, postNorms: true, eps: 1e-5},
-	"stablelm":   {modelType: "stablelm", defaultTheta: 10000, partialRotary: true, stablelm: true, qkvBiasKey: "use_qkv_bias"},
-	"starcoder2": {modelType: "starcoder2", defaultTheta: 10000, windowAll: true, starcoder2: true, tie: true},
-	"granite":    {modelType: "granite", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true, granite: true},
+	"llama":       {modelType: "llama", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true},
+	"mistral":     {modelType: "mistral", defaultTheta: 10000, windowAll: true, defaultWindow: 4096},
+	"qwen2":       {modelType: "qwen2", defaultTheta: 10000, attnBias: true, qwenWindow: true},
+	"qwen3":       {modelType: "qwen3", defaultTheta: 10000, headDim: 128, readsAttnBias: true, qkNorm: true, qwenWindow: true},
+	"qwen2_moe":   {modelType: "qwen2_moe", defaultTheta: 10000, attnBias: true, qkvBiasKey: "qkv_bias", qwenWindow: true, moe: moeQwen2},
+	"qwen3_moe":   {modelType: "qwen3_moe", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qwenWindow: true, moe: moeQwen3},
+	"mixtral":     {modelType: "mixtral", defaultTheta: 1e6, windowAll: true, moe: moeMixtral, eps: 1e-5},
+	"phi3":        {modelType: "phi3", defaultTheta: 10000, windowAll: true, fused: true, partialRotary: true, eps: 1e-5},
+	"olmo2":       {modelType: "olmo2", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qkNormFull: true, postNorms: true, eps: 1e-5},
+	"deepseek_v3": {modelType: "deepseek_v3", defaultTheta: 10000, readsAttnBias: true, mla: true, moe: moeDeepSeek},
+	"stablelm":    {modelType: "stablelm", defaultTheta: 10000, partialRotary: true, stablelm: true, qkvBiasKey: "use_qkv_bias"},
+	"starcoder2":  {modelType: "starcoder2", defaultTheta: 10000, windowAll: true, starcoder2: true, tie: true},
+	"granite":     {modelType: "granite", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true, granite: true},
 	"gpt_oss": {modelType: "gpt_oss", defaultTheta: 150000, headDim: 64, attnBias: true, oBias: true, readsAttnBias: true,
 		sinks: true, moe: moeGptOss, gptOssLayers: true, eps: 1e-5, defaultWindow: 128,
 		defaultRope: map[string]any{"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
@@ -171,11 +179,27 @@ type Config struct {
 	// layers are MoE; MoEIntermediate is an expert's hidden size.
 	Experts, TopK, MoEIntermediate int
 	NormTopK                       bool
-	// SharedIntermediate is the shared expert's hidden size (Qwen2-MoE; 0: none).
+	// SharedIntermediate is the shared expert's hidden size (Qwen2-MoE, DeepSeek-V3; 0: none).
 	SharedIntermediate int
-	MoELayer           []bool
+	// DeepSeek-V3's routing: Groups expert groups of which TopKGroups are kept per token,
+	// the weights scaled by RoutedScale.
+	Groups, TopKGroups int
+	RoutedScale        float32
+	// MLA is DeepSeek's multi-head latent attention (nil for the others).
+	MLA      *MLA
+	MoELayer []bool
 
 	fam *family
+}
+
+// MLA is the shape of DeepSeek's multi-head latent attention: queries through a rank
+// QLoraRank bottleneck (0: a plain q_proj), keys and values from a KVLoraRank latent, each
+// head's query and key NopeDim unrotated plus RopeDim rotated features (the rotated key
+// shared by all heads), values VDim per head. Interleave: the rotated features are
+// interleaved pairs (rope_interleave).
+type MLA struct {
+	QLoraRank, KVLoraRank, NopeDim, RopeDim, VDim int
+	Interleave                                    bool
 }
 
 // Rope is the rotary embedding of the model: the inverse frequencies of each rotated pair
@@ -279,6 +303,26 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.AttnBias, c.OBias, c.MLPBias = b, b, b
 	}
 	c.QKNorm, c.Sinks = fam.qkNorm, fam.sinks
+	if fam.mla {
+		q := g.int("q_lora_rank", 1536)
+		if v, ok := raw["q_lora_rank"]; ok && v == nil {
+			q = 0
+		}
+		c.MLA = &MLA{QLoraRank: q, KVLoraRank: g.int("kv_lora_rank", 512), NopeDim: g.int("qk_nope_head_dim", 128),
+			RopeDim: g.int("qk_rope_head_dim", 64), VDim: g.int("v_head_dim", 128), Interleave: g.bool("rope_interleave", true)}
+		// Every head has its own key and value; the rope runs over qk_rope_head_dim, which
+		// DeepseekV3Config sets as head_dim.
+		c.KVHeads, c.HeadDim = c.Heads, c.MLA.RopeDim
+		c.AttnScale = 1 / math.Sqrt(float64(c.MLA.NopeDim+c.MLA.RopeDim))
+		for _, d := range []int{q, c.MLA.KVLoraRank, c.MLA.NopeDim, c.MLA.RopeDim, c.MLA.VDim} {
+			if d < 0 || d > 1<<16 {
+				return nil, fmt.Errorf("config.json: MLA dimension %d out of range", d)
+			}
+		}
+		if c.MLA.KVLoraRank == 0 || c.MLA.RopeDim == 0 || c.MLA.VDim == 0 {
+			return nil, fmt.Errorf("config.json: kv_lora_rank, qk_rope_head_dim and v_head_dim must be positive")
+		}
+	}
 	if g.err != nil {
 		return nil, g.err
 	}
@@ -310,6 +354,19 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if err := c.rope(raw); err != nil {
 		return nil, err
+	}
+	if c.MLA != nil && c.Rope.Type != "default" {
+		// DeepseekV3Attention: scaling · mscale² with mscale = yarn_get_mscale(factor,
+		// mscale_all_dim) when mscale_all_dim is set.
+		mad, _ := c.Rope.params["mscale_all_dim"].(float64)
+		f, _ := c.Rope.params["factor"].(float64)
+		if mad != 0 {
+			ms := 1.0
+			if f > 1 {
+				ms = 0.1*mad*math.Log(f) + 1
+			}
+			c.AttnScale = c.AttnScale * ms * ms
+		}
 	}
 	return c, nil
 }
@@ -400,6 +457,25 @@ func (c *Config) moe(g *getter) error {
 		c.MoELayer = make([]bool, c.Layers)
 		for i := range c.MoELayer {
 			c.MoELayer[i] = true
+		}
+	case moeDeepSeek:
+		c.Experts = g.int("n_routed_experts", 256)
+		c.TopK = g.int("num_experts_per_tok", 8)
+		c.MoEIntermediate = g.int("moe_intermediate_size", 2048)
+		c.NormTopK = g.bool("norm_topk_prob", true)
+		c.Groups = g.int("n_group", 8)
+		c.TopKGroups = g.int("topk_group", 4)
+		c.RoutedScale = float32(g.float("routed_scaling_factor", 2.5))
+		c.SharedIntermediate = c.MoEIntermediate * g.int("n_shared_experts", 1)
+		first := g.int("first_k_dense_replace", 3)
+		c.MoELayer = make([]bool, c.Layers)
+		for i := range c.MoELayer {
+			c.MoELayer[i] = i >= first
+		}
+		if c.Groups <= 0 || c.Experts%c.Groups != 0 || c.Experts/c.Groups < 2 || c.TopKGroups <= 0 || c.TopKGroups > c.Groups ||
+			c.TopK > c.TopKGroups*(c.Experts/c.Groups) {
+			return fmt.Errorf("config.json: %d experts in n_group %d (topk_group %d, top-%d) do not split into groups of at least 2 holding the top-k",
+				c.Experts, c.Groups, c.TopKGroups, c.TopK)
 		}
 	case moeGptOss:
 		c.Experts = g.int("num_local_experts", 128)

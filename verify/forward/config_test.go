@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -58,11 +59,24 @@ func TestFamilyDefaults(t *testing.T) {
 			func(c *Config) bool {
 				return c.AttnBias && !c.OBias && c.HeadLayerNorm && c.ParallelResidual && c.Rope.rotaryDim == 8
 			}, ""},
+		{"deepseek_v3 defaults", `{"model_type":"deepseek_v3",` + dims + `}`, func(c *Config) bool {
+			a := c.MLA
+			return a != nil && a.QLoraRank == 1536 && a.KVLoraRank == 512 && a.NopeDim == 128 && a.RopeDim == 64 && a.VDim == 128 && a.Interleave &&
+				c.HeadDim == 64 && c.KVHeads == c.Heads && c.Experts == 256 && c.TopK == 8 && c.Groups == 8 && c.TopKGroups == 4 &&
+				c.RoutedScale == 2.5 && c.NormTopK && c.SharedIntermediate == 2048 && !c.MoELayer[1] && c.AttnScale == 1/math.Sqrt(192)
+		}, ""},
+		{"deepseek_v3 no q lora, yarn mscale", `{"model_type":"deepseek_v3",` + dims + `,"q_lora_rank":null,"n_routed_experts":8,"n_group":2,"topk_group":1,"num_experts_per_tok":2,"rope_parameters":{"rope_type":"yarn","factor":4,"mscale_all_dim":1,"original_max_position_embeddings":16}}`,
+			func(c *Config) bool {
+				ms := 0.1*math.Log(4) + 1
+				return c.MLA.QLoraRank == 0 && math.Abs(c.AttnScale-ms*ms/math.Sqrt(192)) < 1e-15
+			}, ""},
+		{"deepseek_v3 groups that cannot hold the top-k", `{"model_type":"deepseek_v3",` + dims + `,"n_routed_experts":8,"n_group":4,"topk_group":1,"num_experts_per_tok":3}`, nil,
+			"do not split into groups"},
 		{"llama partial rotary refused", `{"model_type":"llama",` + dims + `,"partial_rotary_factor":0.5}`, nil, "partial_rotary_factor 0.5 is not supported for llama"},
 		{"odd rotary dimension", `{"model_type":"phi3",` + dims + `,"partial_rotary_factor":0.6}`, nil, "must be even"},
 		{"unknown activation", `{"model_type":"gemma",` + dims + `,"hidden_act":"relu"}`, nil, `hidden activation "relu" is not supported`},
 		{"unsupported family lists the supported", `{"model_type":"falcon","architectures":["FalconForCausalLM"]}`, nil,
-			"(FalconForCausalLM) is not supported by the forward pass (supported: gemma, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, stablelm, starcoder2)"},
+			"(FalconForCausalLM) is not supported by the forward pass (supported: deepseek_v3, gemma, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, stablelm, starcoder2)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ParseConfig([]byte(tc.json))

@@ -8,7 +8,8 @@
 // qkv_proj and gate_up_proj, partial rotary, LongRoPE), OLMo 2 (post-norms, q/k norms over
 // all heads), Granite (embedding, attention, residual and logit multipliers), StarCoder2
 // (LayerNorm with biases, an ungated MLP), StableLM (partial rotary, per-head q/k LayerNorms,
-// parallel residual) and Qwen2-MoE (a sigmoid-gated shared expert). The
+// parallel residual), Qwen2-MoE (a sigmoid-gated shared expert) and DeepSeek-V3 (multi-head
+// latent attention, group-limited sigmoid routing with shared experts). The
 // families are rows of a table (config.go); what differs in computation is a flag of the
 // row. It is what `ckpt forward` and the verification forward of `ckpt verify --forward`
 // run.

@@ -27,6 +27,7 @@ func FuzzParseConfig(f *testing.F) {
 		`{"model_type":"starcoder2","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":97,"use_bias":false,"sliding_window":5}`,
 		`{"model_type":"qwen2_moe","hidden_size":64,"num_hidden_layers":3,"num_attention_heads":4,"vocab_size":97,"num_experts":6,"num_experts_per_tok":2,"moe_intermediate_size":16,"shared_expert_intermediate_size":48,"mlp_only_layers":[1]}`,
 		`{"model_type":"stablelm","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":97,"use_qkv_bias":true,"qk_layernorm":true,"use_parallel_residual":true,"partial_rotary_factor":0.5}`,
+		`{"model_type":"deepseek_v3","hidden_size":64,"num_hidden_layers":3,"num_attention_heads":4,"vocab_size":97,"q_lora_rank":24,"kv_lora_rank":16,"qk_rope_head_dim":8,"qk_nope_head_dim":8,"v_head_dim":12,"n_routed_experts":8,"num_experts_per_tok":2,"n_group":4,"topk_group":2,"moe_intermediate_size":16,"first_k_dense_replace":1}`,
 		`{"model_type":"bert"}`,
 		`{"model_type":"llama","hidden_size":1e300,"num_hidden_layers":-1}`,
 	} {

@@ -23,9 +23,20 @@ type layer struct {
 	router  *matrix
 	routerB []float32
 	experts []*expert
-	// Qwen2-MoE's shared expert, weighted by sigmoid(sharedGate · x).
+	// Qwen2-MoE's shared expert, weighted by sigmoid(sharedGate · x); DeepSeek-V3's shared
+	// experts (no gate) and the router's score-correction bias.
 	shared     *expert
 	sharedGate *matrix
+	scoreBias  []float32
+
+	mla *mlaWeights
+}
+
+// mlaWeights are DeepSeek's latent attention projections (the output projection is o).
+type mlaWeights struct {
+	qa, qb, q, kva, kvb *matrix
+	qaB, kvaB           []float32
+	qaNorm, kvaNorm     []float32
 }
 
 // expert is one MoE expert: Qwen3's gate/up/down, or gpt-oss's interleaved gate_up with
@@ -105,7 +116,29 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 	if c.Sandwich || c.PostNorms {
 		l.postFF = blockNorm("post_feedforward_layernorm")
 	}
-	if c.Fused {
+	if c.MLA != nil {
+		a := c.MLA
+		qk := a.NopeDim + a.RopeDim
+		w := &mlaWeights{}
+		if a.QLoraRank > 0 {
+			w.qa = mat("self_attn.q_a_proj.weight", a.QLoraRank, H)
+			w.qaNorm = vec("self_attn.q_a_layernorm.weight", a.QLoraRank)
+			w.qb = mat("self_attn.q_b_proj.weight", c.Heads*qk, a.QLoraRank)
+			if c.AttnBias {
+				w.qaB = vec("self_attn.q_a_proj.bias", a.QLoraRank)
+			}
+		} else {
+			w.q = mat("self_attn.q_proj.weight", c.Heads*qk, H)
+		}
+		w.kva = mat("self_attn.kv_a_proj_with_mqa.weight", a.KVLoraRank+a.RopeDim, H)
+		w.kvaNorm = vec("self_attn.kv_a_layernorm.weight", a.KVLoraRank)
+		w.kvb = mat("self_attn.kv_b_proj.weight", c.Heads*(a.NopeDim+a.VDim), a.KVLoraRank)
+		if c.AttnBias {
+			w.kvaB = vec("self_attn.kv_a_proj_with_mqa.bias", a.KVLoraRank+a.RopeDim)
+		}
+		l.mla = w
+		qd = c.Heads * a.VDim // o_proj's input
+	} else if c.Fused {
 		// Phi-3's qkv_proj holds q, k and v one after the other along the output rows; the
 		// row slices keep a per-device checkpoint's pieces (sliceParts).
 		qkv := mat("self_attn.qkv_proj.weight", qd+2*kvd, H)
@@ -118,7 +151,7 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 		l.v = mat("self_attn.v_proj.weight", kvd, H)
 	}
 	l.o = mat("self_attn.o_proj.weight", H, qd)
-	if c.AttnBias {
+	if c.AttnBias && c.MLA == nil { // MLA's biases are on q_a_proj and kv_a_proj_with_mqa
 		l.qb = vec("self_attn.q_proj.bias", qd)
 		l.kb = vec("self_attn.k_proj.bias", kvd)
 		l.vb = vec("self_attn.v_proj.bias", kvd)
@@ -156,6 +189,16 @@ func (m *Model) loadLayer(ws *weights, i int) (*layer, error) {
 			l.shared = &expert{gate: mat("mlp.shared_expert.gate_proj.weight", SI, H),
 				up: mat("mlp.shared_expert.up_proj.weight", SI, H), down: mat("mlp.shared_expert.down_proj.weight", H, SI)}
 			l.sharedGate = mat("mlp.shared_expert_gate.weight", 1, H)
+		}
+	case c.MoELayer != nil && c.MoELayer[i] && c.fam.moe == moeDeepSeek:
+		err = l.loadSoftmaxMoE(ws, p, c, qwen3MoENames)
+		if err == nil {
+			l.scoreBias, err = ws.vec(p+"mlp.gate.e_score_correction_bias", c.Experts)
+		}
+		if err == nil {
+			SI := c.SharedIntermediate
+			l.shared = &expert{gate: mat("mlp.shared_experts.gate_proj.weight", SI, H),
+				up: mat("mlp.shared_experts.up_proj.weight", SI, H), down: mat("mlp.shared_experts.down_proj.weight", H, SI)}
 		}
 	case c.MoELayer != nil && c.MoELayer[i] && c.fam.moe == moeMixtral:
 		names := mixtralMoENames
