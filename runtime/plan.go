@@ -76,7 +76,10 @@ func rules(place Placement, patterns ...string) []Rule {
 // on Shard(0), RowwiseParallel its weight on Shard(1) and bias on Replicate, and a
 // RowwiseParallel embedding — the vocabulary-parallel embedding — on Shard(0). Everything
 // else (norms, q_norm/k_norm, routers, stacked experts, whose fused gate_up_proj cannot be
-// cut as one block) is replicated.
+// cut as one block) is replicated. Mixtral's per-expert block_sparse_moe.experts.N.w1/w3/w2
+// match the Meta names. Phi-3's fused qkv_proj and gate_up_proj are replicated too: a
+// column split of [q; k; v] rows would hand a device some of q and none of v, so they are
+// left to FSDP (their o_proj and down_proj stay row-parallel, which is still exact).
 var TPRules = slices.Concat(
 	// column-parallel: attention q/k/v, MLP gate/up
 	rules(Shard(0),

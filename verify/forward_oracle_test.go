@@ -25,8 +25,10 @@ type model struct {
 }
 
 // forwardCases are the models the forward tests convert: float32 (GQA, untied), bfloat16
-// tied, a mixture of experts, Gemma 2's soft-capping, FP8 block-quantized and MXFP4.
-var forwardCases = []string{"llama_gqa", "qwen2_tied_bf16", "qwen3_moe", "gemma2", "llama_fp8", "gpt_oss_mxfp4"}
+// tied, mixtures of experts (Qwen3-MoE, Mixtral's per-expert weights), Gemma 2's
+// soft-capping, Phi-3's fused projections, StarCoder2's LayerNorm biases, FP8 block-quantized and
+// MXFP4.
+var forwardCases = []string{"llama_gqa", "qwen2_tied_bf16", "qwen3_moe", "mixtral", "deepseek_v3", "gemma2", "phi3", "starcoder2", "llama_fp8", "gpt_oss_mxfp4"}
 
 var (
 	modelsOnce sync.Once
@@ -144,7 +146,9 @@ func convertCase(t *testing.T, src, dst string, c conversion) {
 
 // sharded are the cases whose first conversion is also laid over two torch ranks
 // (testdata/verify/shard.py): a per-device DCP output, read through formats/dcp's reassembly.
-var sharded = []string{"llama_gqa", "qwen3_moe"}
+// Phi-3's fused qkv_proj and gate_up_proj are split by rows or columns there, so the
+// forward's q/k/v and gate/up row slices run from pieces that straddle them.
+var sharded = []string{"llama_gqa", "qwen3_moe", "mixtral", "deepseek_v3", "phi3", "starcoder2"}
 
 // structural are the broken variants that change what the model computes beyond what
 // rounding could: the forward check must reject them. The other variants — one element's

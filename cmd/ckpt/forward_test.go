@@ -107,7 +107,7 @@ func TestForwardErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--config", cfg}, "not supported by the forward pass (supported: gemma2, gemma3_text, gpt_oss, llama, mistral, qwen2, qwen3, qwen3_moe)"},
+		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--config", cfg}, "not supported by the forward pass (supported: deepseek_v3, gemma, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, stablelm, starcoder2)"},
 		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1,x"}, `"x" is not a token id`},
 		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--precision", "fp8"}, "float32 or tpu"},
 		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--keep-fp8"}, "--precision tpu only"},

@@ -34,7 +34,9 @@ def base(**kw):
 # "bin" (pytorch_model.bin in the folder), "pt" (a bare torch.save file beside config.json),
 # "mxfp4" (gpt-oss experts quantized to MXFP4 blocks/scales as the released checkpoint),
 # "fp8" (the decoder's linear weights as float8_e4m3fn codes with float32 16×16 block scales,
-# quant_method fp8 as DeepSeek-V3 and Qwen3-FP8 ship them).
+# quant_method fp8 as DeepSeek-V3 and Qwen3-FP8 ship them), "state_dict" (the model's own
+# state_dict in model.safetensors, transformers 5's in-memory names such as stacked experts,
+# rather than the names save_pretrained converts back to).
 CASES = {
     "llama_gqa": ("LlamaConfig", "LlamaForCausalLM", base(), "safetensors"),
     "llama_tied_bias_llama3": ("LlamaConfig", "LlamaForCausalLM", base(
@@ -83,6 +85,59 @@ CASES = {
         sliding_window=4, rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
                                                beta_slow=1.0, truncate=False, original_max_position_embeddings=16)),
         "mxfp4"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", base(
+        num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=5, num_hidden_layers=2),
+        "safetensors"),
+    "mixtral_tied_bf16": ("MixtralConfig", "MixtralForCausalLM", base(
+        num_local_experts=6, num_experts_per_tok=3, intermediate_size=16, num_key_value_heads=1,
+        tie_word_embeddings=True, rope_parameters=dict(rope_type="default", rope_theta=10000.0)), "bf16"),
+    "mixtral_stacked": ("MixtralConfig", "MixtralForCausalLM", base(
+        num_local_experts=4, num_experts_per_tok=1, intermediate_size=32), "state_dict"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", base(head_dim=16, tie_word_embeddings=True), "safetensors"),
+    "gemma_gelu_bf16": ("GemmaConfig", "GemmaForCausalLM", base(
+        head_dim=32, num_key_value_heads=1, hidden_act="gelu", attention_bias=True), "bf16"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", base(pad_token_id=0, bos_token_id=1, eos_token_id=2), "safetensors"),
+    "phi3_longrope_partial": ("Phi3Config", "Phi3ForCausalLM", base(
+        max_position_embeddings=32, original_max_position_embeddings=8, sliding_window=5, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=True, rope_parameters=dict(
+            rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.5, original_max_position_embeddings=8,
+            short_factor=[1.0 + 0.1 * i for i in range(4)], long_factor=[1.5 + 0.2 * i for i in range(4)])), "bf16"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", base(), "safetensors"),
+    "olmo2_tied_bias_bf16": ("Olmo2Config", "Olmo2ForCausalLM", base(
+        attention_bias=True, tie_word_embeddings=True, num_key_value_heads=4), "bf16"),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", base(
+        embedding_multiplier=3.0, attention_multiplier=0.2, residual_multiplier=0.5, logits_scaling=2.5), "safetensors"),
+    "granite_bias_tied_bf16": ("GraniteConfig", "GraniteForCausalLM", base(
+        embedding_multiplier=12.0, attention_multiplier=0.015625, residual_multiplier=0.22, logits_scaling=8.0,
+        attention_bias=True, mlp_bias=True, tie_word_embeddings=True), "bf16"),
+    "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", base(
+        norm_epsilon=1e-5, sliding_window=5, bos_token_id=1, eos_token_id=2), "safetensors"),
+    "starcoder2_nobias_bf16": ("Starcoder2Config", "Starcoder2ForCausalLM", base(
+        use_bias=False, hidden_act="gelu", tie_word_embeddings=True, num_key_value_heads=1, bos_token_id=1,
+        eos_token_id=2), "bf16"),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", base(
+        num_experts=6, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=48,
+        norm_topk_prob=False, num_hidden_layers=3, mlp_only_layers=[1]), "safetensors"),
+    "qwen2_moe_stacked": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", base(
+        num_experts=4, num_experts_per_tok=3, moe_intermediate_size=16, shared_expert_intermediate_size=32,
+        norm_topk_prob=True, qkv_bias=False, tie_word_embeddings=True, use_sliding_window=True, sliding_window=4,
+        max_window_layers=1), "state_dict"),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", base(layer_norm_eps=1e-5), "safetensors"),
+    "stablelm_parallel_qkln_bf16": ("StableLmConfig", "StableLmForCausalLM", base(
+        use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True, partial_rotary_factor=0.5,
+        tie_word_embeddings=True), "bf16"),
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", base(
+        num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12,
+        n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, moe_intermediate_size=16,
+        n_shared_experts=1, first_k_dense_replace=1, num_hidden_layers=3, routed_scaling_factor=2.5), "safetensors"),
+    "deepseek_v3_yarn_bf16": ("DeepseekV3Config", "DeepseekV3ForCausalLM", base(
+        num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=16, qk_nope_head_dim=8,
+        v_head_dim=8, n_routed_experts=6, num_experts_per_tok=3, n_group=1, topk_group=1, moe_intermediate_size=16,
+        n_shared_experts=2, first_k_dense_replace=0, norm_topk_prob=False, routed_scaling_factor=1.5,
+        rope_interleave=False, attention_bias=True, tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16,
+                             mscale=1.0, mscale_all_dim=1.0, beta_fast=32.0, beta_slow=1.0)), "bf16"),
 }
 
 @contextlib.contextmanager
@@ -139,6 +194,9 @@ def make(name, outdir):
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.3)
+        for n, b in model.named_buffers():
+            if n.endswith("e_score_correction_bias"):  # DeepSeek-V3's router bias, zero at init
+                b.normal_(0, 0.3)
     folder = os.path.join(outdir, name)
     path = name
     if mode == "safetensors":
@@ -170,6 +228,13 @@ def make(name, outdir):
         c["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [16, 16]}
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(c, f, indent=2)
+    elif mode == "state_dict":
+        sd = {k: v.clone().contiguous() for k, v in model.state_dict().items()}
+        if cfg.tie_word_embeddings:
+            sd.pop("lm_head.weight", None)
+        os.makedirs(folder, exist_ok=True)
+        save_file(sd, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+        cfg.save_pretrained(folder)
     elif mode == "mxfp4":
         sd = {k: v.clone().contiguous() for k, v in model.state_dict().items()}
         for k in list(sd):
@@ -184,7 +249,7 @@ def make(name, outdir):
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(c, f, indent=2)
     # The reference: reload what was saved, as a user would, in float32 with eager attention.
-    if mode == "fp8":
+    if mode in ("fp8", "state_dict"):
         # transformers' fp8 integration needs an accelerator; the model in memory holds the
         # dequantized weights (f32(code)·scale, DeepSeek's weight_dequant), which is what
         # loading with dequantization computes.

@@ -32,13 +32,49 @@ type family struct {
 	gptOssLayers bool
 	// defaultRope is the rope_parameters the config class sets when config.json has none.
 	defaultRope map[string]any
-	// gemma is 2 or 3 for Gemma's decoder: embeddings scaled by √hidden, RMSNorm weights
-	// applied as (1 + w), norms around both blocks, GELU-tanh, query_pre_attn_scalar,
-	// logit soft-capping; Gemma 3 adds q/k norms and a rope of its own for sliding layers.
+	// gemma is 1, 2 or 3 for Gemma's decoder: embeddings scaled by √hidden, RMSNorm weights
+	// applied as (1 + w), GELU-tanh by default; Gemma 2 adds norms around both blocks,
+	// query_pre_attn_scalar and logit soft-capping; Gemma 3 adds q/k norms and a rope of
+	// its own for sliding layers.
 	gemma int
 	// slidingPattern: without layer_types, every pattern-th layer is full attention and
 	// the others sliding (Gemma); 0 for none.
 	slidingPattern int
+	// eps is the default rms_norm_eps (0: 1e-6); tie the default tie_word_embeddings.
+	eps float64
+	tie bool
+	// defaultWindow is the sliding_window when config.json has no such key (Mistral's 4096).
+	defaultWindow int
+	// qkNormFull: q and k RMSNorms span the whole projection (all heads), before the heads
+	// are split (OLMo 2), rather than one head.
+	qkNormFull bool
+	// postNorms: no norm before attention or MLP; each block's output is normalized before
+	// it joins the residual (OLMo 2).
+	postNorms bool
+	// fused: q/k/v stored as one self_attn.qkv_proj and gate/up as one mlp.gate_up_proj
+	// (Phi-3), split by rows on load.
+	fused bool
+	// granite reads embedding_multiplier, attention_multiplier, residual_multiplier and
+	// logits_scaling (Granite).
+	granite bool
+	// starcoder2: LayerNorm with biases (norm_epsilon), an ungated c_fc/c_proj MLP, and
+	// use_bias for every projection's bias (StarCoder2).
+	starcoder2 bool
+	// mla: DeepSeek's multi-head latent attention (q_a/q_b or q_proj, kv_a_proj_with_mqa,
+	// kv_b_proj; rope on qk_rope_head_dim of each head, one rotated key shared by all).
+	mla bool
+	// stablelm: LayerNorms (layer_norm_eps), partial rotary 0.25 by default, use_qkv_bias,
+	// qk_layernorm (a LayerNorm per head, each with its own weight) and
+	// use_parallel_residual (StableLM).
+	stablelm bool
+	// qkvBiasKey names the config field (default attnBias) that sets q/k/v biases alone,
+	// o_proj having none: qkv_bias (Qwen2-MoE), use_qkv_bias (StableLM).
+	qkvBiasKey string
+	// readsMLPBias: the config's mlp_bias adds biases to gate/up/down (Llama, Granite).
+	readsMLPBias bool
+	// partialRotary: the modeling code rotates only the first partial_rotary_factor of each
+	// head (Phi-3); elsewhere a partial factor is refused.
+	partialRotary bool
 }
 
 type moeKind int
@@ -47,21 +83,39 @@ const (
 	moeNone moeKind = iota
 	moeQwen3
 	moeGptOss
+	// moeMixtral: softmax over all experts, top-k renormalized; every layer; experts named
+	// block_sparse_moe.experts.N.w1/w3/w2 (released checkpoints) or stacked under mlp.
+	moeMixtral
+	// moeQwen2: Qwen3's routing plus a shared expert gated by sigmoid(shared_expert_gate).
+	moeQwen2
+	// moeDeepSeek: sigmoid scores, group-limited top-k with a score-correction bias, the
+	// chosen scores renormalized and scaled by routed_scaling_factor, plus shared experts;
+	// the first first_k_dense_replace layers dense (DeepSeek-V3).
+	moeDeepSeek
 )
 
 // families lists the supported model_type values.
 var families = map[string]*family{
-	"llama":     {modelType: "llama", defaultTheta: 10000, readsAttnBias: true},
-	"mistral":   {modelType: "mistral", defaultTheta: 10000, windowAll: true},
-	"qwen2":     {modelType: "qwen2", defaultTheta: 10000, attnBias: true, qwenWindow: true},
-	"qwen3":     {modelType: "qwen3", defaultTheta: 10000, headDim: 128, readsAttnBias: true, qkNorm: true, qwenWindow: true},
-	"qwen3_moe": {modelType: "qwen3_moe", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qwenWindow: true, moe: moeQwen3},
+	"llama":       {modelType: "llama", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true},
+	"mistral":     {modelType: "mistral", defaultTheta: 10000, windowAll: true, defaultWindow: 4096},
+	"qwen2":       {modelType: "qwen2", defaultTheta: 10000, attnBias: true, qwenWindow: true},
+	"qwen3":       {modelType: "qwen3", defaultTheta: 10000, headDim: 128, readsAttnBias: true, qkNorm: true, qwenWindow: true},
+	"qwen2_moe":   {modelType: "qwen2_moe", defaultTheta: 10000, attnBias: true, qkvBiasKey: "qkv_bias", qwenWindow: true, moe: moeQwen2},
+	"qwen3_moe":   {modelType: "qwen3_moe", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qwenWindow: true, moe: moeQwen3},
+	"mixtral":     {modelType: "mixtral", defaultTheta: 1e6, windowAll: true, moe: moeMixtral, eps: 1e-5},
+	"phi3":        {modelType: "phi3", defaultTheta: 10000, windowAll: true, fused: true, partialRotary: true, eps: 1e-5},
+	"olmo2":       {modelType: "olmo2", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qkNormFull: true, postNorms: true, eps: 1e-5},
+	"deepseek_v3": {modelType: "deepseek_v3", defaultTheta: 10000, readsAttnBias: true, mla: true, moe: moeDeepSeek},
+	"stablelm":    {modelType: "stablelm", defaultTheta: 10000, partialRotary: true, stablelm: true, qkvBiasKey: "use_qkv_bias"},
+	"starcoder2":  {modelType: "starcoder2", defaultTheta: 10000, windowAll: true, starcoder2: true, tie: true},
+	"granite":     {modelType: "granite", defaultTheta: 10000, readsAttnBias: true, readsMLPBias: true, granite: true},
 	"gpt_oss": {modelType: "gpt_oss", defaultTheta: 150000, headDim: 64, attnBias: true, oBias: true, readsAttnBias: true,
-		sinks: true, moe: moeGptOss, gptOssLayers: true,
+		sinks: true, moe: moeGptOss, gptOssLayers: true, eps: 1e-5, defaultWindow: 128,
 		defaultRope: map[string]any{"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
 			"truncate": false, "original_max_position_embeddings": 4096.0}},
-	"gemma2":      {modelType: "gemma2", defaultTheta: 10000, headDim: 256, readsAttnBias: true, gemma: 2, slidingPattern: 2},
-	"gemma3_text": {modelType: "gemma3_text", defaultTheta: 1e6, headDim: 256, readsAttnBias: true, qkNorm: true, gemma: 3, slidingPattern: 6},
+	"gemma":       {modelType: "gemma", defaultTheta: 10000, headDim: 256, readsAttnBias: true, gemma: 1, tie: true},
+	"gemma2":      {modelType: "gemma2", defaultTheta: 10000, headDim: 256, readsAttnBias: true, gemma: 2, slidingPattern: 2, tie: true, defaultWindow: 4096},
+	"gemma3_text": {modelType: "gemma3_text", defaultTheta: 1e6, headDim: 256, readsAttnBias: true, qkNorm: true, gemma: 3, slidingPattern: 6, tie: true, defaultWindow: 4096},
 }
 
 // Supported lists the model_type values the forward pass runs, sorted.
@@ -104,6 +158,19 @@ type Config struct {
 	// weights as 1 + w; Sandwich adds post-attention, pre- and post-feedforward norms.
 	EmbedScale            float32
 	NormPlusOne, Sandwich bool
+	// Granite: ResidualScale multiplies each block's output before it joins the residual
+	// and LogitsScaling divides the logits (0: none).
+	ResidualScale, LogitsScaling float32
+	// QKNormFull: the q/k norms span the whole projection (OLMo 2); PostNorms: blocks are
+	// normalized after, not before (OLMo 2); Fused: qkv_proj and gate_up_proj (Phi-3).
+	QKNormFull, PostNorms, Fused bool
+	// LayerNorm: block norms are LayerNorms with biases, eps in RMSNormEps; PlainMLP: an
+	// ungated MLP (StarCoder2).
+	LayerNorm, PlainMLP bool
+	// HeadLayerNorm: q and k normalized by a bias-free LayerNorm per head, each head its own
+	// weight (StableLM's qk_layernorm); ParallelResidual: x + attn(ln(x)) + mlp(ln(x)) with
+	// one norm (StableLM's use_parallel_residual).
+	HeadLayerNorm, ParallelResidual bool
 	// AttnScale multiplies the attention scores (head_dim^-0.5, or
 	// query_pre_attn_scalar^-0.5); AttnSoftcap and FinalSoftcap cap scores and logits as
 	// cap·tanh(x/cap) (0: none).
@@ -112,9 +179,27 @@ type Config struct {
 	// layers are MoE; MoEIntermediate is an expert's hidden size.
 	Experts, TopK, MoEIntermediate int
 	NormTopK                       bool
-	MoELayer                       []bool
+	// SharedIntermediate is the shared expert's hidden size (Qwen2-MoE, DeepSeek-V3; 0: none).
+	SharedIntermediate int
+	// DeepSeek-V3's routing: Groups expert groups of which TopKGroups are kept per token,
+	// the weights scaled by RoutedScale.
+	Groups, TopKGroups int
+	RoutedScale        float32
+	// MLA is DeepSeek's multi-head latent attention (nil for the others).
+	MLA      *MLA
+	MoELayer []bool
 
 	fam *family
+}
+
+// MLA is the shape of DeepSeek's multi-head latent attention: queries through a rank
+// QLoraRank bottleneck (0: a plain q_proj), keys and values from a KVLoraRank latent, each
+// head's query and key NopeDim unrotated plus RopeDim rotated features (the rotated key
+// shared by all heads), values VDim per head. Interleave: the rotated features are
+// interleaved pairs (rope_interleave).
+type MLA struct {
+	QLoraRank, KVLoraRank, NopeDim, RopeDim, VDim int
+	Interleave                                    bool
 }
 
 // Rope is the rotary embedding of the model: the inverse frequencies of each rotated pair
@@ -124,7 +209,7 @@ type Rope struct {
 	Theta           float64
 	params          map[string]any
 	maxPos          int
-	headDim         int
+	rotaryDim       int // the rotated part of each head (head_dim × partial_rotary_factor)
 	AttentionFactor float64
 }
 
@@ -160,10 +245,20 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.HeadDim == 0 && c.Heads > 0 {
 		c.HeadDim = c.Hidden / c.Heads
 	}
-	c.RMSNormEps = g.float("rms_norm_eps", map[bool]float64{true: 1e-5, false: 1e-6}[mt == "gpt_oss"])
+	eps := fam.eps
+	if eps == 0 {
+		eps = 1e-6
+	}
+	c.RMSNormEps = g.float("rms_norm_eps", eps)
 	c.HiddenAct = g.str("hidden_act", "silu")
 	c.AttnScale = 1 / math.Sqrt(float64(c.HeadDim))
-	if fam.gemma != 0 {
+	if fam.gemma == 1 {
+		// Gemma 1 reads hidden_act only (transformers 5), whose default is the tanh GELU.
+		c.HiddenAct = g.str("hidden_act", "gelu_pytorch_tanh")
+		c.EmbedScale = float32(math.Sqrt(float64(c.Hidden)))
+		c.NormPlusOne = true
+	}
+	if fam.gemma >= 2 {
 		c.HiddenAct = g.str("hidden_activation", g.str("hidden_act", "gelu_pytorch_tanh"))
 		c.EmbedScale = float32(math.Sqrt(float64(c.Hidden)))
 		c.NormPlusOne, c.Sandwich = true, true
@@ -175,14 +270,59 @@ func ParseConfig(data []byte) (*Config, error) {
 			return nil, fmt.Errorf("config.json: use_bidirectional_attention is not supported")
 		}
 	}
-	c.TieEmbeddings = g.bool("tie_word_embeddings", false)
+	if fam.granite {
+		c.EmbedScale = float32(g.float("embedding_multiplier", 1))
+		c.AttnScale = g.float("attention_multiplier", 1)
+		c.ResidualScale = float32(g.float("residual_multiplier", 1))
+		c.LogitsScaling = float32(g.float("logits_scaling", 1))
+	}
+	c.QKNormFull, c.PostNorms, c.Fused = fam.qkNormFull, fam.postNorms, fam.fused
+	if fam.stablelm {
+		c.LayerNorm = true
+		c.RMSNormEps = g.float("layer_norm_eps", 1e-5)
+		c.HeadLayerNorm = g.bool("qk_layernorm", false)
+		c.ParallelResidual = g.bool("use_parallel_residual", false)
+	}
+	if fam.starcoder2 {
+		c.LayerNorm, c.PlainMLP = true, true
+		c.RMSNormEps = g.float("norm_epsilon", 1e-5)
+		c.HiddenAct = g.str("hidden_act", "gelu_pytorch_tanh")
+	}
+	c.TieEmbeddings = g.bool("tie_word_embeddings", fam.tie)
 	c.AttnBias, c.OBias = fam.attnBias, fam.oBias
 	if fam.readsAttnBias {
 		c.AttnBias = g.bool("attention_bias", fam.attnBias)
 		c.OBias = c.AttnBias
 	}
-	c.MLPBias = mt == "llama" && g.bool("mlp_bias", false)
+	if fam.qkvBiasKey != "" {
+		c.AttnBias, c.OBias = g.bool(fam.qkvBiasKey, fam.attnBias), false
+	}
+	c.MLPBias = fam.readsMLPBias && g.bool("mlp_bias", false)
+	if fam.starcoder2 {
+		b := g.bool("use_bias", true)
+		c.AttnBias, c.OBias, c.MLPBias = b, b, b
+	}
 	c.QKNorm, c.Sinks = fam.qkNorm, fam.sinks
+	if fam.mla {
+		q := g.int("q_lora_rank", 1536)
+		if v, ok := raw["q_lora_rank"]; ok && v == nil {
+			q = 0
+		}
+		c.MLA = &MLA{QLoraRank: q, KVLoraRank: g.int("kv_lora_rank", 512), NopeDim: g.int("qk_nope_head_dim", 128),
+			RopeDim: g.int("qk_rope_head_dim", 64), VDim: g.int("v_head_dim", 128), Interleave: g.bool("rope_interleave", true)}
+		// Every head has its own key and value; the rope runs over qk_rope_head_dim, which
+		// DeepseekV3Config sets as head_dim.
+		c.KVHeads, c.HeadDim = c.Heads, c.MLA.RopeDim
+		c.AttnScale = 1 / math.Sqrt(float64(c.MLA.NopeDim+c.MLA.RopeDim))
+		for _, d := range []int{q, c.MLA.KVLoraRank, c.MLA.NopeDim, c.MLA.RopeDim, c.MLA.VDim} {
+			if d < 0 || d > 1<<16 {
+				return nil, fmt.Errorf("config.json: MLA dimension %d out of range", d)
+			}
+		}
+		if c.MLA.KVLoraRank == 0 || c.MLA.RopeDim == 0 || c.MLA.VDim == 0 {
+			return nil, fmt.Errorf("config.json: kv_lora_rank, qk_rope_head_dim and v_head_dim must be positive")
+		}
+	}
 	if g.err != nil {
 		return nil, g.err
 	}
@@ -203,8 +343,8 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.Heads%c.KVHeads != 0 {
 		return nil, fmt.Errorf("config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.Heads, c.KVHeads)
 	}
-	if c.HiddenAct != "silu" && c.HiddenAct != "gelu_pytorch_tanh" && mt != "gpt_oss" {
-		return nil, fmt.Errorf("config.json: hidden activation %q is not supported (silu, gelu_pytorch_tanh are)", c.HiddenAct)
+	if _, ok := activations[c.HiddenAct]; !ok && mt != "gpt_oss" {
+		return nil, fmt.Errorf("config.json: hidden activation %q is not supported (gelu, gelu_pytorch_tanh, silu are)", c.HiddenAct)
 	}
 	if err := c.window(g); err != nil {
 		return nil, err
@@ -214,6 +354,19 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if err := c.rope(raw); err != nil {
 		return nil, err
+	}
+	if c.MLA != nil && c.Rope.Type != "default" {
+		// DeepseekV3Attention: scaling · mscale² with mscale = yarn_get_mscale(factor,
+		// mscale_all_dim) when mscale_all_dim is set.
+		mad, _ := c.Rope.params["mscale_all_dim"].(float64)
+		f, _ := c.Rope.params["factor"].(float64)
+		if mad != 0 {
+			ms := 1.0
+			if f > 1 {
+				ms = 0.1*mad*math.Log(f) + 1
+			}
+			c.AttnScale = c.AttnScale * ms * ms
+		}
 	}
 	return c, nil
 }
@@ -258,17 +411,9 @@ func (c *Config) window(g *getter) error {
 		for i := range c.Sliding {
 			c.Sliding[i] = true
 		}
-		if _, ok := g.raw["sliding_window"]; !ok {
-			win = 4096
-		}
 	}
 	if _, ok := g.raw["sliding_window"]; !ok {
-		switch {
-		case c.fam.gptOssLayers:
-			win = 128
-		case c.fam.gemma != 0:
-			win = 4096
-		}
+		win = c.fam.defaultWindow
 	}
 	c.Window = win
 	if win <= 0 {
@@ -281,10 +426,16 @@ func (c *Config) moe(g *getter) error {
 	switch c.fam.moe {
 	case moeNone:
 		return nil
-	case moeQwen3:
-		c.Experts = g.int("num_experts", g.int("num_local_experts", 128))
-		c.TopK = g.int("num_experts_per_tok", 8)
-		c.MoEIntermediate = g.int("moe_intermediate_size", 768)
+	case moeQwen3, moeQwen2:
+		// Qwen3MoeConfig's defaults, or Qwen2MoeConfig's.
+		def := [3]int{128, 8, 768}
+		if c.fam.moe == moeQwen2 {
+			def = [3]int{60, 4, 1408}
+			c.SharedIntermediate = g.int("shared_expert_intermediate_size", 5632)
+		}
+		c.Experts = g.int("num_experts", g.int("num_local_experts", def[0]))
+		c.TopK = g.int("num_experts_per_tok", def[1])
+		c.MoEIntermediate = g.int("moe_intermediate_size", def[2])
 		c.NormTopK = g.bool("norm_topk_prob", false)
 		step := g.int("decoder_sparse_step", 1)
 		var only []int
@@ -298,6 +449,34 @@ func (c *Config) moe(g *getter) error {
 		for i := range c.MoELayer {
 			c.MoELayer[i] = !slices.Contains(only, i) && c.Experts > 0 && step > 0 && (i+1)%step == 0
 		}
+	case moeMixtral:
+		c.Experts = g.int("num_local_experts", 8)
+		c.TopK = g.int("num_experts_per_tok", 2)
+		c.MoEIntermediate = c.Intermediate
+		c.NormTopK = true
+		c.MoELayer = make([]bool, c.Layers)
+		for i := range c.MoELayer {
+			c.MoELayer[i] = true
+		}
+	case moeDeepSeek:
+		c.Experts = g.int("n_routed_experts", 256)
+		c.TopK = g.int("num_experts_per_tok", 8)
+		c.MoEIntermediate = g.int("moe_intermediate_size", 2048)
+		c.NormTopK = g.bool("norm_topk_prob", true)
+		c.Groups = g.int("n_group", 8)
+		c.TopKGroups = g.int("topk_group", 4)
+		c.RoutedScale = float32(g.float("routed_scaling_factor", 2.5))
+		c.SharedIntermediate = c.MoEIntermediate * g.int("n_shared_experts", 1)
+		first := g.int("first_k_dense_replace", 3)
+		c.MoELayer = make([]bool, c.Layers)
+		for i := range c.MoELayer {
+			c.MoELayer[i] = i >= first
+		}
+		if c.Groups <= 0 || c.Experts%c.Groups != 0 || c.Experts/c.Groups < 2 || c.TopKGroups <= 0 || c.TopKGroups > c.Groups ||
+			c.TopK > c.TopKGroups*(c.Experts/c.Groups) {
+			return fmt.Errorf("config.json: %d experts in n_group %d (topk_group %d, top-%d) do not split into groups of at least 2 holding the top-k",
+				c.Experts, c.Groups, c.TopKGroups, c.TopK)
+		}
 	case moeGptOss:
 		c.Experts = g.int("num_local_experts", 128)
 		c.TopK = g.int("num_experts_per_tok", g.int("experts_per_token", 4))
@@ -309,6 +488,9 @@ func (c *Config) moe(g *getter) error {
 	}
 	if g.err != nil {
 		return g.err
+	}
+	if c.SharedIntermediate < 0 || c.SharedIntermediate > 1<<24 {
+		return fmt.Errorf("config.json: shared_expert_intermediate_size %d out of range", c.SharedIntermediate)
 	}
 	if c.Experts > 1<<16 || c.MoEIntermediate < 0 || c.MoEIntermediate > 1<<24 {
 		return fmt.Errorf("config.json: %d experts of size %d out of range", c.Experts, c.MoEIntermediate)

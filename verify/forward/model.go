@@ -75,7 +75,7 @@ type Model struct {
 	owned bool
 
 	embed, lmHead *matrix
-	norm          []float32
+	norm          norm
 	layers        []*layer
 	sharded       Sharded
 }

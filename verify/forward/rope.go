@@ -104,19 +104,32 @@ func (c *Config) resolveRope(raw, rp map[string]any) (*Rope, error) {
 	default:
 		return nil, fmt.Errorf("config.json: rope type %q is not supported (default, linear, dynamic, yarn, longrope, llama3)", typ)
 	}
+	dim := c.HeadDim
+	if c.fam.stablelm {
+		// StableLmConfig's default partial_rotary_factor.
+		dim = int(float64(c.HeadDim) * 0.25)
+	}
 	for _, src := range []map[string]any{rp, raw} {
-		if f, ok := src["partial_rotary_factor"].(float64); ok && f != 1 {
-			return nil, fmt.Errorf("config.json: partial_rotary_factor %g is not supported", f)
+		if f, ok := src["partial_rotary_factor"].(float64); ok {
+			if f != 1 && !c.fam.partialRotary {
+				return nil, fmt.Errorf("config.json: partial_rotary_factor %g is not supported for %s", f, c.ModelType)
+			}
+			if !(f > 0 && f <= 1) {
+				return nil, fmt.Errorf("config.json: partial_rotary_factor %g must be in (0, 1]", f)
+			}
+			// int(head_dim * partial_rotary_factor), as modeling_rope_utils computes it.
+			dim = int(float64(c.HeadDim) * f)
+			break
 		}
 	}
 	theta, ok := rp["rope_theta"].(float64)
 	if !ok || theta <= 1 {
 		return nil, fmt.Errorf("config.json: rope_theta %v must be a number above 1", rp["rope_theta"])
 	}
-	if c.HeadDim%2 != 0 {
-		return nil, fmt.Errorf("config.json: head_dim %d must be even for rotary embeddings", c.HeadDim)
+	if dim%2 != 0 || dim == 0 {
+		return nil, fmt.Errorf("config.json: rotary dimension %d (of head_dim %d) must be even and positive", dim, c.HeadDim)
 	}
-	r := &Rope{Type: typ, Theta: theta, params: rp, maxPos: c.MaxPositions, headDim: c.HeadDim}
+	r := &Rope{Type: typ, Theta: theta, params: rp, maxPos: c.MaxPositions, rotaryDim: dim}
 	if _, err := r.InvFreq(1); err != nil {
 		return nil, err
 	}
@@ -152,7 +165,7 @@ func powers(base float64, dim int) []float32 {
 // InvFreq returns the inverse frequencies for a sequence of seqLen positions (dynamic and
 // longrope scaling depend on it) and sets AttentionFactor, the scale of cos and sin.
 func (r *Rope) InvFreq(seqLen int) ([]float32, error) {
-	dim := r.headDim
+	dim := r.rotaryDim
 	r.AttentionFactor = 1
 	pw := powers(r.Theta, dim)
 	inv := make([]float32, len(pw))
@@ -216,7 +229,7 @@ func (r *Rope) InvFreq(seqLen int) ([]float32, error) {
 }
 
 func (r *Rope) yarn(pw []float32) ([]float32, error) {
-	dim := r.headDim
+	dim := r.rotaryDim
 	orig, err := r.num("original_max_position_embeddings", 0, true)
 	if err != nil {
 		return nil, err
