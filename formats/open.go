@@ -19,9 +19,11 @@ import (
 	"io"
 	"os"
 
+	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/torchlegacy"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/formats/zero"
+	"github.com/ckpt-dev/ckpt/internal/mmap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -33,6 +35,7 @@ const (
 	TorchZip    Kind = torchzip.Format
 	TorchLegacy Kind = torchlegacy.Format
 	Safetensors Kind = "safetensors"
+	Nemo        Kind = nemo.Format1
 )
 
 // Detect recognizes the format of a single file from its first bytes.
@@ -55,12 +58,35 @@ func Detect(path string) (Kind, error) {
 		return TorchLegacy, nil
 	case bytes.HasPrefix(head, []byte("PYTORCH1")):
 		return "", fmt.Errorf("%s: a pre-1.0 preview torch archive (PYTORCH1), which torch itself no longer reads", path)
+	case len(head) >= 262 && string(head[257:262]) == "ustar" && isNemoTar(path):
+		return Nemo, nil
+	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}) && isNemoGzip(f):
+		return "", nemo.GzipError(path)
 	case len(head) >= 262 && string(head[257:262]) == "ustar":
 		return "", fmt.Errorf("%s: a tar-format torch.save file from the earliest PyTorch releases; re-save it with a recent torch (torch.load refuses it with weights_only=True)", path)
 	case looksLikeSafetensors(head):
 		return Safetensors, nil
 	}
 	return "", fmt.Errorf("%s: %w: unrecognized checkpoint format (not a torch.save zip or legacy stream, not safetensors)", path, statedict.ErrUnsupported)
+}
+
+// isNemoTar reports whether the tar file at path is a NeMo 1 .nemo archive (see
+// nemo.IsArchive), reading its member index from the mapped file.
+func isNemoTar(path string) bool {
+	f, err := mmap.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	members, err := nemo.Index(f.Bytes())
+	return err == nil && nemo.IsArchive(members)
+}
+
+// isNemoGzip reports whether the gzip file f inflates to a .nemo archive's first members.
+func isNemoGzip(f *os.File) bool {
+	head := make([]byte, 64<<10)
+	n, _ := f.ReadAt(head, 0)
+	return nemo.IsGzipArchive(head[:n])
 }
 
 // looksLikeSafetensors checks for an 8-byte little-endian header length followed by a JSON
@@ -136,6 +162,8 @@ func openPart(path string) (*statedict.Checkpoint, error) {
 		return torchlegacy.Open(path)
 	case Safetensors:
 		return openSafetensors(path)
+	case Nemo:
+		return nemo.Open(path, torchzip.Decode)
 	}
 	return nil, fmt.Errorf("%s: no reader for format %s", path, kind)
 }
