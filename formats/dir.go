@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/accelerate"
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/diffusers"
 	"github.com/ckpt-dev/ckpt/formats/hf"
@@ -22,7 +23,8 @@ const DCP Kind = "dcp"
 // openDir reads a folder: a torch.distributed.checkpoint directory (it has `.metadata`), a
 // per-device safetensors folder (it has sharding.json), a DeepSpeed ZeRO checkpoint
 // (consolidated), a Megatron-LM save folder (legacy rank files or torch_dist), a NeMo 2
-// checkpoint (context/ + weights/), a diffusers pipeline (model_index.json) or a Hugging Face model or PEFT
+// checkpoint (context/ + weights/), an accelerate FSDP save_state folder
+// (pytorch_model_fsdp_N/), a diffusers pipeline (model_index.json) or a Hugging Face model or PEFT
 // adapter folder.
 func openDir(dir string) (*statedict.Checkpoint, error) {
 	if nemo.Detect2(dir) {
@@ -39,6 +41,9 @@ func openDir(dir string) (*statedict.Checkpoint, error) {
 	}
 	if tag, ok := zero.Detect(dir); ok {
 		return zero.Open(tag, openPart)
+	}
+	if models := accelerate.Detect(dir); len(models) > 0 {
+		return accelerate.Open(dir, models, dcp.Open)
 	}
 	if diffusers.Detect(dir) {
 		return diffusers.Open(dir, openDir, holdsWeights)
