@@ -81,6 +81,11 @@ type Options struct {
 	// an error instead of an object written as the source pickled it: every pickle of the
 	// output then loads with torch.load(weights_only=True).
 	WeightsOnly bool
+	// ZeROOptimizer reads a DeepSpeed ZeRO source with its optimizer state consolidated for
+	// resume: the output holds {"model": the weights, "optimizer": the state by parameter
+	// name} (formats.OpenOptions). Without it a ZeRO folder converts to the weights
+	// zero_to_fp32.py gives, and nothing else.
+	ZeROOptimizer bool
 	// Compress compresses a DCP output's items: "zstd" with torch's ZStandard extension
 	// (DCP's loader needs the zstandard module); "" writes them as they are.
 	Compress string
@@ -214,7 +219,13 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Compress != "" && lay != formats.DCPFolder {
 		return nil, fmt.Errorf("%s: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, statedict.ErrUnsupported, opts.Compress, lay)
 	}
-	ck, err := openSource(opts.Src)
+	open := openSource
+	if opts.ZeROOptimizer {
+		open = func(p string) (*statedict.Checkpoint, error) {
+			return formats.OpenWith(p, formats.OpenOptions{ZeROOptimizer: true})
+		}
+	}
+	ck, err := open(opts.Src)
 	if err != nil {
 		return nil, err
 	}

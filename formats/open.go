@@ -110,14 +110,36 @@ func looksLikeSafetensors(head []byte) bool {
 	return false
 }
 
+// OpenOptions ask a reader for more than the checkpoint's default reading.
+type OpenOptions struct {
+	// ZeROOptimizer reads a DeepSpeed ZeRO folder as {"model": the consolidated weights,
+	// "optimizer": the optimizer state consolidated by parameter name} (zero.Options); any
+	// other source is refused.
+	ZeROOptimizer bool
+}
+
 // Open reads the checkpoint at path, a file or a folder, in whatever supported format it is.
 func Open(path string) (*statedict.Checkpoint, error) {
+	return OpenWith(path, OpenOptions{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
 	var ck *statedict.Checkpoint
-	if st.IsDir() {
+	if o.ZeROOptimizer {
+		tag, ok := "", false
+		if st.IsDir() {
+			tag, ok = zero.Detect(path)
+		}
+		if !ok {
+			return nil, fmt.Errorf("%s: %w: the ZeRO optimizer state is read from a DeepSpeed ZeRO checkpoint folder (latest, global_stepN/, *_optim_states.pt); this is not one", path, statedict.ErrUnsupported)
+		}
+		ck, err = zero.OpenWith(tag, openPart, zero.Options{Optimizer: true})
+	} else if st.IsDir() {
 		ck, err = openDir(path)
 	} else {
 		ck, err = openFile(path)
