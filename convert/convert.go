@@ -240,6 +240,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	ck.Root = nil // as plan let p.src's go (the tree withTrainingState wraps)
 	if opts.Hosts.Count > 1 {
 		return runHost(ctx, opts, p, start)
 	}
@@ -357,12 +358,15 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 	}
 	p.ck = &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files,
 		Metadata: ck.Metadata, WeightsName: ck.WeightsName, Components: ck.Components}
-	tensors, err := p.ck.Tensors()
-	if err != nil {
+	if p.sum.Tensors, err = checkContent(ck, root); err != nil {
 		return nil, err
 	}
-	p.sum.Tensors = len(tensors)
-	if err := checkContent(ck, tensors); err != nil {
+	// Only the remapped tree is written from here on (its tensors read the source's bytes
+	// through storages of their own): let the source's tree go, which for a checkpoint of
+	// many small tensors is as large as the remapped one.
+	ck.Root, q.root = nil, nil
+	tensors, err := p.ck.Tensors()
+	if err != nil {
 		return nil, err
 	}
 	if sh := opts.Target.Sharding(); sh != nil {
@@ -428,9 +432,32 @@ func (p *planned) writeOptions(o *output, opts Options) statedict.WriteOptions {
 }
 
 // checkContent refuses an output of no tensors, or of placeholders only, from a source
-// that holds weights: a conversion never succeeds having written nothing of them.
-func checkContent(src *statedict.Checkpoint, out []statedict.NamedTensor) error {
-	if len(out) == 0 {
+// that holds weights: a conversion never succeeds having written nothing of them. It
+// returns the number of tensors of the output tree out.
+func checkContent(src *statedict.Checkpoint, out statedict.Value) (int, error) {
+	var n int
+	var first statedict.NamedTensor
+	weights := false
+	err := statedict.Walk(out, "", func(name string, v statedict.Value) error {
+		if t, ok := v.(*statedict.Tensor); ok {
+			if n == 0 {
+				first = statedict.NamedTensor{Name: name, Tensor: t}
+			}
+			n++
+			weights = weights || t.NumEl() > 0
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, checkTensors(src, n, first, weights)
+}
+
+// checkTensors is checkContent's verdict on an output of n tensors, the first of them
+// first, some holding elements (weights).
+func checkTensors(src *statedict.Checkpoint, n int, first statedict.NamedTensor, weights bool) error {
+	if n == 0 {
 		in, err := src.Tensors()
 		if err != nil {
 			return err
@@ -442,12 +469,10 @@ func checkContent(src *statedict.Checkpoint, out []statedict.NamedTensor) error 
 		}
 		return nil
 	}
-	for _, nt := range out {
-		if nt.Tensor.NumEl() > 0 {
-			return nil
-		}
+	if weights {
+		return nil
 	}
-	return fmt.Errorf("%s: %w: all %s empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, statedict.ErrUnsupported, plural.Of(len(out), "tensor"), out[0].Name, out[0].Tensor.Shape)
+	return fmt.Errorf("%s: %w: all %s empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, statedict.ErrUnsupported, plural.Of(n, "tensor"), first.Name, first.Tensor.Shape)
 }
 
 // placement places tensors as the target does.

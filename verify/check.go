@@ -77,12 +77,8 @@ func Check(path, mpath string) (*CheckReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	ck, err := formats.Open(path)
+	ck, err := openOutput(path)
 	if err != nil {
-		if errors.Is(err, statedict.ErrCorrupt) {
-			// A damaged output fails verification as a damaged tensor does.
-			return nil, fmt.Errorf("%w: %w", ErrFailed, err)
-		}
 		return nil, err
 	}
 	defer ck.Close()
@@ -194,4 +190,14 @@ func shapeOf(s []int64) []int64 {
 		return []int64{}
 	}
 	return s
+}
+
+// openOutput opens a conversion's output: one too damaged to open (statedict.ErrCorrupt)
+// fails verification, as a damaged tensor does.
+func openOutput(path string) (*statedict.Checkpoint, error) {
+	ck, err := formats.Open(path)
+	if errors.Is(err, statedict.ErrCorrupt) {
+		return nil, fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	return ck, err
 }

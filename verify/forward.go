@@ -104,7 +104,7 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 		return nil, nil, err
 	}
 	defer sck.Close()
-	dck, err := formats.Open(dst)
+	dck, err := openOutput(dst)
 	if err != nil {
 		return nil, nil, err
 	}

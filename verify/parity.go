@@ -246,7 +246,7 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 		return nil, err
 	}
 	defer sck.Close()
-	dck, err := formats.Open(dst)
+	dck, err := openOutput(dst)
 	if err != nil {
 		return nil, err
 	}

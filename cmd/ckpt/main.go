@@ -19,6 +19,7 @@ import (
 )
 
 func main() {
+	fitAddressSpace()
 	// Registered before any work starts, so no signal can arrive unhandled.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)

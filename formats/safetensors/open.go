@@ -44,7 +44,7 @@ func Open(path string) (*statedict.Checkpoint, error) {
 // tensors builds the tensor dict of the file whose bytes are data and whose validated header
 // is h.
 func tensors(file string, data []byte, h *Header) (*statedict.Dict, error) {
-	root := statedict.NewDict("")
+	root := statedict.NewDictSize("", len(h.Tensors))
 	for i := range h.Tensors {
 		ti := &h.Tensors[i]
 		fail := func(format string, args ...any) error {
@@ -74,7 +74,7 @@ func tensors(file string, data []byte, h *Header) (*statedict.Dict, error) {
 		if err := t.Validate(); err != nil {
 			return nil, fail("%v", err)
 		}
-		root.Set(ti.Name, t)
+		root.Append(ti.Name, t) // the header's names are unique (parse refuses duplicates)
 	}
 	return root, nil
 }
