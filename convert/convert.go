@@ -22,6 +22,7 @@ import (
 	"github.com/ckpt-dev/ckpt/internal/plural"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,6 +81,11 @@ type Options struct {
 	// an error instead of an object written as the source pickled it: every pickle of the
 	// output then loads with torch.load(weights_only=True).
 	WeightsOnly bool
+	// ZeROOptimizer reads a DeepSpeed ZeRO source with its optimizer state consolidated for
+	// resume: the output holds {"model": the weights, "optimizer": the state by parameter
+	// name} (formats.OpenOptions). Without it a ZeRO folder converts to the weights
+	// zero_to_fp32.py gives, and nothing else.
+	ZeROOptimizer bool
 	// Compress compresses a DCP output's items: "zstd" with torch's ZStandard extension
 	// (DCP's loader needs the zstandard module); "" writes them as they are.
 	Compress string
@@ -213,7 +219,13 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Compress != "" && lay != formats.DCPFolder {
 		return nil, fmt.Errorf("%s: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, statedict.ErrUnsupported, opts.Compress, lay)
 	}
-	ck, err := openSource(opts.Src)
+	open := openSource
+	if opts.ZeROOptimizer {
+		open = func(p string) (*statedict.Checkpoint, error) {
+			return formats.OpenWith(p, formats.OpenOptions{ZeROOptimizer: true})
+		}
+	}
+	ck, err := open(opts.Src)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +336,9 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		switch {
 		case folderOut && hf.IsTrainerState(f):
 			p.alongside = append(p.alongside, f)
-		case hf.IsTrainerState(f):
+		case folderOut && hf.IsTrainingStateFolder(f):
+			// Carried as it is among the extras: a DCP folder of training state.
+		case hf.IsTrainerState(f) || hf.IsTrainingStateFolder(f):
 			training = append(training, f)
 		default:
 			left = append(left, f)
@@ -600,16 +614,17 @@ func (s *Summary) Messages() []string {
 	return out
 }
 
-// withTrainingState returns ck with the training state of an HF Trainer checkpoint folder
-// inside, for a single torch file to hold it: the weights under "model", each of
-// optimizer.pt, scheduler.pt, scaler.pt and rng_state*.pth under its file's stem
-// ("optimizer", "rng_state_1"), the names a training script resuming from one file uses.
+// withTrainingState returns ck with the training state of an HF Trainer or accelerate
+// checkpoint folder inside, for a single torch file to hold it: the weights under "model",
+// each of optimizer.pt, scheduler.pt, scaler.pt and rng_state*.pth (accelerate's
+// optimizer.bin, random_states_0.pkl, an FSDP optimizer_0/ folder, …) under its file's stem
+// ("optimizer", "rng_state_1", "optimizer_0"), the names a training script resuming from one file uses.
 // The optimizer state then follows the converted model as in any training checkpoint. ck is
 // returned as it is when its folder holds no training state.
 func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) {
 	var files, rest []string
 	for _, f := range ck.Ignored {
-		if hf.IsTrainerState(f) {
+		if hf.IsTrainerState(f) || hf.IsTrainingStateFolder(f) {
 			files = append(files, f)
 		} else {
 			rest = append(rest, f)
@@ -620,7 +635,14 @@ func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) 
 	}
 	root := statedict.NewDict("")
 	root.Set("model", ck.Root)
-	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Ignored: rest, Outside: ck.Outside,
+	// A training-state folder's files travel inside the tree, not as extras.
+	var extras []string
+	for _, e := range ck.Extras {
+		if !slices.ContainsFunc(files, func(f string) bool { return strings.HasSuffix(f, "/") && strings.HasPrefix(e, f) }) {
+			extras = append(extras, e)
+		}
+	}
+	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: extras, Ignored: rest, Outside: ck.Outside,
 		Files: ck.Files, Metadata: ck.Metadata}
 	for _, f := range files {
 		part, err := formats.Open(filepath.Join(ck.Path, f))
@@ -629,6 +651,7 @@ func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) 
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 		out.Closers = append(out.Closers, part.Closers...)
+		f = strings.TrimSuffix(f, "/")
 		root.Set(strings.TrimSuffix(f, filepath.Ext(f)), part.Root)
 	}
 	return out, nil

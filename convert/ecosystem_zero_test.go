@@ -22,6 +22,9 @@ import (
 type zeroFixture struct {
 	Tensors orderedListing    `json:"tensors"`
 	Tied    map[string]string `json:"tied"`
+	// Optimizer is the optimizer state by parameter name DeepSpeed's ds_to_universal.py
+	// extracts from the same partitions.
+	Optimizer orderedListing `json:"optimizer"`
 }
 
 func zeroFixtures(t *testing.T) map[string]zeroFixture {
@@ -35,7 +38,7 @@ func zeroFixtures(t *testing.T) map[string]zeroFixture {
 	out := map[string]zeroFixture{}
 	for _, name := range []string{"zero2", "zero3"} {
 		var f zeroFixture
-		if err := json.Unmarshal(raw[name], &f); err != nil || len(f.Tensors.Names) == 0 {
+		if err := json.Unmarshal(raw[name], &f); err != nil || len(f.Tensors.Names) == 0 || len(f.Optimizer.Names) == 0 {
 			t.Fatalf("%s: %v", name, err)
 		}
 		out[name] = f
@@ -129,5 +132,90 @@ func TestZeROConvertLoadsInTorch(t *testing.T) {
 			}
 		}
 		sameTensors(t, res[i].Tensors, want, "")
+	}
+}
+
+// TestZeROOptimizerState reads both ZeRO folders with their optimizer state consolidated
+// (convert --zero-optimizer): the model is zero_to_fp32's weights, unchanged, and the
+// optimizer state by parameter name is what DeepSpeed's ds_to_universal.py extracts from
+// the same partitions (the ZeRO-2 moments keep the last rank's padding, stripped here) —
+// same names in the same order, bytes, and every parameter's step its own tensor. Converted
+// to a torch file, a DCP folder and a safetensors file, torch loads it bit-identical.
+func TestZeROOptimizerState(t *testing.T) {
+	fx := zeroFixtures(t)
+	for name, want := range fx {
+		ck, err := formats.OpenWith("../testdata/ecosystem/zero/"+name, formats.OpenOptions{ZeROOptimizer: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+		ck.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var model, optim []string
+		for _, tn := range rep.Tensors {
+			g := torchEntry{tn.DType, tn.Shape, tn.SHA256}
+			switch {
+			case strings.HasPrefix(tn.Name, "model."):
+				n := strings.TrimPrefix(tn.Name, "model.")
+				model = append(model, n)
+				if w := want.Tensors.Entries[n]; !reflect.DeepEqual(g, w) {
+					t.Errorf("%s %s: %+v, zero_to_fp32 gives %+v", name, tn.Name, g, w)
+				}
+			case strings.HasPrefix(tn.Name, "optimizer."):
+				n := strings.TrimPrefix(tn.Name, "optimizer.")
+				optim = append(optim, n)
+				if w := want.Optimizer.Entries[n]; !reflect.DeepEqual(g, w) {
+					t.Errorf("%s %s: %+v, ds_to_universal gives %+v", name, tn.Name, g, w)
+				}
+				if strings.HasSuffix(n, ".step") && tn.SharesStorageWith != "" {
+					t.Errorf("%s %s shares storage with %s", name, tn.Name, tn.SharesStorageWith)
+				}
+			default:
+				t.Errorf("%s: unexpected %s", name, tn.Name)
+			}
+		}
+		if !reflect.DeepEqual(model, want.Tensors.Names) || !reflect.DeepEqual(optim, want.Optimizer.Names) {
+			t.Errorf("%s: model %v optimizer %v\nwant %v %v", name, model, optim, want.Tensors.Names, want.Optimizer.Names)
+		}
+	}
+	if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/zstd", Dst: filepath.Join(t.TempDir(), "x.pt"), Format: convert.Torch, ZeROOptimizer: true}); !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "not one") {
+		t.Errorf("ZeROOptimizer on a DCP folder: %v", err)
+	}
+	o := oracle.Require(t)
+	host, chroot := oracle.TempDir(t)
+	var jobs []ecosystemJob
+	var wants []zeroFixture
+	for name, want := range fx {
+		for _, format := range []convert.Format{convert.Torch, convert.Safetensors, convert.DCP} {
+			dst := filepath.Join(host, name+"-optim-"+string(format))
+			if format == convert.Torch {
+				dst += ".pt"
+			}
+			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format, ZeROOptimizer: true}); err != nil {
+				t.Fatalf("%s → %s: %v", name, format, err)
+			}
+			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
+			}
+			jobs = append(jobs, ecosystemJob{Out: chrootPath(host, chroot, dst), Format: string(format), WeightsOnly: true})
+			wants = append(wants, want)
+		}
+	}
+	res := loadInTorch(t, o, host, jobs)
+	for i, job := range jobs {
+		if res[i].Error != "" {
+			t.Fatalf("%s: %s", job.Out, res[i].Error)
+		}
+		if job.Format == string(convert.Safetensors) {
+			for alias, of := range wants[i].Tied {
+				if v, ok := res[i].Tensors["model."+of]; ok {
+					res[i].Tensors["model."+alias] = v
+				}
+			}
+		}
+		sameTensors(t, res[i].Tensors, wants[i].Tensors, "model")
+		sameTensors(t, res[i].Tensors, wants[i].Optimizer, "optimizer")
 	}
 }

@@ -6,9 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/accelerate"
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/diffusers"
 	"github.com/ckpt-dev/ckpt/formats/hf"
+	"github.com/ckpt-dev/ckpt/formats/megatron"
+	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/formats/zero"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -19,9 +22,17 @@ const DCP Kind = "dcp"
 
 // openDir reads a folder: a torch.distributed.checkpoint directory (it has `.metadata`), a
 // per-device safetensors folder (it has sharding.json), a DeepSpeed ZeRO checkpoint
-// (consolidated), a diffusers pipeline (model_index.json) or a Hugging Face model or PEFT
+// (consolidated), a Megatron-LM save folder (legacy rank files or torch_dist), a NeMo 2
+// checkpoint (context/ + weights/), an accelerate FSDP save_state folder
+// (pytorch_model_fsdp_N/), a diffusers pipeline (model_index.json) or a Hugging Face model or PEFT
 // adapter folder.
 func openDir(dir string) (*statedict.Checkpoint, error) {
+	if nemo.Detect2(dir) {
+		return nemo.Open2(dir, megatronOpeners)
+	}
+	if megatron.Detect(dir) {
+		return megatron.Open(dir, megatronOpeners)
+	}
 	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err == nil {
 		return dcp.Open(dir)
 	}
@@ -30,6 +41,9 @@ func openDir(dir string) (*statedict.Checkpoint, error) {
 	}
 	if tag, ok := zero.Detect(dir); ok {
 		return zero.Open(tag, openPart)
+	}
+	if models := accelerate.Detect(dir); len(models) > 0 {
+		return accelerate.Open(dir, models, dcp.Open)
 	}
 	if diffusers.Detect(dir) {
 		return diffusers.Open(dir, openDir, holdsWeights)
@@ -53,6 +67,10 @@ func holdsWeights(dir string) bool {
 	_, ok := hf.Detect(dir)
 	return ok
 }
+
+// megatronOpeners read the parts of Megatron and NeMo checkpoints: rank and common.pt
+// files as any checkpoint file, the sharded entries as DCP.
+var megatronOpeners = megatron.Openers{File: openPart, DCP: dcp.Open}
 
 func openSafetensors(path string) (*statedict.Checkpoint, error) {
 	return safetensors.Open(path)

@@ -19,9 +19,11 @@ import (
 	"io"
 	"os"
 
+	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/torchlegacy"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/formats/zero"
+	"github.com/ckpt-dev/ckpt/internal/mmap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -33,6 +35,7 @@ const (
 	TorchZip    Kind = torchzip.Format
 	TorchLegacy Kind = torchlegacy.Format
 	Safetensors Kind = "safetensors"
+	Nemo        Kind = nemo.Format1
 )
 
 // Detect recognizes the format of a single file from its first bytes.
@@ -55,12 +58,35 @@ func Detect(path string) (Kind, error) {
 		return TorchLegacy, nil
 	case bytes.HasPrefix(head, []byte("PYTORCH1")):
 		return "", fmt.Errorf("%s: a pre-1.0 preview torch archive (PYTORCH1), which torch itself no longer reads", path)
+	case len(head) >= 262 && string(head[257:262]) == "ustar" && isNemoTar(path):
+		return Nemo, nil
+	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}) && isNemoGzip(f):
+		return "", nemo.GzipError(path)
 	case len(head) >= 262 && string(head[257:262]) == "ustar":
 		return "", fmt.Errorf("%s: a tar-format torch.save file from the earliest PyTorch releases; re-save it with a recent torch (torch.load refuses it with weights_only=True)", path)
 	case looksLikeSafetensors(head):
 		return Safetensors, nil
 	}
 	return "", fmt.Errorf("%s: %w: unrecognized checkpoint format (not a torch.save zip or legacy stream, not safetensors)", path, statedict.ErrUnsupported)
+}
+
+// isNemoTar reports whether the tar file at path is a NeMo 1 .nemo archive (see
+// nemo.IsArchive), reading its member index from the mapped file.
+func isNemoTar(path string) bool {
+	f, err := mmap.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	members, err := nemo.Index(f.Bytes())
+	return err == nil && nemo.IsArchive(members)
+}
+
+// isNemoGzip reports whether the gzip file f inflates to a .nemo archive's first members.
+func isNemoGzip(f *os.File) bool {
+	head := make([]byte, 64<<10)
+	n, _ := f.ReadAt(head, 0)
+	return nemo.IsGzipArchive(head[:n])
 }
 
 // looksLikeSafetensors checks for an 8-byte little-endian header length followed by a JSON
@@ -84,14 +110,36 @@ func looksLikeSafetensors(head []byte) bool {
 	return false
 }
 
+// OpenOptions ask a reader for more than the checkpoint's default reading.
+type OpenOptions struct {
+	// ZeROOptimizer reads a DeepSpeed ZeRO folder as {"model": the consolidated weights,
+	// "optimizer": the optimizer state consolidated by parameter name} (zero.Options); any
+	// other source is refused.
+	ZeROOptimizer bool
+}
+
 // Open reads the checkpoint at path, a file or a folder, in whatever supported format it is.
 func Open(path string) (*statedict.Checkpoint, error) {
+	return OpenWith(path, OpenOptions{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
 	var ck *statedict.Checkpoint
-	if st.IsDir() {
+	if o.ZeROOptimizer {
+		tag, ok := "", false
+		if st.IsDir() {
+			tag, ok = zero.Detect(path)
+		}
+		if !ok {
+			return nil, fmt.Errorf("%s: %w: the ZeRO optimizer state is read from a DeepSpeed ZeRO checkpoint folder (latest, global_stepN/, *_optim_states.pt); this is not one", path, statedict.ErrUnsupported)
+		}
+		ck, err = zero.OpenWith(tag, openPart, zero.Options{Optimizer: true})
+	} else if st.IsDir() {
 		ck, err = openDir(path)
 	} else {
 		ck, err = openFile(path)
@@ -136,6 +184,8 @@ func openPart(path string) (*statedict.Checkpoint, error) {
 		return torchlegacy.Open(path)
 	case Safetensors:
 		return openSafetensors(path)
+	case Nemo:
+		return nemo.Open(path, torchzip.Decode)
 	}
 	return nil, fmt.Errorf("%s: no reader for format %s", path, kind)
 }

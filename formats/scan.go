@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
+	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/internal/mmap"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -55,6 +57,7 @@ type ScannedFile struct {
 	Path string
 	// Layout is how the file was read: "torch zip", "TorchScript archive", "torch legacy
 	// stream", "torch legacy tar", "pickle", "DCP metadata", "DCP data", "safetensors",
+	// "NeMo archive" (a .nemo tar, whose weights members are scanned in place),
 	// or "not a checkpoint" (a folder's other files: configs, tokenizers, text).
 	Layout string
 }
@@ -69,6 +72,7 @@ const (
 	layoutDCPMetadata = "DCP metadata"
 	layoutDCPData     = "DCP data"
 	layoutSafetensors = "safetensors"
+	layoutNemo        = "NeMo archive"
 	layoutNone        = "not a checkpoint"
 )
 
@@ -292,6 +296,12 @@ func (s *scanner) torchLoad(file string, data []byte, base int64, where string, 
 	switch {
 	case len(data) >= 4 && string(data[:4]) == zipMagic:
 		return s.zipArchive(file, data, base, where)
+	case isFile && isNemo(data):
+		s.nemoArchive(file, data)
+		return layoutNemo
+	case isFile && len(data) > 2 && data[0] == 0x1f && data[1] == 0x8b && nemo.IsGzipArchive(data[:min(len(data), 64<<10)]):
+		s.problem(file, 0, statedict.ErrUnsupported, "a gzip-compressed .nemo archive, not scanned (its members are not read in place): unpack it (mkdir m && tar xzf %s -C m) and scan m", file)
+		return layoutNemo
 	case isFile && isTar(data):
 		s.tarArchive(file, data)
 		return layoutTar
@@ -300,6 +310,35 @@ func (s *scanner) torchLoad(file string, data []byte, base int64, where string, 
 		return ""
 	}
 	return s.legacy(file, data, base, where, lenient)
+}
+
+// isNemo reports whether data is an uncompressed tar holding a .nemo archive's members.
+func isNemo(data []byte) bool {
+	if len(data) < 262 || string(data[257:262]) != "ustar" {
+		return false
+	}
+	ms, err := nemo.Index(data)
+	return err == nil && nemo.IsArchive(ms)
+}
+
+// nemoArchive scans a NeMo 1 .nemo archive as NeMo's restore_from reads it: every
+// model_weights.ckpt member (at the root or in a rank folder) is handed to torch.load; the
+// other members (model_config.yaml, tokenizer files) are never unpickled.
+func (s *scanner) nemoArchive(file string, data []byte) {
+	ms, err := nemo.Index(data)
+	if err != nil {
+		s.problem(file, -1, statedict.ErrCorrupt, "%v", err)
+		return
+	}
+	for _, m := range ms {
+		if path.Base(m.Name) != nemo.WeightsMember {
+			continue
+		}
+		where := fmt.Sprintf("tar member %q", m.Name)
+		if s.torchLoad(file, data[m.Offset:m.Offset+m.Size], m.Offset, where, false, false) == "" {
+			s.problem(file, m.Offset, statedict.ErrCorrupt, "%s: not a torch.save file", where)
+		}
+	}
 }
 
 // addPickle records a pickle scan.

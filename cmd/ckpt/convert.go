@@ -25,7 +25,7 @@ func newConvertCmd() *cobra.Command {
 		verbose, strict, weightsOnly             bool
 		optimDType                               string
 		optimNames                               []string
-		keepCUDARNG                              bool
+		keepCUDARNG, zeroOptimizer               bool
 		dequantize, tpuGen, compress             string
 		shard                                    shardFlags
 	)
@@ -126,6 +126,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				return err
 			}
 			opts.Remap.KeepCUDARNG = keepCUDARNG
+			opts.ZeROOptimizer = zeroOptimizer
 			if dequantize != "" {
 				d, err := dequantizeChoice.parse(dequantize)
 				if err != nil {
@@ -261,6 +262,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.StringVar(&optimDType, "optimizer-dtype", "keep", "cast optimizer moments (per-parameter state except step): keep, bfloat16, float32 or float16")
 	f.StringArrayVar(&optimNames, "optimizer-names", nil, "[PATH=]FILE: the model names of an optimizer's parameters in id order, one per line, when shapes cannot map them")
 	f.BoolVar(&keepCUDARNG, "keep-cuda-rng", false, "keep CUDA RNG states (as CPU byte tensors) instead of dropping them")
+	f.BoolVar(&zeroOptimizer, "zero-optimizer", false, "read a DeepSpeed ZeRO folder with its optimizer state consolidated for resume: the output holds {\"model\": weights, \"optimizer\": state by parameter name}")
 	f.StringVar(&dequantize, "dequantize", "", "unpack quantized tensors to --dtype (default bfloat16): --dequantize (all) or --dequantize=auto (with --tpu-gen)")
 	f.Lookup("dequantize").NoOptDefVal = string(convert.DequantizeAll)
 	shard.register(f)

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strings"
+	"regexp"
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -112,18 +112,27 @@ func writeFile(out statedict.Output, name string, b []byte) error {
 	return err
 }
 
-// IsTrainerState reports whether a file of a checkpoint folder is training state that a
-// transformers Trainer checkpoint (checkpoint-N/) holds next to the model: the optimizer,
-// LR scheduler, grad scaler and RNG states, torch.save files that resume training.
+// trainingState are the names of the training-state files a checkpoint folder holds next
+// to the model, torch.save files that resume training: a transformers Trainer's
+// (checkpoint-N/: optimizer, LR scheduler, grad scaler, per-process RNG states) and
+// accelerate's save_state (optimizer_N / scheduler_N / sampler_N .bin, the dataloader
+// state, scaler.pt, per-process random_states_N.pkl; accelerate/checkpointing.py).
 // training_args.bin is not among them: it pickles a TrainingArguments object, code ckpt
 // does not run.
-func IsTrainerState(name string) bool {
-	switch name {
-	case "optimizer.pt", "scheduler.pt", "scaler.pt":
-		return true
-	}
-	return strings.HasPrefix(name, "rng_state") && strings.HasSuffix(name, ".pth")
-}
+var trainingState = regexp.MustCompile(`^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state.*\.pth|(optimizer|scheduler|sampler)(_\d+)?\.bin|dl_state_dict\.bin|random_states_\d+\.pkl)$`)
+
+// trainingStateFolder are the training-state folders of accelerate's save_state under
+// FSDP's SHARDED_STATE_DICT: optimizer_N/, a DCP folder of {"optimizer": state by
+// parameter name} (accelerate/utils/fsdp_utils.py save_fsdp_optimizer).
+var trainingStateFolder = regexp.MustCompile(`^optimizer_\d+/$`)
+
+// IsTrainerState reports whether a file of a checkpoint folder is training state (see
+// trainingState).
+func IsTrainerState(name string) bool { return trainingState.MatchString(name) }
+
+// IsTrainingStateFolder reports whether name, a folder of a checkpoint folder listed with
+// a trailing "/", is a training-state DCP folder (see trainingStateFolder).
+func IsTrainingStateFolder(name string) bool { return trainingStateFolder.MatchString(name) }
 
 // ConfigFile is a Hugging Face folder's model configuration.
 const ConfigFile = "config.json"

@@ -105,11 +105,28 @@ type modelStates struct {
 	placeholdersPresent bool
 }
 
+// Options say what Open consolidates besides the weights.
+type Options struct {
+	// Optimizer also consolidates the optimizer state for resume: the root becomes
+	// {"model": the consolidated weights, "optimizer": the optimizer state by parameter
+	// name}, as torch.distributed.checkpoint's get_optimizer_state_dict gives it — "state"
+	// maps each trainable parameter's name to its moments (exp_avg, exp_avg_sq, any other
+	// per-element state), unpartitioned and unpadded exactly as the fp32 weights, and its
+	// group's step; "param_groups" are rank 0's groups with "params" listing the names.
+	// This is what DeepSpeed's ds_to_universal.py extracts from the same partitions.
+	Optimizer bool
+}
+
 // Open reads the ZeRO checkpoint whose tag folder is dir (see Detect); openFile opens one
 // torch.save file. The checkpoint's root is the consolidated state dict in zero_to_fp32's
 // order: buffers (as float32), frozen parameters, trainable parameters, shared parameters
 // (the same tensor as the one they share).
-func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (_ *statedict.Checkpoint, err error) {
+func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
+	return OpenWith(dir, openFile, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), opts Options) (_ *statedict.Checkpoint, err error) {
 	out := &statedict.Checkpoint{Format: Format, Path: dir}
 	defer func() {
 		if err != nil {
@@ -146,6 +163,7 @@ func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (_ *
 	optims := files(dir, optimFile)
 	stage, ws := int64(0), int64(0)
 	var groups [][]*statedict.Tensor // per rank: the fp32 flat partitions, per group
+	var bases []*statedict.Dict      // per rank: the optimizer state over those partitions
 	for i, name := range optims {
 		d, err := open(name)
 		if err != nil {
@@ -181,6 +199,13 @@ func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (_ *
 			return nil, fmt.Errorf("%s: %s: %w", p, key, err)
 		}
 		groups = append(groups, flat)
+		if opts.Optimizer {
+			b, err := baseState(osd, stage)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", p, err)
+			}
+			bases = append(bases, b)
+		}
 	}
 	if int64(len(optims)) != ws || ws == 0 {
 		return nil, fmt.Errorf("%s: %w: %d *_optim_states.pt files for a world size of %d (a rank's file is missing or left over from another run)", dir, statedict.ErrCorrupt, len(optims), ws)
@@ -193,6 +218,16 @@ func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (_ *
 		return nil, err
 	}
 	out.Root = c.out
+	if opts.Optimizer {
+		osd, err := c.optimizer(optims, bases)
+		if err != nil {
+			return nil, err
+		}
+		root := statedict.NewDict("")
+		root.Set("model", c.out)
+		root.Set("optimizer", osd)
+		out.Root = root
+	}
 	return out, nil
 }
 
@@ -390,11 +425,12 @@ func (c *consolidator) run() error {
 	if err := c.frozen(); err != nil {
 		return err
 	}
+	put := func(name string, t *statedict.Tensor) { c.out.Set(name, t) }
 	var err error
 	if c.stage <= 2 {
-		err = c.zero2()
+		err = c.zero2(c.groups, statedict.Float32, put)
 	} else {
-		err = c.zero3()
+		err = c.zero3(c.groups, statedict.Float32, put)
 	}
 	if err != nil {
 		return err
@@ -455,19 +491,20 @@ func fragment(m *modelStates, name string) (*statedict.Tensor, bool) {
 	return t, ok
 }
 
-// zero2 consolidates stages 1 and 2: each group's ranks' partitions, concatenated, hold the
-// group's parameters back to back; the last rank's padding (to 2 × world size) was dropped
-// when saving.
-func (c *consolidator) zero2() error {
+// zero2 consolidates stages 1 and 2 from groups (per rank, per group, a flat partition of
+// dtype dt), giving each parameter to put: each group's ranks' partitions, concatenated,
+// hold the group's parameters back to back; the last rank's padding (to 2 × world size)
+// was dropped when saving the fp32 partitions (the optimizer's moments keep it).
+func (c *consolidator) zero2(groups [][]*statedict.Tensor, dt statedict.DType, put func(string, *statedict.Tensor)) error {
 	shapes := c.models[0].paramShapes
 	for i, group := range shapes {
 		var parts []span
 		var avail int64
-		for r := range c.groups {
-			if i >= len(c.groups[r]) {
-				return fmt.Errorf("%s: %w: rank %d has %d groups, param_shapes %d", c.dir, errLayout, r, len(c.groups[r]), len(shapes))
+		for r := range groups {
+			if i >= len(groups[r]) {
+				return fmt.Errorf("%s: %w: rank %d has %d groups, param_shapes %d", c.dir, errLayout, r, len(groups[r]), len(shapes))
 			}
-			t := c.groups[r][i]
+			t := groups[r][i]
 			parts = append(parts, span{t, 0, t.NumEl()})
 			avail += t.NumEl()
 		}
@@ -482,11 +519,11 @@ func (c *consolidator) zero2() error {
 			if offset+n > avail {
 				return fmt.Errorf("%s: %w: group %d holds %d elements, %s needs [%d, %d)", c.dir, errLayout, i, avail, name, offset, offset+n)
 			}
-			g, err := gathered(name, statedict.Float32, shape, cut(parts, offset, n))
+			g, err := gathered(name, dt, shape, cut(parts, offset, n))
 			if err != nil {
 				return err
 			}
-			c.out.Set(name, g)
+			put(name, g)
 			offset += n
 		}
 		align := 2 * c.ws
@@ -497,13 +534,14 @@ func (c *consolidator) zero2() error {
 	return nil
 }
 
-// zero3 consolidates stage 3: every parameter is split in ceil(numel / world size) elements
-// per rank, at the same offset of each rank's flat groups (concatenated), the last piece
-// zero-padded.
-func (c *consolidator) zero3() error {
-	flat := make([][]span, len(c.groups)) // per rank: its groups back to back
+// zero3 consolidates stage 3 from groups (per rank, per group, a flat partition of dtype
+// dt), giving each parameter to put: every parameter is split in ceil(numel / world size)
+// elements per rank, at the same offset of each rank's flat groups (concatenated), the
+// last piece zero-padded.
+func (c *consolidator) zero3(groups [][]*statedict.Tensor, dt statedict.DType, put func(string, *statedict.Tensor)) error {
+	flat := make([][]span, len(groups)) // per rank: its groups back to back
 	var avail int64
-	for r, gs := range c.groups {
+	for r, gs := range groups {
 		var n int64
 		for _, t := range gs {
 			flat[r] = append(flat[r], span{t, 0, t.NumEl()})
@@ -532,11 +570,11 @@ func (c *consolidator) zero3() error {
 			for r := range flat {
 				spans = append(spans, cut(flat[r], offset, part)...)
 			}
-			g, err := gathered(name, statedict.Float32, shape, cut(spans, 0, n))
+			g, err := gathered(name, dt, shape, cut(spans, 0, n))
 			if err != nil {
 				return err
 			}
-			c.out.Set(name, g)
+			put(name, g)
 			offset += part
 		}
 	}

@@ -11,7 +11,9 @@ consolidates each folder with the algorithm of DeepSpeed's deepspeed/utils/zero_
     scripts/oracle python testdata/ecosystem/gen_zero.py
 
 Writes testdata/ecosystem/zero/{zero2,zero3}/ (latest, global_step3/, zero_to_fp32.py) and
-zero.json: for each, the consolidated state dict's listing.
+zero.json: for each, the consolidated state dict's listing, and the listing of the optimizer
+state by parameter name that DeepSpeed's deepspeed/checkpoint/ds_to_universal.py extracts
+from the same partitions (reimplemented below from its source).
 """
 import dataclasses
 import enum
@@ -131,6 +133,7 @@ def zero2(ws=2):
     frozen = {n: p for n, p in net.named_parameters() if not p.requires_grad}
     align = 2 * ws
     partitions = [[] for _ in range(ws)]
+    padded = [[] for _ in range(ws)]  # what the optimizer steps on: the last rank's keeps its padding
     paddings = [[] for _ in range(ws)]
     slices = [[] for _ in range(ws)]
     for g in groups:
@@ -142,6 +145,7 @@ def zero2(ws=2):
             part = flat[r * size:(r + 1) * size].clone()
             padding = pad if r == ws - 1 else 0
             partitions[r].append(part[:part.numel() - padding].clone())
+            padded[r].append(part)
             paddings[r].append(padding)
             m, start = OrderedDict(), 0
             for n, p in g:
@@ -154,7 +158,7 @@ def zero2(ws=2):
     folder = write(2, ws, engine_state(net, module_sd, 2, ws, param_shapes, OrderedDict((n, p.shape) for n, p in frozen.items()),
                                       {n: p.detach().bfloat16() for n, p in frozen.items()}, shared),
                    lambda r: {"loss_scaler": LossScaler(), "dynamic_loss_scale": False, "overflow": False, "clip_grad": 1.0,
-                              "base_optimizer_state": adam_state(partitions[r]), "single_partition_of_fp32_groups": partitions[r],
+                              "base_optimizer_state": adam_state(padded[r]), "single_partition_of_fp32_groups": partitions[r],
                               "zero_stage": ZeroStageEnum.gradients, "group_paddings": paddings[r], "partition_count": [ws, ws],
                               "ds_version": VERSION, "param_slice_mappings": slices[r]},
                    model_files=["mp_rank_00_model_states.pt"])
@@ -272,11 +276,62 @@ def zero_to_fp32(checkpoint_dir):
     return sd
 
 
+# ---- deepspeed/checkpoint/ds_to_universal.py, the reference optimizer-state extraction ----
+
+def universal_optimizer(checkpoint_dir):
+    """The optimizer state by parameter name that ds_to_universal.py extracts: stages 1 and 2
+    (extract_zero_shards, dump_param_fragment, _merge_zero_shards): for every group, each
+    rank's fragment of each parameter (param_slice_mappings: start, numel within the rank's
+    partition) of exp_avg / exp_avg_sq, concatenated over the ranks and reshaped; stage 3
+    (extract_zero_shards_stage3): each parameter's padding-free piece at its offset in every
+    rank's flat state, the groups' flat states back to back. "step" is the group's (the
+    same on every rank). Laid out as get_optimizer_state_dict gives it."""
+    with open(os.path.join(checkpoint_dir, "latest")) as f:
+        tag = f.read().strip()
+    d = os.path.join(checkpoint_dir, tag)
+    model = torch.load(files(d, r".*_model_states\.pt")[0], map_location="cpu", weights_only=False)
+    optims = [torch.load(f, map_location="cpu", weights_only=False)["optimizer_state_dict"] for f in files(d, r".*_optim_states\.pt")]
+    stage = optims[0]["zero_stage"]
+    ws = len(optims)
+    shapes = model["param_shapes"]
+    fragments = {}  # name -> key -> [per-rank fragment]
+    if stage <= 2:
+        for osd in optims:
+            state_groups = osd["base_optimizer_state"]["state"]
+            for gid, mapping in enumerate(osd["param_slice_mappings"]):
+                flat_state = {k: state_groups[gid][k] for k in ("exp_avg", "exp_avg_sq")}
+                for name, frag in mapping.items():
+                    for key, flat in flat_state.items():
+                        fragments.setdefault(name, {}).setdefault(key, []).append(flat.narrow(0, frag.start, frag.numel).clone())
+    else:
+        merged_shapes = {k: v for g in shapes for k, v in g.items()}
+        for r, osd in enumerate(optims):
+            st = osd["optimizer_state_dict"]["state"]
+            flat_state = {k: torch.cat([st[g][k] for g in range(len(shapes))]) for k in ("exp_avg", "exp_avg_sq")}
+            offset = 0
+            for name, shape in merged_shapes.items():
+                unpartitioned = shape.numel()
+                partitioned = math.ceil(unpartitioned / ws)  # _zero_partitioned_param_info
+                padding_free = min(partitioned, abs(unpartitioned - r * partitioned))
+                for key, flat in flat_state.items():
+                    fragments.setdefault(name, {}).setdefault(key, []).append(flat.narrow(0, offset, padding_free).clone())
+                offset += partitioned
+    base = optims[0]["base_optimizer_state"] if stage <= 2 else optims[0]["optimizer_state_dict"]
+    state, groups = {}, []
+    for gid, g in enumerate(shapes):
+        for name, shape in g.items():
+            state[name] = {"step": base["state"][gid]["step"].clone()}
+            for key in ("exp_avg", "exp_avg_sq"):
+                state[name][key] = torch.cat(fragments[name][key]).reshape(shape)
+        groups.append({**{k: v for k, v in base["param_groups"][gid].items() if k != "params"}, "params": list(g)})
+    return {"state": state, "param_groups": groups}
+
+
 def main():
     expected = {"torch": torch.__version__}
     for folder in (zero2(), zero3()):
         sd = zero_to_fp32(folder)
-        expected[os.path.basename(folder)] = {"tensors": listing(sd),
+        expected[os.path.basename(folder)] = {"tensors": listing(sd), "optimizer": listing(universal_optimizer(folder)),
                                               "tied": {a: b for a, b in [["head.weight", "embed.weight"]] if a in sd and sd[a] is sd[b]}}
     with open("testdata/ecosystem/zero.json", "w") as f:
         json.dump(expected, f, indent=1)

@@ -1,0 +1,218 @@
+package convert_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/inspect"
+	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/verify"
+)
+
+const megatronDir = "../testdata/ecosystem/megatron/"
+
+// megatronFixture is one checkpoint of testdata/ecosystem/megatron.json: the listing of what
+// Megatron's (or NeMo's) own loader gives, and its io.BytesIO entries.
+type megatronFixture struct {
+	Tensors orderedListing    `json:"tensors"`
+	Bytes   map[string]string `json:"bytes"`
+}
+
+// megatronSources are the fixtures, with the format each reads as.
+var megatronSources = map[string]string{
+	"legacy": "megatron", "tp2pp2": "megatron", "torch_dist": "megatron-torch-dist", "nemo2": "nemo2",
+	"nemo1/model.nemo": "nemo", "nemo1/tp2.nemo": "nemo",
+}
+
+func megatronFixtures(t *testing.T) map[string]megatronFixture {
+	t.Helper()
+	b, err := os.ReadFile("../testdata/ecosystem/megatron.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]json.RawMessage
+	json.Unmarshal(b, &raw)
+	out := map[string]megatronFixture{}
+	for name := range megatronSources {
+		var f megatronFixture
+		if err := json.Unmarshal(raw[name], &f); err != nil || len(f.Tensors.Names) == 0 {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out[name] = f
+	}
+	return out
+}
+
+// TestMegatronInspect lists Megatron-LM save folders (one rank; tensor × pipeline parallel
+// ranks, each under its rank folder; torch_dist), a NeMo 2 checkpoint and NeMo 1 archives
+// (read in place) exactly as the libraries' own loaders give them: same names in the same
+// order, dtypes, shapes and bytes.
+func TestMegatronInspect(t *testing.T) {
+	for name, want := range megatronFixtures(t) {
+		ck, err := formats.Open(megatronDir + name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if ck.Format != megatronSources[name] {
+			t.Errorf("%s read as %s", name, ck.Format)
+		}
+		rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+		ck.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var got []string
+		for _, tn := range rep.Tensors {
+			got = append(got, tn.Name)
+			if g, w := (torchEntry{tn.DType, tn.Shape, tn.SHA256}), want.Tensors.Entries[tn.Name]; !reflect.DeepEqual(g, w) {
+				t.Errorf("%s %s: %+v, the library's loader gives %+v", name, tn.Name, g, w)
+			}
+		}
+		if !reflect.DeepEqual(got, want.Tensors.Names) {
+			t.Errorf("%s: %v\nthe library's loader gives %v", name, got, want.Tensors.Names)
+		}
+	}
+}
+
+// TestMegatronLayoutFiles: the distributed optimizer's per-rank files are listed as ignored
+// (convert says it left them out); a NeMo 2 checkpoint carries context/, a .nemo archive
+// its config, both read through the checkpoint's files.
+func TestMegatronLayoutFiles(t *testing.T) {
+	for _, c := range []struct {
+		src             string
+		ignored, extras []string
+	}{
+		{"tp2pp2", []string{"release/mp_rank_00_000/distrib_optim.pt", "release/mp_rank_00_001/distrib_optim.pt", "release/mp_rank_01_000/distrib_optim.pt", "release/mp_rank_01_001/distrib_optim.pt"}, nil},
+		{"nemo2", nil, []string{"context/io.json", "context/model.yaml"}},
+		{"nemo1/tp2.nemo", nil, []string{"model_config.yaml"}},
+	} {
+		ck, err := formats.Open(megatronDir + c.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(ck.Ignored, c.ignored) || !reflect.DeepEqual(ck.Extras, c.extras) {
+			t.Errorf("%s: ignored %v extras %v, want %v %v", c.src, ck.Ignored, ck.Extras, c.ignored, c.extras)
+		}
+		for _, e := range ck.Extras {
+			b, err := ck.ReadFile(e)
+			want, _ := os.ReadFile(megatronDir + "nemo2/" + e)
+			if e == "model_config.yaml" {
+				want = []byte("tensor_model_parallel_size: 2")
+			}
+			if err != nil || !strings.Contains(string(b), string(want)) {
+				t.Errorf("%s %s: %q %v", c.src, e, b, err)
+			}
+		}
+		ck.Close()
+	}
+}
+
+// TestMegatronRefusals: broken layouts are refused naming the file and what is wrong.
+func TestMegatronRefusals(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel, content string) {
+		p := filepath.Join(dir, rel)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a/latest_checkpointed_iteration.txt", "300\n")
+	os.MkdirAll(filepath.Join(dir, "a/iter_0000100"), 0o755)
+	write("b/latest_checkpointed_iteration.txt", "latest")
+	os.MkdirAll(filepath.Join(dir, "c/mp_rank_00"), 0o755)
+	write("c/mp_rank_00/distrib_optim.pt", "x")
+	gz, _ := os.ReadFile(megatronDir + "nemo1/model_gz.nemo")
+	write("d.nemo", string(gz))
+	for _, c := range []struct {
+		src  string
+		kind error
+		says []string
+	}{
+		{"a", statedict.ErrCorrupt, []string{"latest_checkpointed_iteration.txt names iter_0000300", "iter_0000100"}},
+		{"b", statedict.ErrCorrupt, []string{`"latest"`, "not an iteration number"}},
+		{"c", statedict.ErrCorrupt, []string{"mp_rank_00 has no model_optim_rng.pt"}},
+		{"d.nemo", statedict.ErrUnsupported, []string{"gzip-compressed .nemo", "tar xzf"}},
+	} {
+		_, err := formats.Open(filepath.Join(dir, c.src))
+		if !errors.Is(err, c.kind) {
+			t.Errorf("%s: %v, want %v", c.src, err, c.kind)
+			continue
+		}
+		for _, s := range c.says {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%s: %v does not say %q", c.src, err, s)
+			}
+		}
+	}
+}
+
+// TestMegatronConvertLoadsInTorch converts every Megatron and NeMo fixture to a torch file,
+// a safetensors file and a DCP folder; torch loads each with every tensor bit-identical to
+// what the library's own loader gives, and the torch and DCP outputs keep the Transformer
+// Engine extra-state bytes. Folder outputs carry a NeMo checkpoint's configuration.
+func TestMegatronConvertLoadsInTorch(t *testing.T) {
+	o := oracle.Require(t)
+	fx := megatronFixtures(t)
+	host, chroot := oracle.TempDir(t)
+	type run struct{ src, format string }
+	var runs []run
+	var jobs []ecosystemJob
+	for name := range fx {
+		for _, format := range []convert.Format{convert.Torch, convert.Safetensors, convert.DCP} {
+			dst := filepath.Join(host, strings.NewReplacer("/", "_", ".", "_").Replace(name)+"-"+string(format))
+			switch format {
+			case convert.Torch:
+				dst += ".pt"
+			case convert.Safetensors:
+				dst += ".safetensors"
+			}
+			_, err := convert.Run(t.Context(), convert.Options{Src: megatronDir + name, Dst: dst, Format: format,
+				Remap: remap.Options{PlainData: true, KeepCUDARNG: true}})
+			if err != nil {
+				t.Fatalf("%s → %s: %v", name, format, err)
+			}
+			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
+			}
+			if format == convert.DCP && strings.HasPrefix(name, "nemo") {
+				carried := "model_config.yaml"
+				if name == "nemo2" {
+					carried = "context/model.yaml"
+				}
+				if _, err := os.Stat(filepath.Join(dst, carried)); err != nil {
+					t.Errorf("%s → dcp: %s not carried: %v", name, carried, err)
+				}
+			}
+			runs = append(runs, run{name, string(format)})
+			jobs = append(jobs, ecosystemJob{Out: chrootPath(host, chroot, dst), Format: string(format)})
+		}
+	}
+	res := loadInTorch(t, o, host, jobs)
+	for i, r := range runs {
+		t.Run(r.src+"/"+r.format, func(t *testing.T) {
+			if res[i].Error != "" {
+				t.Fatal(res[i].Error)
+			}
+			want := fx[r.src]
+			sameTensors(t, res[i].Tensors, want.Tensors, "")
+			if r.format == "safetensors" {
+				return
+			}
+			for k, v := range want.Bytes {
+				if res[i].Bytes[k] != v {
+					t.Errorf("bytes entry %s: %.40q, the source has %.40q", k, res[i].Bytes[k], v)
+				}
+			}
+		})
+	}
+}

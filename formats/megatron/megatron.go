@@ -1,0 +1,354 @@
+// Package megatron reads Megatron-LM checkpoint folders and the Megatron-core distributed
+// checkpoints NeMo 2 writes, as the state dict Megatron's own loader gives, without
+// Megatron and without running any pickle.
+//
+// A Megatron-LM save folder holds latest_checkpointed_iteration.txt (the tracker: an
+// iteration number or "release") and one folder per saved iteration, iter_0000100/ (or
+// release/), in one of two layouts:
+//
+//   - legacy (ckpt_format torch): one folder per model-parallel rank, mp_rank_TT (tensor
+//     parallel), mp_rank_TT_PPP (with pipeline parallelism), with a trailing _EEE for the
+//     expert-parallel rank, each holding model_optim_rng.pt — a torch.save of args (an
+//     argparse.Namespace), checkpoint_version, iteration, model, optimizer,
+//     opt_param_scheduler, rng_state — and, with the distributed optimizer, distrib_optim.pt.
+//     One rank reads as its file's tree. Several ranks read as one tree keyed by rank folder
+//     ("mp_rank_01_000.model.…"): tensor-parallel shards are split along dimensions only
+//     the model's code knows, so they are never merged; each rank's file can be read on its
+//     own.
+//   - torch_dist (Megatron-core dist_checkpointing): a DCP folder of the sharded entries
+//     (.metadata, *.distcp) with common.pt (torch.save of every entry that is not sharded)
+//     and metadata.json naming the backend. It reads as dist_checkpointing.load merges them:
+//     common.pt's entries, then the DCP's.
+//
+// The distributed optimizer's distrib_optim.pt and other per-rank files are listed as
+// ignored (convert says it left them out).
+package megatron
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/formats/hf"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// Formats of statedict.Checkpoint.Format.
+const (
+	Legacy = "megatron"
+	Dist   = "megatron-torch-dist"
+)
+
+// Files of the layouts.
+const (
+	TrackerFile  = "latest_checkpointed_iteration.txt"
+	RankFile     = "model_optim_rng.pt"
+	CommonFile   = "common.pt"
+	MetadataJSON = "metadata.json"
+)
+
+// maxTracker bounds the tracker and metadata.json files read: both are a few bytes.
+const maxTracker = 1 << 16
+
+var rankDir = regexp.MustCompile(`^mp_rank_(\d{2,})(?:_(\d{3,}))?(?:_(\d{3,}))?$`)
+
+// ParseTracker reads latest_checkpointed_iteration.txt as Megatron's read_metadata does (an
+// iteration number, or "release", surrounding white space ignored) and returns the folder
+// it names: iter_%07d or release.
+func ParseTracker(b []byte) (string, error) {
+	s := strings.TrimSpace(string(b))
+	if s == "release" {
+		return "release", nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return "", fmt.Errorf("%w: %s holds %q, not an iteration number or \"release\"", statedict.ErrCorrupt, TrackerFile, truncate(s))
+	}
+	return fmt.Sprintf("iter_%07d", n), nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+// ParseBackend reads a dist_checkpointing metadata.json and returns its sharded backend
+// ("torch_dist", "zarr", …).
+func ParseBackend(b []byte) (string, error) {
+	var md struct {
+		Sharded string `json:"sharded_backend"`
+		Common  string `json:"common_backend"`
+	}
+	if err := json.Unmarshal(b, &md); err != nil {
+		return "", fmt.Errorf("%w: %s: %w", statedict.ErrCorrupt, MetadataJSON, err)
+	}
+	if md.Sharded == "" {
+		return "", fmt.Errorf("%w: %s names no sharded_backend", statedict.ErrCorrupt, MetadataJSON)
+	}
+	if md.Common != "" && md.Common != "torch" {
+		return "", fmt.Errorf("%w: %s: common_backend %q (ckpt reads \"torch\")", statedict.ErrUnsupported, MetadataJSON, md.Common)
+	}
+	return md.Sharded, nil
+}
+
+// Detect reports whether dir is a Megatron checkpoint: a save folder (it has the tracker
+// file), an iteration folder of rank folders, or a dist_checkpointing folder.
+func Detect(dir string) bool {
+	return isFile(filepath.Join(dir, TrackerFile)) || len(ranks(dir)) > 0 || IsDist(dir)
+}
+
+// IsDist reports whether dir is a Megatron-core dist_checkpointing folder: a DCP .metadata
+// beside common.pt and metadata.json.
+func IsDist(dir string) bool {
+	return isFile(filepath.Join(dir, ".metadata")) && isFile(filepath.Join(dir, CommonFile)) && isFile(filepath.Join(dir, MetadataJSON))
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// ranks lists dir's rank folders (mp_rank_*), in rank order.
+func ranks(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if rankDir.MatchString(e.Name()) && e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return rankLess(out[i], out[j]) })
+	return out
+}
+
+// rankLess orders rank folders by (tensor, pipeline, expert) rank, numerically.
+func rankLess(a, b string) bool {
+	ma, mb := rankDir.FindStringSubmatch(a), rankDir.FindStringSubmatch(b)
+	for i := 1; i < len(ma); i++ {
+		x, _ := strconv.ParseInt(ma[i], 10, 64)
+		y, _ := strconv.ParseInt(mb[i], 10, 64)
+		if x != y {
+			return x < y
+		}
+	}
+	return a < b
+}
+
+// Openers are the readers Open reads the parts with, passed in to keep this package
+// independent of them.
+type Openers struct {
+	// File reads one torch.save file.
+	File func(string) (*statedict.Checkpoint, error)
+	// DCP reads a torch.distributed.checkpoint folder.
+	DCP func(string) (*statedict.Checkpoint, error)
+}
+
+// Open reads the Megatron checkpoint at dir (see Detect).
+func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
+	folder, err := hf.OpenFolder(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer folder.Close()
+	iter := ""
+	if isFile(filepath.Join(dir, TrackerFile)) {
+		b, err := readSmall(filepath.Join(dir, TrackerFile))
+		if err != nil {
+			return nil, err
+		}
+		if iter, err = ParseTracker(b); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, TrackerFile), err)
+		}
+		if st, err := os.Stat(filepath.Join(dir, iter)); err != nil || !st.IsDir() || !folder.Confined(iter) {
+			have, _ := filepath.Glob(filepath.Join(dir, "iter_*"))
+			for i := range have {
+				have[i] = filepath.Base(have[i])
+			}
+			return nil, fmt.Errorf("%s: %w: %s names %s, which is not a folder of it (it has %s); pass an iteration folder itself",
+				dir, statedict.ErrCorrupt, TrackerFile, iter, orNone(have))
+		}
+	}
+	sub := func(name string) string { return path.Join(iter, name) }
+	at := filepath.Join(dir, iter)
+	if IsDist(at) {
+		return openDist(dir, iter, op)
+	}
+	rs := ranks(at)
+	if len(rs) == 0 {
+		return nil, fmt.Errorf("%s: %w: neither mp_rank_* folders (%s) nor a dist_checkpointing folder (.metadata, %s, %s)", at, statedict.ErrCorrupt, RankFile, CommonFile, MetadataJSON)
+	}
+	out := &statedict.Checkpoint{Format: Legacy, Path: dir}
+	defer func() {
+		if err != nil {
+			out.Close()
+		}
+	}()
+	root := statedict.NewDict("")
+	for _, r := range rs {
+		rel := sub(path.Join(r, RankFile))
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if !isFile(p) {
+			return nil, fmt.Errorf("%s: %w: the rank folder %s has no %s", at, statedict.ErrCorrupt, r, RankFile)
+		}
+		if !folder.Confined(rel) {
+			out.Outside = append(out.Outside, rel)
+			continue
+		}
+		ck, err := op.File(p)
+		if err != nil {
+			return nil, err
+		}
+		out.Closers = append(out.Closers, ck.Closers...)
+		if len(rs) == 1 {
+			out.Root = ck.Root
+		} else {
+			root.Set(r, ck.Root)
+		}
+		others, err := os.ReadDir(filepath.Join(at, r))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range others {
+			if e.Name() != RankFile {
+				out.Ignored = append(out.Ignored, sub(path.Join(r, e.Name())))
+			}
+		}
+	}
+	if out.Root == nil {
+		if root.Len() == 0 {
+			return nil, fmt.Errorf("%s: %w: every rank file leads outside the folder", at, statedict.ErrCorrupt)
+		}
+		out.Root = root
+	}
+	return out, nil
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "no iter_* folder"
+	}
+	return strings.Join(names, ", ")
+}
+
+func readSmall(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, maxTracker+1)
+	n, _ := f.Read(b)
+	if n > maxTracker {
+		return nil, fmt.Errorf("%s: %w: %d bytes or more, not a Megatron %s", p, statedict.ErrCorrupt, maxTracker, filepath.Base(p))
+	}
+	return bytes.Clone(b[:n]), nil
+}
+
+// openDist reads the dist_checkpointing folder iter of dir: common.pt's entries merged with
+// the DCP's, as dist_checkpointing.load merges them.
+func openDist(dir, iter string, op Openers) (_ *statedict.Checkpoint, err error) {
+	at := filepath.Join(dir, iter)
+	b, err := readSmall(filepath.Join(at, MetadataJSON))
+	if err != nil {
+		return nil, err
+	}
+	backend, err := ParseBackend(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(at, MetadataJSON), err)
+	}
+	if backend != "torch_dist" {
+		return nil, fmt.Errorf("%s: %w: a %s dist_checkpointing folder (ckpt reads torch_dist)", at, statedict.ErrUnsupported, backend)
+	}
+	d, err := op.DCP(at)
+	if err != nil {
+		return nil, err
+	}
+	out := &statedict.Checkpoint{Format: Dist, Path: dir, Closers: d.Closers, Shards: d.Shards}
+	defer func() {
+		if err != nil {
+			out.Close()
+		}
+	}()
+	common, err := op.File(filepath.Join(at, CommonFile))
+	if err != nil {
+		return nil, err
+	}
+	out.Closers = append(out.Closers, common.Closers...)
+	root, ok := common.Root.(*statedict.Dict)
+	if !ok {
+		return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", filepath.Join(at, CommonFile), statedict.ErrCorrupt, common.Root)
+	}
+	merged := statedict.NewDict(root.Class)
+	for _, e := range root.Entries() {
+		merged.Set(e.Key, e.Value)
+	}
+	if _, err := merge(merged, d.Root, ""); err != nil {
+		return nil, fmt.Errorf("%s: %w: merging %s with the sharded entries: %w", at, statedict.ErrCorrupt, CommonFile, err)
+	}
+	out.Root = merged
+	entries, err := os.ReadDir(at)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if n != ".metadata" && n != CommonFile && n != MetadataJSON && !strings.HasSuffix(n, ".distcp") {
+			out.Ignored = append(out.Ignored, path.Join(iter, n))
+		}
+	}
+	return out, nil
+}
+
+// merge is dist_checkpointing's dict_utils.merge: x2's entries into x1, dicts merged key by
+// key and lists item by item; any other value present in both is an error.
+func merge(x1, x2 statedict.Value, at string) (statedict.Value, error) {
+	switch a := x1.(type) {
+	case *statedict.Dict:
+		b, ok := x2.(*statedict.Dict)
+		if !ok {
+			break
+		}
+		for _, e := range b.Entries() {
+			old, ok := a.Get(e.Key)
+			if !ok {
+				a.Set(e.Key, e.Value)
+				continue
+			}
+			v, err := merge(old, e.Value, statedict.JoinName(at, statedict.KeyString(e.Key)))
+			if err != nil {
+				return nil, err
+			}
+			a.Set(e.Key, v)
+		}
+		return a, nil
+	case *statedict.List:
+		b, ok := x2.(*statedict.List)
+		if !ok {
+			break
+		}
+		if len(a.Items) != len(b.Items) {
+			return nil, fmt.Errorf("%s: lists of %d and %d items", at, len(a.Items), len(b.Items))
+		}
+		for i := range b.Items {
+			v, err := merge(a.Items[i], b.Items[i], statedict.JoinName(at, strconv.Itoa(i)))
+			if err != nil {
+				return nil, err
+			}
+			a.Items[i] = v
+		}
+		return a, nil
+	}
+	return nil, fmt.Errorf("%s: a %T in one and a %T in the other", at, x1, x2)
+}

@@ -1,0 +1,115 @@
+package nemo
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+type file struct {
+	name string
+	body string
+	typ  byte
+}
+
+func archive(t testing.TB, format tar.Format, files ...file) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w := tar.NewWriter(&buf)
+	for _, f := range files {
+		typ := f.typ
+		if typ == 0 {
+			typ = tar.TypeReg
+		}
+		h := &tar.Header{Name: f.name, Typeflag: typ, Mode: 0o644, Format: format}
+		if typ == tar.TypeReg {
+			h.Size = int64(len(f.body))
+		}
+		if err := w.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(f.body))
+	}
+	w.Close()
+	return buf.Bytes()
+}
+
+// TestIndex locates every regular member's bytes as archive/tar reads them: "./" names
+// cleaned, long names (GNU and PAX), folders skipped, a later member replacing an earlier
+// one of the same name.
+func TestIndex(t *testing.T) {
+	long := "./" + strings.Repeat("tokenizer/", 12) + "vocab.json"
+	for _, format := range []tar.Format{tar.FormatGNU, tar.FormatPAX, tar.FormatUSTAR} {
+		files := []file{{"./", "", tar.TypeDir}, {"./model_config.yaml", "a: 1\n", 0}, {"./mp_rank_00/", "", tar.TypeDir},
+			{"./mp_rank_00/model_weights.ckpt", strings.Repeat("w", 700), 0}, {"./model_config.yaml", "a: 2\n", 0}}
+		if format != tar.FormatUSTAR {
+			files = append(files, file{long, "{}", 0})
+		}
+		data := archive(t, format, files...)
+		ms, err := Index(data)
+		if err != nil {
+			t.Fatalf("%v: %v", format, err)
+		}
+		want := map[string]string{"model_config.yaml": "a: 2\n", "mp_rank_00/model_weights.ckpt": strings.Repeat("w", 700)}
+		if format != tar.FormatUSTAR {
+			want[strings.TrimPrefix(long, "./")] = "{}"
+		}
+		if len(ms) != len(want) {
+			t.Fatalf("%v: %+v", format, ms)
+		}
+		for _, m := range ms {
+			if got := string(data[m.Offset : m.Offset+m.Size]); got != want[m.Name] {
+				t.Errorf("%v %s: %q, want %q", format, m.Name, got, want[m.Name])
+			}
+		}
+		if !IsArchive(ms) {
+			t.Errorf("%v: not taken for a .nemo archive", format)
+		}
+	}
+}
+
+// TestIndexRefuses: truncated members, bad checksums, names leaving the archive.
+func TestIndexRefuses(t *testing.T) {
+	good := archive(t, tar.FormatGNU, file{"./model_weights.ckpt", strings.Repeat("x", 1000), 0})
+	badSum := bytes.Clone(good)
+	badSum[0] ^= 1
+	for name, c := range map[string]struct {
+		data []byte
+		says string
+	}{
+		"truncated":  {good[:900], "1000 bytes, the archive has 388"},
+		"checksum":   {badSum, "bad checksum"},
+		"escape":     {archive(t, tar.FormatGNU, file{"../../etc/x", "y", 0}), "not a file inside the archive"},
+		"short head": {good[:100], "a header is 512"},
+	} {
+		_, err := Index(c.data)
+		if !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want %q", name, err, c.says)
+		}
+	}
+}
+
+func FuzzIndex(f *testing.F) {
+	f.Add(archive(f, tar.FormatGNU, file{"./model_config.yaml", "a", 0}, file{"./model_weights.ckpt", "PK", 0}))
+	f.Add(archive(f, tar.FormatPAX, file{"./" + strings.Repeat("d/", 60) + "model_weights.ckpt", "x", 0}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ms, err := Index(data)
+		if err != nil {
+			return
+		}
+		for _, m := range ms {
+			if m.Offset < 0 || m.Size < 0 || m.Offset+m.Size > int64(len(data)) {
+				t.Fatalf("%+v outside %d bytes", m, len(data))
+			}
+			if _, err := cleanName(m.Name); err != nil {
+				t.Fatalf("%+v: %v", m, err)
+			}
+		}
+		IsArchive(ms)
+		IsGzipArchive(data)
+	})
+}
