@@ -2,14 +2,13 @@ package formats
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/diffusers"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/zero"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -22,7 +21,7 @@ const DCP Kind = "dcp"
 // (consolidated), a diffusers pipeline (model_index.json) or a Hugging Face model or PEFT
 // adapter folder.
 func openDir(dir string) (*statedict.Checkpoint, error) {
-	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err == nil {
+	if _, err := store.Stat(store.Join(dir, ".metadata")); err == nil {
 		return dcp.Open(dir)
 	}
 	if isRanksFolder(dir) {
@@ -47,7 +46,7 @@ func openDir(dir string) (*statedict.Checkpoint, error) {
 // holdsWeights reports whether the folder dir is one openDir reads as a checkpoint of its
 // own (a DCP folder, a Hugging Face or PEFT folder).
 func holdsWeights(dir string) bool {
-	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err == nil {
+	if _, err := store.Stat(store.Join(dir, ".metadata")); err == nil {
 		return true
 	}
 	_, ok := hf.Detect(dir)
