@@ -12,6 +12,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -199,7 +200,7 @@ func conversionFor(dst string, opts ParityOptions) (*Conversion, string, []strin
 		if err != nil {
 			return nil, "", nil, err
 		}
-		if _, err := os.Stat(p); err != nil {
+		if _, err := store.Stat(p); err != nil {
 			return Standard(), "", nil, nil
 		}
 		mpath = p
@@ -409,7 +410,7 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 // took along into the output folder.
 func alongside(ctx context.Context, sck, dck *statedict.Checkpoint, conv *Conversion, rep *ParityReport) error {
 	if dck.Format != "hf" {
-		if st, err := os.Stat(dck.Path); err != nil || !st.IsDir() {
+		if st, err := store.Stat(dck.Path); err != nil || !st.IsDir() {
 			return nil
 		}
 	}
@@ -417,8 +418,8 @@ func alongside(ctx context.Context, sck, dck *statedict.Checkpoint, conv *Conver
 		if !hf.IsTrainerState(f) {
 			continue
 		}
-		d := filepath.Join(dck.Path, f)
-		if _, err := os.Stat(d); err != nil {
+		d := store.Join(dck.Path, f)
+		if _, err := store.Stat(d); err != nil {
 			if dck.Format == "hf" && errors.Is(err, os.ErrNotExist) {
 				rep.Problems = append(rep.Problems, ParityProblem{Tensor: f, Kind: "missing"})
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -27,10 +28,10 @@ type replica struct {
 // release closes them. A folder without a sharding manifest has none.
 func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica, release func(), err error) {
 	release = func() {}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+	if st, err := store.Stat(dir); err != nil || !st.IsDir() {
 		return nil, release, nil
 	}
-	b, err := os.ReadFile(filepath.Join(dir, safetensors.ShardingFile))
+	b, err := store.ReadFile(store.Join(dir, safetensors.ShardingFile), -1)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, release, nil

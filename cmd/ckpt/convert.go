@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -301,14 +303,14 @@ func parseDType(c choice, s string) (statedict.DType, error) {
 //     folder DST writes a file inside it named after the source, as cp does.
 //   - Otherwise DST is a torch.save file.
 func destination(src, dst, format string) (string, convert.Format, error) {
-	st, err := os.Stat(src)
+	st, err := store.Stat(src)
 	srcDir := err == nil && st.IsDir()
-	dstSt, err := os.Stat(dst)
+	dstSt, err := store.Stat(dst)
 	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || err == nil && dstSt.IsDir()
-	ext := strings.ToLower(filepath.Ext(dst))
+	ext := strings.ToLower(path.Ext(filepath.ToSlash(dst)))
 	inside := func(f convert.Format, suffix string) (string, convert.Format, error) {
-		base := strings.TrimSuffix(filepath.Base(filepath.Clean(src)), filepath.Ext(src))
-		return filepath.Join(dst, base+suffix), f, nil
+		base := strings.TrimSuffix(store.Base(src), path.Ext(store.Base(src)))
+		return store.Join(dst, base+suffix), f, nil
 	}
 	switch format {
 	case "torch":
@@ -344,7 +346,7 @@ func destination(src, dst, format string) (string, convert.Format, error) {
 
 // isDCP reports whether the folder dir is a torch.distributed.checkpoint directory.
 func isDCP(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, ".metadata"))
+	_, err := store.Stat(store.Join(dir, ".metadata"))
 	return err == nil
 }
 

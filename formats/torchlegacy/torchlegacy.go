@@ -14,8 +14,8 @@ import (
 	"math/big"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
-	"github.com/ckpt-dev/ckpt/formats/torchpickle"
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/formats/torchpickle"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
