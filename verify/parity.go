@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -209,7 +208,7 @@ func conversionFor(dst string, opts ParityOptions) (*Conversion, string, []strin
 	if err != nil {
 		return nil, "", nil, err
 	}
-	conv, warn, err := FromManifest(m, filepath.Dir(mpath))
+	conv, warn, err := FromManifest(m, store.Dir(mpath))
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("%s: %w", mpath, err)
 	}
@@ -425,7 +424,7 @@ func alongside(ctx context.Context, sck, dck *statedict.Checkpoint, conv *Conver
 			}
 			continue
 		}
-		sub, err := parity(ctx, filepath.Join(sck.Path, f), d, conv.alongside())
+		sub, err := parity(ctx, store.Join(sck.Path, f), d, conv.alongside())
 		if err != nil {
 			return err
 		}

@@ -44,7 +44,7 @@ func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica,
 	// load, and are checked here against the same expected values.
 	var m safetensors.Sharding
 	if err := json.Unmarshal(b, &m); err != nil || m.Format != safetensors.ShardingFormat || m.Version != 1 || len(m.Files) != m.WorldSize {
-		return nil, release, fmt.Errorf("%s: %w: not a version 1 sharding manifest (%v)", filepath.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, err)
+		return nil, release, fmt.Errorf("%s: %w: not a version 1 sharding manifest (%v)", store.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, err)
 	}
 	opened := map[int]map[string]*statedict.Tensor{}
 	var cks []io.Closer
@@ -58,9 +58,9 @@ func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica,
 			return ts, nil
 		}
 		if r < 0 || r >= len(m.Files) || !filepath.IsLocal(m.Files[r]) {
-			return nil, fmt.Errorf("%s: %w: rank %d's file", filepath.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, r)
+			return nil, fmt.Errorf("%s: %w: rank %d's file", store.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, r)
 		}
-		ck, err := formats.Open(filepath.Join(dir, m.Files[r]))
+		ck, err := formats.Open(store.Join(dir, m.Files[r]))
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/remap"
@@ -102,7 +103,7 @@ func describe(err error) error {
 		}
 	}
 	switch {
-	case errors.Is(err, atomicfile.ErrExists):
+	case errors.Is(err, atomicfile.ErrExists), errors.Is(err, store.ErrExists):
 		msg += " (--force replaces an earlier output)"
 	case errors.As(err, &ae):
 		msg += " (--optimizer-names FILE)"

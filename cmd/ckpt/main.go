@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/ckpt-dev/ckpt/formats/store"
+	_ "github.com/ckpt-dev/ckpt/formats/store/bucket" // gs:// and s3:// paths
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/spf13/cobra"
 )
@@ -34,7 +36,7 @@ func main() {
 // 128+signal.
 func removePartialOnSignal(sigs <-chan os.Signal) {
 	s := (<-sigs).(syscall.Signal)
-	if n := atomicfile.RemovePending(); n > 0 {
+	if n := atomicfile.RemovePending() + store.AbortPending(); n > 0 {
 		fmt.Fprintf(os.Stderr, "ckpt: %s: removed %d partial output(s)\n", s, n)
 	}
 	os.Exit(128 + int(s))

@@ -99,12 +99,10 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// pathHint explains a path that names a checkpoint where ckpt does not look: a bucket URL
-// or a Hugging Face repository id.
+// pathHint explains a path that names a checkpoint where ckpt does not look: a Hugging
+// Face repository id.
 func pathHint(p string) string {
 	switch {
-	case strings.HasPrefix(p, "gs://"), strings.HasPrefix(p, "s3://"):
-		return fmt.Sprintf("%s is in object storage: copy it to a local disk (gcloud storage cp -r / aws s3 cp --recursive) or mount the bucket (gcsfuse, mountpoint-s3), then give the local path", p)
 	case strings.Count(p, "/") == 1 && !strings.HasPrefix(p, ".") && !strings.HasPrefix(p, "/") && !strings.ContainsAny(p, `\:`):
 		return fmt.Sprintf("%s looks like a Hugging Face repository id: download it first (hf download %s --local-dir DIR) and give DIR", p, p)
 	}

@@ -155,7 +155,7 @@ func Write(w io.Writer, m *Manifest) error {
 // manifest lists and the manifest itself — for replacing it (see atomicfile.Owner). A
 // folder without a manifest claims nothing.
 func Owned(dir string) ([]string, bool) {
-	m, err := Read(filepath.Join(dir, Name))
+	m, err := Read(store.Join(dir, Name))
 	if err != nil {
 		return nil, false
 	}

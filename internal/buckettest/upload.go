@@ -2,9 +2,13 @@ package buckettest
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"gocloud.dev/blob"
 
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 )
@@ -42,4 +46,44 @@ func put(ctx context.Context, local, dst string) error {
 		return err
 	}
 	return b.WriteAll(ctx, l.Key, data, nil)
+}
+
+// GetTree downloads every object under the gs:// or s3:// prefix src (or the object src)
+// into the folder (or file) local, and returns the names relative to src.
+func GetTree(ctx context.Context, src, local string) ([]string, error) {
+	l, err := bucket.Parse(src)
+	if err != nil {
+		return nil, err
+	}
+	b, err := bucket.Default.Bucket(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	if data, err := b.ReadAll(ctx, l.Key); err == nil {
+		return []string{""}, os.WriteFile(local, data, 0o644)
+	}
+	var names []string
+	it := b.List(&blob.ListOptions{Prefix: l.Key + "/"})
+	for {
+		o, err := it.Next(ctx)
+		if err == io.EOF {
+			return names, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		rel := strings.TrimPrefix(o.Key, l.Key+"/")
+		data, err := b.ReadAll(ctx, o.Key)
+		if err != nil {
+			return nil, err
+		}
+		p := filepath.Join(local, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return nil, err
+		}
+		names = append(names, rel)
+	}
 }
