@@ -5,12 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
 )
@@ -148,4 +152,78 @@ func sameJSON(a, b string) bool {
 	delete(x, "path")
 	delete(y, "path")
 	return reflect.DeepEqual(x, y)
+}
+
+// TestBucketFaults: with a fraction of range reads and uploads failing (503s and reset
+// connections) or delayed, conversions bucket → bucket still complete byte-identical; an
+// upload that keeps failing, and a cancelled conversion, fail cleanly and leave no object
+// behind — nothing that `ckpt check` could take for an output.
+func TestBucketFaults(t *testing.T) {
+	gcs, s3 := bucketServers(t)
+	ctx := context.Background()
+	tmp := t.TempDir()
+	fam := bucketFamilies[1] // the sharded HF folder: several objects, read and written
+	local := filepath.Join("../../testdata", fam.src)
+	ref := filepath.Join(tmp, "ref")
+	if _, err := run(t, "convert", "--to", "tpu", local, ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		scheme string
+		srv    *buckettest.Server
+	}{{"gs", gcs}, {"s3", s3}} {
+		src := c.scheme + "://ckpt/in/" + fam.src
+		if err := buckettest.PutTree(ctx, local, src); err != nil {
+			t.Fatal(err)
+		}
+		anyRequest := func(r *http.Request) bool { return buckettest.Reads(r) || buckettest.Uploads(r) }
+		c.srv.SetFaults(buckettest.Faults{Match: anyRequest, Fail: 0.15, Reset: 0.05, Delay: 0.1, DelayBy: 20 * time.Millisecond, Seed: 1})
+		dst := c.scheme + "://ckpt/faults/flaky"
+		if _, err := run(t, "convert", "--to", "tpu", src, dst); err != nil {
+			t.Fatalf("%s: conversion under transient faults: %v", c.scheme, err)
+		}
+		if c.srv.Failed.Load() == 0 {
+			t.Fatalf("%s: no fault was injected", c.scheme)
+		}
+		c.srv.SetFaults(buckettest.Faults{})
+		got := filepath.Join(tmp, c.scheme+"-flaky")
+		if _, err := buckettest.GetTree(ctx, dst, got); err != nil {
+			t.Fatal(err)
+		}
+		sameTree(t, c.scheme+" under faults", ref, got)
+
+		// From the fourth upload request on, every upload fails: the conversion fails and
+		// removes the objects it had completed.
+		var uploads atomic.Int64
+		c.srv.SetFaults(buckettest.Faults{Match: func(r *http.Request) bool {
+			return buckettest.Uploads(r) && uploads.Add(1) > 3
+		}, Fail: 1, Seed: 2})
+		broken := c.scheme + "://ckpt/faults/broken"
+		if _, err := run(t, "convert", "--to", "tpu", src, broken); err == nil {
+			t.Fatalf("%s: a conversion whose upload always fails succeeded", c.scheme)
+		}
+		c.srv.SetFaults(buckettest.Faults{})
+		if names, err := buckettest.GetTree(ctx, broken, filepath.Join(tmp, c.scheme+"-broken")); err != nil || len(names) != 0 {
+			t.Errorf("%s: a failed conversion left %v (%v)", c.scheme, names, err)
+		}
+		if _, err := run(t, "check", broken); err == nil {
+			t.Errorf("%s: check passes on a failed conversion's destination", c.scheme)
+		}
+
+		// Cancelled halfway: nothing is left.
+		cctx, cancel := context.WithCancel(ctx)
+		opts := convert.DefaultOptions(src, c.scheme+"://ckpt/faults/cancelled")
+		opts.Progress = func(done, total int64) {
+			if done > total/2 {
+				cancel()
+			}
+		}
+		if _, err := convert.Run(cctx, opts); err == nil {
+			t.Fatalf("%s: a cancelled conversion succeeded", c.scheme)
+		}
+		cancel()
+		if names, err := buckettest.GetTree(ctx, c.scheme+"://ckpt/faults/cancelled", filepath.Join(tmp, c.scheme+"-cancelled")); err != nil || len(names) != 0 {
+			t.Errorf("%s: a cancelled conversion left %v (%v)", c.scheme, names, err)
+		}
+	}
 }

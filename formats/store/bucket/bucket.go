@@ -13,8 +13,12 @@ import (
 	"time"
 
 	"cloud.google.com/go/storage"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/googleapis/gax-go/v2"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/gcsblob"
 	"gocloud.dev/blob/s3blob"
@@ -58,6 +62,8 @@ func (f *FS) Bucket(ctx context.Context, l Location) (*blob.Bucket, error) {
 	case "gs":
 		var c *storage.Client
 		if c, err = storage.NewClient(ctx); err == nil {
+			c.SetRetry(storage.WithMaxAttempts(Retries), storage.WithErrorFunc(transient),
+				storage.WithBackoff(gax.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}))
 			b, err = gcsblob.OpenBucket(ctx, nil, l.Bucket, &gcsblob.Options{Client: c})
 		}
 	case "s3":
@@ -77,7 +83,15 @@ func (f *FS) Bucket(ctx context.Context, l Location) (*blob.Bucket, error) {
 }
 
 func openS3(ctx context.Context, name string) (*blob.Bucket, error) {
-	cfg, err := config.LoadDefaultConfig(ctx)
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRetryer(func() aws.Retryer {
+		return awsretry.NewStandard(func(o *awsretry.StandardOptions) {
+			o.MaxAttempts, o.MaxBackoff = Retries, 2*time.Second
+			o.Backoff = awsretry.BackoffDelayerFunc(func(attempt int, _ error) (time.Duration, error) {
+				return min(50*time.Millisecond<<min(attempt, 6), 2*time.Second), nil
+			})
+			o.RateLimiter = ratelimit.None // retry every transient failure, not a budget of them
+		})
+	}))
 	if err != nil {
 		return nil, err
 	}

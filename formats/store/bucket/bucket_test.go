@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/store"
@@ -75,8 +76,19 @@ func digest(t *testing.T, ck *statedict.Checkpoint) map[string]string {
 	return out
 }
 
+// TestOpenEqualsLocal: every fixture family read from GCS and S3 — with a fifth of the
+// range reads failing (503, reset connections) or delayed — holds exactly the tensors the
+// local read does.
 func TestOpenEqualsLocal(t *testing.T) {
-	servers(t)
+	gcs, s3 := servers(t)
+	for _, srv := range []*buckettest.Server{gcs, s3} {
+		srv.SetFaults(buckettest.Faults{Match: buckettest.Reads, Fail: 0.08, Reset: 0.04, Delay: 0.05, DelayBy: 10 * time.Millisecond, Seed: 3})
+	}
+	defer func() {
+		if gcs.Failed.Load() == 0 || s3.Failed.Load() == 0 {
+			t.Errorf("faults injected: GCS %d, S3 %d", gcs.Failed.Load(), s3.Failed.Load())
+		}
+	}()
 	for _, f := range fixtures {
 		if f == "safetensors" {
 			continue

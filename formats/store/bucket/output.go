@@ -12,8 +12,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"cloud.google.com/go/storage"
+	"github.com/googleapis/gax-go/v2"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
@@ -191,8 +195,12 @@ func companions(key string, names []string) []string {
 }
 
 // writerOptions makes uploads retried on transient errors: the object is this output's,
-// so repeating a chunk or part is safe.
+// so repeating a chunk or part is safe. An upload gives up after 3×Retries failures.
 func writerOptions() *blob.WriterOptions {
+	var failures atomic.Int64
+	giveUp := func(err error) bool {
+		return transient(err) && failures.Add(1) <= 3*Retries
+	}
 	return &blob.WriterOptions{
 		BufferSize:                  UploadBuffer,
 		MaxConcurrency:              4,
@@ -201,11 +209,22 @@ func writerOptions() *blob.WriterOptions {
 		BeforeWrite: func(as func(any) bool) error {
 			var oh **storage.ObjectHandle
 			if as(&oh) {
-				*oh = (*oh).Retryer(storage.WithPolicy(storage.RetryAlways), storage.WithMaxAttempts(Retries))
+				*oh = (*oh).Retryer(storage.WithPolicy(storage.RetryAlways), storage.WithMaxAttempts(Retries), storage.WithErrorFunc(giveUp),
+					storage.WithBackoff(gax.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}))
 			}
 			return nil
 		},
 	}
+}
+
+// transient is the GCS client's retry test, also taking a connection closed without an
+// answer (EOF, reset) for the transient failure it is.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	return storage.ShouldRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || strings.Contains(err.Error(), "connection reset")
 }
 
 // put uploads a small object whole.
