@@ -15,6 +15,7 @@ import (
 // missing or wrong, suggest the nearest value and recognize paths ckpt does not read
 // (issue 15, item 5); the usual aliases are accepted.
 func TestArgumentErrorsTeach(t *testing.T) {
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
 	src := "../../testdata/torch/training_cuda.pt"
 	cases := []struct {
 		args []string

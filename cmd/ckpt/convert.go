@@ -77,6 +77,10 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			return positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt")(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if args[0], err = sourcePath(args[0]); err != nil {
+				return err
+			}
 			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, WeightsOnly: weightsOnly, ToolVersion: toolVersion(), Args: os.Args}
 			to, err := targetChoice.parse(to)
 			if err != nil {

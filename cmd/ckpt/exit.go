@@ -96,12 +96,6 @@ func describe(err error) error {
 		msg = strings.Replace(msg, oe.Error(), "--"+oe.Option+" "+oe.Err.Error(), 1)
 	}
 	var ae *optimizerstate.AmbiguousError
-	var pe *fs.PathError
-	if errors.As(err, &pe) && errors.Is(err, fs.ErrNotExist) {
-		if hint := pathHint(pe.Path); hint != "" {
-			msg += "; " + hint
-		}
-	}
 	switch {
 	case errors.Is(err, atomicfile.ErrExists), errors.Is(err, store.ErrExists):
 		msg += " (--force replaces an earlier output)"

@@ -2,7 +2,11 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/formats/hf"
+	"github.com/ckpt-dev/ckpt/formats/store"
 
 	"github.com/spf13/cobra"
 )
@@ -99,12 +103,21 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// pathHint explains a path that names a checkpoint where ckpt does not look: a Hugging
-// Face repository id.
-func pathHint(p string) string {
-	switch {
-	case strings.Count(p, "/") == 1 && !strings.HasPrefix(p, ".") && !strings.HasPrefix(p, "/") && !strings.ContainsAny(p, `\:`):
-		return fmt.Sprintf("%s looks like a Hugging Face repository id: download it first (hf download %s --local-dir DIR) and give DIR", p, p)
+// sourcePath resolves a checkpoint argument: a local path that exists is itself (it wins
+// over a repository id of the same spelling), a gs:// or s3:// URL is read from its
+// bucket, and ORG/NAME[@REVISION] is the snapshot of that Hugging Face repository in the
+// local hub cache ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub) — never
+// downloaded; when it is not there the error says how to get it.
+func sourcePath(p string) (string, error) {
+	if store.IsRemote(p) {
+		return p, nil
 	}
-	return ""
+	if _, err := os.Lstat(p); err == nil {
+		return p, nil
+	}
+	id, ok := hf.ParseRepoID(p)
+	if !ok || strings.HasPrefix(p, ".") {
+		return p, nil
+	}
+	return hf.Snapshot(hf.CacheDir(), id)
 }

@@ -136,16 +136,20 @@ func (c *countingWriter) Flush() {
 	}
 }
 
-// GCS starts a GCS emulator holding the named (empty) buckets. Point clients at it with
-// STORAGE_EMULATOR_HOST=s.Host.
-func GCS(buckets ...string) (*Server, error) {
+// GCS starts a GCS emulator holding the named (empty) buckets in memory. Point clients at
+// it with STORAGE_EMULATOR_HOST=s.Host.
+func GCS(buckets ...string) (*Server, error) { return GCSIn("", buckets...) }
+
+// GCSIn is GCS keeping the objects in the folder root (served streaming from disk, for
+// objects larger than memory should hold); "" keeps them in memory.
+func GCSIn(root string, buckets ...string) (*Server, error) {
 	s := &Server{}
 	var handler http.Handler
 	s.http = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 	s.http.Start()
 	s.URL, s.Host = s.http.URL, strings.TrimPrefix(s.http.URL, "http://")
 	fake, err := fakestorage.NewServerWithOptions(fakestorage.Options{
-		NoListener: true, Scheme: "http", ExternalURL: s.URL, PublicHost: s.Host, Writer: io.Discard,
+		NoListener: true, Scheme: "http", ExternalURL: s.URL, PublicHost: s.Host, Writer: io.Discard, StorageRoot: root,
 	})
 	if err != nil {
 		s.Close()

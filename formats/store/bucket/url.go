@@ -28,7 +28,7 @@ func (l Location) String() string {
 func Parse(u string) (Location, error) {
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok || scheme != "gs" && scheme != "s3" {
-		return Location{}, fmt.Errorf("%q: not a gs:// or s3:// URL", u)
+		return Location{}, fmt.Errorf("%q: not a gs:// or s3:// URL", redact(u))
 	}
 	if strings.ContainsAny(rest, "?#") {
 		return Location{}, fmt.Errorf("%s://…: a bucket URL takes no query or fragment (endpoints and credentials come from the environment)", scheme)
@@ -76,4 +76,12 @@ func (l Location) Join(name string) Location {
 		l.Key += "/" + name
 	}
 	return l
+}
+
+// redact cuts u before any user information, query or fragment, where secrets would be.
+func redact(u string) string {
+	if i := strings.IndexAny(u, "@?#"); i >= 0 {
+		return u[:i] + "…"
+	}
+	return u
 }
