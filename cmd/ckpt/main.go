@@ -101,6 +101,12 @@ func newRoot() *cobra.Command {
 torch.distributed.checkpoint directories — without executing any pickle code, and converts
 them for TorchTPU: device tags, dtypes, names, quantization and training state.
 
+Paths may be local, gs://bucket/prefix or s3://bucket/prefix (credentials from the
+environment: Application Default Credentials, the AWS SDK chain; STORAGE_EMULATOR_HOST and
+AWS_ENDPOINT_URL_S3 name emulators), or ORG/NAME[@REVISION], a model in the local Hugging
+Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub; a local path that exists
+wins).
+
 ` + exitCodes,
 		SilenceUsage:  true,
 		SilenceErrors: true,
