@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command bucketserver serves a GCS emulator on loopback for scripts/bench/bucket.sh: the
 // objects live in a folder, so a 2 GiB source streams from disk. It writes its host:port
 // to -addr, uploads -put LOCAL=gs://bucket/key first, counts the object bytes it serves
