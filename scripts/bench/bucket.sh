@@ -21,7 +21,7 @@ rm -rf .bench/gcs .bench/gcs.addr
 .bench/bucketserver -root .bench/gcs -put "$src=gs://bench/llama-2g.pt" &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
-for _ in $(seq 600); do [ -s .bench/gcs.addr ] && break; sleep 0.5; done
+for _ in $(seq 1200); do [ -s .bench/gcs.addr ] && break; kill -0 $server || exit 1; sleep 1; done
 export STORAGE_EMULATOR_HOST=$(cat .bench/gcs.addr)
 
 now() { date +%s.%N; }

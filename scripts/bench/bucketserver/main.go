@@ -11,12 +11,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
+	"cloud.google.com/go/storage"
+
+	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
 )
 
@@ -37,7 +41,7 @@ func main() {
 	defer srv.Close()
 	os.Setenv("STORAGE_EMULATOR_HOST", srv.Host)
 	if local, url, ok := strings.Cut(*put, "="); ok {
-		if err := buckettest.PutTree(context.Background(), local, url); err != nil {
+		if err := upload(local, url); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -57,4 +61,31 @@ func main() {
 			return
 		}
 	}
+}
+
+// upload sends the file local to url in one request (the emulator rewrites a file for
+// every chunk of a resumable upload, which is slow for gigabytes).
+func upload(local, url string) error {
+	l, err := bucket.Parse(url)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	c, err := storage.NewClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	f, err := os.Open(local)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := c.Bucket(l.Bucket).Object(l.Key).NewWriter(ctx)
+	w.ChunkSize = 0
+	if _, err := io.Copy(w, f); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
 }
