@@ -16,8 +16,10 @@ package convert
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ckpt-dev/ckpt/internal/plural"
 	"path"
 	"path/filepath"
 	"strings"
@@ -231,6 +233,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	ck.Root = nil // as plan let p.src's go (the tree withTrainingState wraps)
 	if opts.Hosts.Count > 1 {
 		if store.IsRemote(opts.Dst) {
 			return nil, fmt.Errorf("%s: %w: a multi-host conversion writes to a local or shared file system; write to object storage from one host", opts.Dst, statedict.ErrUnsupported)
@@ -349,12 +352,15 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 	}
 	p.ck = &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files,
 		Metadata: ck.Metadata, WeightsName: ck.WeightsName, Components: ck.Components}
-	tensors, err := p.ck.Tensors()
-	if err != nil {
+	if p.sum.Tensors, err = checkContent(ck, root); err != nil {
 		return nil, err
 	}
-	p.sum.Tensors = len(tensors)
-	if err := checkContent(ck, tensors); err != nil {
+	// Only the remapped tree is written from here on (its tensors read the source's bytes
+	// through storages of their own): let the source's tree go, which for a checkpoint of
+	// many small tensors is as large as the remapped one.
+	ck.Root, q.root = nil, nil
+	tensors, err := p.ck.Tensors()
+	if err != nil {
 		return nil, err
 	}
 	if sh := opts.Target.Sharding(); sh != nil {
@@ -420,26 +426,47 @@ func (p *planned) writeOptions(o *output, opts Options) statedict.WriteOptions {
 }
 
 // checkContent refuses an output of no tensors, or of placeholders only, from a source
-// that holds weights: a conversion never succeeds having written nothing of them.
-func checkContent(src *statedict.Checkpoint, out []statedict.NamedTensor) error {
-	if len(out) == 0 {
+// that holds weights: a conversion never succeeds having written nothing of them. It
+// returns the number of tensors of the output tree out.
+func checkContent(src *statedict.Checkpoint, out statedict.Value) (int, error) {
+	var n int
+	var first statedict.NamedTensor
+	weights := false
+	err := statedict.Walk(out, "", func(name string, v statedict.Value) error {
+		if t, ok := v.(*statedict.Tensor); ok {
+			if n == 0 {
+				first = statedict.NamedTensor{Name: name, Tensor: t}
+			}
+			n++
+			weights = weights || t.NumEl() > 0
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, checkTensors(src, n, first, weights)
+}
+
+// checkTensors is checkContent's verdict on an output of n tensors, the first of them
+// first, some holding elements (weights).
+func checkTensors(src *statedict.Checkpoint, n int, first statedict.NamedTensor, weights bool) error {
+	if n == 0 {
 		in, err := src.Tensors()
 		if err != nil {
 			return err
 		}
 		if h := statedict.HiddenTensors(src.Root); h.Tensors > 0 {
-			return fmt.Errorf("%s: %w: its %d tensor(s) are inside %s object(s), which ckpt does not read as data; nothing would be written", src.Path, statedict.ErrUnsupported, h.Tensors, strings.Join(h.Classes, ", "))
+			return fmt.Errorf("%s: %w: %s inside %s objects, which ckpt does not read as data; nothing would be written", src.Path, statedict.ErrUnsupported, plural.Of(h.Tensors, "tensor"), strings.Join(h.Classes, ", "))
 		} else if len(in) > 0 {
 			return fmt.Errorf("%s: no tensor left to write: the selection and drops remove all %d", src.Path, len(in))
 		}
 		return nil
 	}
-	for _, nt := range out {
-		if nt.Tensor.NumEl() > 0 {
-			return nil
-		}
+	if weights {
+		return nil
 	}
-	return fmt.Errorf("%s: %w: every one of its %d tensor(s) is empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, statedict.ErrUnsupported, len(out), out[0].Name, out[0].Tensor.Shape)
+	return fmt.Errorf("%s: %w: all %s empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, statedict.ErrUnsupported, plural.Of(n, "tensor"), first.Name, first.Tensor.Shape)
 }
 
 // placement places tensors as the target does.
@@ -536,7 +563,7 @@ func notWritten(items []string, lay formats.Layout) remap.Warning {
 		}
 	}
 	return remap.Warning{Kind: "values_not_written", Items: items, Dropped: true,
-		Message: fmt.Sprintf("%d value(s) not written (%s holds tensors only): %s; a torch or DCP output keeps them", len(items), lay, remap.Summarize(parts))}
+		Message: fmt.Sprintf("%s not written (%s holds tensors only): %s; a torch or DCP output keeps them", plural.Of(len(items), "value"), lay, remap.Summarize(parts))}
 }
 
 // kept is the warning for the Python objects written as the source pickled them: nothing
@@ -547,7 +574,29 @@ func kept(items []string, lay formats.Layout) remap.Warning {
 		loader = "DCP's loader imports their classes to unpickle them"
 	}
 	return remap.Warning{Kind: "objects_kept", Items: items,
-		Message: fmt.Sprintf("kept %d Python object(s) as the source pickled them (%s): %s; dropping them loses nothing but those values", len(items), remap.Summarize(items), loader)}
+		Message: fmt.Sprintf("kept %s as the source pickled them (%s): %s; dropping them loses nothing but those values", plural.Of(len(items), "Python object"), remap.Summarize(items), loader)}
+}
+
+// MarshalJSON writes the summary with each warning once, in Warnings: they already hold the
+// remap's warnings (which the manifest records under "remap") and, prefixed with their file,
+// those of the files converted alongside, so neither "remap" nor "alongside" repeats them.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	type plain Summary // Summary's fields without this method
+	out := plain(s)
+	if s.Remap != nil && s.Remap.Warnings != nil {
+		r := *s.Remap
+		r.Warnings = nil
+		out.Remap = &r
+	}
+	if s.Alongside != nil {
+		out.Alongside = make([]*Summary, len(s.Alongside))
+		for i, a := range s.Alongside {
+			c := *a
+			c.Warnings = nil
+			out.Alongside[i] = &c
+		}
+	}
+	return json.Marshal(out)
 }
 
 // Messages are the warnings' one-line messages.

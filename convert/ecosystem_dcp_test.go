@@ -121,7 +121,7 @@ func TestEcosystemDCPConvert(t *testing.T) {
 			switch {
 			case r.src != "megatron":
 			case r.format == "safetensors":
-				if !strings.Contains(messages, "4 value(s) not written") || !strings.Contains(r.sum.Warnings[0].Items[0], "_extra_state: _io.BytesIO") {
+				if !strings.Contains(messages, "4 values not written") || !strings.Contains(r.sum.Warnings[0].Items[0], "_extra_state: _io.BytesIO") {
 					t.Errorf("warnings %v", r.sum.Warnings)
 				}
 			default:

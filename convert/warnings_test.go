@@ -25,7 +25,7 @@ func TestWarningsOncePerKind(t *testing.T) {
 	for _, w := range sum.Warnings {
 		kinds[w.Kind]++
 		if w.Kind == "values_not_written" {
-			if len(w.Items) != 51 || !w.Dropped || !strings.Contains(w.Message, "51 value(s) not written") || !strings.Contains(w.Message, "optimizer (32), scheduler (10)") {
+			if len(w.Items) != 51 || !w.Dropped || !strings.Contains(w.Message, "51 values not written") || !strings.Contains(w.Message, "optimizer (32), scheduler (10)") {
 				t.Errorf("values_not_written: %d items, message %q", len(w.Items), w.Message)
 			}
 		}

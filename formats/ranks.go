@@ -11,6 +11,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -25,8 +26,9 @@ const maxShardingFile = 256 << 20
 
 // openRanks reads a per-device safetensors folder (safetensors.Sharding): every tensor is
 // reassembled lazily from its pieces, each read from the first rank file holding it, so
-// reading the folder never holds a whole tensor in memory. Each rank file must hold exactly
-// its rank's piece of every tensor the manifest lists, as the manifest says.
+// reading the folder never holds a whole tensor in memory; the pieces read are the
+// checkpoint's Shards. Each rank file must hold exactly its rank's piece of every tensor the
+// manifest lists, as the manifest says.
 func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 	mpath := store.Join(dir, safetensors.ShardingFile)
 	b, err := store.ReadFile(mpath, maxShardingFile+1)
@@ -77,7 +79,23 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 		files[r] = c.Root.(*statedict.Dict)
 		return files[r], nil
 	}
+	mesh := &runtime.Mesh{}
+	size := 1
+	for _, a := range m.Mesh {
+		if a.Size < 1 || a.Size > maxRanks {
+			return nil, fail("mesh axis %q of size %d", a.Name, a.Size)
+		}
+		mesh.Axes = append(mesh.Axes, runtime.Axis{Name: a.Name, Size: a.Size})
+		size *= a.Size
+		if size > maxRanks {
+			return nil, fail("a mesh of more than %d ranks", maxRanks)
+		}
+	}
+	if size != m.WorldSize {
+		return nil, fail("the mesh %s has %d ranks, the world %d", mesh, size, m.WorldSize)
+	}
 	root := statedict.NewDict("")
+	ck.Shards = map[*statedict.Tensor][]statedict.Shard{}
 	for _, st := range m.Tensors {
 		dtype, ok := statedict.DTypeForSafetensors(st.DType)
 		if !ok {
@@ -88,7 +106,11 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 		if err := ts.Check(x, m.WorldSize); err != nil {
 			return nil, fail("tensor %q: %v", st.Name, err)
 		}
+		if err := placed(st, mesh); err != nil {
+			return nil, fail("tensor %q: %v", st.Name, err)
+		}
 		var chunks []dcp.Chunk
+		var shards []statedict.Shard
 		for _, p := range st.Pieces {
 			if p.Empty() {
 				continue
@@ -104,6 +126,7 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 				return nil, fail("tensor %q: %s does not hold rank %d's %v piece of it", st.Name, m.Files[r], r, p.Sizes)
 			}
 			chunks = append(chunks, dcp.Chunk{Offsets: p.Offsets, Tensor: t})
+			shards = append(shards, statedict.Shard{Piece: p, Local: t})
 		}
 		var t *statedict.Tensor
 		switch {
@@ -124,6 +147,7 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 			return nil, fail("tensor %q listed twice", st.Name)
 		}
 		root.Set(st.Name, t)
+		ck.Shards[t] = shards
 	}
 	ck.Root = root
 	return ck, nil
@@ -150,4 +174,28 @@ func checkRank(path string, r, n int) error {
 func isRanksFolder(dir string) bool {
 	_, err := store.Stat(store.Join(dir, safetensors.ShardingFile))
 	return !errors.Is(err, os.ErrNotExist)
+}
+
+// placed checks that a tensor's pieces are the ones its placements give on the mesh: what
+// each rank loads with DTensor.from_local(local, mesh, placements) lies where the pieces say.
+// A manifest whose pieces tile the tensor but whose placements or mesh disagree would
+// reassemble correctly here and place shards wrongly on the devices.
+func placed(st safetensors.ShardedTensor, mesh *runtime.Mesh) error {
+	s, err := runtime.ParseTorchPlacements(st.Placements, mesh, len(st.Shape))
+	if err != nil {
+		return err
+	}
+	for _, p := range st.Pieces {
+		for _, r := range p.Ranks {
+			c, err := s.Chunk(st.Shape, mesh, r)
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(c.Offsets, p.Offsets) || !slices.Equal(c.Sizes, p.Sizes) {
+				return fmt.Errorf("rank %d holds the piece at %v of size %v, but its placements %v on the mesh %s put it at %v, size %v",
+					r, p.Offsets, p.Sizes, st.Placements, mesh, c.Offsets, c.Sizes)
+			}
+		}
+	}
+	return nil
 }

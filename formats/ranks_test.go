@@ -40,9 +40,10 @@ func bf16(base int, shape ...int64) *statedict.Tensor {
 // and checks each rank file holds its pieces, the manifest, the folder read back whole, and
 // that writing in parts gives the same files.
 func TestSafetensorsRanks(t *testing.T) {
-	rows, cols, rep := bf16(0, 5, 3), bf16(1000, 2, 8), bf16(2000, 6)
+	rows, cols, rep, tiny := bf16(0, 5, 3), bf16(1000, 2, 8), bf16(2000, 6), bf16(3000, 1, 3)
 	root := statedict.NewDict("")
 	root.Set("rows", rows)
+	root.Set("tiny", tiny)
 	root.Set("cols", cols)
 	root.Set("rep", rep)
 	root.Set("epoch", int64(3))
@@ -51,8 +52,12 @@ func TestSafetensorsRanks(t *testing.T) {
 		return statedict.Piece{Offsets: off, Sizes: size, Ranks: ranks}
 	}
 	sh := &statedict.Sharding{Ranks: 4, Mesh: []statedict.MeshAxis{{Name: "dp", Size: 2}, {Name: "tp", Size: 2}}, Tensors: map[*statedict.Tensor]*statedict.TensorSharding{
-		rows: {Placements: []string{"Shard(dim=0)", "Shard(dim=0)"}, Pieces: []statedict.Piece{piece([]int64{0, 0}, []int64{2, 3}, 0), piece([]int64{2, 0}, []int64{2, 3}, 1),
-			piece([]int64{4, 0}, []int64{1, 3}, 2), piece([]int64{5, 0}, []int64{0, 3}, 3)}},
+		// DTensor: dp splits the 5 rows 3 + 2, tp each of those 2 + 1 and 1 + 1.
+		rows: {Placements: []string{"Shard(dim=0)", "Shard(dim=0)"}, Pieces: []statedict.Piece{piece([]int64{0, 0}, []int64{2, 3}, 0), piece([]int64{2, 0}, []int64{1, 3}, 1),
+			piece([]int64{3, 0}, []int64{1, 3}, 2), piece([]int64{4, 0}, []int64{1, 3}, 3)}},
+		// One row over four ranks: rank 0 holds it, the others an empty piece at offset 1.
+		tiny: {Placements: []string{"Shard(dim=0)", "Shard(dim=0)"}, Pieces: []statedict.Piece{piece([]int64{0, 0}, []int64{1, 3}, 0),
+			piece([]int64{1, 0}, []int64{0, 3}, 1, 2, 3)}},
 		cols: {Placements: []string{"Replicate()", "Shard(dim=1)"}, Pieces: []statedict.Piece{piece([]int64{0, 0}, []int64{2, 4}, 0, 2), piece([]int64{0, 4}, []int64{2, 4}, 1, 3)}},
 	}}
 	dir := t.TempDir()
@@ -63,12 +68,12 @@ func TestSafetensorsRanks(t *testing.T) {
 	if len(w.Files) != 5 || w.Files[4] != safetensors.ShardingFile || len(w.NotWritten) != 1 {
 		t.Fatalf("files %v, not written %v", w.Files, w.NotWritten)
 	}
-	// Rank 2 holds rows[4:5], cols[:, :4] and rep.
+	// Rank 2 holds rows[3:4], cols[:, :4] and rep.
 	r2, err := Open(filepath.Join(dir, "rank-00002-of-00004.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]*statedict.Tensor{"rows": mustBox(t, rows, 4, 0, 1, 3), "cols": mustBox(t, cols, 0, 0, 2, 4), "rep": rep} {
+	for name, want := range map[string]*statedict.Tensor{"rows": mustBox(t, rows, 3, 0, 1, 3), "cols": mustBox(t, cols, 0, 0, 2, 4), "rep": rep} {
 		got, err := r2.Tensor(name)
 		if err != nil {
 			t.Fatal(err)
@@ -136,6 +141,18 @@ func TestSafetensorsRanks(t *testing.T) {
 	}
 	if _, err := Open(parts); err == nil || !strings.Contains(err.Error(), `says it is rank "0/4"`) {
 		t.Errorf("swapped rank files: %v", err)
+	}
+	// Placements that put the pieces elsewhere than the manifest says — the devices would
+	// place their shards wrongly, though the pieces still tile the tensor — are refused.
+	mpath := filepath.Join(dir, safetensors.ShardingFile)
+	m, _ := os.ReadFile(mpath)
+	bad := bytes.Replace(m, []byte(`"Replicate()","Shard(dim=1)"`), []byte(`"Shard(dim=1)","Replicate()"`), 1)
+	if bytes.Equal(bad, m) {
+		t.Fatalf("no cols placements in %s", m)
+	}
+	os.WriteFile(mpath, bad, 0o644)
+	if _, err := Open(dir); !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), `tensor "cols": rank 2 holds the piece at [0 0]`) {
+		t.Errorf("placements disagreeing with the pieces: %v", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/ckpt-dev/ckpt/internal/plural"
 	"hash"
 	"io"
 	"math/big"
@@ -163,7 +164,7 @@ func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
 	}
 	if len(r.Tensors) == 0 {
 		if h := statedict.HiddenTensors(ck.Root); h.Tensors > 0 {
-			return nil, fmt.Errorf("%s: %w: its %d tensor(s) are inside %s object(s), which ckpt does not read as data", ck.Path, statedict.ErrUnsupported, h.Tensors, strings.Join(h.Classes, ", "))
+			return nil, fmt.Errorf("%s: %w: %s inside %s objects, which ckpt does not read as data", ck.Path, statedict.ErrUnsupported, plural.Of(h.Tensors, "tensor"), strings.Join(h.Classes, ", "))
 		}
 	}
 	if opts.Hash {

@@ -24,9 +24,15 @@ type Analysis struct {
 
 // Entry is one piece of training state: where it is, what kind, and a short summary.
 type Entry struct {
-	Path   string `json:"path"`
-	Kind   string `json:"kind"`
+	Path string `json:"path"`
+	Kind string `json:"kind"`
+	// Detail summarizes the entry for people ("last_epoch=2, _last_lr=[0.001]", "disabled").
 	Detail string `json:"detail,omitempty"`
+	// Value is a counter's value, typed (statedict.JSON).
+	Value any `json:"value,omitempty"`
+	// Values are the scheduler's or scaler's values Detail summarizes, typed
+	// (statedict.JSON), by key.
+	Values map[string]any `json:"values,omitempty"`
 }
 
 // OptimizerInfo describes one optimizer state and its mapping onto the model.
@@ -58,18 +64,21 @@ type GroupInfo struct {
 // that entry's shape) and its state tensors.
 type ParamInfo struct {
 	// ID is the parameter's id as saved: an int, or a name for FQN-keyed optimizers.
-	ID    any           `json:"id"`
-	Group int           `json:"group"`
-	Name  string        `json:"name,omitempty"`
-	Shape []int64       `json:"shape,omitempty"`
+	ID    any    `json:"id"`
+	Group int    `json:"group"`
+	Name  string `json:"name,omitempty"`
+	// Shape is the model entry's shape when mapped ([] for a 0-d tensor).
+	Shape []int64       `json:"shape,omitzero"`
 	State []StateTensor `json:"state,omitempty"`
 }
 
 // StateTensor is one per-parameter state value.
 type StateTensor struct {
-	Key   string  `json:"key"`
+	Key string `json:"key"`
+	// DType and Shape describe a tensor state (Shape [] for a 0-d tensor such as Adam's
+	// step); both are absent for a non-tensor state.
 	DType string  `json:"dtype,omitempty"`
-	Shape []int64 `json:"shape,omitempty"`
+	Shape []int64 `json:"shape,omitzero"`
 	// Value is a non-tensor state's value, typed (statedict.JSON).
 	Value any `json:"value,omitempty"`
 }
@@ -92,20 +101,20 @@ func Analyze(root statedict.Value, names map[string][]string) (*Analysis, error)
 				return
 			}
 			if kind, ok := SchedulerKind(x); ok {
-				a.Schedulers = append(a.Schedulers, Entry{path, kind, scalars(x, "last_epoch", "_last_lr", "best")})
+				a.Schedulers = append(a.Schedulers, scalars(path, kind, x, "last_epoch", "_last_lr", "best"))
 				return
 			}
 			if IsGradScalerState(x) {
-				a.Scalers = append(a.Scalers, Entry{path, "GradScaler", scalars(x, "scale", "_growth_tracker")})
+				a.Scalers = append(a.Scalers, scalars(path, "GradScaler", x, "scale", "_growth_tracker"))
 				return
 			}
 			if x.Len() == 0 && strings.Contains(strings.ToLower(path), "scaler") {
-				a.Scalers = append(a.Scalers, Entry{path, "GradScaler", "disabled"})
+				a.Scalers = append(a.Scalers, Entry{Path: path, Kind: "GradScaler", Detail: "disabled"})
 			}
 			for _, e := range x.Entries() {
 				key := statedict.KeyString(e.Key)
 				if n, ok := e.Value.(int64); ok && counterKey(key) {
-					a.Counters = append(a.Counters, Entry{statedict.JoinName(path, key), "int", fmt.Sprint(n)})
+					a.Counters = append(a.Counters, Entry{Path: statedict.JoinName(path, key), Kind: "int", Detail: fmt.Sprint(n), Value: statedict.JSON(n)})
 				}
 				visit(e.Value, statedict.JoinName(path, key))
 			}
@@ -124,23 +133,30 @@ func counterKey(k string) bool {
 	return strings.Contains(k, "epoch") || strings.Contains(k, "step") || strings.Contains(k, "iter")
 }
 
-// scalars renders the given keys of d as "k=v, …".
-func scalars(d *statedict.Dict, keys ...string) string {
+// scalars is the entry of the state dict d at path: the given keys' values, typed and
+// rendered as "k=v, …".
+func scalars(path, kind string, d *statedict.Dict, keys ...string) Entry {
+	e := Entry{Path: path, Kind: kind}
 	var parts []string
 	for _, k := range keys {
 		if v, ok := d.Get(k); ok {
+			if e.Values == nil {
+				e.Values = map[string]any{}
+			}
+			e.Values[k] = statedict.JSON(v)
 			if l, ok := v.(*statedict.List); ok {
 				items := make([]string, len(l.Items))
 				for i, it := range l.Items {
 					items[i] = describeValue(it)
 				}
-				parts = append(parts, k+"=["+strings.Join(items, ", ")+"]")
+				parts = append(parts, k+"=["+strings.Join(items, ",")+"]")
 				continue
 			}
 			parts = append(parts, k+"="+describeValue(v))
 		}
 	}
-	return strings.Join(parts, ", ")
+	e.Detail = strings.Join(parts, ", ")
+	return e
 }
 
 func describeOptimizer(f *Found) OptimizerInfo {
@@ -169,13 +185,13 @@ func describeOptimizer(f *Found) OptimizerInfo {
 		pi := ParamInfo{ID: statedict.JSON(p.ID), Group: p.Group, Name: p.Name}
 		if f.Mapping != nil {
 			mp := f.Mapping.Params[i]
-			pi.Name, pi.Shape = mp.Name, mp.Tensor.Shape
+			pi.Name, pi.Shape = mp.Name, shape(mp.Tensor.Shape)
 		}
 		if p.State != nil {
 			for _, e := range p.State.Entries() {
 				st := StateTensor{Key: statedict.KeyString(e.Key)}
 				if t, ok := e.Value.(*statedict.Tensor); ok {
-					st.DType, st.Shape = t.DType.String(), t.Shape
+					st.DType, st.Shape = t.DType.String(), shape(t.Shape)
 				} else {
 					st.Value = statedict.JSON(e.Value)
 				}
@@ -185,4 +201,12 @@ func describeOptimizer(f *Found) OptimizerInfo {
 		info.Params = append(info.Params, pi)
 	}
 	return info
+}
+
+// shape is s, never nil: a 0-d tensor's shape is written [] rather than left out.
+func shape(s []int64) []int64 {
+	if s == nil {
+		return []int64{}
+	}
+	return s
 }

@@ -81,10 +81,12 @@ func Find(root statedict.Value, names map[string][]string) ([]*Found, error) {
 		}
 	}
 	visit(root, "", nil)
-	models = slices.DeleteFunc(models, func(m located) bool {
-		ps, _ := ModelParams(m.dict)
-		return len(ps) == 0 // RNG dicts and other all-integer tensor dicts
-	})
+	if len(optims) > 0 { // models are only candidates for optimizer states to follow
+		models = slices.DeleteFunc(models, func(m located) bool {
+			ps, _ := ModelParams(m.dict)
+			return len(ps) == 0 // RNG dicts and other all-integer tensor dicts
+		})
+	}
 	for path := range names {
 		if path != "" && !slices.ContainsFunc(optims, func(l located) bool { return l.path == path }) {
 			paths := make([]string, len(optims))

@@ -1,6 +1,7 @@
 package optimizerstate
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -180,13 +181,18 @@ func RepairMilestones(d *statedict.Dict) bool {
 	return changed
 }
 
-// describeValue renders a scalar for reports.
+// describeValue renders a scalar for reports in the spelling of the --json outputs
+// (statedict.JSON): 65536, 1e-8, true, null; strings as they are.
 func describeValue(v statedict.Value) string {
 	switch x := v.(type) {
-	case float64:
-		return statedict.PyFloat(x)
+	case string:
+		return x
 	case *statedict.Tensor:
 		return fmt.Sprintf("tensor %s %v", x.DType, x.Shape)
 	}
-	return statedict.KeyString(v)
+	b, err := json.Marshal(statedict.JSON(v))
+	if err != nil {
+		return statedict.KeyString(v)
+	}
+	return string(b)
 }

@@ -2,6 +2,7 @@ package remap
 
 import (
 	"fmt"
+	"github.com/ckpt-dev/ckpt/internal/plural"
 	"regexp"
 	"sort"
 	"strings"
@@ -168,7 +169,7 @@ func Apply(root statedict.Value, opts Options) (statedict.Value, *Report, error)
 	}
 	if n := len(rep.DroppedRNG); n > 0 {
 		rep.Warnings = append(rep.Warnings, Warning{Kind: "cuda_rng_dropped", Items: rep.DroppedRNG, Dropped: true,
-			Message: fmt.Sprintf("dropped %d CUDA RNG state(s) (%s): they mean nothing on a TPU", n, Summarize(rep.DroppedRNG))})
+			Message: fmt.Sprintf("dropped %s (%s): they mean nothing on a TPU", plural.Of(n, "CUDA RNG state"), Summarize(rep.DroppedRNG))})
 	}
 	sort.Strings(rep.Stripped)
 	return out, rep, nil
@@ -237,7 +238,8 @@ func (r *remapper) value(v statedict.Value, name string) (statedict.Value, error
 	}
 	switch c := v.(type) {
 	case *statedict.Dict:
-		out := &statedict.Dict{Class: c.Class, Attrs: c.Attrs}
+		out := statedict.NewDictSize(c.Class, c.Len())
+		out.Attrs = c.Attrs
 		names, err := r.names(c, name)
 		if err != nil {
 			return nil, err
@@ -251,7 +253,7 @@ func (r *remapper) value(v statedict.Value, name string) (statedict.Value, error
 			if err != nil {
 				return nil, err
 			}
-			out.Set(names[i], nv)
+			out.Append(names[i], nv) // distinct: c's keys, or renamed ones names checked
 		}
 		r.noteDict(c, out, names, name)
 		return out, nil
@@ -299,6 +301,7 @@ func (r *remapper) names(d *statedict.Dict, where string) ([]statedict.Value, er
 	if r.training.inOptimizer[d] || !optimizerstate.IsModelStateDict(d) {
 		return out, nil
 	}
+	renamed := false
 	if r.opts.StripWrappers {
 		for changed := true; changed; {
 			changed = false
@@ -319,7 +322,7 @@ func (r *remapper) names(d *statedict.Dict, where string) ([]statedict.Value, er
 						label += " (in " + where + ")"
 					}
 					r.rep.Stripped = append(r.rep.Stripped, label)
-					changed = true
+					changed, renamed = true, true
 				}
 			}
 		}
@@ -333,9 +336,13 @@ func (r *remapper) names(d *statedict.Dict, where string) ([]statedict.Value, er
 				if ns != s {
 					out[i] = ns
 					r.rep.Renamed++
+					renamed = true
 				}
 			}
 		}
+	}
+	if !renamed {
+		return out, nil // the keys of a dict: no two alike
 	}
 	seen := make(map[string]string, len(out))
 	for i, k := range out {

@@ -16,9 +16,11 @@ type training struct {
 	found     map[*statedict.Dict]*optimizerstate.Found
 	// inOptimizer holds the dicts inside optimizer states, whose keys are never renamed.
 	inOptimizer map[*statedict.Dict]bool
-	// models records, per source model state dict, what happened to each key.
-	models  map[*statedict.Dict]map[string]optimizerstate.Fate
-	pending []pendingOptimizer
+	// models records, per source model state dict an optimizer state follows (followed),
+	// what happened to each key.
+	models   map[*statedict.Dict]map[string]optimizerstate.Fate
+	followed map[*statedict.Dict]bool
+	pending  []pendingOptimizer
 }
 
 type pendingOptimizer struct{ src, out *statedict.Dict }
@@ -29,9 +31,12 @@ func newTraining(root statedict.Value, opts Options) (*training, error) {
 		return nil, err
 	}
 	tr := &training{decisions: d, found: map[*statedict.Dict]*optimizerstate.Found{}, inOptimizer: map[*statedict.Dict]bool{},
-		models: map[*statedict.Dict]map[string]optimizerstate.Fate{}}
+		models: map[*statedict.Dict]map[string]optimizerstate.Fate{}, followed: map[*statedict.Dict]bool{}}
 	for _, f := range d.Found {
 		tr.found[f.Dict] = f
+		if f.Model != nil {
+			tr.followed[f.Model] = true
+		}
 		markDicts(f.Dict, tr.inOptimizer)
 	}
 	return tr, nil
@@ -78,8 +83,8 @@ func (r *remapper) noteDict(src, out *statedict.Dict, keys []statedict.Value, na
 		r.training.pending = append(r.training.pending, pendingOptimizer{src, out})
 		return
 	}
-	if r.training.inOptimizer[src] || !optimizerstate.IsModelStateDict(src) {
-		return
+	if !r.training.followed[src] || r.training.inOptimizer[src] || !optimizerstate.IsModelStateDict(src) {
+		return // no optimizer state follows it: its keys' fates are not needed
 	}
 	fates := map[string]optimizerstate.Fate{}
 	for i, e := range src.Entries() {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -96,4 +97,91 @@ func rankRange(first, n int) []int {
 		r[i] = first + i
 	}
 	return slices.Clip(r)
+}
+
+// ParseTorchPlacements reads placements as TorchPlacements writes them — one per axis of m,
+// "Shard(dim=D)", "Replicate()" or "_StridedShard(dim=D, sf=F)" — into the Sharding that
+// writes exactly them, for a tensor of ndim dimensions: the order of the axes' shards is
+// the first one (in lexicographic order of permutations) whose strided split factors are
+// the ones given.
+func ParseTorchPlacements(placements []string, m *Mesh, ndim int) (Sharding, error) {
+	if len(placements) != m.NDim() {
+		return Sharding{}, fmt.Errorf("%d placements for a %d-axis mesh", len(placements), m.NDim())
+	}
+	s := Sharding{Placements: make([]Placement, len(placements))}
+	strided := false
+	for i, p := range placements {
+		if d, sf, ok := parseStrided(p); ok {
+			s.Placements[i] = Shard(d)
+			strided = strided || sf > 1
+			continue
+		}
+		q, err := ParsePlacement(p)
+		if err != nil {
+			return Sharding{}, err
+		}
+		s.Placements[i] = q
+	}
+	if err := s.Check(ndim, m); err != nil {
+		return Sharding{}, err
+	}
+	if slices.Equal(s.TorchPlacements(m), placements) {
+		return s, nil
+	}
+	if strided {
+		order := make([]int, m.NDim())
+		for i := range order {
+			order[i] = i
+		}
+		for {
+			s.Order = order
+			if slices.Equal(s.TorchPlacements(m), placements) {
+				return s, nil
+			}
+			if !nextPermutation(order) {
+				break
+			}
+		}
+	}
+	return Sharding{}, fmt.Errorf("placements %v describe no layout of the mesh %s", placements, m)
+}
+
+// parseStrided reads "_StridedShard(dim=D, sf=F)" (also "split_factor=F").
+func parseStrided(s string) (dim, sf int, ok bool) {
+	t := strings.ReplaceAll(s, " ", "")
+	args, found := strings.CutPrefix(t, "_StridedShard(")
+	if args, ok = strings.CutSuffix(args, ")"); !found || !ok {
+		return 0, 0, false
+	}
+	a, b, ok := strings.Cut(args, ",")
+	if !ok {
+		return 0, 0, false
+	}
+	a = strings.TrimPrefix(a, "dim=")
+	b = strings.TrimPrefix(strings.TrimPrefix(b, "sf="), "split_factor=")
+	d, err1 := strconv.Atoi(a)
+	f, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil || d <= -64 || d >= 64 || f < 1 {
+		return 0, 0, false
+	}
+	return d, f, true
+}
+
+// nextPermutation advances p to the next permutation in lexicographic order, reporting
+// false after the last.
+func nextPermutation(p []int) bool {
+	i := len(p) - 2
+	for i >= 0 && p[i] >= p[i+1] {
+		i--
+	}
+	if i < 0 {
+		return false
+	}
+	j := len(p) - 1
+	for p[j] <= p[i] {
+		j--
+	}
+	p[i], p[j] = p[j], p[i]
+	slices.Reverse(p[i+1:])
+	return true
 }

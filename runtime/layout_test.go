@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -87,4 +88,88 @@ func TestHostRanks(t *testing.T) {
 	if s := cpu.Sharding(); s.Ranks != 6 || len(s.Mesh) != 2 || s.Mesh[1] != (statedict.MeshAxis{Name: "fsdp", Size: 3}) {
 		t.Errorf("Sharding skeleton %+v", s)
 	}
+}
+
+// TestParseTorchPlacements: what TorchPlacements writes reads back as a sharding with the
+// same chunks on every rank, for every plan on a few meshes; what describes no layout is
+// refused.
+func TestParseTorchPlacements(t *testing.T) {
+	meshes := []string{"fsdp=8", "dp=2,tp=4", "fsdp=2,tp=4", "dp=2,fsdp=2,tp=2", "ep=2,fsdp=2,tp=2"}
+	shapes := [][]int64{{64, 32}, {10, 6}, {3}, {4, 6, 5}}
+	for _, ms := range meshes {
+		m, err := ParseMesh(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := m.NDim()
+		for _, shape := range shapes {
+			// Every placement per axis (Replicate or Shard of any dim) and every order.
+			var all func(i int, ps []Placement)
+			all = func(i int, ps []Placement) {
+				if i == n {
+					order := make([]int, n)
+					for k := range order {
+						order[k] = k
+					}
+					for {
+						s := Sharding{Placements: slices.Clone(ps), Order: slices.Clone(order)}
+						want, err := s.Chunks(shape, m)
+						if err != nil {
+							t.Fatal(err)
+						}
+						tp := s.TorchPlacements(m)
+						got, err := ParseTorchPlacements(tp, m, len(shape))
+						if err != nil {
+							t.Fatalf("%s %v %v: %v", ms, shape, s, err)
+						}
+						gc, _ := got.Chunks(shape, m)
+						if !slices.Equal(got.TorchPlacements(m), tp) || fmt.Sprint(gc) != fmt.Sprint(want) {
+							t.Fatalf("%s %v: %v read back as %v: chunks %v, want %v", ms, shape, tp, got, gc, want)
+						}
+						if !nextPermutation(order) {
+							break
+						}
+					}
+					return
+				}
+				all(i+1, append(ps, Replicate))
+				for d := range shape {
+					all(i+1, append(ps, Shard(d)))
+				}
+			}
+			all(0, nil)
+		}
+	}
+	m, _ := ParseMesh("fsdp=2,tp=4")
+	for _, bad := range [][]string{
+		{"_StridedShard(dim=0, sf=3)", "Shard(dim=0)"}, // sf is not tp's size
+		{"_StridedShard(dim=0, sf=4)", "Shard(dim=1)"}, // nothing later shards dim 0
+		{"Shard(dim=0)"},                // one placement for two axes
+		{"Shard(dim=2)", "Replicate()"}, // no such dimension
+		{"Partial()", "Replicate()"},
+	} {
+		if _, err := ParseTorchPlacements(bad, m, 2); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// FuzzParseTorchPlacements: any strings on a 3-axis mesh parse to a sharding that writes
+// them back, or fail; never a panic.
+func FuzzParseTorchPlacements(f *testing.F) {
+	f.Add("_StridedShard(dim=0, sf=4)", "Shard(dim=0)", "Replicate()", 2)
+	f.Add("Shard(dim=1)", "_StridedShard(dim=1, split_factor=2)", "Shard(dim=1)", 3)
+	f.Add("R", "S(0)", "_StridedShard(dim=-1,sf=0)", 1)
+	m, _ := ParseMesh("a=2,b=2,c=2")
+	f.Fuzz(func(t *testing.T, p0, p1, p2 string, ndim int) {
+		ndim = min(max(ndim, 0), 4)
+		ps := []string{p0, p1, p2}
+		s, err := ParseTorchPlacements(ps, m, ndim)
+		if err != nil {
+			return
+		}
+		if got := s.TorchPlacements(m); !slices.Equal(got, ps) {
+			t.Fatalf("%v parsed as %v, which writes %v", ps, s, got)
+		}
+	})
 }

@@ -100,7 +100,7 @@ func TestChunksMatchTorch(t *testing.T) {
 	}
 }
 
-// TestStridedShardDisagreement pins what the README says of FSDP2 over tensor
+// TestStridedShardDisagreement pins what docs/sharding.md says of FSDP2 over tensor
 // parallelism: torch 2.14's _StridedShard reports the boxes FSDP2 holds (the chunks ckpt
 // writes) in every ordered case but one — a TP shard with fewer rows than the FSDP degree
 // (9 rows on fsdp=4 over tp=2), where it puts a row on a rank whose shard is empty.

@@ -49,6 +49,15 @@ type Piece struct {
 	Ranks []int `json:"ranks"`
 }
 
+// Shard is a stored piece of a tensor of a per-device checkpoint: its box in the whole
+// tensor with the ranks that hold it (in increasing order; for a layout that stores a piece
+// once, as DCP does, the rank whose file stores it) and Local, its elements as stored in
+// the file of Ranks[0] — the copy the reassembled tensor reads — shaped as the box.
+type Shard struct {
+	Piece
+	Local *Tensor
+}
+
 // Empty reports whether the piece holds no element.
 func (p Piece) Empty() bool { return slices.Contains(p.Sizes, 0) }
 

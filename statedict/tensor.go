@@ -19,17 +19,18 @@ type Storage struct {
 	Key string
 	// Location is the device tag the storage was saved with ("cpu", "cuda:0", "tpu").
 	Location string
-	// DType is the element type the storage was saved as: the typed storage class of the
-	// persistent id (FloatStorage → Float32), or Uint8 for torch.storage.UntypedStorage.
-	DType DType
 	// Size is the length in bytes.
 	Size int64
-	// BigEndian is set when the saver recorded big-endian element order; reading converts.
-	BigEndian bool
 	// File names where the bytes live, for error messages.
 	File string
 	// Offset is the byte offset of the storage within File, for error messages.
 	Offset int64
+	// DType is the element type the storage was saved as: the typed storage class of the
+	// persistent id (FloatStorage → Float32), or Uint8 for torch.storage.UntypedStorage.
+	// (The small fields sit together so that the struct packs into fewer bytes.)
+	DType DType
+	// BigEndian is set when the saver recorded big-endian element order; reading converts.
+	BigEndian bool
 	// FileBacked says the storage's bytes are exactly File[Offset:Offset+Size], as stored
 	// (not decompressed or computed), so writers may read them from the file (fastcopy's
 	// pread) instead of faulting the mapping in.
@@ -130,11 +131,13 @@ type Quantizer struct {
 
 // Tensor is a strided view of a Storage, as a torch tensor is. Its bytes are read lazily.
 type Tensor struct {
-	DType   DType
 	Shape   []int64
 	Strides []int64 // in elements of DType
 	Offset  int64   // storage offset in elements of DType
 	Storage *Storage
+	// DType is the element type. (It sits beside the flags below so that the struct packs
+	// into fewer bytes: a checkpoint may hold hundreds of thousands of tensors.)
+	DType DType
 
 	RequiresGrad bool
 	// Parameter marks an nn.Parameter.

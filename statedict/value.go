@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Value is one node of a checkpoint tree. Its dynamic type is one of:
@@ -30,11 +31,77 @@ type Dict struct {
 	// nn.Module.state_dict() attaches to its OrderedDict; nil if none.
 	Attrs   Value
 	entries []Entry
-	index   map[any]int // hashable keys (string, int64, bool) → position
+	// index maps the hashable keys (string, int64, bool) of the first indexed entries to
+	// their positions; the entries Append added after them are indexed by the next
+	// lookup (under mu, as lookups may run at once).
+	mu      sync.Mutex
+	index   map[any]int
+	indexed int
+	scans   int // lookups answered by scanning the unindexed entries
 }
+
+// maxScans is how many lookups scan the entries Append added before one indexes them: a
+// few probes of a large dict (is this a DeepSpeed file? a scheduler?) cost no index.
+const maxScans = 8
 
 // NewDict returns an empty dict of the given Python class ("" for dict).
 func NewDict(class string) *Dict { return &Dict{Class: class} }
+
+// NewDictSize is NewDict with room for n entries: a reader that knows how many it will set
+// allocates them once, not twice over as the dict grows (a checkpoint may hold hundreds of
+// thousands of tensors).
+func NewDictSize(class string, n int) *Dict {
+	if n <= 0 {
+		return NewDict(class)
+	}
+	return &Dict{Class: class, entries: make([]Entry, 0, n)}
+}
+
+// Append adds an entry whose key d does not hold — as a reader knows that has checked
+// its format's keys are unique, or a copy of a dict's entries — without looking it up:
+// a dict filled by Append and only walked, as a conversion walks hundreds of thousands of
+// tensors, never builds its index (about 40 bytes an entry); the first lookup does. A key
+// d already holds must be given to Set instead.
+func (d *Dict) Append(key, value Value) {
+	d.entries = append(d.entries, Entry{key, value})
+}
+
+// find returns the position of the entry under the hashable key ik. d.mu must be held.
+func (d *Dict) find(ik any) (int, bool) {
+	if d.indexed < len(d.entries) && d.scans < maxScans {
+		d.scans++
+		if i, ok := d.index[ik]; ok {
+			return i, true
+		}
+		for i := d.indexed; i < len(d.entries); i++ {
+			if k, ok := indexKey(d.entries[i].Key); ok && k == ik {
+				return i, true
+			}
+		}
+		return 0, false
+	}
+	d.catchUp()
+	i, ok := d.index[ik]
+	return i, ok
+}
+
+// catchUp indexes the entries Append added since the last lookup. d.mu must be held.
+func (d *Dict) catchUp() {
+	if d.indexed == len(d.entries) {
+		return
+	}
+	if d.index == nil {
+		d.index = make(map[any]int, len(d.entries))
+	}
+	for i := d.indexed; i < len(d.entries); i++ {
+		if ik, ok := indexKey(d.entries[i].Key); ok {
+			if _, dup := d.index[ik]; !dup {
+				d.index[ik] = i
+			}
+		}
+	}
+	d.indexed = len(d.entries)
+}
 
 // Len is the number of entries.
 func (d *Dict) Len() int { return len(d.entries) }
@@ -43,13 +110,11 @@ func (d *Dict) Len() int { return len(d.entries) }
 func (d *Dict) Entries() []Entry { return d.entries }
 
 func indexKey(k Value) (any, bool) {
-	switch k := k.(type) {
-	case string:
-		return k, true
-	case int64:
-		return k, true
+	switch b := k.(type) {
+	case string, int64:
+		return k, true // as boxed already: no second allocation per key
 	case bool: // Python: True == 1
-		if k {
+		if b {
 			return int64(1), true
 		}
 		return int64(0), true
@@ -60,7 +125,10 @@ func indexKey(k Value) (any, bool) {
 // Get returns the value stored under key.
 func (d *Dict) Get(key Value) (Value, bool) {
 	if ik, ok := indexKey(key); ok {
-		if i, ok := d.index[ik]; ok {
+		d.mu.Lock()
+		i, ok := d.find(ik)
+		d.mu.Unlock()
+		if ok {
 			return d.entries[i].Value, true
 		}
 		return nil, false
@@ -76,14 +144,19 @@ func (d *Dict) Get(key Value) (Value, bool) {
 // Set stores value under key. Replacing a key keeps its position, as in Python.
 func (d *Dict) Set(key, value Value) {
 	if ik, ok := indexKey(key); ok {
-		if d.index == nil {
-			d.index = make(map[any]int)
-		}
-		if i, ok := d.index[ik]; ok {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if i, ok := d.find(ik); ok {
 			d.entries[i].Value = value
 			return
 		}
-		d.index[ik] = len(d.entries)
+		if d.indexed == len(d.entries) {
+			if d.index == nil {
+				d.index = make(map[any]int)
+			}
+			d.index[ik] = len(d.entries)
+			d.indexed++
+		}
 	}
 	d.entries = append(d.entries, Entry{key, value})
 }
@@ -101,15 +174,10 @@ func (d *Dict) Delete(key Value) bool {
 		return false
 	}
 	d.entries = append(d.entries[:pos], d.entries[pos+1:]...)
-	d.index = nil
-	for i, e := range d.entries {
-		if ik, ok := indexKey(e.Key); ok {
-			if d.index == nil {
-				d.index = make(map[any]int)
-			}
-			d.index[ik] = i
-		}
-	}
+	d.mu.Lock()
+	d.index, d.indexed = nil, 0
+	d.catchUp()
+	d.mu.Unlock()
 	return true
 }
 

@@ -145,6 +145,11 @@ type Checkpoint struct {
 	// holding its tree and a folder of its own (a diffusers pipeline's unet, vae,
 	// text_encoder); folder layouts write each into its folder. nil for one checkpoint.
 	Components []Component
+	// Shards are, for a per-device checkpoint (a multi-rank DCP folder, a per-device
+	// safetensors folder), the stored pieces each tensor of Root is reassembled from, keyed by
+	// that tensor: what each device holds, so a consumer can compute from the pieces as the
+	// devices do. nil for other checkpoints.
+	Shards map[*Tensor][]Shard
 	// Closers release the mapped files; Close calls them.
 	Closers []io.Closer
 }

@@ -68,7 +68,7 @@ type Written struct {
 	// Tied maps each name left out as an alias of a tensor written under another name.
 	Tied map[string]string
 	// NotWritten lists the values the layout cannot hold, by flattened name with their
-	// type ("optimizer.param_groups.0.lr: float64").
+	// Python type ("optimizer.param_groups.0.lr: float").
 	NotWritten []string
 	// Part is what a writer of some ranks (WriteOptions.Ranks) records for the layout's
 	// index — where each of its items lies in its files — as JSON, for the Finisher.

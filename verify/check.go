@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ckpt-dev/ckpt/internal/plural"
 	"io"
 	"slices"
 
@@ -23,7 +24,7 @@ func (r *CheckReport) Err() error {
 		return nil
 	}
 	p := r.Problems[0]
-	return fmt.Errorf("%s: %d problem(s); first: tensor %q: %s: %w", r.Path, len(r.Problems), p.Tensor, p.Kind, ErrFailed)
+	return fmt.Errorf("%s: %s; first: tensor %q: %s: %w", r.Path, plural.Of(len(r.Problems), "problem"), p.Tensor, p.Kind, ErrFailed)
 }
 
 // CheckReport is what Check found; it is also `ckpt check --json`'s output.
@@ -53,8 +54,11 @@ type CheckProblem struct {
 	// the manifest), "dtype", "shape", "nbytes", "xxhash64" or "replica" (a rank's copy of a
 	// replicated piece differs from the copy the tensor is reassembled from).
 	Kind string `json:"kind"`
-	Want string `json:"want,omitempty"`
-	Got  string `json:"got,omitempty"`
+	// Want and Got are what the manifest records and what the output holds, typed by Kind:
+	// a dtype name or xxhash64 hex digest (strings), a shape (a list of ints), a size in
+	// bytes (an int); for "replica", a description of the piece and of the rank's copy.
+	Want any `json:"want,omitempty"`
+	Got  any `json:"got,omitempty"`
 }
 
 // Check verifies a converted output against its manifest (mpath "" finds it beside or
@@ -73,12 +77,8 @@ func Check(path, mpath string) (*CheckReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	ck, err := formats.Open(path)
+	ck, err := openOutput(path)
 	if err != nil {
-		if errors.Is(err, statedict.ErrCorrupt) {
-			// A damaged output fails verification as a damaged tensor does.
-			return nil, fmt.Errorf("%w: %w", ErrFailed, err)
-		}
 		return nil, err
 	}
 	defer ck.Close()
@@ -175,11 +175,29 @@ func describedAs(mt manifest.Tensor, t *statedict.Tensor) (CheckProblem, bool) {
 	if dt := t.DTypeName(); dt != mt.DType {
 		return CheckProblem{Tensor: mt.Name, Kind: "dtype", Want: mt.DType, Got: dt}, false
 	}
-	if fmt.Sprint(t.Shape) != fmt.Sprint(mt.Shape) {
-		return CheckProblem{Tensor: mt.Name, Kind: "shape", Want: fmt.Sprint(mt.Shape), Got: fmt.Sprint(t.Shape)}, false
+	if !slices.Equal(shapeOf(t.Shape), shapeOf(mt.Shape)) {
+		return CheckProblem{Tensor: mt.Name, Kind: "shape", Want: shapeOf(mt.Shape), Got: shapeOf(t.Shape)}, false
 	}
 	if n := t.NBytes(); n != mt.NBytes {
-		return CheckProblem{Tensor: mt.Name, Kind: "nbytes", Want: fmt.Sprint(mt.NBytes), Got: fmt.Sprint(n)}, false
+		return CheckProblem{Tensor: mt.Name, Kind: "nbytes", Want: mt.NBytes, Got: n}, false
 	}
 	return CheckProblem{}, true
+}
+
+// shapeOf is a shape as JSON writes it: [] for a 0-d tensor, never null.
+func shapeOf(s []int64) []int64 {
+	if s == nil {
+		return []int64{}
+	}
+	return s
+}
+
+// openOutput opens a conversion's output: one too damaged to open (statedict.ErrCorrupt)
+// fails verification, as a damaged tensor does.
+func openOutput(path string) (*statedict.Checkpoint, error) {
+	ck, err := formats.Open(path)
+	if errors.Is(err, statedict.ErrCorrupt) {
+		return nil, fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	return ck, err
 }

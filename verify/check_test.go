@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -58,7 +59,7 @@ func TestCheckFindsDamage(t *testing.T) {
 		{"dtype", func(t *testing.T, dst string, m *manifest.Manifest) { m.Tensors[3].DType = "float16" },
 			verify.CheckProblem{Kind: "dtype", Want: "float16", Got: "float32"}},
 		{"shape", func(t *testing.T, dst string, m *manifest.Manifest) { m.Tensors[3].Shape = []int64{1, 2, 3} },
-			verify.CheckProblem{Kind: "shape", Want: "[1 2 3]"}},
+			verify.CheckProblem{Kind: "shape", Want: []int64{1, 2, 3}}},
 		{"missing", func(t *testing.T, dst string, m *manifest.Manifest) {
 			m.Tensors = append(m.Tensors, manifest.Tensor{Name: "not.there", DType: "float32"})
 		}, verify.CheckProblem{Tensor: "not.there", Kind: "missing"}},
@@ -93,7 +94,7 @@ func TestCheckFindsDamage(t *testing.T) {
 			if want.Tensor == "" {
 				want.Tensor = victim
 			}
-			if p.Tensor != want.Tensor || p.Kind != want.Kind || want.Want != "" && p.Want != want.Want || want.Got != "" && p.Got != want.Got {
+			if p.Tensor != want.Tensor || p.Kind != want.Kind || want.Want != nil && !reflect.DeepEqual(p.Want, want.Want) || want.Got != nil && !reflect.DeepEqual(p.Got, want.Got) {
 				t.Errorf("problem %+v, want %+v", p, want)
 			}
 		})

@@ -43,6 +43,9 @@ type ForwardReport struct {
 	Converted  string `json:"converted"`
 	Generation string `json:"generation,omitempty"`
 	Kernel     string `json:"kernel"`
+	// Shards, for a per-device DST, says the converted side ran from the pieces its ranks
+	// hold, device by device (forward.Options.Shards); nil when it ran from whole tensors.
+	Shards *forward.Sharded `json:"shards,omitempty"`
 	*LogitsReport
 	Seconds float64 `json:"seconds"`
 }
@@ -83,9 +86,12 @@ func DefaultTokens(vocab int) []int {
 // inputs rounded to bfloat16, accumulated in float32, FP8 weights kept FP8 where the target
 // generation runs them natively — on the same tokens, and compares the logits position by
 // position against the thresholds. The source also runs as a TPU runs it, to tell the
-// TPU's arithmetic from the conversion (see Thresholds). Both sides are read with formats.Open: a sharded output
-// (a multi-rank DCP directory) runs from the whole tensors its reader reassembles from the
-// per-device shards.
+// TPU's arithmetic from the conversion (see Thresholds). Both sides are read with
+// formats.Open. A per-device DST (a multi-rank DCP directory, a per-device safetensors
+// folder) runs as its devices hold it: every matrix product is computed from the pieces the
+// ranks store and combined as the collectives would (forward.Options.Shards), so the
+// sharding plan is exercised the way the devices compute; the source runs from whole
+// tensors.
 func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*ForwardReport, *Logits, error) {
 	start := time.Now()
 	th := DefaultThresholds()
@@ -97,7 +103,7 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 		return nil, nil, err
 	}
 	defer sck.Close()
-	dck, err := formats.Open(dst)
+	dck, err := openOutput(dst)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -122,7 +128,7 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 	if err != nil {
 		return nil, nil, fmt.Errorf("the source: %w", err)
 	}
-	got, err := forward.Load(dck, forward.Options{Precision: forward.TPU, KeepFP8: keep, Config: dcfg})
+	got, err := forward.Load(dck, forward.Options{Precision: forward.TPU, KeepFP8: keep, Config: dcfg, Shards: true})
 	if err != nil {
 		return nil, nil, fmt.Errorf("the converted checkpoint: %w", err)
 	}
@@ -163,6 +169,9 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 		Converted: forward.TPU.String(), Kernel: kernel.Current(), LogitsReport: lr}
 	if keep {
 		rep.Converted += "+fp8"
+	}
+	if s := got.Sharded(); s.Pieces > 0 {
+		rep.Shards = &s
 	}
 	if opts.Generation != nil {
 		rep.Generation = opts.Generation.Name

@@ -190,9 +190,13 @@ func TestForwardThresholds(t *testing.T) {
 		for _, ids := range [][]int{opts.Tokens, nil} {
 			o := opts
 			o.Tokens = ids
-			_, lg, err := verify.Forward(t.Context(), src, dst, o)
+			fr, lg, err := verify.Forward(t.Context(), src, dst, o)
 			if err != nil {
 				t.Fatalf("%s %s: %v", name, label, err)
+			}
+			// torch's two ranks' DCP output runs from their pieces; every other from whole tensors.
+			if perDevice := strings.HasPrefix(label, "per-device"); perDevice != (fr.Shards != nil) || perDevice && fr.Shards.Ranks != 2 {
+				t.Errorf("%s %s: forward ran from shards %+v", name, label, fr.Shards)
 			}
 			tokens, ref, refTPU, got, vocab = append(tokens, lg.Tokens...), append(ref, lg.Reference...), append(refTPU, lg.SourceTPU...), append(got, lg.TPU...), lg.Vocab
 		}

@@ -46,16 +46,16 @@ func compareValues(rep *ParityReport, exp, dst statedict.Value) error {
 		switch {
 		case !ok && emptyContainer(l.Value):
 		case !ok:
-			rep.Problems = append(rep.Problems, ParityProblem{Tensor: l.Name, Kind: "missing", Want: showValue(l.Value)})
+			rep.Problems = append(rep.Problems, ParityProblem{Tensor: l.Name, Kind: "missing", Want: statedict.JSON(l.Value)})
 		case !sameValue(l.Value, v):
-			rep.Problems = append(rep.Problems, ParityProblem{Tensor: l.Name, Kind: "value", Want: showValue(l.Value), Got: showValue(v)})
+			rep.Problems = append(rep.Problems, ParityProblem{Tensor: l.Name, Kind: "value", Want: statedict.JSON(l.Value), Got: statedict.JSON(v)})
 		default:
 			rep.Values++
 		}
 	}
 	for _, n := range order {
 		if v, ok := got[n]; ok && !emptyContainer(v) {
-			rep.Problems = append(rep.Problems, ParityProblem{Tensor: n, Kind: "extra", Got: showValue(v)})
+			rep.Problems = append(rep.Problems, ParityProblem{Tensor: n, Kind: "extra", Got: statedict.JSON(v)})
 		}
 	}
 	return nil
@@ -115,32 +115,4 @@ func sameValue(a, b statedict.Value) bool {
 		return emptyContainer(b)
 	}
 	return false
-}
-
-// showValue formats a non-tensor leaf for a report.
-func showValue(v statedict.Value) string {
-	switch x := v.(type) {
-	case nil:
-		return "None"
-	case float64:
-		return statedict.PyFloat(x)
-	case string:
-		return fmt.Sprintf("%q", x)
-	case []byte:
-		if len(x) > 16 {
-			return fmt.Sprintf("%d bytes %x…", len(x), x[:16])
-		}
-		return fmt.Sprintf("bytes %x", x)
-	case *statedict.Object:
-		return x.Class + " object"
-	case *statedict.NDArray:
-		return fmt.Sprintf("numpy %s %v", x.DType, x.Shape)
-	case *statedict.Dict:
-		return "{}"
-	case *statedict.List:
-		return "[]"
-	case statedict.Tuple:
-		return "()"
-	}
-	return fmt.Sprint(v)
 }

@@ -41,7 +41,7 @@ var dequantTargets = []statedict.DType{statedict.BFloat16, statedict.Float16, st
 // for a tensor without elements) or the problem that makes comparing pointless.
 func (p *pairing) plan(conv *Conversion) (*comparison, *ParityProblem) {
 	e, d := p.e, p.d.t
-	prob := func(kind, want, got string) *ParityProblem {
+	prob := func(kind string, want, got any) *ParityProblem {
 		return &ParityProblem{Tensor: p.name, Source: p.source, Kind: kind, Want: want, Got: got}
 	}
 	o := originOf(e)
@@ -84,7 +84,7 @@ func (p *pairing) plan(conv *Conversion) (*comparison, *ParityProblem) {
 		p.expected = fmt.Sprintf("cast %s → %s", o.src.DType, e.DType)
 	}
 	if !slices.Equal(e.Shape, d.Shape) {
-		return nil, prob("shape", fmt.Sprint(e.Shape), fmt.Sprint(d.Shape))
+		return nil, prob("shape", shapeOf(e.Shape), shapeOf(d.Shape))
 	}
 	p.dtype, p.shape, p.final = e.DType, e.Shape, e
 	return p.comparison(e, d)

@@ -2,8 +2,10 @@ package verify
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ckpt-dev/ckpt/internal/plural"
 	"os"
 	"slices"
 	"strings"
@@ -82,10 +84,13 @@ type ParityProblem struct {
 	// Kind is "missing" (expected, not in DST), "extra" (in DST, not expected), "dtype",
 	// "shape", "value" (elements differ) or "uncomparable".
 	Kind string `json:"kind"`
-	// Want and Got are the expected and found dtype or shape; for "value", the first
-	// differing element's expected and found values.
-	Want string `json:"want,omitempty"`
-	Got  string `json:"got,omitempty"`
+	// Want and Got are the expected and found dtype (a string) or shape (a list of ints;
+	// for a rank's copy, "dtype [shape]" text); for a tensor's "value", the first differing
+	// element's expected and found values as text, exactly ("0.5 (0x3f000000)"); for a
+	// non-tensor value ("missing", "extra", "value"), the values themselves, typed
+	// (statedict.JSON); for "uncomparable", Got says why.
+	Want any `json:"want,omitempty"`
+	Got  any `json:"got,omitempty"`
 	// Expected says how the expected value was computed: "exact", "cast float32 →
 	// bfloat16", "dequantized fp8-block → bfloat16".
 	Expected string `json:"expected,omitempty"`
@@ -116,10 +121,10 @@ func (p ParityProblem) String() string {
 	case "extra":
 		return name + ": in the destination, not in the source"
 	case "dtype", "shape":
-		return fmt.Sprintf("%s: %s %s, expected %s", name, p.Kind, p.Got, p.Want)
+		return fmt.Sprintf("%s: %s %s, expected %s", name, p.Kind, display(p.Got), display(p.Want))
 	case "value":
 		s := fmt.Sprintf("%s: %d of %d elements differ; first at %v: expected %s, got %s [%s]",
-			name, p.Differ, p.Elements, p.Index, p.Want, p.Got, p.Expected)
+			name, p.Differ, p.Elements, p.Index, display(p.Want), display(p.Got), p.Expected)
 		switch {
 		case p.NonFinite:
 			s += "; non-finite values on one side"
@@ -128,7 +133,19 @@ func (p ParityProblem) String() string {
 		}
 		return s
 	}
-	return fmt.Sprintf("%s: %s %s", name, p.Kind, p.Got)
+	return fmt.Sprintf("%s: %s %s", name, p.Kind, display(p.Got))
+}
+
+// display writes a problem's Want or Got for people: text as it is, typed values as JSON.
+func display(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 // OK reports parity: every expected tensor in DST with the expected dtype, shape and value,
@@ -145,7 +162,7 @@ func (r *ParityReport) OK() bool {
 // Err is nil on parity, else an error naming the first problem that matches ErrFailed.
 func (r *ParityReport) Err() error {
 	if len(r.Problems) > 0 {
-		return fmt.Errorf("%s vs %s: %d problem(s); first: %s: %w", r.Src, r.Dst, len(r.Problems), r.Problems[0], ErrFailed)
+		return fmt.Errorf("%s vs %s: %s; first: %s: %w", r.Src, r.Dst, plural.Of(len(r.Problems), "problem"), r.Problems[0], ErrFailed)
 	}
 	for _, a := range r.Alongside {
 		if err := a.Err(); err != nil {
@@ -229,7 +246,7 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 		return nil, err
 	}
 	defer sck.Close()
-	dck, err := formats.Open(dst)
+	dck, err := openOutput(dst)
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +407,11 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 			}
 			continue
 		}
-		rep.Problems = append(rep.Problems, pairs[i].valueProblem(c))
+		pr := pairs[i].valueProblem(c)
+		if pairs[i].piece == "" && pairs[i].d != nil {
+			pr.Piece = holder(dck.Shards[pairs[i].d.t], pr.Index)
+		}
+		rep.Problems = append(rep.Problems, pr)
 	}
 	if treeFormats[dck.Format] {
 		if err := compareValues(rep, ex.root, dck.Root); err != nil {

@@ -108,6 +108,26 @@ func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica,
 	return out, release, nil
 }
 
+// holder names the stored piece of a per-device output's tensor holding the element at
+// index, the copy reassembling the tensor reads — "rank 3's piece at [0 8]" — or "" when
+// the tensor is not stored as pieces of a per-device output (statedict.Checkpoint.Shards).
+func holder(shards []statedict.Shard, index []int64) string {
+	for _, s := range shards {
+		if s.Empty() || len(s.Offsets) != len(index) || len(s.Ranks) == 0 {
+			continue
+		}
+		in := true
+		for d, i := range index {
+			in = in && i >= s.Offsets[d] && i < s.Offsets[d]+s.Sizes[d]
+		}
+		if !in {
+			continue
+		}
+		return fmt.Sprintf("rank %d's piece at %v", s.Ranks[0], s.Offsets)
+	}
+	return ""
+}
+
 // boxOf is the view of t's elements [offsets, offsets+sizes).
 func boxOf(t *statedict.Tensor, offsets, sizes []int64) (*statedict.Tensor, error) {
 	b := *t

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/ckpt-dev/ckpt/verify"
 	"github.com/spf13/cobra"
@@ -12,7 +11,11 @@ func newCheckCmd() *cobra.Command {
 	var asJSON bool
 	var manifest string
 	cmd := &cobra.Command{
-		Use:   "check OUTPUT",
+		Use: "check OUTPUT",
+		Example: `  # after copying a converted checkpoint to a TPU VM or a bucket mount
+  ckpt check /mnt/ckpt/llama_tpu
+  # a program reads the verdict and the problems
+  ckpt check --json model_tpu.safetensors`,
 		Short: "Verify a converted checkpoint against its ckpt-manifest.json",
 		Long: `check re-reads a checkpoint written by ckpt convert (a file, a Hugging Face folder or a
 DCP directory) and compares it with the manifest convert wrote beside it (OUTPUT.ckpt-manifest.json)
@@ -35,10 +38,10 @@ problem when the checkpoint differs from its manifest.`,
 				fmt.Fprintf(out, "%s: %d of %s intact (%d bytes hashed), manifest %s\n",
 					rep.Path, rep.Checked, plural(rep.Tensors, "tensor"), rep.Bytes, rep.Manifest)
 				if !rep.OK() {
-					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+					tw := newTable(out, 0)
 					fmt.Fprintln(tw, "TENSOR\tPROBLEM\tMANIFEST\tOUTPUT")
 					for _, p := range rep.Problems {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Tensor, p.Kind, p.Want, p.Got)
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Tensor, p.Kind, showValue(p.Want), showValue(p.Got))
 					}
 					if err := tw.Flush(); err != nil {
 						return err

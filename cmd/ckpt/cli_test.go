@@ -191,3 +191,15 @@ func TestInspectDangerous(t *testing.T) {
 		t.Errorf("a clean checkpoint: %v", err)
 	}
 }
+
+// TestEveryCommandHasExamples: every command's help shows how it is used (issue 15, item 6).
+func TestEveryCommandHasExamples(t *testing.T) {
+	for _, c := range newRoot().Commands() {
+		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
+		if !strings.Contains(c.Example, "ckpt "+c.Name()) {
+			t.Errorf("ckpt %s: no example of its use in its help", c.Name())
+		}
+	}
+}

@@ -32,7 +32,17 @@ func newConvertCmd() *cobra.Command {
 		shard                                    shardFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "convert --to tpu SRC DST",
+		Use: "convert --to tpu SRC DST",
+		Example: `  # a training checkpoint saved on cuda:0, for TorchTPU (optimizer, scheduler, RNG follow)
+  ckpt convert --to tpu checkpoint.pt checkpoint_tpu.pt
+  # a Hugging Face folder in bfloat16, as a Hugging Face folder
+  ckpt convert --to tpu --dtype bf16 Llama-3.1-8B/ Llama-3.1-8B-tpu/
+  # an FP8 checkpoint dequantized where the TPU has no FP8 matmul
+  ckpt convert --to tpu --dequantize=auto --tpu-gen v6e Qwen3-8B-FP8/ Qwen3-8B-tpu/
+  # one DCP file per device of a v6e-8, sharded FSDP-style
+  ckpt convert --to tpu --topology v6e-8 --mesh fsdp=8 --format dcp checkpoint.pt ckpt_dcp/
+  # host 2 of a 4-host job writes its own devices' files into a shared folder
+  ckpt convert --to tpu --topology v5p-32 --format dcp --host-index 2 --num-hosts 4 ckpt.pt /shared/ckpt_dcp`,
 		Short: "Convert a checkpoint for TorchTPU: device tags, dtypes, names, output format",
 		Long: `convert reads SRC (any supported checkpoint file or folder, detected by content),
 remaps it like torch.load's map_location — every storage tagged for the TPU device by
@@ -81,7 +91,8 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			if args[0], err = sourcePath(args[0]); err != nil {
 				return err
 			}
-			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, WeightsOnly: weightsOnly, ToolVersion: toolVersion(), Args: os.Args}
+			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, WeightsOnly: weightsOnly, ToolVersion: toolVersion(),
+				Args: recordedArgs(cmd, args, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, compressChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype"))}
 			to, err := targetChoice.parse(to)
 			if err != nil {
 				return err
@@ -295,7 +306,7 @@ func parseDType(c choice, s string) (statedict.DType, error) {
 	return d, nil
 }
 
-// destination applies the destination rules (README: "Where the output goes") to the
+// destination applies the destination rules (docs/formats.md, "Where the output goes") to the
 // command line's SRC, DST and --format (empty when not given): the output path and format.
 //
 //   - DST ending in .safetensors, .pt, .pth or .bin names a file of that format.

@@ -38,7 +38,10 @@ func newDevicesCmd() *cobra.Command {
 	var topology string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "devices --topology T",
+		Use: "devices --topology T",
+		Example: `  ckpt devices --topology v6e-8
+  ckpt devices --topology v5p:2x2x4 --json
+  ckpt devices --topology "$TORCH_TPU_TOPOLOGY"`,
 		Short: "Describe a TPU slice: hosts, chips, devices, HBM per device",
 		Long: `devices describes the TPU slice --topology names: an accelerator type (v5p-32,
 v5litepod-16, v6e-8, v4-8, tpu7x-8 — the number counts TensorCores on v4, v5p and TPU7x,

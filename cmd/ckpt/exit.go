@@ -169,7 +169,7 @@ func positional(synopsis, example string) cobra.PositionalArgs {
 		case len(args) < len(want):
 			return usage(fmt.Errorf("%s needs %s; missing %s (e.g. %s)", cmd.CommandPath(), synopsis, strings.Join(want[len(args):], " "), example))
 		case len(args) > len(want):
-			return usage(fmt.Errorf("%s takes %s; %d extra argument(s) %q (e.g. %s)", cmd.CommandPath(), synopsis, len(args)-len(want), args[len(want):], example))
+			return usage(fmt.Errorf("%s takes %s; %s %q (e.g. %s)", cmd.CommandPath(), synopsis, plural(len(args)-len(want), "extra argument"), args[len(want):], example))
 		}
 		return nil
 	}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
@@ -38,7 +37,10 @@ func newForwardCmd() *cobra.Command {
 		keepFP8, force, asJSON         bool
 	)
 	cmd := &cobra.Command{
-		Use:   "forward PATH --tokens 1,5,9",
+		Use: "forward PATH --tokens 1,5,9",
+		Example: `  ckpt forward Qwen3-0.6B/ --tokens 151644,872,198
+  # as a TPU computes (bf16 inputs, fp32 accumulation), logits to a file
+  ckpt forward model_tpu/ --tokens 1,5,9 --precision tpu --out logits.safetensors`,
 		Short: "Run a decoder-only model's forward pass in Go and write its logits",
 		Long: `forward reads the model at PATH (a Hugging Face folder, a torch.save file or safetensors
 file with config.json beside it, a DCP directory: anything ckpt reads) and runs its forward
@@ -112,7 +114,7 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 			}
 			fmt.Fprintf(w, "%s: %s, %d tokens, vocab %d, %s precision (%s kernels), %.2f s\n",
 				rep.Path, rep.ModelType, len(ids), vocab, rep.Precision, rep.Kernel, rep.Seconds)
-			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			tw := newTable(w, 0)
 			fmt.Fprintln(tw, "POSITION\tTOKEN\tNEXT (TOP-1)\tLOGIT")
 			for t, id := range ids {
 				fmt.Fprintf(tw, "%d\t%d\t%d\t%.4f\n", t, id, rep.Top1[t], rep.Top1Logit[t])

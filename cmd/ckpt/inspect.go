@@ -2,10 +2,10 @@ package main
 
 import (
 	"fmt"
+	english "github.com/ckpt-dev/ckpt/internal/plural"
 	"io"
 	"sort"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
@@ -19,7 +19,10 @@ func newInspectCmd() *cobra.Command {
 	var asJSON, hash, optim bool
 	var optimNames []string
 	cmd := &cobra.Command{
-		Use:   "inspect PATH",
+		Use: "inspect PATH",
+		Example: `  ckpt inspect checkpoint.pt
+  ckpt inspect --optimizer checkpoint.pt       # the training state and how it maps onto the model
+  ckpt inspect --json --hash model.safetensors # for programs: SHA-256 of every tensor`,
 		Short: "List a checkpoint's tensors, dtypes, shapes, device tags and sizes",
 		Long: `inspect reads a checkpoint file or folder (format detected by content) without
 executing any pickle code and lists every tensor as stored: flattened name, dtype, shape,
@@ -99,7 +102,7 @@ not fit its model or cannot be mapped unambiguously.`,
 // printReport writes the human-readable form of a report.
 func printReport(w io.Writer, r *inspect.Report) error {
 	fmt.Fprintf(w, "%s  (%s)\n\n", r.Path, r.Format)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w, 0)
 	fmt.Fprintln(tw, "NAME\tDTYPE\tSHAPE\tLOCATION\tBYTES\tNOTE")
 	for _, t := range r.Tensors {
 		note := ""
@@ -119,7 +122,7 @@ func printReport(w io.Writer, r *inspect.Report) error {
 	}
 	fmt.Fprintf(w, "\n%s, %s\n", plural(len(r.Tensors), "tensor"), humanBytes(r.TotalBytes))
 	for _, t := range r.Totals {
-		fmt.Fprintf(w, "  %-18s %6d tensors  %s\n", t.DType, t.Tensors, humanBytes(t.NBytes))
+		fmt.Fprintf(w, "  %-18s %6d %-7s  %s\n", t.DType, t.Tensors, english.Noun(t.Tensors, "tensor"), humanBytes(t.NBytes))
 	}
 	if err := printQuantized(w, r.Quantized); err != nil {
 		return err
@@ -137,7 +140,7 @@ func printReport(w io.Writer, r *inspect.Report) error {
 			types = append(types, t)
 		}
 		sort.Strings(types)
-		fmt.Fprintf(w, "\n%d non-tensor entries:", len(r.NonTensors))
+		fmt.Fprintf(w, "\n%s:", plural(len(r.NonTensors), "non-tensor entry"))
 		for _, t := range types {
 			fmt.Fprintf(w, " %s×%d", t, byType[t])
 		}
@@ -149,7 +152,7 @@ func printReport(w io.Writer, r *inspect.Report) error {
 				break
 			}
 			if n.HasValue {
-				fmt.Fprintf(w, "  %s = %v (%s)\n", n.Name, n.Value, n.Type)
+				fmt.Fprintf(w, "  %s = %s (%s)\n", n.Name, showValue(n.Value), n.Type)
 			} else {
 				fmt.Fprintf(w, "  %s (%s)\n", n.Name, n.Type)
 			}
@@ -182,7 +185,7 @@ func printQuantized(w io.Writer, q *inspect.Quantized) error {
 		return nil
 	}
 	fmt.Fprintf(w, "\n%d quantized tensors (%s, from %s):\n", len(q.Groups), q.Method, strings.Join(q.Config, " + "))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w, 0)
 	fmt.Fprintln(tw, "NAME\tSCHEME\tSHAPE\tBLOCK\tSTORED")
 	for _, g := range q.Groups {
 		fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%s %s\n", g.Name, g.Scheme, g.Shape, g.Block, g.CodeDType, strings.Join(g.Stored, " + "))

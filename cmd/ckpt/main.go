@@ -10,22 +10,27 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
 	_ "github.com/ckpt-dev/ckpt/formats/store/bucket" // gs:// and s3:// paths
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	english "github.com/ckpt-dev/ckpt/internal/plural"
 	"github.com/spf13/cobra"
 )
 
 func main() {
+	fitAddressSpace()
 	// Registered before any work starts, so no signal can arrive unhandled.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go removePartialOnSignal(sigs)
 	root := newRoot()
 	if err := execute(root); err != nil {
-		fmt.Fprintln(os.Stderr, "ckpt:", err)
+		if !printedJSON { // with --json the error is the JSON object on stdout
+			fmt.Fprintln(os.Stderr, "ckpt:", err)
+		}
 		os.Exit(exitStatus(err))
 	}
 }
@@ -37,7 +42,7 @@ func main() {
 func removePartialOnSignal(sigs <-chan os.Signal) {
 	s := (<-sigs).(syscall.Signal)
 	if n := atomicfile.RemovePending() + store.AbortPending(); n > 0 {
-		fmt.Fprintf(os.Stderr, "ckpt: %s: removed %d partial output(s)\n", s, n)
+		fmt.Fprintf(os.Stderr, "ckpt: %s: removed %s\n", s, plural(n, "partial output"))
 	}
 	os.Exit(128 + int(s))
 }
@@ -55,12 +60,7 @@ func flagString(cmd *cobra.Command, name string) string {
 }
 
 // plural says "1 tensor", "2 tensors".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
+func plural(n int, noun string) string { return english.Of(n, noun) }
 
 // schemaVersion is the version of every --json output's schema (docs/json.md); it changes
 // when a field changes meaning or goes away, not when one is added.
@@ -112,6 +112,18 @@ wins).
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	// An unknown command is a usage error (exit 2), with cobra's suggestions.
+	root.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return usage(fmt.Errorf("%s (ckpt --help lists the commands)", msg))
+	}
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	root.Version = toolVersion()
 	root.SetVersionTemplate("ckpt {{.Version}}\n")
 	root.PersistentFlags().BoolP("quiet", "q", false, "print errors only (no summary, warnings or progress)")

@@ -6,7 +6,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 )
@@ -61,7 +60,7 @@ func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 		default:
 			fmt.Fprintf(w, "  mapped onto %s by %s\n", label(o.Model), o.MappedBy)
 		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		tw := newTable(w, 0)
 		fmt.Fprintln(tw, "  ID\tGROUP\tPARAMETER\tSHAPE\tSTATE")
 		for _, p := range o.Params {
 			var st []string

@@ -27,7 +27,10 @@ func newPlanCmd() *cobra.Command {
 	var optimNames []string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "plan SRC --topology T [--mesh M]",
+		Use: "plan SRC --topology T [--mesh M]",
+		Example: `  ckpt plan Llama-3.1-70B/ --topology v5p-32
+  ckpt plan checkpoint.pt --topology v6e-8 --mesh dp=2,fsdp=4 --dtype bf16
+  ckpt plan Qwen3-8B/ --topology tpu7x-8 --json`,
 		Short: "Check whether a checkpoint fits a TPU slice: per-device HBM, raw and tile-padded",
 		Long: `plan reads the tensor names, dtypes and shapes of a checkpoint (any format; no
 tensor data) and lays them over the TPU slice --topology names (see ckpt devices) on the
@@ -64,12 +67,8 @@ Activations, gradients and XLA's workspace come on top. Exit status 6: does not 
 					return err
 				}
 			}
-			switch dtype {
-			case "keep":
-			case "bfloat16", "float32", "float16":
-				opts.WeightDType, _ = statedict.ParseDType(dtype)
-			default:
-				return fmt.Errorf("--dtype %q: one of keep, bfloat16, float32, float16", dtype)
+			if opts.WeightDType, err = parseDType(dtypeChoice("dtype"), dtype); err != nil {
+				return err
 			}
 			names, err := parseOptimizerNames(optimNames)
 			if err != nil {
@@ -222,7 +221,7 @@ func printPlan(w io.Writer, r *planReport, tensors int) error {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(w, tabwriter.AlignRight)
 	fmt.Fprintln(tw, "RANK\tHOST\tWEIGHTS\tOPTIMIZER\tOTHER\tRAW\tPADDED\t% HBM\t")
 	row := func(d runtime.DeviceMemory, mark string) {
 		fmt.Fprintf(tw, "%d%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t\n", d.Rank, mark, d.Host, humanBytes(d.Weights.Padded), humanBytes(d.Optimizer.Padded),

@@ -62,7 +62,9 @@ type problemJSON struct {
 func newScanCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "scan PATH",
+		Use: "scan PATH",
+		Example: `  ckpt scan downloaded.pt
+  ckpt scan --json checkpoint_dcp/     # every pickle DCP's loader would unpickle`,
 		Short: "Check that loading a checkpoint with torch would run no code",
 		Long: `scan finds every pickle torch.load(weights_only=False) or DCP's loader would unpickle
 in a checkpoint file or folder, where they find it — a torch.save zip's data.pkl, the

@@ -9,6 +9,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/store"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // choice is the set of values a flag takes, with aliases, for parsing with a suggestion
@@ -120,4 +121,31 @@ func sourcePath(p string) (string, error) {
 		return p, nil
 	}
 	return hf.Snapshot(hf.CacheDir(), id)
+}
+
+// recordedArgs is the command line as a manifest records it: the program, the command,
+// every flag given as --name=value with choice values in their canonical spelling (bf16 →
+// bfloat16, trillium → v6e), then the arguments — so that a reader of the manifest (ckpt
+// verify) gets back exactly the conversion that ran, whatever aliases were typed.
+func recordedArgs(cmd *cobra.Command, args []string, choices ...choice) []string {
+	byFlag := map[string]choice{}
+	for _, c := range choices {
+		byFlag[c.flag] = c
+	}
+	out := append([]string{os.Args[0]}, strings.Fields(cmd.CommandPath())[1:]...)
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		vals := []string{f.Value.String()}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			vals = sv.GetSlice()
+		}
+		for _, v := range vals {
+			if c, ok := byFlag[f.Name]; ok {
+				if cv, err := c.parse(v); err == nil {
+					v = cv
+				}
+			}
+			out = append(out, "--"+f.Name+"="+v)
+		}
+	})
+	return append(out, args...)
 }

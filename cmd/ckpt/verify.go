@@ -32,7 +32,11 @@ func newVerifyCmd() *cobra.Command {
 	)
 	def := verify.DefaultThresholds()
 	cmd := &cobra.Command{
-		Use:   "verify SRC DST",
+		Use: "verify SRC DST",
+		Example: `  # DST holds what converting SRC should give, tensor by tensor
+  ckpt verify checkpoint.pt checkpoint_tpu.pt
+  # and computes what SRC does, as a model
+  ckpt verify --forward --tokens 1,5,9 Qwen3-8B/ Qwen3-8B-tpu/`,
 		Short: "Prove a converted checkpoint holds what its source does, tensor by tensor and (--forward) as a model",
 		Long: `verify compares the checkpoint DST with the checkpoint SRC it was converted from (any two
 formats ckpt reads; it also tells whether two checkpoints are the same model).
@@ -44,8 +48,9 @@ are checked, and its value compared bit for bit with the source's, or with exact
 conversion's cast (torch's rounding) or dequantization (the reference dequantizer) gives.
 The conversion's options are read from DST's ckpt-manifest.json (its recorded command line);
 without one (--no-manifest) names are matched as convert's defaults give them and any float
-cast or dequantization DST shows is reproduced and checked. A sharded DST (a multi-rank DCP
-directory) is compared as the tensors its shards reassemble. Every mismatch is reported:
+cast or dequantization DST shows is reproduced and checked. A per-device DST (a multi-rank
+DCP directory, a per-device safetensors folder) is compared as the tensors its shards
+reassemble, a mismatch naming the rank whose piece holds it. Every mismatch is reported:
 tensor, first differing element, both values.
 
 --forward also runs the model (a decoder-only transformers model with config.json) on the
@@ -53,13 +58,15 @@ same tokens twice: the source in float32, quantized weights dequantized exactly,
 a TPU runs it — every matrix product's inputs rounded to bfloat16, float32 accumulation, FP8
 weights kept FP8 where --tpu-gen's matrix units take them — and compares the logits of every
 position: max and mean absolute error, cosine similarity, KL divergence, top-1 agreement.
+A per-device DST runs as its devices hold it: every matrix product is computed rank by rank
+from the pieces they store and combined as the collectives would.
 A position agrees when its KL divergence, cosine similarity and largest logit error (relative
 to the spread of the source's logits) are within --max-kl, --min-cosine and --max-abs-rel and
 its top-1 token is the source's (or a near tie of it) — against the source in float32, or
 else against the source run as a TPU runs it (the TPU's arithmetic, not the conversion, moved
 such a position: bfloat16 rounding flips near ties in a mixture of experts' routing). The
 check passes when at least --min-agree of the positions agree. Defaults are measured on
-correct and deliberately broken conversions; see the README. Tokens: --tokens 1,5,9, --prompt-ids FILE (ids separated by spaces, commas or
+correct and deliberately broken conversions; see docs/verify.md. Tokens: --tokens 1,5,9, --prompt-ids FILE (ids separated by spaces, commas or
 newlines; a JSON list works), or 32 fixed ids spread over the vocabulary.
 
 --emit-torch DIR writes DIR/verify_tpu.py, DIR/reference.safetensors and DIR/config.json: on
@@ -217,7 +224,11 @@ func printVerify(w io.Writer, rep *verifyReport) error {
 			conv += " for " + f.Generation
 		}
 		fmt.Fprintf(w, "forward: %s, %d tokens, source %s vs converted %s (%s kernels), %.2f s\n", f.ModelType, len(f.Tokens), f.Reference, conv, f.Kernel, f.Seconds)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		if s := f.Shards; s != nil {
+			fmt.Fprintf(w, "forward: converted side from %d ranks' shards (%s of %s, each product computed per device and combined as the collectives would)\n",
+				s.Ranks, plural(s.Pieces, "piece"), plural(s.Tensors, "tensor"))
+		}
+		tw := newTable(w, tabwriter.AlignRight)
 		fmt.Fprintln(tw, "POS\tTOKEN\tMAX ABS\tMEAN ABS\tCOSINE\tKL\tTOP-1 SRC/DST\t\t")
 		for i, p := range f.Positions {
 			mark := ""
@@ -249,11 +260,11 @@ func printParity(w io.Writer, r *verify.ParityReport, indent string) {
 	fmt.Fprintln(w)
 	verdict := "PARITY"
 	if len(r.Problems) > 0 {
-		verdict = fmt.Sprintf("%d PROBLEM(S)", len(r.Problems))
+		verdict = strings.ToUpper(plural(len(r.Problems), "problem"))
 	}
 	dropped := ""
 	if len(r.Dropped) > 0 {
-		dropped = fmt.Sprintf(", %d CUDA RNG states left out", len(r.Dropped))
+		dropped = ", " + plural(len(r.Dropped), "CUDA RNG state") + " left out"
 	}
 	values := ""
 	switch {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
 
@@ -290,5 +291,134 @@ func TestVerifyPerDevice(t *testing.T) {
 	out, err = run(t, "check", filepath.Join(dir, "safetensors"))
 	if exitStatus(err) != exitCorrupt || !strings.Contains(out, "rank 6's copy") || !strings.Contains(out, victim) {
 		t.Fatalf("check: exit %d: %v\n%s", exitStatus(err), err, out)
+	}
+}
+
+// changePiece flips the high byte of element at of rank's stored piece of the named tensor
+// of the per-device output dir (the copy reassembly reads), found by content in that
+// rank's file.
+func changePiece(t *testing.T, dir, name string, rank, at int) {
+	t.Helper()
+	ck, err := formats.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := ck.Tensor(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var local *statedict.Tensor
+	for _, s := range ck.Shards[whole] {
+		if len(s.Ranks) > 0 && s.Ranks[0] == rank && !s.Empty() {
+			local = s.Local
+		}
+	}
+	if local == nil {
+		t.Fatalf("%s: rank %d stores no piece of %s", dir, rank, name)
+	}
+	var buf bytes.Buffer
+	if _, err := local.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	path, es := local.Storage.File, local.DType.Size()
+	ck.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(b, buf.Bytes())
+	if i < 0 || bytes.Contains(b[i+1:], buf.Bytes()) {
+		t.Fatalf("%s: the bytes of rank %d's piece of %s are not found once", path, rank, name)
+	}
+	b[i+at*es+es-1] ^= 0x40
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerifyForwardPerDevice runs verify --forward on per-device outputs of every layout —
+// FSDP, tensor parallelism (uneven over 3 CPU ranks too), replicas over dp — in both
+// per-device formats: the converted side runs from the ranks' pieces and passes. A changed
+// element of one rank's piece, and two ranks' pieces swapped in the sharding manifest, fail
+// naming the tensor and the rank.
+func TestVerifyForwardPerDevice(t *testing.T) {
+	src := "../../testdata/hf/mistral_sharded"
+	dir := t.TempDir()
+	cases := []struct {
+		target, mesh string
+		ranks        int
+	}{
+		{"--topology=v6e-8", "fsdp=8", 8},
+		{"--topology=v6e-8", "tp=8", 8},
+		{"--topology=v6e-8", "dp=2,tp=4", 8},
+		{"", "tp=3", 3}, // CPU ranks: 32 columns as 11, 11, 10
+	}
+	for _, c := range cases {
+		for _, f := range []string{"dcp", "safetensors"} {
+			dst := filepath.Join(dir, f+"-"+strings.NewReplacer("=", "", ",", "-").Replace(c.mesh))
+			args := []string{"convert", "--dtype", "bfloat16", "--mesh", c.mesh, "--format", f, src, dst}
+			if c.target != "" {
+				args = append(args, "--to=tpu", c.target)
+			} else {
+				args = append(args, "--to=cpu")
+			}
+			if out, err := run(t, args...); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			out, err := run(t, "verify", "--forward", "--json", "--tokens", "1,5,9,100,127", src, dst)
+			var rep verifyReport
+			if jerr := json.Unmarshal([]byte(out), &rep); err != nil || jerr != nil || !rep.OK || rep.Forward == nil {
+				t.Fatalf("%s %s: %v %v\n%s", c.mesh, f, err, jerr, out)
+			}
+			if s := rep.Forward.Shards; s == nil || s.Ranks != c.ranks || s.Tensors != 15 {
+				t.Errorf("%s %s: forward ran from %+v, want the pieces of %d ranks", c.mesh, f, s, c.ranks)
+			}
+			out, err = run(t, "verify", "--forward", "--tokens", "1,5,9", src, dst)
+			if want := fmt.Sprintf("from %d ranks' shards", c.ranks); err != nil || !strings.Contains(out, want) {
+				t.Errorf("%s %s: %v, no %q in\n%s", c.mesh, f, err, want, out)
+			}
+		}
+	}
+	// (a) One element of rank 2's piece of a row-parallel weight (its columns 8–11).
+	const victim = "model.layers.1.self_attn.o_proj.weight"
+	for _, f := range []string{"dcp", "safetensors"} {
+		dst := filepath.Join(dir, f+"-tp8")
+		changePiece(t, dst, victim, 2, 5)
+		out, err := run(t, "verify", "--forward", "--tokens", "1,5,9,100,127", src, dst)
+		if exitStatus(err) != exitCorrupt || !strings.Contains(out, victim+", rank 2's piece at [0 8]") {
+			t.Errorf("%s, a changed element: exit %d: %v\n%s", f, exitStatus(err), err, out)
+		}
+	}
+	// (b) The manifest gives rank 1's piece of the row-parallel down_proj to rank 3 and
+	// rank 3's to rank 1: the ranks' columns are swapped.
+	dst := filepath.Join(dir, "safetensors-tp3")
+	mpath := filepath.Join(dst, "sharding.json")
+	b, err := os.ReadFile(mpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	const swapped = "model.layers.0.mlp.down_proj.weight"
+	for _, x := range m["tensors"].([]any) {
+		if tm := x.(map[string]any); tm["name"] == swapped {
+			ps := tm["pieces"].([]any)
+			p0, p1 := ps[0].(map[string]any), ps[1].(map[string]any)
+			p0["ranks"], p1["ranks"] = p1["ranks"], p0["ranks"]
+		}
+	}
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mpath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The pieces no longer lie where the placements put them: the folder is refused as
+	// damaged, naming the tensor and the rank.
+	_, err = run(t, "verify", "--forward", "--tokens", "1,5,9,100,127", src, dst)
+	if exitStatus(err) != exitCorrupt || !strings.Contains(fmt.Sprint(err), swapped+`": rank 1 holds the piece at [0 0]`) {
+		t.Errorf("swapped pieces: exit %d: %v", exitStatus(err), err)
 	}
 }

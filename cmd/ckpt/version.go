@@ -43,9 +43,10 @@ func toolVersion() string {
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the ckpt version",
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Example: `  ckpt version`,
+		Short:   "Print the ckpt version",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintln(cmd.OutOrStdout(), "ckpt", toolVersion())
 			return err

@@ -21,8 +21,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
@@ -123,12 +125,17 @@ func Open(dir string) (*statedict.Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := reader{dir: dir, root: root, md: md, files: map[string]store.File{}, blobs: map[blobKey]*blob{}}
+	r := reader{dir: dir, root: root, md: md, files: map[string]store.File{}, blobs: map[blobKey]*blob{},
+		shards: map[*statedict.Tensor][]statedict.Shard{}, ranks: map[int]bool{}}
 	values, err := r.values()
 	if err == nil {
 		var root *statedict.Dict
 		if root, err = Nest(md, values, mdPath); err == nil {
-			return &statedict.Checkpoint{Format: Format, Path: dir, Root: root, Closers: r.closers()}, nil
+			ck := &statedict.Checkpoint{Format: Format, Path: dir, Root: root, Closers: r.closers()}
+			if len(r.ranks) > 1 {
+				ck.Shards = r.shards
+			}
+			return ck, nil
 		}
 	}
 	for _, c := range r.closers() {
@@ -145,6 +152,10 @@ type reader struct {
 	files map[string]store.File
 	order []string // relative paths in the order mapped, for closing
 	blobs map[blobKey]*blob
+	// shards are the chunks each tensor was read from, with the rank whose file stores
+	// them; ranks the ranks seen (Checkpoint.Shards when the files are several ranks').
+	shards map[*statedict.Tensor][]statedict.Shard
+	ranks  map[int]bool
 }
 
 func (r *reader) closers() []io.Closer {
@@ -169,6 +180,24 @@ func (r *reader) values() ([]statedict.Value, error) {
 		}
 	}
 	return out, nil
+}
+
+// FileRank is the rank whose process wrote the data file rel, as torch's FileSystemWriter
+// names them: "__R_N.distcp" is rank R's (N counts its files).
+func FileRank(rel string) (int, bool) {
+	rest, ok := strings.CutPrefix(path.Base(rel), "__")
+	if !ok {
+		return 0, false
+	}
+	r, rest, ok := strings.Cut(rest, "_")
+	if !ok || !strings.HasSuffix(rest, ".distcp") {
+		return 0, false
+	}
+	n, err := strconv.Atoi(r)
+	if err != nil || n < 0 || strconv.Itoa(n) != r {
+		return 0, false
+	}
+	return n, true
 }
 
 // slice returns the entry's bytes: a slice of its mapped file, or read from an object.
@@ -236,15 +265,26 @@ func (r *reader) bytesItem(fqn string) (statedict.Value, error) {
 
 // tensor reads every chunk of a tensor item and returns the tensor: the chunk itself when
 // one chunk holds all elements, else a lazy assembly of the chunks.
-func (r *reader) tensor(fqn string, t *TensorMeta) (*statedict.Tensor, error) {
+func (r *reader) tensor(fqn string, t *TensorMeta) (out *statedict.Tensor, _ error) {
 	chunks := make([]Chunk, len(t.Chunks))
+	var shards []statedict.Shard
 	for i, c := range t.Chunks {
 		ct, err := r.chunk(fqn, t.DType, c)
 		if err != nil {
 			return nil, err
 		}
 		chunks[i] = Chunk{Offsets: c.Offsets, Tensor: ct}
+		e, _ := r.md.Lookup(fqn, c.Offsets)
+		if rank, ok := FileRank(e.RelativePath); ok && !slices.Contains(ct.Shape, 0) {
+			shards = append(shards, statedict.Shard{Piece: statedict.Piece{Offsets: c.Offsets, Sizes: ct.Shape, Ranks: []int{rank}}, Local: ct})
+			r.ranks[rank] = true
+		}
 	}
+	defer func() {
+		if out != nil && len(shards) > 0 {
+			r.shards[out] = shards
+		}
+	}()
 	var nonEmpty []Chunk
 	for _, c := range chunks {
 		if !slices.Contains(c.Tensor.Shape, 0) {
@@ -266,7 +306,7 @@ func (r *reader) tensor(fqn string, t *TensorMeta) (*statedict.Tensor, error) {
 	if err != nil {
 		return nil, &Error{File: store.Join(r.dir, MetadataFile), FQN: fqn, Offset: -1, Err: err}
 	}
-	out := asm.Tensor(fqn)
+	out = asm.Tensor(fqn)
 	out.Storage.File = r.dir
 	return out, nil
 }

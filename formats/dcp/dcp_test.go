@@ -537,3 +537,26 @@ func TestZstdPlain(t *testing.T) {
 		}
 	}
 }
+
+// TestFileRank reads the rank from torch's data file names and refuses other names.
+func TestFileRank(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rank int
+		ok   bool
+	}{
+		{"__0_0.distcp", 0, true},
+		{"__13_2.distcp", 13, true},
+		{"sub/__3_0.distcp", 3, true},
+		{"__03_0.distcp", 0, false},
+		{"__-1_0.distcp", 0, false},
+		{"__1.distcp", 0, false},
+		{"__1_0.metadata", 0, false},
+		{"model_0.distcp", 0, false},
+	} {
+		r, ok := FileRank(c.name)
+		if r != c.rank || ok != c.ok {
+			t.Errorf("FileRank(%q) = %d, %v; want %d, %v", c.name, r, ok, c.rank, c.ok)
+		}
+	}
+}

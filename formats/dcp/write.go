@@ -20,9 +20,20 @@ const DataFile = "__0_0.distcp"
 
 // leaf is one flattened item of a DCP save plan.
 type leaf struct {
-	fqn  string
-	path []statedict.Value // str keys and int list positions, as planner_data records them
+	fqn string
+	// path holds the str keys and int list positions that lead to the leaf, as
+	// planner_data records them; nil for a leaf under one key of the root, whose path is
+	// (fqn,) — most leaves of a flat state dict, which then cost no path of their own.
+	path []statedict.Value
 	val  statedict.Value
+}
+
+// keys returns the leaf's path.
+func (l *leaf) keys() []statedict.Value {
+	if l.path == nil && l.fqn != "" { // "" with no path: the root itself is the leaf
+		return []statedict.Value{l.fqn}
+	}
+	return l.path
 }
 
 // Flatten flattens a state dict the way torch.distributed.checkpoint's flatten_state_dict
@@ -37,7 +48,11 @@ func flatten(root statedict.Value) ([]leaf, error) {
 		switch c := v.(type) {
 		case *statedict.Dict:
 			for _, e := range c.Entries() {
-				if err := walk(append(path[:len(path):len(path)], statedict.KeyString(e.Key)), e.Value); err != nil {
+				k := e.Key // a str key as boxed already: no allocation per leaf
+				if _, ok := k.(string); !ok {
+					k = statedict.KeyString(e.Key)
+				}
+				if err := walk(append(path[:len(path):len(path)], k), e.Value); err != nil {
 					return err
 				}
 			}
@@ -61,6 +76,11 @@ func flatten(root statedict.Value) ([]leaf, error) {
 			return fmt.Errorf("two entries flatten to the same name %q", fqn)
 		}
 		seen[fqn] = true
+		if len(path) == 1 {
+			if k, ok := path[0].(string); ok && k == fqn && k != "" {
+				path = nil
+			}
+		}
 		out = append(out, leaf{fqn, path, v})
 		return nil
 	}
@@ -137,7 +157,7 @@ func Finish(out statedict.Output, ck *statedict.Checkpoint, opts statedict.Write
 	if err != nil {
 		return nil, err
 	}
-	stored, byKey := map[storageKey]stored{}, p.byKey()
+	stored, byKey := make([]stored, len(p.items)), p.byKey()
 	wrote := make([]bool, p.ranks)
 	for i, b := range parts {
 		if err := decodePart(p, b, byKey, stored, wrote); err != nil {
@@ -183,7 +203,9 @@ func (p *savePlan) selected(ranks []int) ([]int, error) {
 	return out, nil
 }
 
-// stored is where an item's bytes were written.
+// stored is where an item's bytes were written. The items of a plan are stored at a
+// []stored indexed like savePlan.items (not a map keyed by name and offsets: a checkpoint
+// may hold hundreds of thousands of items); file is "" for an item not stored.
 type stored struct {
 	file           string
 	offset, length int64
@@ -208,7 +230,7 @@ func transforms(c string) ([]string, error) {
 // their own (opts.Sum of the piece's view). With opts.Compress "zstd" each item is one zstd
 // stream (torch's ZStandard extension, zstandard's default level). It also returns the
 // Python objects pickled as the source had them (statedict.Written.Kept).
-func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.WriteOptions) (map[storageKey]stored, []string, int64, []string, error) {
+func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.WriteOptions) ([]stored, []string, int64, []string, error) {
 	descs, err := transforms(opts.Compress)
 	if err != nil {
 		return nil, nil, 0, nil, err
@@ -223,7 +245,7 @@ func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.Write
 	var kept []string
 	inOrder := p.inOrder(ranks)
 	sums := map[*statedict.Tensor]hash.Hash{}
-	res := map[storageKey]stored{}
+	res := make([]stored, len(p.items))
 	var files []string
 	var total int64
 	cpu := func(*statedict.Storage) string { return "cpu" }
@@ -234,7 +256,8 @@ func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.Write
 			return nil, nil, 0, nil, err
 		}
 		var off int64
-		save := func(it *planItem) error {
+		save := func(i int) error {
+			it := p.items[i]
 			l := p.leaves[it.leaf]
 			so := torchzip.SaveOptions{Location: cpu, Data: true}
 			if !opts.WeightsOnly {
@@ -290,14 +313,14 @@ func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.Write
 			if err != nil {
 				return err
 			}
-			res[it.key(l.fqn)] = stored{name, off, n}
+			res[i] = stored{name, off, n}
 			off += n
 			return nil
 		}
 		for _, tensors := range []bool{false, true} {
 			for _, i := range p.byRank[r] {
 				if it := p.items[i]; (it.tensor != nil) == tensors {
-					if err := save(it); err != nil {
+					if err := save(i); err != nil {
 						w.Close()
 						return nil, nil, 0, nil, fmt.Errorf("%s: %w", p.leaves[it.leaf].fqn, err)
 					}
@@ -349,9 +372,9 @@ func (p *savePlan) inOrder(ranks []int) map[*statedict.Tensor]bool {
 
 // finish writes the .metadata of the items stored, copies the checkpoint's extra files
 // (config.json, tokenizer files) and reports the whole output.
-func (p *savePlan) finish(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions, st map[storageKey]stored) (*statedict.Written, error) {
-	for _, it := range p.items {
-		if _, ok := st[it.key(p.leaves[it.leaf].fqn)]; !ok {
+func (p *savePlan) finish(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions, st []stored) (*statedict.Written, error) {
+	for i, it := range p.items {
+		if st[i].file == "" {
 			return nil, fmt.Errorf("%s: no part stored it (rank %d's)", p.leaves[it.leaf].fqn, it.writer)
 		}
 	}
@@ -399,12 +422,12 @@ type storedItem struct {
 	Length  int64   `json:"length"`
 }
 
-func encodePart(p *savePlan, st map[storageKey]stored, ranks []int) ([]byte, error) {
+func encodePart(p *savePlan, st []stored, ranks []int) ([]byte, error) {
 	pt := part{Ranks: ranks, Items: []storedItem{}}
-	for _, it := range p.items {
+	for i, it := range p.items {
 		fqn := p.leaves[it.leaf].fqn
-		s, ok := st[it.key(fqn)]
-		if !ok {
+		s := st[i]
+		if s.file == "" {
 			continue
 		}
 		si := storedItem{FQN: fqn, File: s.file, Offset: s.offset, Length: s.length}
@@ -419,7 +442,7 @@ func encodePart(p *savePlan, st map[storageKey]stored, ranks []int) ([]byte, err
 // decodePart adds the items of a part to st, checking them against the plan (byKey indexes
 // its items): each is a planned item of one of the part's ranks, in that rank's file, and
 // no rank or item comes twice.
-func decodePart(p *savePlan, b []byte, byKey map[storageKey]*planItem, st map[storageKey]stored, wrote []bool) error {
+func decodePart(p *savePlan, b []byte, byKey map[storageKey]int, st []stored, wrote []bool) error {
 	var pt part
 	if err := json.Unmarshal(b, &pt); err != nil {
 		return err
@@ -435,8 +458,11 @@ func decodePart(p *savePlan, b []byte, byKey map[storageKey]*planItem, st map[st
 		wrote[r], mine[r] = true, true
 	}
 	for _, si := range pt.Items {
-		k := keyOf(si.FQN, si.Offsets)
-		it, ok := byKey[k]
+		i, ok := byKey[keyOf(si.FQN, si.Offsets)]
+		var it *planItem
+		if ok {
+			it = p.items[i]
+		}
 		switch {
 		case !ok:
 			return fmt.Errorf("%s at %v: not an item of this save plan", si.FQN, si.Offsets)
@@ -445,19 +471,19 @@ func decodePart(p *savePlan, b []byte, byKey map[storageKey]*planItem, st map[st
 		case si.Offset < 0 || si.Length <= 0:
 			return fmt.Errorf("%s at %v: stored range %d+%d", si.FQN, si.Offsets, si.Offset, si.Length)
 		}
-		if _, dup := st[k]; dup {
+		if st[i].file != "" {
 			return fmt.Errorf("%s at %v: stored twice", si.FQN, si.Offsets)
 		}
-		st[k] = stored{si.File, si.Offset, si.Length}
+		st[i] = stored{si.File, si.Offset, si.Length}
 	}
 	return nil
 }
 
 // byKey indexes the plan's items by their storage key.
-func (p *savePlan) byKey() map[storageKey]*planItem {
-	m := make(map[storageKey]*planItem, len(p.items))
-	for _, it := range p.items {
-		m[it.key(p.leaves[it.leaf].fqn)] = it
+func (p *savePlan) byKey() map[storageKey]int {
+	m := make(map[storageKey]int, len(p.items))
+	for i, it := range p.items {
+		m[it.key(p.leaves[it.leaf].fqn)] = i
 	}
 	return m
 }
@@ -518,7 +544,7 @@ const metadataBatch = 1000
 // ckpt) would follow. A chunk's MetadataIndex hint is its position in its tensor's list.
 // It streams: the encoder's buffer is flushed as it fills, so memory does not grow with the
 // number of items. Every item's _StorageInfo lists the stream transforms descs (compression).
-func encodeMetadata(w io.Writer, p *savePlan, st map[storageKey]stored, descs []string) error {
+func encodeMetadata(w io.Writer, p *savePlan, st []stored, descs []string) error {
 	e := pickle.NewEncoder()
 	var werr error
 	// next ends a batch of dict entries every metadataBatch of n entries, and flushes.
@@ -616,10 +642,11 @@ func encodeMetadata(w io.Writer, p *savePlan, st map[storageKey]stored, descs []
 	e.String("planner_data")
 	e.Op(pickle.OpEmptyDict)
 	e.Op(pickle.OpMark)
-	for li, l := range p.leaves {
+	for li := range p.leaves {
+		l := &p.leaves[li]
 		e.String(l.fqn)
 		e.Op(pickle.OpMark)
-		for _, k := range l.path {
+		for _, k := range l.keys() {
 			switch k := k.(type) {
 			case string:
 				e.String(k)
@@ -644,7 +671,7 @@ func encodeMetadata(w io.Writer, p *savePlan, st map[storageKey]stored, descs []
 					continue
 				}
 				fqn := p.leaves[it.leaf].fqn
-				s := st[it.key(fqn)]
+				s := st[i]
 				obj(mdModule, "MetadataIndex")
 				e.Op(pickle.OpEmptyDict)
 				e.Op(pickle.OpMark)

@@ -58,12 +58,17 @@ type Limits struct {
 	MaxLongBytes int
 	// MaxContainerItems bounds the items of one tuple, list, dict or set.
 	MaxContainerItems int64
+	// MaxDepth bounds how deeply values nest (a tuple holding a tuple holding … is as
+	// deep as its chain). Each value's depth is tracked as the pickle builds it, so a
+	// value nested too deep is refused at the opcode that builds it, before the rest of a
+	// deep chain exists — a chain built through the memo needs no MARK per level.
+	MaxDepth int
 }
 
 // DefaultLimits returns limits generous enough for real checkpoints: total
 // allocation 1 GiB, strings 256 MiB, bytes 1 GiB, memo 1<<24 entries, stack
-// 1<<20 values, 10000 nested marks, 16 KiB integers and 1<<26 items per
-// container.
+// 1<<20 values, 10000 nested marks, values nested 10000 deep, 16 KiB integers
+// and 1<<26 items per container.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxMemo:           1 << 24,
@@ -74,6 +79,7 @@ func DefaultLimits() Limits {
 		MaxAlloc:          1 << 30,
 		MaxLongBytes:      1 << 14,
 		MaxContainerItems: 1 << 26,
+		MaxDepth:          10000,
 	}
 }
 
@@ -104,6 +110,9 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxContainerItems <= 0 {
 		l.MaxContainerItems = d.MaxContainerItems
 	}
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = d.MaxDepth
+	}
 	return l
 }
 
@@ -126,7 +135,13 @@ type Decoder struct {
 	stack []Value
 	marks []int
 	memo  memo[Value]
-	proto int
+	// depths[i] is how deeply stack[i] nests (0 for a scalar), memoDepths the same for
+	// the memo's values; pending is 1 + the deepest value the current opcode popped,
+	// the depth of what it builds from them (see Limits.MaxDepth).
+	depths     []int32
+	memoDepths memo[int32]
+	pending    int32
+	proto      int
 	// latin1 holds the Python 2 strs of this pickle that were not valid
 	// UTF-8 and were decoded as latin-1, so that numpy raw data pickled as
 	// a Python 2 str can be turned back into its bytes.
@@ -156,8 +171,10 @@ func (d *Decoder) Offset() int64 { return int64(d.r.pos) }
 // left at the failing opcode.
 func (d *Decoder) Decode() (Value, error) {
 	d.stack = d.stack[:0]
+	d.depths = d.depths[:0]
 	d.marks = d.marks[:0]
 	d.memo.reset()
+	d.memoDepths.reset()
 	d.proto = 0
 	d.latin1 = nil
 	start := d.r.pos
@@ -179,6 +196,7 @@ func (d *Decoder) Decode() (Value, error) {
 			}
 			return v, nil
 		}
+		d.pending = 0
 		if err := d.step(op); err != nil {
 			d.r.pos = off
 			return nil, d.wrap(off, op, err)
@@ -220,8 +238,28 @@ func (d *Decoder) push(v Value) error {
 	if len(d.stack) >= d.lim.MaxStack {
 		return &LimitError{Limit: "MaxStack", What: fmt.Sprintf("stack of %d values", len(d.stack)+1), Max: int64(d.lim.MaxStack)}
 	}
+	if err := d.checkDepth(d.pending); err != nil {
+		return err
+	}
 	d.stack = append(d.stack, v)
+	d.depths = append(d.depths, d.pending)
 	return nil
+}
+
+// checkDepth refuses a value nested depth levels deep beyond Limits.MaxDepth.
+func (d *Decoder) checkDepth(depth int32) error {
+	if int(depth) > d.lim.MaxDepth {
+		return &LimitError{Limit: "MaxDepth", What: fmt.Sprintf("value nested deeper than %d levels", d.lim.MaxDepth), Max: int64(d.lim.MaxDepth)}
+	}
+	return nil
+}
+
+// popped notes the depths of values the current opcode popped: what it builds from
+// them nests one level deeper than the deepest.
+func (d *Decoder) popped(depths []int32) {
+	for _, x := range depths {
+		d.pending = max(d.pending, x+1)
+	}
 }
 
 func (d *Decoder) pop() (Value, error) {
@@ -232,6 +270,8 @@ func (d *Decoder) pop() (Value, error) {
 	v := d.stack[n-1]
 	d.stack[n-1] = nil
 	d.stack = d.stack[:n-1]
+	d.popped(d.depths[n-1:])
+	d.depths = d.depths[:n-1]
 	return v, nil
 }
 
@@ -243,13 +283,24 @@ func (d *Decoder) popN(n int) ([]Value, error) {
 		return nil, errUnderflow
 	}
 	d.stack = d.stack[:l-n]
+	d.popped(d.depths[l-n:])
+	d.depths = d.depths[:l-n]
 	return d.stack[l-n : l : l], nil
 }
 
+// top returns the value on top of the stack, which the current opcode may fill
+// with the values it popped (APPEND, SETITEMS, BUILD, …): its depth grows to
+// theirs plus one.
 func (d *Decoder) top() (Value, error) {
 	n := len(d.stack)
 	if n <= d.fence() {
 		return nil, errUnderflow
+	}
+	if d.pending > d.depths[n-1] {
+		if err := d.checkDepth(d.pending); err != nil {
+			return nil, err
+		}
+		d.depths[n-1] = d.pending
 	}
 	return d.stack[n-1], nil
 }
@@ -265,6 +316,8 @@ func (d *Decoder) popMark() ([]Value, error) {
 	d.marks = d.marks[:n-1]
 	items := d.stack[m:len(d.stack):len(d.stack)]
 	d.stack = d.stack[:m]
+	d.popped(d.depths[m:])
+	d.depths = d.depths[:m]
 	return items, nil
 }
 
@@ -276,8 +329,9 @@ func (d *Decoder) pushMark() error {
 	return nil
 }
 
-// memoPut stores v at memo index i, enforcing MaxMemo and charging new entries.
-func (d *Decoder) memoPut(i uint64, v Value) error {
+// memoPut stores v, which nests depth levels deep, at memo index i, enforcing
+// MaxMemo and charging new entries.
+func (d *Decoder) memoPut(i uint64, v Value, depth int32) error {
 	if !d.memo.has(i) {
 		if d.memo.len() >= d.lim.MaxMemo {
 			return &LimitError{Limit: "MaxMemo", What: fmt.Sprintf("memo of %d entries", d.memo.len()+1), Max: int64(d.lim.MaxMemo)}
@@ -287,6 +341,7 @@ func (d *Decoder) memoPut(i uint64, v Value) error {
 		}
 	}
 	d.memo.put(i, v)
+	d.memoDepths.put(i, depth)
 	return nil
 }
 

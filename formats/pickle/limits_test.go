@@ -54,6 +54,11 @@ func TestLimits(t *testing.T) {
 		{"MaxContainerItems APPENDS", []byte("](NNNe(NNe."), small, "MaxContainerItems", 9, "APPENDS"},
 		{"MaxContainerItems SETITEMS", []byte("}(K\x01NK\x02NK\x03NK\x04NK\x05Nu."), Limits{MaxContainerItems: 4}, "MaxContainerItems", 17, "SETITEMS"},
 		{"MaxContainerItems FROZENSET", []byte("(K\x01K\x02K\x03K\x04K\x05\x91."), small, "MaxContainerItems", 11, "FROZENSET"},
+		// Depth is tracked as values are built: refused at the level past the limit.
+		{"MaxDepth TUPLE1", []byte(")\x85\x85\x85\x85."), Limits{MaxDepth: 3}, "MaxDepth", 4, "TUPLE1"},
+		{"MaxDepth through the memo", []byte(")q\x000" + strings.Repeat("h\x00\x85q\x000", 4) + "h\x00."), Limits{MaxDepth: 3}, "MaxDepth", 24, "TUPLE1"},
+		{"MaxDepth APPEND", []byte("]]]]]aaaa."), Limits{MaxDepth: 3}, "MaxDepth", 8, "APPEND"},
+		{"MaxDepth REDUCE", []byte("\x80\x04\x8c\x01m\x8c\x01f\x93q\x00)q\x010" + strings.Repeat("h\x00h\x01\x85Rq\x010", 2) + "h\x01."), Limits{MaxDepth: 3}, "MaxDepth", 29, "REDUCE"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,6 +32,7 @@ func (d *Decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
+		d.pending = d.depths[len(d.depths)-1]
 		return d.push(v)
 
 	case opNone:
@@ -222,6 +223,7 @@ func (d *Decoder) step(op byte) error {
 		if !ok {
 			return fmt.Errorf("memo value not found at index %d", i)
 		}
+		d.pending, _ = d.memoDepths.get(i)
 		return d.push(v)
 	case opPut, opBinPut, opLongBinPut:
 		i, err := d.memoIndex(op)
@@ -232,13 +234,13 @@ func (d *Decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		return d.memoPut(i, v)
+		return d.memoPut(i, v, d.depths[len(d.depths)-1])
 	case opMemoize:
 		v, err := d.top()
 		if err != nil {
 			return err
 		}
-		return d.memoPut(uint64(d.memo.len()), v)
+		return d.memoPut(uint64(d.memo.len()), v, d.depths[len(d.depths)-1])
 
 	case opProto:
 		p, err := d.r.u1()

@@ -5,6 +5,7 @@ import (
 	"hash"
 	"io"
 	"maps"
+	"math/big"
 	"path"
 	"path/filepath"
 	"sort"
@@ -21,7 +22,7 @@ type Flat struct {
 	// Tied maps each removed alias to the name kept for its tensor.
 	Tied map[string]string
 	// NotWritten lists the non-tensor values, which safetensors cannot hold, with their
-	// type ("epoch: int64").
+	// Python type ("epoch: int", "fused: NoneType", "args: argparse.Namespace").
 	NotWritten []string
 }
 
@@ -109,13 +110,31 @@ func typeName(v statedict.Value) string {
 	case *statedict.Object:
 		return x.Class
 	case nil:
-		return "None"
+		return "NoneType"
+	case bool:
+		return "bool"
+	case int64, *big.Int:
+		return "int"
+	case float64:
+		return "float"
+	case complex128:
+		return "complex"
+	case string:
+		return "str"
+	case []byte:
+		return "bytes"
+	case statedict.DType:
+		return "torch.dtype"
+	case *statedict.NDArray:
+		return "numpy.ndarray"
 	case *statedict.Dict:
 		return "empty dict"
 	case *statedict.List:
 		return "empty list"
+	case statedict.Tuple:
+		return "empty tuple"
 	}
-	return strings.TrimPrefix(fmt.Sprintf("%T", v), "statedict.")
+	return fmt.Sprintf("%T", v)
 }
 
 func sameView(a, b *statedict.Tensor) bool {

@@ -49,7 +49,7 @@ func Open(path string) (*statedict.Checkpoint, error) {
 // read.
 func tensors(file string, r io.ReaderAt, h *Header) (*statedict.Dict, error) {
 	data, mapped := store.Bytes(r)
-	root := statedict.NewDict("")
+	root := statedict.NewDictSize("", len(h.Tensors))
 	for i := range h.Tensors {
 		ti := &h.Tensors[i]
 		fail := func(format string, args ...any) error {
@@ -83,7 +83,7 @@ func tensors(file string, r io.ReaderAt, h *Header) (*statedict.Dict, error) {
 		if err := t.Validate(); err != nil {
 			return nil, fail("%v", err)
 		}
-		root.Set(ti.Name, t)
+		root.Append(ti.Name, t) // the header's names are unique (parse refuses duplicates)
 	}
 	return root, nil
 }

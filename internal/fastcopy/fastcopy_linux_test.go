@@ -313,8 +313,10 @@ func TestFileMeasuresPaths(t *testing.T) {
 	if f.calib == nil {
 		t.Skipf("the filesystem of %s refuses O_DIRECT at open: nothing to choose between", dir)
 	}
+	// 250 ms a chunk: slower than a 4 MiB write through the page cache on any disk, even on
+	// a machine loaded enough to make that take tens of milliseconds.
 	writeDirect = func(d *os.File, b []byte, off int64) (int, error) {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 		return d.WriteAt(b, off)
 	}
 	defer func() { writeDirect = (*os.File).WriteAt }()

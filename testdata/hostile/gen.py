@@ -36,7 +36,7 @@ Resource bombs (torch loads them; ckpt must fail cleanly in bounded memory and t
   deep_from_type_1m.pt           the same, 1 000 000 deep
   expand.pt                      torch.zeros(1).expand(2**36): 256 GiB logical, 4 bytes stored
   deflated_bomb.pt (--big)       a 4-element tensor whose deflated data/0 inflates to 2 GiB
-  many_tensors.safetensors (--big)  300 000 empty tensors (a 20 MB header)
+  many_tensors.safetensors (--big)  300 000 empty tensors and one of 4 elements (a 20 MB header)
 """
 
 import io
@@ -238,7 +238,10 @@ def big(out):
                 zout.writestr(zipfile.ZipInfo(info.filename), data)
     os.remove(tmp)
     from safetensors.torch import save_file
-    save_file({f"model.layers.{i}.w": torch.empty(0) for i in range(300_000)}, os.path.join(out, "many_tensors.safetensors"))
+    # One real weight beside them: a checkpoint of placeholders only is refused by convert.
+    many = {f"model.layers.{i}.w": torch.empty(0) for i in range(300_000)}
+    many["model.norm.w"] = torch.ones(4)
+    save_file(many, os.path.join(out, "many_tensors.safetensors"))
 
 
 def main():

@@ -30,7 +30,7 @@ func (m *Model) Forward(tokens []int) ([]float32, error) {
 	H := c.Hidden
 	h := make([]float32, T*H)
 	for i, t := range tokens {
-		row, err := m.embed.rowsF32(t, t+1)
+		row, err := m.embed.rowF32(t)
 		if err != nil {
 			return nil, err
 		}

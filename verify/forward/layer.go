@@ -228,5 +228,8 @@ func (m *matrix) slice(r0, r1 int) *matrix {
 		fill := m.fill
 		s.fill = func(dst []byte, a, b int) error { return fill(dst, r0+a, r0+b) }
 	}
+	if m.parts != nil {
+		s.parts = sliceParts(m.parts, r0, r1)
+	}
 	return &s
 }

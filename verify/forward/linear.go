@@ -18,6 +18,9 @@ const tileBytes = 256 << 10
 // contiguous ranges (so even one token uses every core). With tpu set the activations are
 // rounded to bfloat16 first, and float32 weights too unless the matrix is exempt.
 func linear(dst, x []float32, T int, w *matrix, bias []float32, tpu bool) error {
+	if w.parts != nil {
+		return linearParts(dst, x, T, w, bias, tpu)
+	}
 	n, k := w.rows, w.cols
 	var xb []uint16 // the rounded activations as bfloat16 bits, for bfloat16 weights
 	if tpu {

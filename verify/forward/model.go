@@ -54,6 +54,15 @@ type Options struct {
 	// Config is config.json's content; nil reads config.json from the checkpoint folder or
 	// from beside the checkpoint file.
 	Config []byte
+	// Shards runs a per-device checkpoint (one with statedict.Checkpoint.Shards) as its
+	// devices hold it: every matrix product (attention, MLP, experts, router, lm_head) is
+	// computed piece by piece from the local pieces the ranks store — each part's product
+	// with the matching slice of the activations — and combined as the collectives would
+	// (disjoint output slices gathered, partial sums over the input dimension added in
+	// float32), and embedding rows are gathered from the pieces holding them. Vectors
+	// (norms, biases) are read gathered from their pieces. Without it, or for a checkpoint
+	// without shards, the whole reassembled tensors are used.
+	Shards bool
 }
 
 // Model is a decoder-only language model ready to run, its weights read lazily from the
@@ -67,6 +76,7 @@ type Model struct {
 	embed, lmHead *matrix
 	norm          []float32
 	layers        []*layer
+	sharded       Sharded
 }
 
 // Open opens the checkpoint at path (any format formats.Open reads) and loads the model;
@@ -111,6 +121,9 @@ func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
 	if err := m.load(ws); err != nil {
 		return nil, err
 	}
+	if ws.use != nil {
+		m.sharded = Sharded{Ranks: len(ws.use.ranks), Pieces: ws.use.pieces, Tensors: len(ws.use.tensors)}
+	}
 	return m, nil
 }
 
@@ -148,6 +161,10 @@ type weights struct {
 	// weights kept as FP8 (Options.KeepFP8), dequantized to float32 code×scale.
 	exact map[string]bool
 	path  string
+	// shards are the checkpoint's stored pieces when the model runs from them
+	// (Options.Shards); use records the ones used.
+	shards map[*statedict.Tensor][]statedict.Shard
+	use    *shardUse
 }
 
 func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options) (*weights, error) {
@@ -159,6 +176,10 @@ func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options) (*weight
 		round: opts.Precision == TPU, path: ck.Path}
 	for _, nt := range list {
 		ws.tensors[nt.Name] = nt.Tensor
+	}
+	if opts.Shards && ck.Shards != nil {
+		ws.shards = ck.Shards
+		ws.use = &shardUse{ranks: map[int]bool{}, tensors: map[*statedict.Tensor]bool{}}
 	}
 	var hfq []byte
 	if p, err := configPath(ck.Path); err == nil {
@@ -250,7 +271,11 @@ func (ws *weights) mat(name string, rows, cols int, round bool) (*matrix, error)
 	if len(t.Shape) != 2 || t.Shape[0] != int64(rows) || t.Shape[1] != int64(cols) {
 		return nil, shapeErr(ws.prefix+name, t.Shape, rows, cols)
 	}
-	return matrixOf(view{name: ws.prefix + name, t: t, base: t.Offset, rs: t.Strides[0], cs: t.Strides[1], rows: rows, cols: cols}, round)
+	m, err := matrixOf(view{name: ws.prefix + name, t: t, base: t.Offset, rs: t.Strides[0], cs: t.Strides[1], rows: rows, cols: cols}, round)
+	if err != nil {
+		return nil, err
+	}
+	return m, ws.shardedMat(m, ws.prefix+name, t, round)
 }
 
 // expert is expert e's [rows, cols] matrix of a stacked [E, rows, cols] weight, or of an
@@ -275,7 +300,12 @@ func (ws *weights) expert(name string, e, experts, rows, cols int, transposed bo
 	if transposed {
 		v.rs, v.cs = t.Strides[2], t.Strides[1]
 	}
-	return matrixOf(v, ws.round && !ws.exact[ws.prefix+name])
+	round := ws.round && !ws.exact[ws.prefix+name]
+	m, err := matrixOf(v, round)
+	if err != nil {
+		return nil, err
+	}
+	return m, ws.shardedExpert(m, v.name, t, e, transposed, round)
 }
 
 // mxfp4Expert reads expert e of an MXFP4 group from its stored blocks and scales.

@@ -27,6 +27,9 @@ type matrix struct {
 	tileBF16 bool
 	// round rounds float32 weights to bfloat16 before the product (the TPU precision).
 	round bool
+	// parts, when set, are the pieces the devices of a per-device checkpoint hold
+	// (Options.Shards): products and lookups are computed from them, piece by piece.
+	parts []part
 }
 
 // view is a 2-D strided view of a tensor's storage: element (r, c) at storage element
