@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/formats/store"
 )
 
 // checkApart refuses a destination that is the source, contains it or lies inside it:
@@ -14,6 +15,18 @@ import (
 // flags. Paths are compared after resolving symbolic links (the destination, which may not
 // exist yet, through its parent folder), and the same file reached by two names counts too.
 func checkApart(src, dst string) error {
+	if store.IsRemote(src) || store.IsRemote(dst) {
+		s, d := strings.TrimSuffix(src, "/"), strings.TrimSuffix(dst, "/")
+		switch {
+		case s == d || s == d+"."+manifest.Name:
+			return fmt.Errorf("%s: the destination is the source itself; ckpt never overwrites its input", dst)
+		case strings.HasPrefix(s, d+"/"):
+			return fmt.Errorf("%s: the destination contains the source %s; ckpt never overwrites its input", dst, src)
+		case strings.HasPrefix(d, s+"/"):
+			return fmt.Errorf("%s: the destination is inside the source folder %s; write it elsewhere", dst, src)
+		}
+		return nil
+	}
 	s, err := resolve(src)
 	if err != nil {
 		return err

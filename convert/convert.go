@@ -29,6 +29,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -205,7 +206,11 @@ var openSource = formats.Open
 // removes everything written so far; the destination is then as it was.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
 	start := time.Now()
-	opts.Dst = filepath.Clean(opts.Dst) // "DST/" names the folder DST
+	if store.IsRemote(opts.Dst) {
+		opts.Dst = strings.TrimSuffix(opts.Dst, "/")
+	} else {
+		opts.Dst = filepath.Clean(opts.Dst) // "DST/" names the folder DST
+	}
 	lay, err := layout(opts.Format, opts.Dst, opts.Target.Sharding() != nil)
 	if err != nil {
 		return nil, err
@@ -242,6 +247,9 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	ck.Root = nil // as plan let p.src's go (the tree withTrainingState wraps)
 	if opts.Hosts.Count > 1 {
+		if store.IsRemote(opts.Dst) {
+			return nil, fmt.Errorf("%s: %w: a multi-host conversion writes to a local or shared file system; write to object storage from one host", opts.Dst, statedict.ErrUnsupported)
+		}
 		return runHost(ctx, opts, p, start)
 	}
 	out, err := newOutput(ctx, opts.Dst, formats.Writers[lay].Folder, opts.Force, opts.Resume, opts.Progress)
@@ -645,7 +653,7 @@ func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) 
 	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: extras, Ignored: rest, Outside: ck.Outside,
 		Files: ck.Files, Metadata: ck.Metadata}
 	for _, f := range files {
-		part, err := formats.Open(filepath.Join(ck.Path, f))
+		part, err := formats.Open(store.Join(ck.Path, f))
 		if err != nil {
 			out.Close()
 			return nil, fmt.Errorf("%s: %w", f, err)
@@ -660,14 +668,14 @@ func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) 
 // convertAlongside converts the training-state file name of the source folder into the
 // folder being written, with the same device and training-state options.
 func convertAlongside(parent *subOutput, p *planned, opts Options, name string) (*Summary, error) {
-	src := filepath.Join(p.src.Path, name)
+	src := store.Join(p.src.Path, name)
 	ck, err := formats.Open(src)
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
 	ro := opts.Remap
-	sub := Options{Src: src, Dst: filepath.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target, WeightsOnly: opts.WeightsOnly,
+	sub := Options{Src: src, Dst: store.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target, WeightsOnly: opts.WeightsOnly,
 		Remap: remap.Options{Place: ro.Place, PlainData: ro.PlainData, OptimizerDType: ro.OptimizerDType, KeepCUDARNG: ro.KeepCUDARNG}}
 	sp, err := plan(ck, sub, formats.TorchFile)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -33,6 +34,10 @@ type output struct {
 	mfile    *atomicfile.File // a file output's manifest, beside it
 	created  map[string]bool
 	progress func(done, total int64)
+	// remote is an output in object storage (store.Output); last holds its manifests,
+	// uploaded by commit after every other file.
+	remote store.Output
+	last   []store.NamedBytes
 
 	mu    sync.Mutex
 	total int64
@@ -54,6 +59,16 @@ const releaseEvery = 32 << 20
 func newOutput(ctx context.Context, dst string, folder, force, resume bool, progress func(done, total int64)) (*output, error) {
 	o := &output{ctx: ctx, dst: dst, folder: folder, force: force, progress: progress, created: map[string]bool{}, sums: map[any]*xxhash.Digest{}}
 	var err error
+	if store.IsRemote(dst) {
+		if resume {
+			return nil, fmt.Errorf("%s: %w: resuming an interrupted conversion into object storage (convert again with --force)", dst, statedict.ErrUnsupported)
+		}
+		o.remote, err = store.CreateOutput(ctx, dst, store.OutputOptions{Folder: folder, Force: force, Owned: manifest.Owned, Companions: []string{"." + manifest.Name}})
+		if err != nil {
+			return nil, err
+		}
+		return o, nil
+	}
 	if folder {
 		o.dir, err = atomicfile.CreateDir(dst, atomicfile.DirOptions{Force: force, Owner: manifest.Owned, Resume: resume})
 		return o, err
@@ -98,6 +113,9 @@ func (o *output) commit() error {
 	if err := o.ctx.Err(); err != nil {
 		return err
 	}
+	if o.remote != nil {
+		return o.remote.Commit(o.last)
+	}
 	if o.folder {
 		return o.dir.Commit()
 	}
@@ -109,6 +127,9 @@ func (o *output) commit() error {
 
 // abort removes whatever was written (nothing after commit).
 func (o *output) abort() {
+	if o.remote != nil {
+		o.remote.Abort()
+	}
 	if o.dir != nil {
 		o.dir.Abort()
 	}
@@ -129,6 +150,9 @@ func (o *output) create(name string) (io.WriteCloser, error) {
 		return nil, fmt.Errorf("%s: %s written twice", o.dst, name)
 	}
 	o.created[name] = true
+	if o.remote != nil {
+		return o.createRemote(name)
+	}
 	if !o.folder {
 		if name != "" {
 			return nil, fmt.Errorf("%s: a single-file output cannot hold %s", o.dst, name)
@@ -365,7 +389,7 @@ func (s *subOutput) Create(name string) (io.WriteCloser, error) {
 // Name implements statedict.Output.
 func (s *subOutput) Name() string {
 	if s.file != "" {
-		return filepath.Join(s.o.dst, s.file)
+		return store.Join(s.o.dst, s.file)
 	}
 	return s.o.dst
 }
@@ -379,10 +403,13 @@ func (s *subOutput) writeManifest(m *manifest.Manifest) (string, error) {
 	switch {
 	case s.file != "":
 		path = manifest.PathFor(s.Name(), false)
-		w, err = s.o.create(filepath.Base(path))
+		w, err = s.o.create(store.Base(path))
 	case s.o.folder:
 		path = manifest.PathFor(s.o.dst, true)
 		w, err = s.o.create(manifest.Name)
+	case s.o.remote != nil:
+		path = manifest.PathFor(s.o.dst, false)
+		w = s.o.lastFile("." + manifest.Name)
 	default:
 		path = manifest.PathFor(s.o.dst, false)
 		w = nopCloser{s.o.mfile}

@@ -2,8 +2,6 @@ package formats
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/accelerate"
@@ -13,6 +11,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/megatron"
 	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/zero"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -33,7 +32,7 @@ func openDir(dir string) (*statedict.Checkpoint, error) {
 	if megatron.Detect(dir) {
 		return megatron.Open(dir, megatronOpeners)
 	}
-	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err == nil {
+	if _, err := store.Stat(store.Join(dir, ".metadata")); err == nil {
 		return dcp.Open(dir)
 	}
 	if isRanksFolder(dir) {
@@ -61,7 +60,7 @@ func openDir(dir string) (*statedict.Checkpoint, error) {
 // holdsWeights reports whether the folder dir is one openDir reads as a checkpoint of its
 // own (a DCP folder, a Hugging Face or PEFT folder).
 func holdsWeights(dir string) bool {
-	if _, err := os.Stat(filepath.Join(dir, ".metadata")); err == nil {
+	if _, err := store.Stat(store.Join(dir, ".metadata")); err == nil {
 		return true
 	}
 	_, ok := hf.Detect(dir)

@@ -17,9 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/ckpt-dev/ckpt/formats/nemo"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchlegacy"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/formats/zero"
@@ -40,14 +40,14 @@ const (
 
 // Detect recognizes the format of a single file from its first bytes.
 func Detect(path string) (Kind, error) {
-	f, err := os.Open(path)
+	f, err := store.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	head := make([]byte, 512)
-	n, err := io.ReadFull(f, head)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+	head := make([]byte, min(512, f.Size()))
+	n, err := f.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return "", err
 	}
 	head = head[:n]
@@ -83,7 +83,7 @@ func isNemoTar(path string) bool {
 }
 
 // isNemoGzip reports whether the gzip file f inflates to a .nemo archive's first members.
-func isNemoGzip(f *os.File) bool {
+func isNemoGzip(f io.ReaderAt) bool {
 	head := make([]byte, 64<<10)
 	n, _ := f.ReadAt(head, 0)
 	return nemo.IsGzipArchive(head[:n])
@@ -119,13 +119,16 @@ type OpenOptions struct {
 }
 
 // Open reads the checkpoint at path, a file or a folder, in whatever supported format it is.
+// A gs:// or s3:// path is read through the backend registered for its scheme (see package
+// store; importing formats/store/bucket registers them): headers, pickles and metadata
+// first, tensor bytes only when read.
 func Open(path string) (*statedict.Checkpoint, error) {
 	return OpenWith(path, OpenOptions{})
 }
 
 // OpenWith is Open with options.
 func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
-	st, err := os.Stat(path)
+	st, err := store.Stat(path)
 	if err != nil {
 		return nil, err
 	}

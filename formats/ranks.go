@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -30,13 +30,8 @@ const maxShardingFile = 256 << 20
 // checkpoint's Shards. Each rank file must hold exactly its rank's piece of every tensor the
 // manifest lists, as the manifest says.
 func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
-	mpath := filepath.Join(dir, safetensors.ShardingFile)
-	f, err := os.Open(mpath)
-	if err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxShardingFile+1))
-	f.Close()
+	mpath := store.Join(dir, safetensors.ShardingFile)
+	b, err := store.ReadFile(mpath, maxShardingFile+1)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +67,7 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 		if !filepath.IsLocal(name) || filepath.Base(name) != name {
 			return nil, fail("rank %d's file %q is not a file of the folder", r, name)
 		}
-		path := filepath.Join(dir, name)
+		path := store.Join(dir, name)
 		if err := checkRank(path, r, m.WorldSize); err != nil {
 			return nil, err
 		}
@@ -160,16 +155,12 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 
 // checkRank checks that the rank file at path says it is rank r's of a world of n.
 func checkRank(path string, r, n int) error {
-	f, err := os.Open(path)
+	f, err := store.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	h, err := safetensors.ReadHeader(f, st.Size())
+	h, err := safetensors.ReadHeader(f, f.Size())
 	if err != nil {
 		return err
 	}
@@ -181,7 +172,7 @@ func checkRank(path string, r, n int) error {
 
 // isRanksFolder reports whether dir is a per-device safetensors folder.
 func isRanksFolder(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, safetensors.ShardingFile))
+	_, err := store.Stat(store.Join(dir, safetensors.ShardingFile))
 	return !errors.Is(err, os.ErrNotExist)
 }
 

@@ -4,16 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
-	"github.com/ckpt-dev/ckpt/internal/mmap"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -175,15 +173,15 @@ var scanPolicy = func() map[pickle.Global]bool {
 // reference without decoding values or executing anything. The error is for a path that
 // cannot be read at all; everything about the content is in the result.
 func Scan(path string) (*ScanResult, error) {
-	st, err := os.Stat(path)
+	st, err := store.Stat(path)
 	if err != nil {
 		return nil, err
 	}
 	s := &scanner{res: &ScanResult{Path: path}, covered: map[string]bool{}}
 	if !st.IsDir() {
-		dir := filepath.Dir(path)
-		if strings.HasSuffix(path, ".distcp") && fileExists(filepath.Join(dir, dcp.MetadataFile)) {
-			s.dcpFolder(dir, filepath.Base(path))
+		dir := store.Dir(path)
+		if strings.HasSuffix(path, ".distcp") && fileExists(store.Join(dir, dcp.MetadataFile)) {
+			s.dcpFolder(dir, store.Base(path))
 		}
 		if !s.covered[path] {
 			s.file(path, false)
@@ -191,12 +189,12 @@ func Scan(path string) (*ScanResult, error) {
 		s.finish()
 		return s.res, nil
 	}
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+	err = store.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
-			if fileExists(filepath.Join(p, dcp.MetadataFile)) {
+			if fileExists(store.Join(p, dcp.MetadataFile)) {
 				s.dcpFolder(p, "")
 			}
 			return nil
@@ -204,7 +202,7 @@ func Scan(path string) (*ScanResult, error) {
 		if d.Type()&fs.ModeSymlink != 0 {
 			// A link to a file is scanned like the file (a Hugging Face hub cache snapshot
 			// is made of links to blobs); links to folders are not followed.
-			if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+			if st, err := store.Stat(p); err != nil || !st.Mode().IsRegular() {
 				return nil
 			}
 		} else if !d.Type().IsRegular() {
@@ -223,8 +221,7 @@ func Scan(path string) (*ScanResult, error) {
 }
 
 func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
+	return store.IsFile(p)
 }
 
 // scanner accumulates a ScanResult.
@@ -257,13 +254,16 @@ func (s *scanner) problem(file string, off int64, kind error, format string, arg
 // file scans one file as torch.load reads it. In a folder a file of no known layout is
 // listed and skipped; scanned on its own it is a problem.
 func (s *scanner) file(path string, inFolder bool) {
-	f, err := mmap.Open(path)
+	if remoteSafetensors(path) {
+		s.layout(path, layoutSafetensors) // no pickles: its header is all there is to read
+		return
+	}
+	data, done, err := readWhole(path)
 	if err != nil {
 		s.problem(path, -1, statedict.ErrCorrupt, "%v", err)
 		return
 	}
-	defer f.Close()
-	data := f.Bytes()
+	defer done()
 	if strings.HasSuffix(path, ".distcp") {
 		// A DCP data file outside a folder whose .metadata locates its items: find the
 		// archives by their structure, and say the scan could not locate them as DCP does.
@@ -365,4 +365,22 @@ func joinWhere(prefix, where string) string {
 		return where
 	}
 	return prefix + ": " + where
+}
+
+// remoteSafetensors reports whether path is an object in object storage that starts as a
+// safetensors file does, so that scanning it need not read it whole.
+func remoteSafetensors(path string) bool {
+	if !store.IsRemote(path) {
+		return false
+	}
+	f, err := store.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, min(512, f.Size()))
+	if n, _ := f.ReadAt(head, 0); n < len(head) {
+		return false
+	}
+	return looksLikeSafetensors(head) && !strings.HasSuffix(path, ".distcp")
 }

@@ -2,12 +2,13 @@ package formats
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
-	"github.com/ckpt-dev/ckpt/internal/mmap"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -18,14 +19,14 @@ import (
 // byte of a data file must belong to an item. only, when set, limits the data files to
 // that one. The files scanned are marked covered.
 func (s *scanner) dcpFolder(dir, only string) {
-	mdPath := filepath.Join(dir, dcp.MetadataFile)
-	ranks, _ := filepath.Glob(filepath.Join(dir, "__*"+dcp.MetadataFile))
+	mdPath := store.Join(dir, dcp.MetadataFile)
+	ranks := store.Glob(dir, "__*"+dcp.MetadataFile)
 	for _, p := range append([]string{mdPath}, ranks...) {
 		if s.covered[p] {
 			continue
 		}
 		s.covered[p] = true
-		b, err := os.ReadFile(p)
+		b, err := store.ReadFile(p, maxRemoteScan)
 		if err != nil {
 			s.problem(p, -1, statedict.ErrCorrupt, "%v", err)
 			continue
@@ -33,7 +34,7 @@ func (s *scanner) dcpFolder(dir, only string) {
 		s.layout(p, layoutDCPMetadata)
 		s.plainPickle(p, b)
 	}
-	b, err := os.ReadFile(mdPath)
+	b, err := store.ReadFile(mdPath, maxRemoteScan)
 	if err != nil {
 		return
 	}
@@ -42,12 +43,14 @@ func (s *scanner) dcpFolder(dir, only string) {
 		s.problem(mdPath, -1, statedict.ErrCorrupt, "the data files' items cannot be located: %v", err)
 		return
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		s.problem(dir, -1, statedict.ErrCorrupt, "%v", err)
-		return
+	var root *os.Root
+	if !store.IsRemote(dir) {
+		if root, err = os.OpenRoot(dir); err != nil {
+			s.problem(dir, -1, statedict.ErrCorrupt, "%v", err)
+			return
+		}
+		defer root.Close()
 	}
-	defer root.Close()
 	byFile := map[string][]dcp.StorageEntry{}
 	for _, e := range md.Storage {
 		byFile[e.RelativePath] = append(byFile[e.RelativePath], e)
@@ -58,24 +61,24 @@ func (s *scanner) dcpFolder(dir, only string) {
 	}
 	sort.Strings(rels)
 	for _, rel := range rels {
-		path := filepath.Join(dir, filepath.FromSlash(rel))
-		if only != "" && filepath.Base(path) != only || s.covered[path] {
+		path := store.Join(dir, rel)
+		if only != "" && store.Base(path) != only || s.covered[path] {
 			continue
 		}
 		s.covered[path] = true
 		s.layout(path, layoutDCPData)
 		// The root refuses names and symlinks that leave the folder.
-		if _, err := root.Stat(filepath.FromSlash(rel)); err != nil {
+		if _, err := statIn(root, path, rel); err != nil {
 			s.problem(path, -1, statedict.ErrCorrupt, "data file named by %s: %v", dcp.MetadataFile, err)
 			continue
 		}
-		f, err := mmap.Open(path)
+		data, done, err := readWhole(path)
 		if err != nil {
 			s.problem(path, -1, statedict.ErrCorrupt, "%v", err)
 			continue
 		}
-		s.dcpFile(path, f.Bytes(), byFile[rel], md)
-		f.Close()
+		s.dcpFile(path, data, byFile[rel], md)
+		done()
 	}
 }
 
@@ -143,4 +146,38 @@ func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry, 
 	if at < size {
 		s.problem(path, at, statedict.ErrCorrupt, "%d bytes belong to no item of %s", size-at, dcp.MetadataFile)
 	}
+}
+
+// statIn stats rel in the local folder root (which refuses names and links that leave it),
+// or the object path when the folder is remote (objects have no links).
+func statIn(root *os.Root, path, rel string) (fs.FileInfo, error) {
+	if root == nil {
+		return store.Stat(path)
+	}
+	return root.Stat(filepath.FromSlash(rel))
+}
+
+// maxRemoteScan bounds a file scanned from object storage: the scanner checks every byte
+// of a file's layout, so a remote one is read into memory whole.
+const maxRemoteScan = 2 << 30
+
+// readWhole returns the bytes of the file at path: its mapping, or for an object its
+// content read whole (up to maxRemoteScan). done releases them.
+func readWhole(path string) ([]byte, func(), error) {
+	f, err := store.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if b, ok := store.Bytes(f); ok {
+		return b, func() { f.Close() }, nil
+	}
+	defer f.Close()
+	if f.Size() > maxRemoteScan {
+		return nil, nil, fmt.Errorf("%w: %d bytes in object storage; scan reads a remote file whole and only up to %d bytes: copy it to local disk to scan it", statedict.ErrUnsupported, f.Size(), int64(maxRemoteScan))
+	}
+	b, err := store.ReadRange(f, 0, f.Size())
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, func() {}, nil
 }

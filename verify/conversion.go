@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
@@ -225,7 +226,7 @@ func parseConvertArgs(args []string, dir string) (*Conversion, []string, error) 
 		}
 		if !filepath.IsAbs(file) && dir != "" {
 			if _, err := optimizerstate.ReadNames(file); err != nil {
-				file = filepath.Join(dir, file)
+				file = store.Join(dir, file)
 			}
 		}
 		names, err := optimizerstate.ReadNames(file)

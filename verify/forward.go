@@ -3,13 +3,12 @@ package verify
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -206,10 +205,10 @@ func configs(sck, dck *statedict.Checkpoint, given []byte) ([]byte, []byte, erro
 // ownConfig reads config.json inside a checkpoint folder or beside a checkpoint file.
 func ownConfig(path string) ([]byte, error) {
 	dir := path
-	if st, err := os.Stat(path); err == nil && !st.IsDir() {
-		dir = filepath.Dir(path)
+	if st, err := store.Stat(path); err == nil && !st.IsDir() {
+		dir = store.Dir(path)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	b, err := store.ReadFile(store.Join(dir, "config.json"), 64<<20)
 	if err != nil {
 		return nil, fmt.Errorf("%s: no config.json", path)
 	}

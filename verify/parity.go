@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"github.com/ckpt-dev/ckpt/internal/plural"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -216,7 +216,7 @@ func conversionFor(dst string, opts ParityOptions) (*Conversion, string, []strin
 		if err != nil {
 			return nil, "", nil, err
 		}
-		if _, err := os.Stat(p); err != nil {
+		if _, err := store.Stat(p); err != nil {
 			return Standard(), "", nil, nil
 		}
 		mpath = p
@@ -225,7 +225,7 @@ func conversionFor(dst string, opts ParityOptions) (*Conversion, string, []strin
 	if err != nil {
 		return nil, "", nil, err
 	}
-	conv, warn, err := FromManifest(m, filepath.Dir(mpath))
+	conv, warn, err := FromManifest(m, store.Dir(mpath))
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("%s: %w", mpath, err)
 	}
@@ -430,7 +430,7 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 // took along into the output folder.
 func alongside(ctx context.Context, sck, dck *statedict.Checkpoint, conv *Conversion, rep *ParityReport) error {
 	if dck.Format != "hf" {
-		if st, err := os.Stat(dck.Path); err != nil || !st.IsDir() {
+		if st, err := store.Stat(dck.Path); err != nil || !st.IsDir() {
 			return nil
 		}
 	}
@@ -438,14 +438,14 @@ func alongside(ctx context.Context, sck, dck *statedict.Checkpoint, conv *Conver
 		if !hf.IsTrainerState(f) {
 			continue
 		}
-		d := filepath.Join(dck.Path, f)
-		if _, err := os.Stat(d); err != nil {
+		d := store.Join(dck.Path, f)
+		if _, err := store.Stat(d); err != nil {
 			if dck.Format == "hf" && errors.Is(err, os.ErrNotExist) {
 				rep.Problems = append(rep.Problems, ParityProblem{Tensor: f, Kind: "missing"})
 			}
 			continue
 		}
-		sub, err := parity(ctx, filepath.Join(sck.Path, f), d, conv.alongside())
+		sub, err := parity(ctx, store.Join(sck.Path, f), d, conv.alongside())
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -27,10 +28,10 @@ type replica struct {
 // release closes them. A folder without a sharding manifest has none.
 func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica, release func(), err error) {
 	release = func() {}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+	if st, err := store.Stat(dir); err != nil || !st.IsDir() {
 		return nil, release, nil
 	}
-	b, err := os.ReadFile(filepath.Join(dir, safetensors.ShardingFile))
+	b, err := store.ReadFile(store.Join(dir, safetensors.ShardingFile), -1)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, release, nil
@@ -43,7 +44,7 @@ func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica,
 	// load, and are checked here against the same expected values.
 	var m safetensors.Sharding
 	if err := json.Unmarshal(b, &m); err != nil || m.Format != safetensors.ShardingFormat || m.Version != 1 || len(m.Files) != m.WorldSize {
-		return nil, release, fmt.Errorf("%s: %w: not a version 1 sharding manifest (%v)", filepath.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, err)
+		return nil, release, fmt.Errorf("%s: %w: not a version 1 sharding manifest (%v)", store.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, err)
 	}
 	opened := map[int]map[string]*statedict.Tensor{}
 	var cks []io.Closer
@@ -57,9 +58,9 @@ func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica,
 			return ts, nil
 		}
 		if r < 0 || r >= len(m.Files) || !filepath.IsLocal(m.Files[r]) {
-			return nil, fmt.Errorf("%s: %w: rank %d's file", filepath.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, r)
+			return nil, fmt.Errorf("%s: %w: rank %d's file", store.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, r)
 		}
-		ck, err := formats.Open(filepath.Join(dir, m.Files[r]))
+		ck, err := formats.Open(store.Join(dir, m.Files[r]))
 		if err != nil {
 			return nil, err
 		}

@@ -21,7 +21,7 @@ func newCheckCmd() *cobra.Command {
 DCP directory) and compares it with the manifest convert wrote beside it (OUTPUT.ckpt-manifest.json)
 or inside it (ckpt-manifest.json): every tensor the manifest lists must be present with the
 recorded dtype, shape, size and xxhash64 of its bytes, and no other tensor may be present.
-Run it after copying a checkpoint to a TPU VM or a bucket mount. Exits 5 naming the first
+Run it after copying a checkpoint to a TPU VM, or on a gs:// or s3:// output. Exits 5 naming the first
 problem when the checkpoint differs from its manifest.`,
 		Args: positional("OUTPUT", "ckpt check model_tpu.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -15,6 +15,7 @@ import (
 // missing or wrong, suggest the nearest value and recognize paths ckpt does not read
 // (issue 15, item 5); the usual aliases are accepted.
 func TestArgumentErrorsTeach(t *testing.T) {
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
 	src := "../../testdata/torch/training_cuda.pt"
 	cases := []struct {
 		args []string
@@ -27,8 +28,8 @@ func TestArgumentErrorsTeach(t *testing.T) {
 		{[]string{"convert", "--format", "safetensor", src, "y.pt"}, exitUsage, "did you mean safetensors?"},
 		{[]string{"convert", "--to", "gpu", src, "y.pt"}, exitUsage, "one of tpu or cpu"},
 		{[]string{"convert", "--nonsense", src, "y.pt"}, exitUsage, "unknown flag"},
-		{[]string{"inspect", "gs://bucket/run/step-1000"}, exitFailure, "is in object storage"},
-		{[]string{"inspect", "s3://bucket/ckpt.pt"}, exitFailure, "mount the bucket"},
+		{[]string{"inspect", "gs://b/run/step-1000"}, exitFailure, "not a valid bucket name"},
+		{[]string{"inspect", "s3://user:secret@bucket/ckpt.pt"}, exitFailure, "takes no user information"},
 		{[]string{"inspect", "Qwen/Qwen3-0.6B"}, exitFailure, "hf download Qwen/Qwen3-0.6B"},
 		{[]string{"inspect", "a.pt", "b.pt"}, exitUsage, "1 extra argument"},
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -85,6 +87,10 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			return positional("SRC DST", "ckpt convert --to tpu model.pt model_tpu.pt")(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if args[0], err = sourcePath(args[0]); err != nil {
+				return err
+			}
 			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, WeightsOnly: weightsOnly, ToolVersion: toolVersion(),
 				Args: recordedArgs(cmd, args, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, compressChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype"))}
 			to, err := targetChoice.parse(to)
@@ -314,14 +320,14 @@ func parseDType(c choice, s string) (statedict.DType, error) {
 //     folder DST writes a file inside it named after the source, as cp does.
 //   - Otherwise DST is a torch.save file.
 func destination(src, dst, format string) (string, convert.Format, error) {
-	st, err := os.Stat(src)
+	st, err := store.Stat(src)
 	srcDir := err == nil && st.IsDir()
-	dstSt, err := os.Stat(dst)
+	dstSt, err := store.Stat(dst)
 	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || err == nil && dstSt.IsDir()
-	ext := strings.ToLower(filepath.Ext(dst))
+	ext := strings.ToLower(path.Ext(filepath.ToSlash(dst)))
 	inside := func(f convert.Format, suffix string) (string, convert.Format, error) {
-		base := strings.TrimSuffix(filepath.Base(filepath.Clean(src)), filepath.Ext(src))
-		return filepath.Join(dst, base+suffix), f, nil
+		base := strings.TrimSuffix(store.Base(src), path.Ext(store.Base(src)))
+		return store.Join(dst, base+suffix), f, nil
 	}
 	switch format {
 	case "torch":
@@ -357,7 +363,7 @@ func destination(src, dst, format string) (string, convert.Format, error) {
 
 // isDCP reports whether the folder dir is a torch.distributed.checkpoint directory.
 func isDCP(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, ".metadata"))
+	_, err := store.Stat(store.Join(dir, ".metadata"))
 	return err == nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/remap"
@@ -95,14 +96,8 @@ func describe(err error) error {
 		msg = strings.Replace(msg, oe.Error(), "--"+oe.Option+" "+oe.Err.Error(), 1)
 	}
 	var ae *optimizerstate.AmbiguousError
-	var pe *fs.PathError
-	if errors.As(err, &pe) && errors.Is(err, fs.ErrNotExist) {
-		if hint := pathHint(pe.Path); hint != "" {
-			msg += "; " + hint
-		}
-	}
 	switch {
-	case errors.Is(err, atomicfile.ErrExists):
+	case errors.Is(err, atomicfile.ErrExists), errors.Is(err, store.ErrExists):
 		msg += " (--force replaces an earlier output)"
 	case errors.As(err, &ae):
 		msg += " (--optimizer-names FILE)"

@@ -76,6 +76,9 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 					return err
 				}
 			}
+			if args[0], err = sourcePath(args[0]); err != nil {
+				return err
+			}
 			m, err := forward.Open(args[0], opts)
 			if err != nil {
 				return err

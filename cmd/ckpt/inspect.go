@@ -35,6 +35,10 @@ grad scalers, counters and RNG states; it exits with status 4 when an optimizer 
 not fit its model or cannot be mapped unambiguously.`,
 		Args: positional("PATH", "ckpt inspect model.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if args[0], err = sourcePath(args[0]); err != nil {
+				return err
+			}
 			ck, err := formats.Open(args[0])
 			if err != nil {
 				return err

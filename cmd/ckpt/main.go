@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ckpt-dev/ckpt/formats/store"
+	_ "github.com/ckpt-dev/ckpt/formats/store/bucket" // gs:// and s3:// paths
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	english "github.com/ckpt-dev/ckpt/internal/plural"
 	"github.com/spf13/cobra"
@@ -39,7 +41,7 @@ func main() {
 // 128+signal.
 func removePartialOnSignal(sigs <-chan os.Signal) {
 	s := (<-sigs).(syscall.Signal)
-	if n := atomicfile.RemovePending(); n > 0 {
+	if n := atomicfile.RemovePending() + store.AbortPending(); n > 0 {
 		fmt.Fprintf(os.Stderr, "ckpt: %s: removed %s\n", s, plural(n, "partial output"))
 	}
 	os.Exit(128 + int(s))
@@ -98,6 +100,12 @@ func newRoot() *cobra.Command {
 		Long: `ckpt reads PyTorch checkpoints — torch.save files, safetensors, Hugging Face folders,
 torch.distributed.checkpoint directories — without executing any pickle code, and converts
 them for TorchTPU: device tags, dtypes, names, quantization and training state.
+
+Paths may be local, gs://bucket/prefix or s3://bucket/prefix (credentials from the
+environment: Application Default Credentials, the AWS SDK chain; STORAGE_EMULATOR_HOST and
+AWS_ENDPOINT_URL_S3 name emulators), or ORG/NAME[@REVISION], a model in the local Hugging
+Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub; a local path that exists
+wins).
 
 ` + exitCodes,
 		SilenceUsage:  true,

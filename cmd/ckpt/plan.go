@@ -74,6 +74,9 @@ Activations, gradients and XLA's workspace come on top. Exit status 6: does not 
 			if err != nil {
 				return err
 			}
+			if args[0], err = sourcePath(args[0]); err != nil {
+				return err
+			}
 			ck, err := formats.Open(args[0])
 			if err != nil {
 				return err

@@ -86,6 +86,10 @@ torch does not load, or no pickle at all); 0 when every pickle was found and eve
 is allowed.`,
 		Args: positional("PATH", "ckpt scan model.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if args[0], err = sourcePath(args[0]); err != nil {
+				return err
+			}
 			res, err := formats.Scan(args[0])
 			if err != nil {
 				return err

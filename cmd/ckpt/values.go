@@ -5,6 +5,9 @@ import (
 	"os"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/hf"
+	"github.com/ckpt-dev/ckpt/formats/store"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -101,16 +104,23 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// pathHint explains a path that names a checkpoint where ckpt does not look: a bucket URL
-// or a Hugging Face repository id.
-func pathHint(p string) string {
-	switch {
-	case strings.HasPrefix(p, "gs://"), strings.HasPrefix(p, "s3://"):
-		return fmt.Sprintf("%s is in object storage: copy it to a local disk (gcloud storage cp -r / aws s3 cp --recursive) or mount the bucket (gcsfuse, mountpoint-s3), then give the local path", p)
-	case strings.Count(p, "/") == 1 && !strings.HasPrefix(p, ".") && !strings.HasPrefix(p, "/") && !strings.ContainsAny(p, `\:`):
-		return fmt.Sprintf("%s looks like a Hugging Face repository id: download it first (hf download %s --local-dir DIR) and give DIR", p, p)
+// sourcePath resolves a checkpoint argument: a local path that exists is itself (it wins
+// over a repository id of the same spelling), a gs:// or s3:// URL is read from its
+// bucket, and ORG/NAME[@REVISION] is the snapshot of that Hugging Face repository in the
+// local hub cache ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub) — never
+// downloaded; when it is not there the error says how to get it.
+func sourcePath(p string) (string, error) {
+	if store.IsRemote(p) {
+		return p, nil
 	}
-	return ""
+	if _, err := os.Lstat(p); err == nil {
+		return p, nil
+	}
+	id, ok := hf.ParseRepoID(p)
+	if !ok || strings.HasPrefix(p, ".") {
+		return p, nil
+	}
+	return hf.Snapshot(hf.CacheDir(), id)
 }
 
 // recordedArgs is the command line as a manifest records it: the program, the command,

@@ -77,7 +77,14 @@ the source's logits (implies --forward).
 Exits 0 on parity (and, with --forward, agreement), 5 naming every problem otherwise.`,
 		Args: positional("SRC DST", "ckpt verify model.pt model_tpu.safetensors"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			src, dst := args[0], args[1]
+			src, err := sourcePath(args[0])
+			if err != nil {
+				return err
+			}
+			dst, err := sourcePath(args[1])
+			if err != nil {
+				return err
+			}
 			if emit != "" {
 				fwd = true
 			}
@@ -97,7 +104,6 @@ Exits 0 on parity (and, with --forward, agreement), 5 naming every problem other
 				popts.Manifest = "-"
 			}
 			rep := &verifyReport{}
-			var err error
 			if rep.Tensors, err = verify.Parity(cmd.Context(), src, dst, popts); err != nil {
 				return err
 			}

@@ -27,8 +27,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
-	"github.com/ckpt-dev/ckpt/internal/mmap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -86,24 +86,37 @@ func (e *Error) Is(target error) bool {
 	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
 }
 
+// maxMetadata bounds the .metadata file read from object storage (a local one is read as
+// the file system gives it).
+const maxMetadata = 1 << 30
+
 // Open reads the DCP checkpoint in folder dir. The checkpoint's Root is the nested state
 // dict rebuilt from planner_data as torch's dcp_to_torch_save nests it: tensors are
 // *statedict.Tensor (a multi-chunk tensor is a contiguous tensor whose storage assembles
 // the chunks on demand), non-tensor values are what their embedded torch.save archives
 // hold. The data files stay mapped until the checkpoint is closed.
 func Open(dir string) (*statedict.Checkpoint, error) {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, err
+	var root *os.Root
+	if !store.IsRemote(dir) {
+		var err error
+		if root, err = os.OpenRoot(dir); err != nil {
+			return nil, err
+		}
+		defer root.Close()
 	}
-	defer root.Close()
-	mdPath := filepath.Join(dir, MetadataFile)
-	data, err := root.ReadFile(MetadataFile)
+	mdPath := store.Join(dir, MetadataFile)
+	var data []byte
+	var err error
+	if root != nil {
+		data, err = root.ReadFile(MetadataFile)
+	} else {
+		data, err = store.ReadFile(mdPath, maxMetadata)
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			if ranks, _ := filepath.Glob(filepath.Join(dir, "__*.metadata")); len(ranks) > 0 {
+			if ranks := store.Glob(dir, "__*.metadata"); len(ranks) > 0 {
 				return nil, fmt.Errorf("%s: %w: no %s but per-rank %s files (saved without collectives); they are not merged",
-					dir, ErrUnsupported, MetadataFile, filepath.Base(ranks[0]))
+					dir, ErrUnsupported, MetadataFile, store.Base(ranks[0]))
 			}
 		}
 		return nil, fmt.Errorf("%s: %w", mdPath, err)
@@ -112,7 +125,7 @@ func Open(dir string) (*statedict.Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := reader{dir: dir, root: root, md: md, files: map[string]*mmap.File{}, blobs: map[blobKey]*blob{},
+	r := reader{dir: dir, root: root, md: md, files: map[string]store.File{}, blobs: map[blobKey]*blob{},
 		shards: map[*statedict.Tensor][]statedict.Shard{}, ranks: map[int]bool{}}
 	values, err := r.values()
 	if err == nil {
@@ -134,9 +147,9 @@ func Open(dir string) (*statedict.Checkpoint, error) {
 // reader turns metadata entries into values, mapping each data file once.
 type reader struct {
 	dir   string
-	root  *os.Root // the folder: data files must resolve inside it, symlinks included
+	root  *os.Root // a local folder: data files must resolve inside it, symlinks included
 	md    *Metadata
-	files map[string]*mmap.File
+	files map[string]store.File
 	order []string // relative paths in the order mapped, for closing
 	blobs map[blobKey]*blob
 	// shards are the chunks each tensor was read from, with the rank whose file stores
@@ -187,9 +200,23 @@ func FileRank(rel string) (int, bool) {
 	return n, true
 }
 
-// slice maps the entry's file and returns the entry's bytes, checked to lie inside it.
+// slice returns the entry's bytes: a slice of its mapped file, or read from an object.
 func (r *reader) slice(e *StorageEntry) ([]byte, string, error) {
-	path := filepath.Join(r.dir, filepath.FromSlash(e.RelativePath))
+	f, path, err := r.file(e)
+	if err != nil {
+		return nil, path, err
+	}
+	b, err := store.ReadRange(f, e.Offset, e.Length)
+	if err != nil {
+		return nil, path, &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: e.Offset, Err: err}
+	}
+	return b, path, nil
+}
+
+// file opens the entry's file (once per file: mapped, or an object read in ranges) and
+// checks the entry's bytes lie inside it.
+func (r *reader) file(e *StorageEntry) (store.File, string, error) {
+	path := store.Join(r.dir, e.RelativePath)
 	fail := func(off int64, format string, args ...any) error {
 		return &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: off, Err: fmt.Errorf(format, args...)}
 	}
@@ -201,11 +228,13 @@ func (r *reader) slice(e *StorageEntry) ([]byte, string, error) {
 		// ReadMetadata refused names that leave the folder; the root also refuses symlinks
 		// that do. (The file is then mapped by name: a symlink swapped in between is a race
 		// this reader does not defend against.)
-		if _, err := r.root.Stat(filepath.FromSlash(e.RelativePath)); err != nil {
-			return nil, path, fail(-1, "data file: %w", err)
+		if r.root != nil {
+			if _, err := r.root.Stat(filepath.FromSlash(e.RelativePath)); err != nil {
+				return nil, path, fail(-1, "data file: %w", err)
+			}
 		}
 		var err error
-		if f, err = mmap.Open(path); err != nil {
+		if f, err = store.Open(path); err != nil {
 			return nil, path, fail(-1, "data file: %w", err)
 		}
 		r.files[e.RelativePath] = f
@@ -214,7 +243,7 @@ func (r *reader) slice(e *StorageEntry) ([]byte, string, error) {
 	if e.Offset > f.Size() || e.Length > f.Size()-e.Offset {
 		return nil, path, fail(e.Offset, "stored range of %d bytes runs past the end of the %d-byte file", e.Length, f.Size())
 	}
-	return f.Bytes()[e.Offset : e.Offset+e.Length], path, nil
+	return f, path, nil
 }
 
 // bytesItem decodes a non-tensor value: a torch.save archive of the Python object.
@@ -275,7 +304,7 @@ func (r *reader) tensor(fqn string, t *TensorMeta) (out *statedict.Tensor, _ err
 	}
 	asm, err := NewChunked(t.DType, t.Size, chunks)
 	if err != nil {
-		return nil, &Error{File: filepath.Join(r.dir, MetadataFile), FQN: fqn, Offset: -1, Err: err}
+		return nil, &Error{File: store.Join(r.dir, MetadataFile), FQN: fqn, Offset: -1, Err: err}
 	}
 	out = asm.Tensor(fqn)
 	out.Storage.File = r.dir
@@ -285,7 +314,7 @@ func (r *reader) tensor(fqn string, t *TensorMeta) (out *statedict.Tensor, _ err
 // chunk decodes one stored chunk and checks it against the metadata.
 func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta) (*statedict.Tensor, error) {
 	e, _ := r.md.Lookup(fqn, c.Offsets)
-	b, path, err := r.slice(e)
+	f, path, err := r.file(e)
 	if err != nil {
 		return nil, err
 	}
@@ -294,12 +323,18 @@ func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta) (*statedi
 	}
 	if z, _ := compressed(e.TransformDescriptors); z {
 		// Inflated when read: the metadata says what the item holds.
-		return r.zstdTensor(fqn, path, e, b, dtype, c.Sizes), nil
+		return r.zstdTensor(fqn, path, e, f, dtype, c.Sizes), nil
+	}
+	// The item's first bytes say what it is: an archive, or a safetensors blob whose header
+	// length and JSON start follow.
+	head := make([]byte, min(f.Size()-e.Offset, 512))
+	if n, err := f.ReadAt(head, e.Offset); n < len(head) {
+		return nil, fail(fmt.Errorf("reading the item: %w", err))
 	}
 	var t *statedict.Tensor
 	switch {
-	case bytes.HasPrefix(b, torchzip.Magic):
-		v, err := torchzip.Decode(b, path, e.Offset)
+	case bytes.HasPrefix(head, torchzip.Magic):
+		v, err := torchzip.DecodeAt(f, e.Offset, e.Length, path)
 		if err != nil {
 			return nil, fail(err)
 		}
@@ -307,7 +342,7 @@ func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta) (*statedi
 		if t, ok = v.(*statedict.Tensor); !ok {
 			return nil, fail(fmt.Errorf("the embedded archive holds a %T, not a tensor", v))
 		}
-	case looksLikeSafetensors(r.files[e.RelativePath].Bytes()[e.Offset:]):
+	case looksLikeSafetensorsAt(f, e.Offset, head):
 		if t, err = r.safetensorsChunk(e, path); err != nil {
 			return nil, fail(err)
 		}

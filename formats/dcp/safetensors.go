@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -52,6 +53,22 @@ func looksLikeSafetensors(b []byte) bool {
 		return c == '{'
 	}
 	return false
+}
+
+// looksLikeSafetensorsAt applies looksLikeSafetensors to the blob at off in f, whose first
+// bytes are head: the header length it starts with is checked against the file's size.
+func looksLikeSafetensorsAt(f store.File, off int64, head []byte) bool {
+	if len(head) < 9 {
+		return false
+	}
+	if d, ok := store.Bytes(f); ok {
+		return looksLikeSafetensors(d[off:])
+	}
+	n := binary.LittleEndian.Uint64(head)
+	if n < 2 || n > uint64(f.Size()-off-8) {
+		return false
+	}
+	return looksLikeSafetensors(head[:min(uint64(len(head)), 8+n)])
 }
 
 // safetensorsChunk returns the chunk e names from the safetensors blob starting at e.Offset.
@@ -99,8 +116,14 @@ func (r *reader) safetensorsChunk(e *StorageEntry, path string) (*statedict.Tens
 		return nil, fmt.Errorf("the safetensors blob holds %d bytes for the chunk, the metadata says %d", ti.Size(), e.Length)
 	}
 	start := e.Offset + bl.hdr.DataStart + ti.Begin
-	st := statedict.NewMappedStorage(e.FQN, "cpu", d, f.Bytes()[start:start+ti.Size()])
-	st.File, st.Offset = path, start
+	var st *statedict.Storage
+	if b, ok := store.Bytes(f); ok {
+		st = statedict.NewMappedStorage(e.FQN, "cpu", d, b[start:start+ti.Size()])
+		st.Offset = start
+	} else {
+		st = statedict.NewReaderStorage(e.FQN, "cpu", d, f, start, ti.Size())
+	}
+	st.File = path
 	t := &statedict.Tensor{DType: d, Shape: shape, Strides: statedict.ContiguousStrides(shape), Storage: st}
 	if err := t.Validate(); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/klauspost/compress/zstd"
@@ -90,7 +91,8 @@ func (m *Metadata) Inflate(e *StorageEntry, b []byte) ([]byte, error) {
 // so a conversion streaming tensors holds one item per reader at a time, never the
 // checkpoint. The item's archive is checked against the metadata's dtype and shape then.
 type zstdChunk struct {
-	data       []byte // the compressed item, a slice of the mapped data file
+	src        io.ReaderAt // the data file: the compressed item is length bytes at off
+	length     int64
 	path, fqn  string
 	off        int64 // the item's offset in path, for errors
 	dtype      statedict.DType
@@ -102,12 +104,12 @@ type zstdChunk struct {
 }
 
 // chunkTensor returns the chunk as a tensor over a zstdChunk.
-func (r *reader) zstdTensor(fqn, path string, e *StorageEntry, data []byte, dtype statedict.DType, sizes []int64) *statedict.Tensor {
+func (r *reader) zstdTensor(fqn, path string, e *StorageEntry, f io.ReaderAt, dtype statedict.DType, sizes []int64) *statedict.Tensor {
 	n := int64(dtype.Size())
 	for _, d := range sizes {
 		n *= d
 	}
-	z := &zstdChunk{data: data, path: path, fqn: fqn, off: e.Offset, dtype: dtype, shape: slices.Clone(sizes), size: n}
+	z := &zstdChunk{src: f, length: e.Length, path: path, fqn: fqn, off: e.Offset, dtype: dtype, shape: slices.Clone(sizes), size: n}
 	st := statedict.NewReaderStorage(fqn, "cpu", dtype, z, 0, n)
 	st.File = path
 	return &statedict.Tensor{DType: dtype, Shape: slices.Clone(sizes), Strides: statedict.ContiguousStrides(sizes), Storage: st}
@@ -140,7 +142,11 @@ func (z *zstdChunk) ReadAt(p []byte, off int64) (int, error) {
 
 // inflate decompresses the item and returns the chunk's contiguous bytes.
 func (z *zstdChunk) inflate() ([]byte, error) {
-	b, err := decompress(z.data, z.size+1<<20)
+	data, err := store.ReadRange(z.src, z.off, z.length)
+	if err != nil {
+		return nil, err
+	}
+	b, err := decompress(data, z.size+1<<20)
 	if err != nil {
 		return nil, err
 	}

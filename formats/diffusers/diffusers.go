@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -34,7 +35,7 @@ const IndexFile = "model_index.json"
 
 // Detect reports whether dir is a pipeline root.
 func Detect(dir string) bool {
-	st, err := os.Stat(filepath.Join(dir, IndexFile))
+	st, err := store.Stat(store.Join(dir, IndexFile))
 	return err == nil && st.Mode().IsRegular()
 }
 
@@ -83,7 +84,7 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 			ck.Close()
 		}
 	}()
-	index, err := os.ReadFile(filepath.Join(dir, IndexFile))
+	index, err := store.ReadFile(store.Join(dir, IndexFile), -1)
 	if err != nil {
 		return nil, err
 	}
@@ -95,8 +96,8 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 	listed := map[string]bool{}
 	for _, name := range names {
 		listed[name] = true
-		sub := filepath.Join(dir, name)
-		if st, err := os.Stat(sub); err != nil || !st.IsDir() {
+		sub := store.Join(dir, name)
+		if st, err := store.Stat(sub); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("%s: %w: %s lists the component %s, which has no folder", dir, statedict.ErrCorrupt, IndexFile, name)
 		}
 		if !folder.Confined(name) {
@@ -131,7 +132,7 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 	if len(ck.Components) == 0 {
 		return nil, fmt.Errorf("%s: %w: none of the components %s lists (%s) holds weights", dir, statedict.ErrCorrupt, IndexFile, strings.Join(names, ", "))
 	}
-	entries, err := os.ReadDir(dir)
+	entries, err := store.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +156,7 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 // their paths in the pipeline, nested folders included.
 func filesOf(dir, name string) ([]string, error) {
 	var out []string
-	err := filepath.WalkDir(filepath.Join(dir, name), func(p string, d os.DirEntry, err error) error {
+	err := store.WalkDir(store.Join(dir, name), func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

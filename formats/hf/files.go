@@ -7,6 +7,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/formats/store"
 )
 
 // Folder gives read access to the files of a checkpoint folder, confined to it: a file, or
@@ -21,10 +23,16 @@ type Folder struct {
 	blobs string   // the hub cache blobs/ folder links may lead into, or ""
 	root  *os.Root // the folder (or, for a hub snapshot, its repository) opened confined
 	sub   string   // the folder's path inside root ("" or "snapshots/<rev>")
+	// remote is the folder of a gs:// or s3:// path: objects have no links, so every
+	// object under the prefix is confined.
+	remote fs.FS
 }
 
 // OpenFolder opens dir for confined reading. Close releases it.
 func OpenFolder(dir string) (*Folder, error) {
+	if store.IsRemote(dir) {
+		return &Folder{dir: dir, real: dir, remote: store.Sub(dir)}, nil
+	}
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return nil, err
@@ -46,11 +54,19 @@ func OpenFolder(dir string) (*Folder, error) {
 }
 
 // Close releases the folder.
-func (f *Folder) Close() error { return f.root.Close() }
+func (f *Folder) Close() error {
+	if f.root == nil {
+		return nil
+	}
+	return f.root.Close()
+}
 
 // Confined reports whether name (a path relative to the folder) resolves to a place the
 // folder may be read from; a missing file is not confined.
 func (f *Folder) Confined(name string) bool {
+	if f.remote != nil {
+		return fs.ValidPath(name) && store.IsFile(store.Join(f.dir, name))
+	}
 	real, err := filepath.EvalSymlinks(filepath.Join(f.real, filepath.FromSlash(name)))
 	if err != nil {
 		return false
@@ -64,7 +80,10 @@ func (f *Folder) Open(name string) (fs.File, error) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
 	}
 	if !f.Confined(name) {
-		return nil, &fs.PathError{Op: "open", Path: filepath.Join(f.dir, name), Err: ErrOutside}
+		return nil, &fs.PathError{Op: "open", Path: store.Join(f.dir, name), Err: ErrOutside}
+	}
+	if f.remote != nil {
+		return f.remote.Open(name)
 	}
 	return f.root.Open(path.Join(f.sub, name))
 }

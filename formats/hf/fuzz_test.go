@@ -3,6 +3,7 @@ package hf
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -32,6 +33,41 @@ func FuzzReadIndex(f *testing.F) {
 				t.Fatalf("accepted entry %+v", e)
 			}
 			seen[e.Name] = true
+		}
+	})
+}
+
+// FuzzParseRepoID: an accepted id maps to one cache folder name and a revision that stays
+// under refs/.
+func FuzzParseRepoID(f *testing.F) {
+	for _, s := range []string{"Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B@main", "org/name@refs/pr/1", "a/b@0123456789abcdef0123456789abcdef01234567", "../x", "a/b@../../etc", "a--b/c", "a/b/c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, ok := ParseRepoID(s)
+		if !ok {
+			return
+		}
+		if id.String() != s && id.String()+"@" != s {
+			t.Fatalf("%q parsed as %q", s, id)
+		}
+		folder := "models--" + id.Org + "--" + id.Name
+		if strings.Contains(folder, "/") || strings.Contains(folder, "..") || strings.Count(folder, "--") != 2 {
+			t.Fatalf("%q: cache folder %q", s, folder)
+		}
+		if r := id.Revision; strings.Contains(r, "..") || strings.HasPrefix(r, "/") || !filepath.IsLocal(filepath.FromSlash(r)) && r != "" {
+			t.Fatalf("%q: revision %q leaves refs/", s, r)
+		}
+	})
+}
+
+// FuzzParseRef: a refs/ file is a commit hash or refused.
+func FuzzParseRef(f *testing.F) {
+	f.Add([]byte("0123456789abcdef0123456789abcdef01234567\n"))
+	f.Add([]byte("../../x"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if c, ok := ParseRef(b); ok && (len(c) != 40 || strings.ContainsAny(c, "/.\n")) {
+			t.Fatalf("%q accepted as %q", b, c)
 		}
 	})
 }

@@ -12,12 +12,12 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -70,10 +70,10 @@ type WeightEntry struct{ Name, File string }
 // Detect reports whether dir looks like a Hugging Face folder and which format it holds.
 func Detect(dir string) (format string, ok bool) {
 	for _, l := range layouts {
-		if l.index != "" && exists(filepath.Join(dir, l.index)) {
+		if l.index != "" && exists(store.Join(dir, l.index)) {
 			return l.shardedFormat, true
 		}
-		if exists(filepath.Join(dir, l.single)) {
+		if exists(store.Join(dir, l.single)) {
 			return l.format, true
 		}
 	}
@@ -81,7 +81,7 @@ func Detect(dir string) (format string, ok bool) {
 }
 
 func exists(p string) bool {
-	st, err := os.Stat(p)
+	st, err := store.Stat(p)
 	return err == nil && st.Mode().IsRegular()
 }
 
@@ -89,10 +89,10 @@ func exists(p string) bool {
 // format detection; passing it in keeps this package independent of the readers.
 func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
 	for _, l := range layouts {
-		if l.index != "" && exists(filepath.Join(dir, l.index)) {
+		if l.index != "" && exists(store.Join(dir, l.index)) {
 			return openSharded(dir, l, openFile)
 		}
-		if exists(filepath.Join(dir, l.single)) {
+		if exists(store.Join(dir, l.single)) {
 			return openSingle(dir, l, openFile)
 		}
 	}
@@ -100,7 +100,7 @@ func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (*st
 }
 
 func openSingle(dir string, l layout, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
-	path := filepath.Join(dir, l.single)
+	path := store.Join(dir, l.single)
 	ck, err := openFile(path)
 	if err != nil {
 		return nil, err
@@ -143,7 +143,7 @@ func flatTensorDict(path string, root statedict.Value) (*statedict.Dict, error) 
 
 // ReadIndex parses an index file, keeping weight_map order and rejecting duplicate names.
 func ReadIndex(path string) (*Index, error) {
-	b, err := os.ReadFile(path)
+	b, err := store.ReadFile(path, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,7 @@ func ReadIndex(path string) (*Index, error) {
 }
 
 func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpoint, error)) (ck *statedict.Checkpoint, err error) {
-	indexPath := filepath.Join(dir, l.index)
+	indexPath := store.Join(dir, l.index)
 	idx, err := ReadIndex(indexPath)
 	if err != nil {
 		return nil, err
@@ -202,7 +202,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 		want[e.File][e.Name] = true
 	}
 	sort.Strings(shards)
-	entries, err := os.ReadDir(dir)
+	entries, err := store.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +220,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 	root := statedict.NewDict("")
 	where := map[string]string{}
 	for _, shard := range shards {
-		path := filepath.Join(dir, shard)
+		path := store.Join(dir, shard)
 		if !exists(path) {
 			return nil, fmt.Errorf("%s: %w: shard %s is missing (the index maps %d tensors to it)", indexPath, statedict.ErrCorrupt, shard, len(want[shard]))
 		}
@@ -307,7 +307,7 @@ func addFiles(ck *statedict.Checkpoint, dir string, weights map[string]bool) err
 // count when they stay inside the folder or its hub cache blobs (a Hugging Face hub cache
 // snapshot is made of them); links leading elsewhere are listed in outside, never read.
 func extraFiles(f *Folder, weights map[string]bool) (extras, ignored, outside []string, err error) {
-	entries, err := os.ReadDir(f.dir)
+	entries, err := store.ReadDir(f.dir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -317,7 +317,7 @@ func extraFiles(f *Folder, weights map[string]bool) (extras, ignored, outside []
 			continue
 		}
 		if de.Type()&fs.ModeSymlink != 0 {
-			if !exists(filepath.Join(f.dir, name)) {
+			if !exists(store.Join(f.dir, name)) {
 				continue // dangling, or a link to a folder
 			}
 			if !f.Confined(name) {

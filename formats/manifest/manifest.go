@@ -11,9 +11,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
+	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -72,23 +73,29 @@ type Tensor struct {
 // beside a file output.
 func PathFor(dst string, folder bool) string {
 	if folder {
-		return filepath.Join(dst, Name)
+		return store.Join(dst, Name)
 	}
 	return dst + "." + Name
 }
 
 // Find returns the manifest path of the existing output at path.
 func Find(path string) (string, error) {
-	st, err := os.Stat(path)
+	st, err := store.Stat(path)
 	if err != nil {
 		return "", err
+	}
+	if store.IsRemote(path) {
+		return PathFor(strings.TrimSuffix(path, "/"), st.IsDir()), nil
 	}
 	return PathFor(filepath.Clean(path), st.IsDir()), nil
 }
 
+// maxManifest bounds a manifest read: a few hundred bytes per tensor.
+const maxManifest = 1 << 30
+
 // Read reads and parses the manifest file at path.
 func Read(path string) (*Manifest, error) {
-	b, err := os.ReadFile(path)
+	b, err := store.ReadFile(path, maxManifest)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +155,7 @@ func Write(w io.Writer, m *Manifest) error {
 // manifest lists and the manifest itself — for replacing it (see atomicfile.Owner). A
 // folder without a manifest claims nothing.
 func Owned(dir string) ([]string, bool) {
-	m, err := Read(filepath.Join(dir, Name))
+	m, err := Read(store.Join(dir, Name))
 	if err != nil {
 		return nil, false
 	}

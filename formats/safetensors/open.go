@@ -4,14 +4,15 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/ckpt-dev/ckpt/internal/mmap"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // Format is the statedict.Checkpoint.Format of files opened by Open.
 const Format = "safetensors"
 
-// Open maps the safetensors file at path and validates its header. The checkpoint's Root is a
+// Open maps the safetensors file at path (or reads a gs:// or s3:// object's header, see
+// package store) and validates its header. The checkpoint's Root is a
 // *statedict.Dict of tensor name → *statedict.Tensor in data-offset order (which is the order
 // the writer laid the tensors out, see Header.Tensors). Each tensor has its own Storage, keyed
 // by the tensor name with location "cpu", whose bytes are a zero-copy slice of the mapping:
@@ -23,17 +24,19 @@ const Format = "safetensors"
 // unknown dtype strings become foreign tensors (statedict.Tensor.Foreign = the dtype string,
 // DType uint8, Shape [nbytes]) so their bytes still travel.
 func Open(path string) (*statedict.Checkpoint, error) {
-	f, err := mmap.Open(path)
+	f, err := store.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	f.Advise() // readers stream tensors in offset order, so read ahead
+	if a, ok := f.(interface{ Advise() }); ok {
+		a.Advise() // readers stream tensors in offset order, so read ahead
+	}
 	h, err := ReadHeader(f, f.Size())
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	root, err := tensors(path, f.Bytes(), h)
+	root, err := tensors(path, f, h)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -41,9 +44,11 @@ func Open(path string) (*statedict.Checkpoint, error) {
 	return &statedict.Checkpoint{Format: Format, Path: path, Root: root, Closers: []io.Closer{f}, Metadata: h.Metadata}, nil
 }
 
-// tensors builds the tensor dict of the file whose bytes are data and whose validated header
-// is h.
-func tensors(file string, data []byte, h *Header) (*statedict.Dict, error) {
+// tensors builds the tensor dict of the file whose bytes r holds and whose validated header
+// is h: storages slice a mapped file's bytes, or read an object's ranges when a tensor is
+// read.
+func tensors(file string, r io.ReaderAt, h *Header) (*statedict.Dict, error) {
+	data, mapped := store.Bytes(r)
 	root := statedict.NewDictSize("", len(h.Tensors))
 	for i := range h.Tensors {
 		ti := &h.Tensors[i]
@@ -67,10 +72,14 @@ func tensors(file string, data []byte, h *Header) (*statedict.Dict, error) {
 			t.DType = d
 		}
 		t.Strides = statedict.ContiguousStrides(t.Shape)
-		t.Storage = statedict.NewMappedStorage(ti.Name, "cpu", t.DType, data[start:start+ti.Size()])
+		if mapped {
+			t.Storage = statedict.NewMappedStorage(ti.Name, "cpu", t.DType, data[start:start+ti.Size()])
+			t.Storage.Offset = start
+			t.Storage.FileBacked = true
+		} else {
+			t.Storage = statedict.NewReaderStorage(ti.Name, "cpu", t.DType, r, start, ti.Size())
+		}
 		t.Storage.File = file
-		t.Storage.Offset = start
-		t.Storage.FileBacked = true
 		if err := t.Validate(); err != nil {
 			return nil, fail("%v", err)
 		}

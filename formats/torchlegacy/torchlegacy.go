@@ -14,8 +14,8 @@ import (
 	"math/big"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchpickle"
-	"github.com/ckpt-dev/ckpt/internal/mmap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -63,13 +63,30 @@ func (e *Error) Is(target error) bool {
 	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
 }
 
-// Open maps the file at path and reads it as a legacy torch.save stream.
+// maxRemote bounds a legacy stream read from a gs:// or s3:// object: the stream
+// interleaves pickles and raw storages, so it is read into memory whole.
+const maxRemote = 1 << 30
+
+// Open maps the file at path and reads it as a legacy torch.save stream. A gs:// or s3://
+// object (see package store) is read into memory whole, up to 1 GiB.
 func Open(path string) (*statedict.Checkpoint, error) {
-	f, err := mmap.Open(path)
+	f, err := store.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	root, err := Decode(f.Bytes(), path)
+	data, ok := store.Bytes(f)
+	if !ok {
+		if f.Size() > maxRemote {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w: a legacy (pre-1.6) torch.save stream of %d bytes in object storage; ckpt reads such streams whole and only up to %d bytes remotely: copy it to local disk", path, statedict.ErrUnsupported, f.Size(), int64(maxRemote))
+		}
+		data, err = store.ReadRange(f, 0, f.Size())
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	root, err := Decode(data, path)
 	if err != nil {
 		f.Close()
 		return nil, err

@@ -115,7 +115,7 @@ func TestDeflatedStorages(t *testing.T) {
 		if f.Name != key {
 			continue
 		}
-		raw, off, err := rawRecord(arch, f, func(_ int64, err error) error { return err })
+		raw, off, err := rawRecord(source{data: arch, size: int64(len(arch))}, f, func(_ int64, err error) error { return err })
 		if err != nil {
 			t.Fatal(err)
 		}

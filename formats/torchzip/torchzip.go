@@ -17,8 +17,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchpickle"
-	"github.com/ckpt-dev/ckpt/internal/mmap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -61,13 +61,14 @@ func (e *Error) Is(target error) bool {
 	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
 }
 
-// Open maps the file at path and reads it as a torch zip checkpoint.
+// Open reads the file at path (local: mapped; a gs:// or s3:// object: read in ranges,
+// see package store) as a torch zip checkpoint.
 func Open(path string) (*statedict.Checkpoint, error) {
-	f, err := mmap.Open(path)
+	f, err := store.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	root, err := Decode(f.Bytes(), path, 0)
+	root, err := DecodeAt(f, 0, f.Size(), path)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -79,16 +80,69 @@ func Open(path string) (*statedict.Checkpoint, error) {
 // torch.distributed.checkpoint embeds one archive per tensor). file and base name the
 // enclosing file and the archive's position in it, for error messages. Tensors alias data.
 func Decode(data []byte, file string, base int64) (statedict.Value, error) {
+	return decode(source{data: data, base: base, size: int64(len(data))}, file)
+}
+
+// DecodeAt reads the torch zip archive of size bytes at base in r, the whole file named
+// file. When r is store.Mapped, tensors alias its bytes as Decode's do; otherwise only the
+// zip directory and the small records (data.pkl, version, byteorder) are read up front and
+// every storage reads its bytes from r when a tensor is read, so a remote object is never
+// read whole.
+func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, error) {
+	if d, ok := store.Bytes(r); ok {
+		if base < 0 || size < 0 || base > int64(len(d)) || size > int64(len(d))-base {
+			return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: archive of %d bytes runs past the end of the %d-byte file", statedict.ErrCorrupt, size, len(d))}
+		}
+		return Decode(d[base:base+size], file, base)
+	}
+	return decode(source{r: r, base: base, size: size}, file)
+}
+
+// source is an archive's bytes: data in memory, or size bytes at base in r.
+type source struct {
+	data []byte
+	r    io.ReaderAt
+	base int64
+	size int64
+}
+
+// readerAt is the archive as an io.ReaderAt from its first byte.
+func (s source) readerAt() io.ReaderAt {
+	if s.data != nil {
+		return bytes.NewReader(s.data)
+	}
+	return io.NewSectionReader(s.r, s.base, s.size)
+}
+
+// slice returns n bytes at off of the archive.
+func (s source) slice(off, n int64) ([]byte, error) {
+	if s.data != nil {
+		return s.data[off : off+n], nil
+	}
+	return store.ReadRange(s.r, s.base+off, n)
+}
+
+// head returns up to the first n bytes of the archive.
+func (s source) head(n int64) []byte {
+	b, err := s.slice(0, min(n, s.size))
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+func decode(data source, file string) (statedict.Value, error) {
+	base := data.base
 	fail := func(rec string, off int64, err error) error {
 		if off >= 0 {
 			off += base
 		}
 		return &Error{File: file, Record: rec, Offset: off, Err: err}
 	}
-	if !bytes.HasPrefix(data, Magic) {
+	if !bytes.HasPrefix(data.head(int64(len(Magic))), Magic) {
 		return nil, fail("", 0, errors.New("not a torch zip archive (no PK\\x03\\x04 at the start)"))
 	}
-	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	zr, err := zip.NewReader(data.readerAt(), data.size)
 	if err != nil && !errors.Is(err, zip.ErrInsecurePath) {
 		return nil, fail("", -1, fmt.Errorf("zip: %w", err))
 	}
@@ -174,6 +228,19 @@ func Decode(data []byte, file string, base int64) (statedict.Value, error) {
 			st.File, st.BigEndian = file, bigEndian
 			return st, nil
 		}
+		if data.data == nil {
+			// Read from the file when a tensor is read, never here.
+			off, size, err := storedRange(data.size, rec, func(off int64, err error) error { return fail(rec.Name, off, err) })
+			if err != nil {
+				return nil, err
+			}
+			if nbytes > size {
+				return nil, fail(prefix+name, off, fmt.Errorf("%w: storage of %d %s elements needs %d bytes, record has %d", statedict.ErrCorrupt, req.NumEl, req.DType, nbytes, size))
+			}
+			st := statedict.NewReaderStorage(req.Key, req.Location, req.DType, data.r, base+off, nbytes)
+			st.File, st.BigEndian = file, bigEndian
+			return st, nil
+		}
 		b, off, err := read(name)
 		if err != nil {
 			return nil, err
@@ -215,18 +282,32 @@ func checkVersion(records map[string]*zip.File, read func(string) ([]byte, int64
 	return nil
 }
 
-// rawRecord returns a record's stored (possibly compressed) bytes, checked to lie inside
-// data, and their offset.
-func rawRecord(data []byte, f *zip.File, fail func(int64, error) error) ([]byte, int64, error) {
+// storedRange returns where a record's stored (possibly compressed) bytes lie in an archive
+// of size bytes, checked to lie inside it.
+func storedRange(size int64, f *zip.File, fail func(int64, error) error) (int64, int64, error) {
 	off, err := f.DataOffset()
 	if err != nil {
-		return nil, -1, fail(-1, fmt.Errorf("%w: %v", statedict.ErrCorrupt, err))
+		return -1, 0, fail(-1, fmt.Errorf("%w: %v", statedict.ErrCorrupt, err))
 	}
-	size := int64(f.CompressedSize64)
-	if size < 0 || off < 0 || off > int64(len(data)) || size > int64(len(data))-off {
-		return nil, off, fail(off, fmt.Errorf("%w: record of %d bytes runs past the end of the %d-byte archive", statedict.ErrCorrupt, f.CompressedSize64, len(data)))
+	n := int64(f.CompressedSize64)
+	if n < 0 || off < 0 || off > size || n > size-off {
+		return off, 0, fail(off, fmt.Errorf("%w: record of %d bytes runs past the end of the %d-byte archive", statedict.ErrCorrupt, f.CompressedSize64, size))
 	}
-	return data[off : off+size], off, nil
+	return off, n, nil
+}
+
+// rawRecord returns a record's stored (possibly compressed) bytes, checked to lie inside
+// the archive, and their offset.
+func rawRecord(data source, f *zip.File, fail func(int64, error) error) ([]byte, int64, error) {
+	off, n, err := storedRange(data.size, f, fail)
+	if err != nil {
+		return nil, off, err
+	}
+	b, err := data.slice(off, n)
+	if err != nil {
+		return nil, off, fail(off, err)
+	}
+	return b, off, nil
 }
 
 // maxInflatedRecord bounds a deflated record other than a storage (data.pkl, version),
@@ -236,7 +317,7 @@ const maxInflatedRecord = 1 << 30
 // record returns a record's bytes: a zero-copy slice of data for stored records, a
 // decompressed copy for deflated ones (bounded by maxInflatedRecord and the ratio cap). off
 // is the data offset within data.
-func record(data []byte, f *zip.File, fail func(int64, error) error) ([]byte, int64, error) {
+func record(data source, f *zip.File, fail func(int64, error) error) ([]byte, int64, error) {
 	raw, off, err := rawRecord(data, f, fail)
 	if err != nil {
 		return nil, off, err

@@ -15,7 +15,6 @@ package zero
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -23,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/codec"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -32,10 +32,10 @@ const Format = "deepspeed-zero"
 // Detect returns the tag folder of a ZeRO checkpoint at dir: the folder `latest` names, or
 // dir itself when it holds the ranks' *_optim_states.pt files.
 func Detect(dir string) (string, bool) {
-	if b, err := os.ReadFile(filepath.Join(dir, "latest")); err == nil {
+	if b, err := store.ReadFile(store.Join(dir, "latest"), -1); err == nil {
 		tag := strings.TrimSpace(string(b))
-		if tag != "" && filepath.Base(tag) == tag && tag != ".." && tag != "." && len(files(filepath.Join(dir, tag), optimFile)) > 0 {
-			return filepath.Join(dir, tag), true
+		if tag != "" && filepath.Base(tag) == tag && tag != ".." && tag != "." && len(files(store.Join(dir, tag), optimFile)) > 0 {
+			return store.Join(dir, tag), true
 		}
 	}
 	if len(files(dir, optimFile)) > 0 && len(files(dir, modelFile)) > 0 {
@@ -53,7 +53,7 @@ var (
 // files lists the regular files of dir matching re, in natural order (rank 10 after rank 2),
 // as zero_to_fp32's get_checkpoint_files sorts them.
 func files(dir string, re *regexp.Regexp) []string {
-	entries, err := os.ReadDir(dir)
+	entries, err := store.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
@@ -134,14 +134,14 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		}
 	}()
 	open := func(name string) (*statedict.Dict, error) {
-		ck, err := openFile(filepath.Join(dir, name))
+		ck, err := openFile(store.Join(dir, name))
 		if err != nil {
 			return nil, err
 		}
 		out.Closers = append(out.Closers, ck.Closers...)
 		d, ok := ck.Root.(*statedict.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", filepath.Join(dir, name), statedict.ErrCorrupt, ck.Root)
+			return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", store.Join(dir, name), statedict.ErrCorrupt, ck.Root)
 		}
 		return d, nil
 	}
@@ -151,7 +151,7 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		if err != nil {
 			return nil, err
 		}
-		m, err := parseModelStates(filepath.Join(dir, name), d)
+		m, err := parseModelStates(store.Join(dir, name), d)
 		if err != nil {
 			return nil, err
 		}
@@ -169,7 +169,7 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		if err != nil {
 			return nil, err
 		}
-		p := filepath.Join(dir, name)
+		p := store.Join(dir, name)
 		osd, ok := field(d, "optimizer_state_dict").(*statedict.Dict)
 		if !ok {
 			return nil, fmt.Errorf("%s: %w: no optimizer_state_dict", p, statedict.ErrCorrupt)
@@ -288,7 +288,7 @@ func CheckModelStates(path string, root statedict.Value) error {
 			t, isT := field(module, statedict.KeyString(e.Key)).(*statedict.Tensor)
 			shape, isShape := sizeOf(e.Value)
 			if isT && isShape && t.NumEl() == 0 && numel(shape) > 0 {
-				folder := filepath.Dir(path)
+				folder := store.Dir(path)
 				return fmt.Errorf("%s: %w: a DeepSpeed ZeRO-3 model-states file: its parameters are placeholders (%s is %v, its shape %v); the weights are partitioned over the *_optim_states.pt files of %s — convert that folder (or its parent, which has `latest`)",
 					path, statedict.ErrUnsupported, statedict.KeyString(e.Key), t.Shape, shape, folder)
 			}

@@ -3,11 +3,10 @@ package forward
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -106,7 +105,7 @@ func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
 		if err != nil {
 			return nil, err
 		}
-		if cfgJSON, err = os.ReadFile(p); err != nil {
+		if cfgJSON, err = store.ReadFile(p, 64<<20); err != nil {
 			return nil, err
 		}
 	}
@@ -131,11 +130,11 @@ func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
 // configPath finds config.json: inside a checkpoint folder, or beside a checkpoint file.
 func configPath(path string) (string, error) {
 	dir := path
-	if st, err := os.Stat(path); err == nil && !st.IsDir() {
-		dir = filepath.Dir(path)
+	if st, err := store.Stat(path); err == nil && !st.IsDir() {
+		dir = store.Dir(path)
 	}
-	p := filepath.Join(dir, "config.json")
-	if _, err := os.Stat(p); err != nil {
+	p := store.Join(dir, "config.json")
+	if _, err := store.Stat(p); err != nil {
 		return "", fmt.Errorf("%s: no config.json (looked for %s); give the model's config.json (ckpt forward --config FILE)", path, p)
 	}
 	return p, nil
@@ -184,7 +183,7 @@ func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options) (*weight
 	}
 	var hfq []byte
 	if p, err := configPath(ck.Path); err == nil {
-		if b, err := os.ReadFile(filepath.Join(filepath.Dir(p), quant.HFQuantConfFile)); err == nil {
+		if b, err := store.ReadFile(store.Join(store.Dir(p), quant.HFQuantConfFile), 64<<20); err == nil {
 			hfq = b
 		}
 	}

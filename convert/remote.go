@@ -1,0 +1,79 @@
+package convert
+
+import (
+	"bytes"
+	"path"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/statedict"
+	"io"
+)
+
+// createRemote starts the file name of an output in object storage: a manifest is held
+// back and uploaded by commit after every other file (its presence means the output is
+// complete); other files stream up as they are written.
+func (o *output) createRemote(name string) (io.WriteCloser, error) {
+	if path.Base(name) == manifest.Name || strings.HasSuffix(name, "."+manifest.Name) {
+		return o.lastFile(name), nil
+	}
+	w, err := o.remote.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return &remoteStream{o: o, w: w}, nil
+}
+
+// lastFile is a file of the output held in memory until commit.
+func (o *output) lastFile(name string) io.WriteCloser {
+	return &held{o: o, name: name}
+}
+
+type held struct {
+	o    *output
+	name string
+	buf  bytes.Buffer
+}
+
+func (h *held) Write(p []byte) (int, error) { return h.buf.Write(p) }
+func (h *held) Close() error {
+	h.o.mu.Lock()
+	h.o.last = append(h.o.last, store.NamedBytes{Name: h.name, Data: h.buf.Bytes()})
+	h.o.mu.Unlock()
+	return nil
+}
+
+// remoteStream is one upload: bytes pass on in pieces small enough that the source's
+// pages can be released between them, each piece first checking for cancellation.
+type remoteStream struct {
+	o *output
+	w io.WriteCloser
+}
+
+func (s *remoteStream) Write(b []byte) (int, error) {
+	var done int
+	for done < len(b) {
+		if err := s.o.ctx.Err(); err != nil {
+			return done, err
+		}
+		n, err := s.w.Write(b[done:min(len(b), done+releaseEvery/4)])
+		done += n
+		s.o.streamed(int64(n))
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// WriteRange uploads the range's bytes, feeding its sums.
+func (s *remoteStream) WriteRange(r statedict.Range) (int64, error) {
+	n, err := s.Write(r.Data)
+	for _, h := range r.Sums {
+		h.Write(r.Data[:n])
+	}
+	return int64(n), err
+}
+
+func (s *remoteStream) Close() error { return s.w.Close() }

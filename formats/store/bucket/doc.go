@@ -1,0 +1,46 @@
+// Package bucket reads and writes checkpoints in Google Cloud Storage (gs://bucket/prefix)
+// and Amazon S3 or S3-compatible stores (s3://bucket/prefix) through gocloud.dev/blob.
+// Importing it registers both schemes with package store, after which formats.Open,
+// formats.Scan, convert.Run and verify.Check take such URLs wherever they take paths:
+//
+//	import _ "github.com/ckpt-dev/ckpt/formats/store/bucket"
+//
+// # Credentials and endpoints
+//
+// Credentials come from the standard places and never from the URL (Parse refuses user
+// information, queries and fragments, so a URL in a message or a manifest holds no
+// secret): GCS uses Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud
+// auth application-default login, the metadata server); S3 uses the AWS SDK's default
+// chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared files,
+// instance and container roles) and AWS_REGION (default us-east-1). Endpoints for emulators
+// and S3-compatible stores come from STORAGE_EMULATOR_HOST=host:port (GCS, no credentials)
+// and AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (S3, addressed path-style).
+//
+// # Reading
+//
+// An object is a store.File read with ranged GETs of exactly the bytes a reader asks for:
+// opening a checkpoint reads its headers, pickles and metadata; a tensor's bytes are
+// fetched when the tensor is read, so --select and --drop read less and a host of a
+// multi-host conversion reads only its shards. Reads larger than BlockSize are split into
+// blocks fetched in parallel, a sequential reader gets Ahead blocks prefetched, at most
+// Parallel requests are in flight, and an object holds at most Ahead+1 blocks: memory is
+// bounded whatever the object's size. Transient failures (5xx, 429, resets, bodies cut
+// short) are retried Retries times with backoff.
+//
+// # Writing
+//
+// An output (store.Output) streams each file to its final name: a GCS resumable upload or
+// an S3 multipart upload, which the service makes visible only when it is finalized, so no
+// object is ever seen half-written. After each upload the stored size, MD5 (GCS,
+// single-part S3) and CRC32C (GCS) are compared with what was sent. The output writes a
+// PartialMarker object first and removes it last; its manifest is uploaded after every
+// other file, so a manifest means a complete output. Abort (an error, a cancelled context,
+// SIGINT/SIGTERM in the CLI) cancels the uploads in flight, which the services discard,
+// and removes the objects this output completed; a manifest was never written, so nothing
+// left can pass `ckpt check`.
+//
+// A destination prefix holding objects is refused unless Force is set and ckpt wrote every
+// one of them: the ckpt manifest there lists them all, or the PartialMarker says they are
+// an unfinished ckpt output. The earlier output is then removed, manifest first. Objects
+// ckpt did not write are never deleted or overwritten.
+package bucket

@@ -1,0 +1,376 @@
+package bucket
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"cloud.google.com/go/storage"
+	"github.com/googleapis/gax-go/v2"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
+
+// PartialMarker is the object an output in progress keeps beside its files (inside a
+// folder output; "NAME" + PartialMarker beside a file output) from its first upload until
+// its manifest is written: objects under a prefix holding it are an unfinished ckpt
+// output, which a later conversion with --force may remove.
+const PartialMarker = ".ckpt-partial"
+
+// UploadBuffer is the size of one upload request (a GCS resumable chunk, an S3 part).
+const UploadBuffer = 16 << 20
+
+// CreateOutput starts an output at url (see store.Output). What is already there is
+// refused unless opts.Force and ckpt wrote all of it: an earlier output whose manifest
+// lists every object, or an unfinished one that left its PartialMarker. That earlier output
+// is removed first, its manifest before anything else, so no mix of old and new ever looks
+// complete.
+func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOptions) (store.Output, error) {
+	l, err := Parse(url)
+	if err != nil {
+		return nil, err
+	}
+	if l.Key == "" {
+		return nil, fmt.Errorf("%s: %w: an output needs a prefix inside the bucket (gs://bucket/run/out)", url, statedict.ErrUnsupported)
+	}
+	b, err := f.Bucket(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	o := &output{ctx: ctx, b: b, l: l, folder: opts.Folder, done: map[string]bool{}}
+	o.ctx, o.cancel = context.WithCancel(ctx)
+	if err := o.clear(opts); err != nil {
+		o.cancel()
+		return nil, err
+	}
+	// The marker goes first: from now on every object here is this output's.
+	if err := o.put(o.key(o.marker()), []byte("ckpt output in progress\n")); err != nil {
+		o.cancel()
+		return nil, pathError("create", l, err)
+	}
+	return o, nil
+}
+
+type output struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	b      *blob.Bucket
+	l      Location
+	folder bool
+
+	mu   sync.Mutex
+	done map[string]bool // names completed (or started) by this output
+	open int
+}
+
+// marker is the name of the output's PartialMarker.
+func (o *output) marker() string {
+	if o.folder {
+		return PartialMarker
+	}
+	return "." + PartialMarker // beside the file: NAME.ckpt-partial
+}
+
+// key is the object key of name: under the folder, or for a file output "" is the file
+// and ".x" is NAME.x beside it.
+func (o *output) key(name string) string {
+	switch {
+	case o.folder:
+		return o.l.Key + "/" + name
+	case name == "":
+		return o.l.Key
+	case strings.HasPrefix(name, "."):
+		return o.l.Key + name
+	}
+	return o.l.Key + "/" + name
+}
+
+// clear checks what is at the destination and removes an earlier output ckpt wrote.
+func (o *output) clear(opts store.OutputOptions) error {
+	var there []string // keys
+	if o.folder {
+		if _, err := o.b.Attributes(o.ctx, o.l.Key); err == nil {
+			return fmt.Errorf("%s: %w: an object of that name exists; a folder output needs a free prefix", o.l, store.ErrExists)
+		}
+		objs, err := list(o.ctx, o.b, o.l.Key+"/", "")
+		if err != nil {
+			return pathError("list", o.l, err)
+		}
+		for _, ob := range objs {
+			there = append(there, ob.Key)
+		}
+	} else {
+		for _, k := range append([]string{o.l.Key, o.l.Key + o.marker()}, companions(o.l.Key, opts.Companions)...) {
+			if _, err := o.b.Attributes(o.ctx, k); err == nil {
+				there = append(there, k)
+			} else if gcerrors.Code(err) != gcerrors.NotFound {
+				return pathError("stat", o.l, err)
+			}
+		}
+		if objs, err := list(o.ctx, o.b, o.l.Key+"/", ""); err == nil && len(objs) > 0 {
+			return fmt.Errorf("%s: %w: objects lie under this name as a folder; a file output needs a free name", o.l, store.ErrExists)
+		}
+	}
+	if len(there) == 0 {
+		return nil
+	}
+	rel := func(k string) string {
+		if o.folder {
+			return strings.TrimPrefix(k, o.l.Key+"/")
+		}
+		return strings.TrimPrefix(k, o.l.Key)
+	}
+	if !opts.Force {
+		return fmt.Errorf("%s: %w: holds %d object(s) (%s…)", o.l, store.ErrExists, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
+	}
+	partial := slices.Contains(there, o.key(o.marker()))
+	if !partial {
+		var owned []string
+		ok := false
+		if o.folder && opts.Owned != nil {
+			owned, ok = opts.Owned(o.l.String())
+		} else if !o.folder {
+			// A file output's earlier copy is ckpt's when its manifest lies beside it.
+			for _, c := range companions(o.l.Key, opts.Companions) {
+				ok = ok || slices.Contains(there, c)
+			}
+			owned = append([]string{""}, func() (out []string) {
+				for _, c := range companions(o.l.Key, opts.Companions) {
+					out = append(out, rel(c))
+				}
+				return out
+			}()...)
+		}
+		if !ok {
+			return fmt.Errorf("%s: %w: holds %d object(s) no ckpt manifest there lists (%s…); ckpt never replaces what it did not write", o.l, store.ErrExists, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
+		}
+		for _, k := range there {
+			if !slices.Contains(owned, rel(k)) {
+				return fmt.Errorf("%s: %w: %s is not listed by the ckpt manifest there; ckpt never replaces what it did not write", o.l, store.ErrExists, Location{o.l.Scheme, o.l.Bucket, k})
+			}
+		}
+	}
+	// Manifests first (nothing complete-looking), then the rest, the marker last.
+	slices.SortStableFunc(there, func(a, b string) int {
+		rank := func(k string) int {
+			switch {
+			case strings.HasSuffix(k, "ckpt-manifest.json"):
+				return 0
+			case strings.HasSuffix(k, PartialMarker):
+				return 2
+			}
+			return 1
+		}
+		return rank(a) - rank(b)
+	})
+	for _, k := range there {
+		if err := retry(o.ctx, func() error { return o.b.Delete(o.ctx, k) }); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return pathError("remove", Location{o.l.Scheme, o.l.Bucket, k}, err)
+		}
+	}
+	return nil
+}
+
+// companions are the keys beside a file output that belong to it.
+func companions(key string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = key + n
+	}
+	return out
+}
+
+// writerOptions makes uploads retried on transient errors: the object is this output's,
+// so repeating a chunk or part is safe. An upload gives up after 3×Retries failures.
+func writerOptions() *blob.WriterOptions {
+	var failures atomic.Int64
+	giveUp := func(err error) bool {
+		return transient(err) && failures.Add(1) <= 3*Retries
+	}
+	return &blob.WriterOptions{
+		BufferSize:                  UploadBuffer,
+		MaxConcurrency:              4,
+		ContentType:                 "application/octet-stream",
+		DisableContentTypeDetection: true,
+		BeforeWrite: func(as func(any) bool) error {
+			var oh **storage.ObjectHandle
+			if as(&oh) {
+				*oh = (*oh).Retryer(storage.WithPolicy(storage.RetryAlways), storage.WithMaxAttempts(Retries), storage.WithErrorFunc(giveUp),
+					storage.WithBackoff(gax.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}))
+			}
+			return nil
+		},
+	}
+}
+
+// transient is the GCS client's retry test, also taking a connection closed without an
+// answer (EOF, reset) for the transient failure it is.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	return storage.ShouldRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || strings.Contains(err.Error(), "connection reset")
+}
+
+// put uploads a small object whole.
+func (o *output) put(key string, data []byte) error {
+	return retry(o.ctx, func() error { return o.b.WriteAll(o.ctx, key, data, writerOptions()) })
+}
+
+// Create starts the upload of name; the object appears when Close succeeds.
+func (o *output) Create(name string) (io.WriteCloser, error) {
+	if err := o.ctx.Err(); err != nil {
+		return nil, err
+	}
+	key := o.key(name)
+	o.mu.Lock()
+	if o.done[key] {
+		o.mu.Unlock()
+		return nil, fmt.Errorf("%s: %s written twice", o.l, name)
+	}
+	o.done[key] = true
+	o.open++
+	o.mu.Unlock()
+	w, err := o.b.NewWriter(o.ctx, key, writerOptions())
+	if err != nil {
+		return nil, pathError("create", Location{o.l.Scheme, o.l.Bucket, key}, err)
+	}
+	return &upload{o: o, key: key, w: w, md5: md5.New(), crc: crc32.New(crc32.MakeTable(crc32.Castagnoli))}, nil
+}
+
+// upload is one object being streamed up, hashed as it goes for the check after Close.
+type upload struct {
+	o      *output
+	key    string
+	w      *blob.Writer
+	md5    hash.Hash
+	crc    hash.Hash32
+	n      int64
+	closed bool
+}
+
+func (u *upload) Write(p []byte) (int, error) {
+	n, err := u.w.Write(p)
+	u.md5.Write(p[:n])
+	u.crc.Write(p[:n])
+	u.n += int64(n)
+	if err != nil {
+		err = fmt.Errorf("%s: uploading at byte %d: %w", Location{u.o.l.Scheme, u.o.l.Bucket, u.key}, u.n, err)
+	}
+	return n, err
+}
+
+// Close finishes the upload and checks what the service stored against what was sent:
+// size, MD5 (when the service reports one: GCS, single-part S3) and CRC32C (GCS).
+func (u *upload) Close() error {
+	if u.closed {
+		return nil
+	}
+	u.closed = true
+	defer func() {
+		u.o.mu.Lock()
+		u.o.open--
+		u.o.mu.Unlock()
+	}()
+	loc := Location{u.o.l.Scheme, u.o.l.Bucket, u.key}
+	if err := u.w.Close(); err != nil {
+		return pathError("upload", loc, err)
+	}
+	var attrs *blob.Attributes
+	err := retry(u.o.ctx, func() error {
+		var err error
+		attrs, err = u.o.b.Attributes(u.o.ctx, u.key)
+		return err
+	})
+	if err != nil {
+		return pathError("upload", loc, err)
+	}
+	var bad string
+	var ga storage.ObjectAttrs
+	switch {
+	case attrs.Size != u.n:
+		bad = fmt.Sprintf("%d bytes stored, %d sent", attrs.Size, u.n)
+	case len(attrs.MD5) > 0 && !bytes.Equal(attrs.MD5, u.md5.Sum(nil)):
+		bad = fmt.Sprintf("MD5 %x stored, %x sent", attrs.MD5, u.md5.Sum(nil))
+	case attrs.As(&ga) && ga.CRC32C != 0 && ga.CRC32C != u.crc.Sum32():
+		bad = fmt.Sprintf("CRC32C %08x stored, %08x sent", ga.CRC32C, u.crc.Sum32())
+	}
+	if bad != "" {
+		return fmt.Errorf("%s: %w: the upload was damaged: %s", loc, statedict.ErrCorrupt, bad)
+	}
+	return nil
+}
+
+// Commit writes last after every upload finished, then removes the marker.
+func (o *output) Commit(last []store.NamedBytes) error {
+	o.mu.Lock()
+	open := o.open
+	o.mu.Unlock()
+	if open > 0 {
+		return fmt.Errorf("%s: %d file(s) still being written at commit", o.l, open)
+	}
+	if err := o.ctx.Err(); err != nil {
+		return err
+	}
+	for _, f := range last {
+		key := o.key(f.Name)
+		o.mu.Lock()
+		o.done[key] = true
+		o.mu.Unlock()
+		if err := o.put(key, f.Data); err != nil {
+			return pathError("upload", Location{o.l.Scheme, o.l.Bucket, key}, err)
+		}
+	}
+	err := retry(o.ctx, func() error { return o.b.Delete(o.ctx, o.key(o.marker())) })
+	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		return pathError("remove", o.l, err)
+	}
+	o.mu.Lock()
+	o.done = nil // committed: Abort removes nothing
+	o.mu.Unlock()
+	o.cancel()
+	return nil
+}
+
+// Abort cancels the uploads in flight (GCS drops an unfinished resumable upload, the S3
+// uploader aborts its multipart upload: neither leaves an object) and removes the objects
+// this output completed, then its marker. Nothing it removes was written by anyone else.
+func (o *output) Abort() {
+	o.cancel()
+	o.mu.Lock()
+	done := o.done
+	o.done = nil
+	o.mu.Unlock()
+	if done == nil {
+		return
+	}
+	ctx := context.WithoutCancel(o.ctx)
+	var keys []string
+	for k := range done {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range append(keys, o.key(o.marker())) {
+		err := retry(ctx, func() error { return o.b.Delete(ctx, k) })
+		if err != nil && gcerrors.Code(err) != gcerrors.NotFound && !errors.Is(err, context.Canceled) {
+			// The marker stays when something could not be removed: a later --force
+			// conversion removes the rest.
+			return
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package buckettest
+
+import (
+	"context"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gocloud.dev/blob"
+
+	"github.com/ckpt-dev/ckpt/formats/store/bucket"
+)
+
+// PutTree uploads the file or folder at local to the gs:// or s3:// URL dst (a folder's
+// files under dst/, keeping their relative paths; links followed).
+func PutTree(ctx context.Context, local, dst string) error {
+	st, err := os.Stat(local)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return put(ctx, local, dst)
+	}
+	return filepath.WalkDir(local, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(local, p)
+		return put(ctx, p, dst+"/"+filepath.ToSlash(rel))
+	})
+}
+
+func put(ctx context.Context, local, dst string) error {
+	l, err := bucket.Parse(dst)
+	if err != nil {
+		return err
+	}
+	b, err := bucket.Default.Bucket(ctx, l)
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(local)
+	if err != nil {
+		return err
+	}
+	return b.WriteAll(ctx, l.Key, data, nil)
+}
+
+// GetTree downloads every object under the gs:// or s3:// prefix src (or the object src)
+// into the folder (or file) local, and returns the names relative to src.
+func GetTree(ctx context.Context, src, local string) ([]string, error) {
+	l, err := bucket.Parse(src)
+	if err != nil {
+		return nil, err
+	}
+	b, err := bucket.Default.Bucket(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	if data, err := b.ReadAll(ctx, l.Key); err == nil {
+		return []string{""}, os.WriteFile(local, data, 0o644)
+	}
+	var names []string
+	it := b.List(&blob.ListOptions{Prefix: l.Key + "/"})
+	for {
+		o, err := it.Next(ctx)
+		if err == io.EOF {
+			return names, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		rel := strings.TrimPrefix(o.Key, l.Key+"/")
+		data, err := b.ReadAll(ctx, o.Key)
+		if err != nil {
+			return nil, err
+		}
+		p := filepath.Join(local, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return nil, err
+		}
+		names = append(names, rel)
+	}
+}

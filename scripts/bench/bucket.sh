@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# scripts/bench/bucket.sh: ckpt convert of the 2 GiB benchmark checkpoint (.bench/llama-2g.pt,
+# made as scripts/bench/convert.sh makes it) from a GCS emulator on loopback
+# (scripts/bench/bucketserver: fake-gcs-server, objects streamed from disk) to a local file
+# and to the emulator, paired rep by rep with the same conversion local → local, so that all
+# three see the same (shared, loaded) machine. Each row: median seconds, [min–max], GB/s of
+# the median, peak RSS of the last run. Then `--select model.layers.0` from the emulator:
+# the bytes the server sent, against the object's size. REPS (default 3) runs each.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH="$PATH:/usr/local/go/bin"
+reps=${REPS:-3}
+mkdir -p .bench
+src=.bench/llama-2g.pt
+[ -f "$src" ] || scripts/oracle python scripts/bench/make_llama.py "/repo/$src" >&2
+go build -o .bench/ckpt ./cmd/ckpt
+go build -o .bench/bucketserver ./scripts/bench/bucketserver
+bytes=$(stat -c %s "$src")
+
+rm -rf .bench/gcs .bench/gcs.addr
+.bench/bucketserver -root .bench/gcs -put "$src=gs://bench/llama-2g.pt" &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+for _ in $(seq 1200); do [ -s .bench/gcs.addr ] && break; kill -0 $server || exit 1; sleep 1; done
+export STORAGE_EMULATOR_HOST=$(cat .bench/gcs.addr)
+
+now() { date +%s.%N; }
+rss() { sed -n 's/^[[:space:]]*Maximum resident set size (kbytes): //p' "$1" | awk '{printf "%.0f", $1/1024}'; }
+stats() { sort -g | awk '{a[NR]=$1} END {printf "%s %s %s", a[int((NR+1)/2)], a[1], a[NR]}'; }
+run() { # run NAME CMD...: time CMD once (output removed first), appending to .bench/NAME.times
+  local name=$1; shift
+  rm -rf .bench/out*; sync
+  local t0 t1
+  t0=$(now); /usr/bin/time -v -o ".bench/$name.time" "$@" >/dev/null; t1=$(now)
+  awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}' >>".bench/$name.times"
+}
+row() { # row LABEL NAME
+  read -r med lo hi < <(stats <".bench/$2.times")
+  awk -v n="$1" -v s="$med" -v lo="$lo" -v hi="$hi" -v b="$bytes" -v r="$(rss ".bench/$2.time")" \
+    'BEGIN { printf "| %s | %.2f [%.2f–%.2f] | %.2f | %s |\n", n, s, lo, hi, b / s / 1e9, r }'
+}
+
+rm -f .bench/*.times
+for i in $(seq "$reps"); do
+  cat "$src" >/dev/null
+  run local   .bench/ckpt convert -q --to tpu --format safetensors "$src" .bench/out.safetensors
+  run gcs2loc .bench/ckpt convert -q --to tpu --format safetensors gs://bench/llama-2g.pt .bench/out.safetensors
+  run gcs2gcs .bench/ckpt convert -q --force --to tpu --format safetensors gs://bench/llama-2g.pt gs://bench/out/llama.safetensors
+done
+echo "| run (2.11 GB bf16 torch.save → safetensors, $reps reps, paired) | seconds median [range] | GB/s | peak RSS MiB |"
+echo "|---|---|---|---|"
+row "local → local" local
+row "GCS emulator → local" gcs2loc
+row "GCS emulator → GCS emulator" gcs2gcs
+paste .bench/local.times .bench/gcs2loc.times .bench/gcs2gcs.times |
+  awk '{print $2/$1, $3/$1}' | sort -g | awk '{a[NR]=$1; b[NR]=$2} END {i=int((NR+1)/2); printf "\nmedian time ratio to local → local: GCS → local %.2f×, GCS → GCS %.2f×\n", a[i], b[i]}'
+
+kill -USR2 $server; sleep 0.2
+.bench/ckpt convert -q --to tpu --select model.layers.0 --format safetensors gs://bench/llama-2g.pt .bench/out-layer.safetensors
+kill -USR1 $server; sleep 0.5
+read -r served requests <.bench/gcs.stats
+awk -v s="$served" -v r="$requests" -v b="$bytes" 'BEGIN { printf "--select model.layers.0 from the emulator: %d of %d bytes served (%.2f%%) in %d requests\n", s, b, 100 * s / b, r }'

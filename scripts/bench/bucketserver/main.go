@@ -1,0 +1,91 @@
+//go:build unix
+
+// Command bucketserver serves a GCS emulator on loopback for scripts/bench/bucket.sh: the
+// objects live in a folder, so a 2 GiB source streams from disk. It writes its host:port
+// to -addr, uploads -put LOCAL=gs://bucket/key first, counts the object bytes it serves
+// (SIGUSR2 resets the count, SIGUSR1 writes "bytes requests" to -stats) and runs until
+// SIGTERM.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"cloud.google.com/go/storage"
+
+	"github.com/ckpt-dev/ckpt/formats/store/bucket"
+	"github.com/ckpt-dev/ckpt/internal/buckettest"
+)
+
+func main() {
+	root := flag.String("root", ".bench/gcs", "folder holding the objects")
+	bucket := flag.String("bucket", "bench", "bucket to create")
+	addr := flag.String("addr", ".bench/gcs.addr", "file to write host:port to")
+	stats := flag.String("stats", ".bench/gcs.stats", "file SIGUSR1 writes the served bytes to")
+	put := flag.String("put", "", "LOCAL=gs://bucket/key to upload before serving")
+	flag.Parse()
+	if err := os.MkdirAll(*root, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	srv, err := buckettest.GCSIn(*root, *bucket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	os.Setenv("STORAGE_EMULATOR_HOST", srv.Host)
+	if local, url, ok := strings.Cut(*put, "="); ok {
+		if err := upload(local, url); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(*addr, []byte(srv.Host), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTERM, os.Interrupt)
+	for s := range sigs {
+		switch s {
+		case syscall.SIGUSR1:
+			os.WriteFile(*stats, fmt.Appendf(nil, "%d %d\n", srv.Served.Load(), srv.Requests.Load()), 0o644)
+		case syscall.SIGUSR2:
+			srv.Served.Store(0)
+			srv.Requests.Store(0)
+		default:
+			return
+		}
+	}
+}
+
+// upload sends the file local to url in one request (the emulator rewrites a file for
+// every chunk of a resumable upload, which is slow for gigabytes).
+func upload(local, url string) error {
+	l, err := bucket.Parse(url)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	c, err := storage.NewClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	f, err := os.Open(local)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := c.Bucket(l.Bucket).Object(l.Key).NewWriter(ctx)
+	w.ChunkSize = 0
+	if _, err := io.Copy(w, f); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
+}
