@@ -72,6 +72,8 @@ type family struct {
 	qkvBiasKey string
 	// readsMLPBias: the config's mlp_bias adds biases to gate/up/down (Llama, Granite).
 	readsMLPBias bool
+	// longropeAliases: rope types "su" and "yarn" mean longrope (Phi-3's config class).
+	longropeAliases bool
 	// partialRotary: the modeling code rotates only the first partial_rotary_factor of each
 	// head (Phi-3); elsewhere a partial factor is refused.
 	partialRotary bool
@@ -103,7 +105,7 @@ var families = map[string]*family{
 	"qwen2_moe":   {modelType: "qwen2_moe", defaultTheta: 10000, attnBias: true, qkvBiasKey: "qkv_bias", qwenWindow: true, moe: moeQwen2},
 	"qwen3_moe":   {modelType: "qwen3_moe", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qwenWindow: true, moe: moeQwen3},
 	"mixtral":     {modelType: "mixtral", defaultTheta: 1e6, windowAll: true, moe: moeMixtral, eps: 1e-5},
-	"phi3":        {modelType: "phi3", defaultTheta: 10000, windowAll: true, fused: true, partialRotary: true, eps: 1e-5},
+	"phi3":        {modelType: "phi3", defaultTheta: 10000, windowAll: true, fused: true, partialRotary: true, longropeAliases: true, eps: 1e-5},
 	"olmo2":       {modelType: "olmo2", defaultTheta: 10000, readsAttnBias: true, qkNorm: true, qkNormFull: true, postNorms: true, eps: 1e-5},
 	"deepseek_v3": {modelType: "deepseek_v3", defaultTheta: 10000, readsAttnBias: true, mla: true, moe: moeDeepSeek},
 	"stablelm":    {modelType: "stablelm", defaultTheta: 10000, partialRotary: true, stablelm: true, qkvBiasKey: "use_qkv_bias"},

@@ -30,6 +30,8 @@ func TestFamilyDefaults(t *testing.T) {
 		{"phi3 partial rotary", `{"model_type":"phi3",` + dims + `,"partial_rotary_factor":0.75}`, func(c *Config) bool {
 			return c.Fused && c.RMSNormEps == 1e-5 && c.Rope.rotaryDim == 12
 		}, ""},
+		{"phi3 su is longrope", `{"model_type":"phi3",` + dims + `,"original_max_position_embeddings":8,"rope_scaling":{"type":"su","short_factor":[1,1,1,1,1,1,1,1],"long_factor":[2,2,2,2,2,2,2,2]}}`,
+			func(c *Config) bool { return c.Rope.Type == "longrope" }, ""},
 		{"olmo2", `{"model_type":"olmo2",` + dims + `}`, func(c *Config) bool {
 			return c.PostNorms && c.QKNorm && c.QKNormFull && c.RMSNormEps == 1e-5 && !c.AttnBias
 		}, ""},

@@ -93,6 +93,10 @@ func (c *Config) resolveRope(raw, rp map[string]any) (*Rope, error) {
 	if typ == "" {
 		typ = "default"
 	}
+	if c.fam.longropeAliases && (typ == "su" || typ == "yarn") {
+		// Phi3Config.convert_rope_params_to_dict: the early Phi-3 names of LongRoPE.
+		typ = "longrope"
+	}
 	switch typ {
 	case "llama3", "yarn", "longrope":
 		if v, ok := raw["original_max_position_embeddings"]; ok {
