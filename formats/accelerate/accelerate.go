@@ -20,11 +20,11 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"regexp"
 	"sort"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -36,14 +36,14 @@ var modelDir = regexp.MustCompile(`^pytorch_model_fsdp_\d+$`)
 // Detect returns the model folders (pytorch_model_fsdp_N holding a DCP .metadata) of dir,
 // in order; none when dir is not such a folder.
 func Detect(dir string) []string {
-	entries, err := os.ReadDir(dir)
+	entries, err := store.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
 	var out []string
 	for _, e := range entries {
 		if e.IsDir() && modelDir.MatchString(e.Name()) {
-			if st, err := os.Stat(filepath.Join(dir, e.Name(), ".metadata")); err == nil && st.Mode().IsRegular() {
+			if st, err := store.Stat(store.Join(dir, e.Name(), ".metadata")); err == nil && st.Mode().IsRegular() {
 				out = append(out, e.Name())
 			}
 		}
@@ -76,7 +76,7 @@ func Open(dir string, models []string, openDCP func(string) (*statedict.Checkpoi
 			ck.Outside = append(ck.Outside, m+"/")
 			continue
 		}
-		d, err := openDCP(filepath.Join(dir, m))
+		d, err := openDCP(store.Join(dir, m))
 		if err != nil {
 			return nil, err
 		}
@@ -87,7 +87,7 @@ func Open(dir string, models []string, openDCP func(string) (*statedict.Checkpoi
 			model, _ = top.Get("model")
 		}
 		if model == nil {
-			return nil, fmt.Errorf("%s: %w: accelerate saves a model as {\"model\": state dict}; this DCP has no \"model\" entry", filepath.Join(dir, m), statedict.ErrCorrupt)
+			return nil, fmt.Errorf("%s: %w: accelerate saves a model as {\"model\": state dict}; this DCP has no \"model\" entry", store.Join(dir, m), statedict.ErrCorrupt)
 		}
 		if len(models) == 1 {
 			ck.Root = model
@@ -101,7 +101,7 @@ func Open(dir string, models []string, openDCP func(string) (*statedict.Checkpoi
 		}
 		ck.Root = root
 	}
-	entries, err := os.ReadDir(dir)
+	entries, err := store.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}

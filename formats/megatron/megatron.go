@@ -25,18 +25,16 @@
 package megatron
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -103,23 +101,20 @@ func ParseBackend(b []byte) (string, error) {
 // Detect reports whether dir is a Megatron checkpoint: a save folder (it has the tracker
 // file), an iteration folder of rank folders, or a dist_checkpointing folder.
 func Detect(dir string) bool {
-	return isFile(filepath.Join(dir, TrackerFile)) || len(ranks(dir)) > 0 || IsDist(dir)
+	return isFile(store.Join(dir, TrackerFile)) || len(ranks(dir)) > 0 || IsDist(dir)
 }
 
 // IsDist reports whether dir is a Megatron-core dist_checkpointing folder: a DCP .metadata
 // beside common.pt and metadata.json.
 func IsDist(dir string) bool {
-	return isFile(filepath.Join(dir, ".metadata")) && isFile(filepath.Join(dir, CommonFile)) && isFile(filepath.Join(dir, MetadataJSON))
+	return isFile(store.Join(dir, ".metadata")) && isFile(store.Join(dir, CommonFile)) && isFile(store.Join(dir, MetadataJSON))
 }
 
-func isFile(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
-}
+func isFile(p string) bool { return store.IsFile(p) }
 
 // ranks lists dir's rank folders (mp_rank_*), in rank order.
 func ranks(dir string) []string {
-	entries, err := os.ReadDir(dir)
+	entries, err := store.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
@@ -163,25 +158,25 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 	}
 	defer folder.Close()
 	iter := ""
-	if isFile(filepath.Join(dir, TrackerFile)) {
-		b, err := readSmall(filepath.Join(dir, TrackerFile))
+	if isFile(store.Join(dir, TrackerFile)) {
+		b, err := readSmall(store.Join(dir, TrackerFile))
 		if err != nil {
 			return nil, err
 		}
 		if iter, err = ParseTracker(b); err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, TrackerFile), err)
+			return nil, fmt.Errorf("%s: %w", store.Join(dir, TrackerFile), err)
 		}
-		if st, err := os.Stat(filepath.Join(dir, iter)); err != nil || !st.IsDir() || !folder.Confined(iter) {
-			have, _ := filepath.Glob(filepath.Join(dir, "iter_*"))
+		if st, err := store.Stat(store.Join(dir, iter)); err != nil || !st.IsDir() || !folder.Confined(iter) {
+			have, _ := store.Glob(dir, "iter_*"), error(nil)
 			for i := range have {
-				have[i] = filepath.Base(have[i])
+				have[i] = store.Base(have[i])
 			}
 			return nil, fmt.Errorf("%s: %w: %s names %s, which is not a folder of it (it has %s); pass an iteration folder itself",
 				dir, statedict.ErrCorrupt, TrackerFile, iter, orNone(have))
 		}
 	}
 	sub := func(name string) string { return path.Join(iter, name) }
-	at := filepath.Join(dir, iter)
+	at := store.Join(dir, iter)
 	if IsDist(at) {
 		return openDist(dir, iter, op)
 	}
@@ -198,7 +193,7 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 	root := statedict.NewDict("")
 	for _, r := range rs {
 		rel := sub(path.Join(r, RankFile))
-		p := filepath.Join(dir, filepath.FromSlash(rel))
+		p := store.Join(dir, rel)
 		if !isFile(p) {
 			return nil, fmt.Errorf("%s: %w: the rank folder %s has no %s", at, statedict.ErrCorrupt, r, RankFile)
 		}
@@ -216,7 +211,7 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 		} else {
 			root.Set(r, ck.Root)
 		}
-		others, err := os.ReadDir(filepath.Join(at, r))
+		others, err := store.ReadDir(store.Join(at, r))
 		if err != nil {
 			return nil, err
 		}
@@ -243,30 +238,24 @@ func orNone(names []string) string {
 }
 
 func readSmall(p string) ([]byte, error) {
-	f, err := os.Open(p)
+	b, err := store.ReadFile(p, maxTracker)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w: %w", p, statedict.ErrCorrupt, err)
 	}
-	defer f.Close()
-	b := make([]byte, maxTracker+1)
-	n, _ := f.Read(b)
-	if n > maxTracker {
-		return nil, fmt.Errorf("%s: %w: %d bytes or more, not a Megatron %s", p, statedict.ErrCorrupt, maxTracker, filepath.Base(p))
-	}
-	return bytes.Clone(b[:n]), nil
+	return b, nil
 }
 
 // openDist reads the dist_checkpointing folder iter of dir: common.pt's entries merged with
 // the DCP's, as dist_checkpointing.load merges them.
 func openDist(dir, iter string, op Openers) (_ *statedict.Checkpoint, err error) {
-	at := filepath.Join(dir, iter)
-	b, err := readSmall(filepath.Join(at, MetadataJSON))
+	at := store.Join(dir, iter)
+	b, err := readSmall(store.Join(at, MetadataJSON))
 	if err != nil {
 		return nil, err
 	}
 	backend, err := ParseBackend(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(at, MetadataJSON), err)
+		return nil, fmt.Errorf("%s: %w", store.Join(at, MetadataJSON), err)
 	}
 	if backend != "torch_dist" {
 		return nil, fmt.Errorf("%s: %w: a %s dist_checkpointing folder (ckpt reads torch_dist)", at, statedict.ErrUnsupported, backend)
@@ -281,14 +270,14 @@ func openDist(dir, iter string, op Openers) (_ *statedict.Checkpoint, err error)
 			out.Close()
 		}
 	}()
-	common, err := op.File(filepath.Join(at, CommonFile))
+	common, err := op.File(store.Join(at, CommonFile))
 	if err != nil {
 		return nil, err
 	}
 	out.Closers = append(out.Closers, common.Closers...)
 	root, ok := common.Root.(*statedict.Dict)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", filepath.Join(at, CommonFile), statedict.ErrCorrupt, common.Root)
+		return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", store.Join(at, CommonFile), statedict.ErrCorrupt, common.Root)
 	}
 	merged := statedict.NewDict(root.Class)
 	for _, e := range root.Entries() {
@@ -298,7 +287,7 @@ func openDist(dir, iter string, op Openers) (_ *statedict.Checkpoint, err error)
 		return nil, fmt.Errorf("%s: %w: merging %s with the sharded entries: %w", at, statedict.ErrCorrupt, CommonFile, err)
 	}
 	out.Root = merged
-	entries, err := os.ReadDir(at)
+	entries, err := store.ReadDir(at)
 	if err != nil {
 		return nil, err
 	}

@@ -5,11 +5,11 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/megatron"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -26,8 +26,8 @@ const (
 // trainer configuration, tokenizer files) beside weights/, a Megatron-core torch_dist
 // folder.
 func Detect2(dir string) bool {
-	st, err := os.Stat(filepath.Join(dir, ContextDir))
-	return err == nil && st.IsDir() && megatron.IsDist(filepath.Join(dir, WeightsDir))
+	st, err := store.Stat(store.Join(dir, ContextDir))
+	return err == nil && st.IsDir() && megatron.IsDist(store.Join(dir, WeightsDir))
 }
 
 // Open2 reads the NeMo 2 checkpoint at dir as the Megatron torch_dist checkpoint under
@@ -43,7 +43,7 @@ func Open2(dir string, op megatron.Openers) (_ *statedict.Checkpoint, err error)
 			ck.Close()
 		}
 	}()
-	w, err := megatron.Open(filepath.Join(dir, WeightsDir), op)
+	w, err := megatron.Open(store.Join(dir, WeightsDir), op)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func Open2(dir string, op megatron.Openers) (_ *statedict.Checkpoint, err error)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(dir)
+	entries, err := store.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
