@@ -24,7 +24,7 @@ rm -rf .bench/gcs .bench/gcs.addr
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 for _ in $(seq 1200); do [ -s .bench/gcs.addr ] && break; kill -0 $server || exit 1; sleep 1; done
-read -r STORAGE_EMULATOR_HOST AWS_ENDPOINT_URL_S3 <.bench/gcs.addr
+read -r STORAGE_EMULATOR_HOST AWS_ENDPOINT_URL_S3 <.bench/gcs.addr || true
 export STORAGE_EMULATOR_HOST AWS_ENDPOINT_URL_S3 AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_REGION=us-east-1
 
 now() { date +%s.%N; }
@@ -61,5 +61,5 @@ paste .bench/local.times .bench/gcs2loc.times .bench/gcs2s3.times |
 kill -USR2 $server; sleep 0.2
 .bench/ckpt convert -q --to tpu --select model.layers.0 --format safetensors gs://bench/llama-2g.pt .bench/out-layer.safetensors
 kill -USR1 $server; sleep 0.5
-read -r served requests <.bench/gcs.stats
+read -r served requests <.bench/gcs.stats || true
 awk -v s="$served" -v r="$requests" -v b="$bytes" 'BEGIN { printf "--select model.layers.0 from the emulator: %d of %d bytes served (%.2f%%) in %d requests\n", s, b, 100 * s / b, r }'
