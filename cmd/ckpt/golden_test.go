@@ -48,7 +48,8 @@ var goldenCases = []struct{ name, sh string }{
 	{"convert_missing_dst", `$CKPT convert --to tpu testdata/torch/training_cuda.pt`},
 	{"convert_missing_dst_json", `$CKPT convert --json --to tpu testdata/torch/training_cuda.pt`},
 	{"convert_bad_dtype", `$CKPT convert --to tpu --dtype bfloat61 testdata/torch/training_cuda.pt $OUT/x.pt`},
-	{"convert_bucket_hint", `$CKPT convert --to tpu gs://bucket/run/step-1000 $OUT/x.pt`},
+	{"convert_bucket_url", `$CKPT convert --to tpu gs://key:secret@bucket/run/step-1000 $OUT/x.pt`},
+	{"inspect_hub_missing", `HF_HUB_CACHE=$OUT/hub $CKPT inspect Qwen/Qwen3-0.6B@main`},
 	{"convert_per_device", `umask 022; $CKPT convert --json --to tpu --topology v6e-8 --mesh fsdp=8 --format dcp testdata/hf/mistral_sharded $OUT/dcp && ls $OUT/dcp`},
 
 	{"check", `$CKPT check $OUT/t.pt`},

@@ -2,7 +2,7 @@
 
 // Command bucketserver serves a GCS emulator on loopback for scripts/bench/bucket.sh: the
 // objects live in a folder, so a 2 GiB source streams from disk. It writes its host:port
-// to -addr, uploads -put LOCAL=gs://bucket/key first, counts the object bytes it serves
+// and an S3 server's URL to -addr, uploads -put LOCAL=gs://bucket/key first, counts the object bytes it serves
 // (SIGUSR2 resets the count, SIGUSR1 writes "bytes requests" to -stats) and runs until
 // SIGTERM.
 package main
@@ -45,7 +45,15 @@ func main() {
 			log.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(*addr, []byte(srv.Host), 0o644); err != nil {
+	// The upload destination: fake-gcs-server re-hashes the whole object at every chunk
+	// of a resumable upload (quadratic in the size), so uploads go to an S3 server, whose
+	// multipart uploads are linear.
+	s3, err := buckettest.S3(*bucket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s3.Close()
+	if err := os.WriteFile(*addr, []byte(srv.Host+" "+s3.URL), 0o644); err != nil {
 		log.Fatal(err)
 	}
 	sigs := make(chan os.Signal, 1)
