@@ -29,7 +29,7 @@ export STORAGE_EMULATOR_HOST AWS_ENDPOINT_URL_S3 AWS_ACCESS_KEY_ID=bench AWS_SEC
 
 now() { date +%s.%N; }
 rss() { sed -n 's/^[[:space:]]*Maximum resident set size (kbytes): //p' "$1" | awk '{printf "%.0f", $1/1024}'; }
-stats() { sort -g | awk '{a[NR]=$1} END {printf "%s %s %s", a[int((NR+1)/2)], a[1], a[NR]}'; }
+stats() { sort -g | awk '{a[NR]=$1} END {printf "%s %s %s\n", a[int((NR+1)/2)], a[1], a[NR]}'; }
 run() { # run NAME CMD...: time CMD once (output removed first), appending to .bench/NAME.times
   local name=$1; shift
   rm -rf .bench/out*; sync

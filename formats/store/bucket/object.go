@@ -27,6 +27,9 @@ const (
 
 var requests = make(chan struct{}, Parallel)
 
+// minStream is the smallest read that continues a stream (and so is served from blocks).
+const minStream = 64 << 10
+
 // object is an open object: a store.File.
 type object struct {
 	b    *blob.Bucket
@@ -73,8 +76,11 @@ func (o *object) ReadAt(p []byte, off int64) (int, error) {
 	if rem := o.size - off; int64(len(p)) > rem {
 		p, eof = p[:rem], io.EOF
 	}
+	// A reader streaming through the object reads piece after piece, each starting where
+	// the last ended; small reads (headers, zip records' local headers scattered over the
+	// object) never start prefetching.
 	o.mu.Lock()
-	seq := o.next >= 0 && off >= o.next && off < o.next+BlockSize
+	seq := off == o.next && len(p) >= minStream
 	o.next = off + int64(len(p))
 	o.mu.Unlock()
 	var err error
@@ -126,8 +132,8 @@ func (o *object) readBlocks(p []byte, off int64) error {
 	first, last := off/BlockSize, (off+int64(len(p))-1)/BlockSize
 	o.mu.Lock()
 	for i := range o.blocks {
-		if i < first {
-			delete(o.blocks, i)
+		if i < first || i > last+Ahead {
+			delete(o.blocks, i) // behind the reader, or prefetched for a stream that moved on
 		}
 	}
 	needed := make([]*block, 0, last-first+1)
