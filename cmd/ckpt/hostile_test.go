@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -190,6 +189,7 @@ func limitedFor(t *testing.T, as int64, timeout time.Duration, args ...string) (
 	t.Helper()
 	bin := ckptBinary(t)
 	cmd := exec.Command("prlimit", append([]string{fmt.Sprintf("--as=%d", as), "--", bin}, args...)...)
+	peak := measured(t, cmd)
 	var e strings.Builder
 	cmd.Stderr = &e
 	start := time.Now()
@@ -205,9 +205,7 @@ func limitedFor(t *testing.T, as int64, timeout time.Duration, args ...string) (
 		<-done
 		t.Fatalf("ckpt %v: still running after %v", args, timeout)
 	}
-	if u, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		rssKiB = u.Maxrss // KiB on Linux; prlimit execs the command, so this is ckpt's
-	}
+	rssKiB = peak() >> 10 // prlimit execs the command, so this is ckpt's
 	t.Logf("ckpt %s: exit %d in %v, peak RSS %d MiB", strings.Join(args, " "), cmd.ProcessState.ExitCode(), time.Since(start).Round(time.Millisecond), rssKiB>>10)
 	return e.String(), cmd.ProcessState.ExitCode(), rssKiB
 }

@@ -13,8 +13,11 @@ import (
 )
 
 // TestMain lets tests run the real command in a child process (CKPT_TEST_MAIN=1): signals
-// can only be tested on a process of its own.
+// can only be tested on a process of its own; and measure a child's peak RSS (see measured).
 func TestMain(m *testing.M) {
+	if out := os.Getenv(rssOutEnv); out != "" {
+		measuredMain(out)
+	}
 	if os.Getenv("CKPT_TEST_MAIN") == "1" {
 		main()
 		os.Exit(0)

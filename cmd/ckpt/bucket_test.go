@@ -1,9 +1,5 @@
 package main
 
-// This file sorts after every test that measures a child's peak RSS (memory, hostile,
-// shard): a child starts with its parent's peak, and the in-process servers here raise the
-// test binary's.
-
 import (
 	"bytes"
 	"context"
