@@ -40,7 +40,8 @@
 // left can pass `ckpt check`.
 //
 // A destination prefix holding objects is refused unless Force is set and ckpt wrote every
-// one of them: the ckpt manifest there lists them all, or the PartialMarker says they are
-// an unfinished ckpt output. The earlier output is then removed, manifest first. Objects
-// ckpt did not write are never deleted or overwritten.
+// one of them: the ckpt manifest there lists them all, or a PartialMarker names a run and
+// every object beside it carries that run in its metadata (RunMetadata) — an unfinished
+// ckpt output. The earlier output is then removed, manifest first. Objects ckpt did not
+// write are never deleted or overwritten, a stale marker beside them notwithstanding.
 package bucket

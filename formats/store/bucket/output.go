@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -27,16 +29,23 @@ import (
 
 // PartialMarker is the object an output in progress keeps beside its files (inside a
 // folder output; "NAME" + PartialMarker beside a file output) from its first upload until
-// its manifest is written: objects under a prefix holding it are an unfinished ckpt
-// output, which a later conversion with --force may remove.
+// its manifest is written. It names the output's run ("run " + RunMetadata's value), and
+// every object the output uploads carries that run in its metadata: a later conversion with
+// --force removes an unfinished output's objects only when each one proves it is that
+// run's — never an object someone else put beside a stale marker.
 const PartialMarker = ".ckpt-partial"
+
+// RunMetadata is the object metadata key holding the run that uploaded an object: a random
+// 128-bit identifier drawn when the output is created.
+const RunMetadata = "ckpt-run"
 
 // UploadBuffer is the size of one upload request (a GCS resumable chunk, an S3 part).
 const UploadBuffer = 16 << 20
 
 // CreateOutput starts an output at url (see store.Output). What is already there is
 // refused unless opts.Force and ckpt wrote all of it: an earlier output whose manifest
-// lists every object, or an unfinished one that left its PartialMarker. That earlier output
+// lists every object, or an unfinished one that left its PartialMarker and whose objects
+// all carry the run the marker names. That earlier output
 // is removed first, its manifest before anything else, so no mix of old and new ever looks
 // complete.
 func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOptions) (store.Output, error) {
@@ -51,14 +60,16 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOpti
 	if err != nil {
 		return nil, err
 	}
-	o := &output{ctx: ctx, b: b, l: l, folder: opts.Folder, done: map[string]bool{}}
+	var id [16]byte
+	rand.Read(id[:])
+	o := &output{ctx: ctx, b: b, l: l, folder: opts.Folder, run: hex.EncodeToString(id[:]), done: map[string]bool{}}
 	o.ctx, o.cancel = context.WithCancel(ctx)
 	if err := o.clear(opts); err != nil {
 		o.cancel()
 		return nil, err
 	}
-	// The marker goes first: from now on every object here is this output's.
-	if err := o.put(o.key(o.marker()), []byte("ckpt output in progress\n")); err != nil {
+	// The marker goes first: from now on every object here carrying its run is this output's.
+	if err := o.put(o.key(PartialMarker), []byte(markerText+o.run+"\n")); err != nil {
 		o.cancel()
 		return nil, pathError("create", l, err)
 	}
@@ -71,18 +82,11 @@ type output struct {
 	b      *blob.Bucket
 	l      Location
 	folder bool
+	run    string // this output's run: in the marker and on every object uploaded
 
 	mu   sync.Mutex
 	done map[string]bool // names completed (or started) by this output
 	open int
-}
-
-// marker is the name of the output's PartialMarker.
-func (o *output) marker() string {
-	if o.folder {
-		return PartialMarker
-	}
-	return "." + PartialMarker // beside the file: NAME.ckpt-partial
 }
 
 // key is the object key of name: under the folder, or for a file output "" is the file
@@ -114,7 +118,7 @@ func (o *output) clear(opts store.OutputOptions) error {
 			there = append(there, ob.Key)
 		}
 	} else {
-		for _, k := range append([]string{o.l.Key, o.l.Key + o.marker()}, companions(o.l.Key, opts.Companions)...) {
+		for _, k := range append([]string{o.l.Key, o.l.Key + PartialMarker}, companions(o.l.Key, opts.Companions)...) {
 			if _, err := o.b.Attributes(o.ctx, k); err == nil {
 				there = append(there, k)
 			} else if gcerrors.Code(err) != gcerrors.NotFound {
@@ -137,8 +141,12 @@ func (o *output) clear(opts store.OutputOptions) error {
 	if !opts.Force {
 		return fmt.Errorf("%s: %w: holds %d object(s) (%s…)", o.l, store.ErrExists, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
 	}
-	partial := slices.Contains(there, o.key(o.marker()))
-	if !partial {
+	partial := slices.Contains(there, o.key(PartialMarker))
+	if partial {
+		if err := o.unfinished(there); err != nil {
+			return err
+		}
+	} else {
 		var owned []string
 		ok := false
 		if o.folder && opts.Owned != nil {
@@ -185,6 +193,55 @@ func (o *output) clear(opts store.OutputOptions) error {
 	return nil
 }
 
+// markerText begins a PartialMarker; the run follows on the same line.
+const markerText = "ckpt output in progress\nrun "
+
+// unfinished checks that every key in there, beside the marker, was uploaded by the run
+// the marker names: an unfinished output's objects, which --force may remove.
+func (o *output) unfinished(there []string) error {
+	mk := o.key(PartialMarker)
+	mloc := Location{o.l.Scheme, o.l.Bucket, mk}
+	var text []byte
+	err := retry(o.ctx, func() error {
+		r, err := o.b.NewReader(o.ctx, mk, nil)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		text, err = io.ReadAll(io.LimitReader(r, 4096))
+		return err
+	})
+	if err != nil {
+		return pathError("read", mloc, err)
+	}
+	run, ok := strings.CutPrefix(string(text), markerText)
+	run = strings.TrimSpace(run)
+	if !ok || run == "" {
+		return fmt.Errorf("%s: %w: the marker of an unfinished output names no run, so nothing beside it can be proven ckpt's; remove the objects yourself", mloc, store.ErrExists)
+	}
+	for _, k := range there {
+		if k == mk {
+			continue
+		}
+		var a *blob.Attributes
+		err := retry(o.ctx, func() error {
+			var err error
+			a, err = o.b.Attributes(o.ctx, k)
+			return err
+		})
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			continue
+		}
+		if err != nil {
+			return pathError("stat", Location{o.l.Scheme, o.l.Bucket, k}, err)
+		}
+		if a.Metadata[RunMetadata] != run {
+			return fmt.Errorf("%s: %w: lies beside the marker of an unfinished ckpt output (%s) but was not uploaded by it; ckpt never replaces what it did not write", Location{o.l.Scheme, o.l.Bucket, k}, store.ErrExists, mloc)
+		}
+	}
+	return nil
+}
+
 // companions are the keys beside a file output that belong to it.
 func companions(key string, names []string) []string {
 	out := make([]string, len(names))
@@ -195,8 +252,9 @@ func companions(key string, names []string) []string {
 }
 
 // writerOptions makes uploads retried on transient errors: the object is this output's,
-// so repeating a chunk or part is safe. An upload gives up after 3×Retries failures.
-func writerOptions() *blob.WriterOptions {
+// so repeating a chunk or part is safe. An upload gives up after 3×Retries failures. The
+// object carries the run that uploaded it.
+func (o *output) writerOptions() *blob.WriterOptions {
 	var failures atomic.Int64
 	giveUp := func(err error) bool {
 		return transient(err) && failures.Add(1) <= 3*Retries
@@ -206,6 +264,7 @@ func writerOptions() *blob.WriterOptions {
 		MaxConcurrency:              4,
 		ContentType:                 "application/octet-stream",
 		DisableContentTypeDetection: true,
+		Metadata:                    map[string]string{RunMetadata: o.run},
 		BeforeWrite: func(as func(any) bool) error {
 			var oh **storage.ObjectHandle
 			if as(&oh) {
@@ -229,7 +288,7 @@ func transient(err error) bool {
 
 // put uploads a small object whole.
 func (o *output) put(key string, data []byte) error {
-	return retry(o.ctx, func() error { return o.b.WriteAll(o.ctx, key, data, writerOptions()) })
+	return retry(o.ctx, func() error { return o.b.WriteAll(o.ctx, key, data, o.writerOptions()) })
 }
 
 // Create starts the upload of name; the object appears when Close succeeds.
@@ -246,7 +305,7 @@ func (o *output) Create(name string) (io.WriteCloser, error) {
 	o.done[key] = true
 	o.open++
 	o.mu.Unlock()
-	w, err := o.b.NewWriter(o.ctx, key, writerOptions())
+	w, err := o.b.NewWriter(o.ctx, key, o.writerOptions())
 	if err != nil {
 		return nil, pathError("create", Location{o.l.Scheme, o.l.Bucket, key}, err)
 	}
@@ -336,7 +395,7 @@ func (o *output) Commit(last []store.NamedBytes) error {
 			return pathError("upload", Location{o.l.Scheme, o.l.Bucket, key}, err)
 		}
 	}
-	err := retry(o.ctx, func() error { return o.b.Delete(o.ctx, o.key(o.marker())) })
+	err := retry(o.ctx, func() error { return o.b.Delete(o.ctx, o.key(PartialMarker)) })
 	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
 		return pathError("remove", o.l, err)
 	}
@@ -365,7 +424,7 @@ func (o *output) Abort() {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	for _, k := range append(keys, o.key(o.marker())) {
+	for _, k := range append(keys, o.key(PartialMarker)) {
 		err := retry(ctx, func() error { return o.b.Delete(ctx, k) })
 		if err != nil && gcerrors.Code(err) != gcerrors.NotFound && !errors.Is(err, context.Canceled) {
 			// The marker stays when something could not be removed: a later --force

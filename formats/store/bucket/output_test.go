@@ -1,0 +1,142 @@
+package bucket_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	"gocloud.dev/blob"
+
+	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/formats/store/bucket"
+)
+
+// keys lists every object under prefix in the bucket "ckpt" of scheme.
+func keys(t *testing.T, scheme, prefix string) []string {
+	t.Helper()
+	b, err := bucket.Default.Bucket(context.Background(), bucket.Location{Scheme: scheme, Bucket: "ckpt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	it := b.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		o, err := it.Next(context.Background())
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, o.Key)
+	}
+}
+
+// putObject uploads data to key in the bucket "ckpt" of scheme, as anyone but ckpt would.
+func putObject(t *testing.T, scheme, key, data string) {
+	t.Helper()
+	b, err := bucket.Default.Bucket(context.Background(), bucket.Location{Scheme: scheme, Bucket: "ckpt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteAll(context.Background(), key, []byte(data), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// crashed starts an output at url, completes one file in it and stops there, as a process
+// killed mid-conversion would: its marker and that file stay.
+func crashed(t *testing.T, url string, folder bool, name string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, err := store.CreateOutput(ctx, url, store.OutputOptions{Folder: folder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := out.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(w, "tensor bytes of an unfinished conversion")
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestForceKeepsForeignBesideStaleMarker: --force over an unfinished output removes only
+// the objects that output uploaded. An object someone else put beside its stale marker —
+// in the folder, or at a file output's own name — makes it refuse the prefix and delete
+// nothing; so does a marker naming no run. Without the foreign object the same --force
+// succeeds and leaves only the new output.
+func TestForceKeepsForeignBesideStaleMarker(t *testing.T) {
+	servers(t)
+	ctx := context.Background()
+	for _, scheme := range []string{"gs", "s3"} {
+		cases := []struct {
+			name    string
+			folder  bool
+			file    string // the unfinished output's file
+			foreign string // key of the foreign object, relative to the bucket
+			marker  string // marker text to put in place of the unfinished output's, if any
+		}{
+			{name: "folder", folder: true, file: "model-00001.safetensors", foreign: "force/folder/notes.txt"},
+			{name: "folder/same-name", folder: true, file: "model.safetensors", foreign: "force/folder-same/model-00002.safetensors"},
+			{name: "file", file: "", foreign: "force/file.pt"},
+			{name: "legacy-marker", folder: true, file: "model.safetensors", marker: "ckpt output in progress\n"},
+		}
+		for _, c := range cases {
+			t.Run(scheme+"/"+c.name, func(t *testing.T) {
+				dir := map[string]string{"folder": "force/folder", "folder/same-name": "force/folder-same", "file": "force/file.pt", "legacy-marker": "force/legacy"}[c.name]
+				url := scheme + "://ckpt/" + dir
+				if c.name == "file" {
+					// The file output's own object is someone else's, with a stale marker beside it.
+					crashed(t, url, false, ".sidecar")
+					putObject(t, scheme, dir, "someone else's checkpoint")
+				} else {
+					crashed(t, url, c.folder, c.file)
+				}
+				if c.marker != "" {
+					marker := dir + "/" + bucket.PartialMarker
+					putObject(t, scheme, marker, c.marker)
+				}
+				if c.foreign != "" && c.name != "file" {
+					putObject(t, scheme, c.foreign, "someone else's notes")
+				}
+				before := keys(t, scheme, dir)
+				_, err := store.CreateOutput(ctx, url, store.OutputOptions{Folder: c.folder, Force: true})
+				if !errors.Is(err, store.ErrExists) {
+					t.Fatalf("--force beside a foreign object: %v, want ErrExists; objects %v", err, before)
+				}
+				if want := c.foreign; want != "" && !strings.Contains(err.Error(), want) {
+					t.Errorf("the error does not name %s: %v", want, err)
+				}
+				t.Logf("refused: %v", err)
+				if after := keys(t, scheme, dir); !slices.Equal(after, before) {
+					t.Errorf("refused --force changed the prefix: %v, was %v", after, before)
+				}
+				if c.name == "file" || c.marker != "" {
+					return
+				}
+				// The foreign object gone, --force removes the unfinished output's objects.
+				b, _ := bucket.Default.Bucket(ctx, bucket.Location{Scheme: scheme, Bucket: "ckpt"})
+				if err := b.Delete(ctx, c.foreign); err != nil {
+					t.Fatal(err)
+				}
+				out, err := store.CreateOutput(ctx, url, store.OutputOptions{Folder: c.folder, Force: true})
+				if err != nil {
+					t.Fatalf("--force over an unfinished output alone: %v", err)
+				}
+				if err := out.Commit(nil); err != nil {
+					t.Fatal(err)
+				}
+				if left := keys(t, scheme, dir); len(left) != 0 {
+					t.Errorf("after --force and an empty commit: %v", left)
+				}
+			})
+		}
+	}
+}
