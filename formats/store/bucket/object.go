@@ -14,21 +14,25 @@ import (
 // tensor is read. A read of more than a block is split into blocks fetched in parallel.
 //
 // A reader going through a range in order (a conversion streaming a tensor in 1 MiB
-// pieces) is a stream: the bytes after its read are prefetched, as far ahead as the stream
-// has already read (64 KiB, then doubling up to Ahead blocks) and never past the end of
-// the range the caller will read — the storage a Window was made for, or the object. A
-// reader that stops early has cost at most as much again as it read; a --select of one
-// layer reads that layer's bytes and its headers, not the blocks after each tensor.
+// pieces) is a stream: the bytes after its read are prefetched, twice as far ahead as the
+// stream will then have read (from 64 KiB, doubling up to Ahead blocks) and never past
+// the end of the range the caller will read — the storage a Window was made for, or the
+// object. A reader that stops early has cost at most three times what it read; a
+// --select of one layer reads that layer's bytes and its headers, not the blocks after
+// each tensor.
 //
 // At most Parallel requests are in flight in the process, a stream holds at most its
 // read and Ahead blocks, dropped once read past, and at most maxStreams streams hold
 // prefetched bytes (the one read longest ago loses them), so memory stays bounded
-// whatever the object's or the checkpoint's size.
+// whatever the object's or the checkpoint's size. Blocks live outside the Go heap and
+// are reused (getBuf): a conversion from a bucket peaks near 110 MiB resident, within
+// 50 MiB of the same conversion from a local file (BENCHMARKS.md). Two blocks ahead read
+// within 10% of four on loopback (scripts/bench/rangeget).
 const (
 	// BlockSize is the largest ranged request of a large or sequential read.
 	BlockSize = 8 << 20
 	// Ahead is how many blocks a long stream has prefetched ahead of its reader.
-	Ahead = 4
+	Ahead = 2
 	// Parallel bounds the range requests in flight in the process.
 	Parallel = 16
 )
@@ -100,12 +104,82 @@ type stream struct {
 	issued   int64
 }
 
-// chunk is one ranged request's bytes [start, end).
+// chunk is one ranged request's bytes [start, end). Its buffer goes back to the pool
+// once the stream has let go of it (gone), no read is copying from it (refs) and the
+// fetch has finished; the stream's mu guards these.
 type chunk struct {
 	start, end int64
 	done       chan struct{}
 	data       []byte
 	err        error
+
+	refs    int
+	gone    bool
+	fetched bool
+}
+
+// forget lets go of the chunks cs, recycling the buffers no one else holds. s.mu is held.
+func forget(cs []*chunk) {
+	for _, c := range cs {
+		c.gone = true
+		c.release()
+	}
+}
+
+// release recycles the buffer of a chunk no one holds any more. s.mu is held.
+func (c *chunk) release() {
+	if c.gone && c.refs == 0 && c.fetched && c.data != nil {
+		putBuf(c.data)
+		c.data = nil
+	}
+}
+
+// Buffers come by size class (powers of two from minStream to BlockSize) from anonymous
+// memory outside the Go heap (mapBuf) and are kept for reuse up to keptBytes, so that
+// streaming gigabytes maps a few buffers and the heap stays as small as for a local file.
+const keptBytes = 2 * BlockSize
+
+var free struct {
+	mu    sync.Mutex
+	lists [24][][]byte
+	bytes int64
+}
+
+func sizeClass(n int64) int {
+	c := 0
+	for int64(minStream)<<c < n {
+		c++
+	}
+	return c
+}
+
+func getBuf(n int64) []byte {
+	c := sizeClass(n)
+	free.mu.Lock()
+	if l := free.lists[c]; len(l) > 0 {
+		b := l[len(l)-1]
+		free.lists[c] = l[:len(l)-1]
+		free.bytes -= int64(cap(b))
+		free.mu.Unlock()
+		return b[:n]
+	}
+	free.mu.Unlock()
+	return mapBuf(int64(minStream) << c)[:n]
+}
+
+func putBuf(b []byte) {
+	b = b[:cap(b)]
+	c := sizeClass(int64(len(b)))
+	free.mu.Lock()
+	if free.bytes+int64(len(b)) <= keptBytes {
+		free.lists[c] = append(free.lists[c], b)
+		free.bytes += int64(len(b))
+		b = nil
+	}
+	free.mu.Unlock()
+	if b != nil {
+		unmapBuf(b)
+	}
 }
 
 // ReadAt reads len(p) bytes at off (an offset in the object), as io.ReaderAt does.
@@ -138,6 +212,7 @@ func (s *stream) ReadAt(p []byte, off int64) (int, error) {
 		needed = s.plan(off, end)
 		s.streamed += int64(len(p))
 	} else {
+		forget(s.chunks)
 		s.streamed, s.chunks = 0, nil
 	}
 	s.mu.Unlock()
@@ -158,17 +233,19 @@ func (s *stream) ReadAt(p []byte, off int64) (int, error) {
 // and returns the chunks holding [off, end). s.mu is held.
 func (s *stream) plan(off, end int64) []*chunk {
 	for len(s.chunks) > 0 && s.chunks[0].end <= off {
-		s.chunks = s.chunks[1:] // read past
+		forget(s.chunks[:1]) // read past
+		s.chunks = s.chunks[1:]
 	}
 	if len(s.chunks) == 0 || s.chunks[0].start > off {
+		forget(s.chunks)
 		s.chunks, s.issued = nil, off
 	}
 	for s.issued < end {
 		s.issue(min(BlockSize, end-s.issued))
 	}
-	// Prefetch as far ahead as the stream has read, up to Ahead blocks, in requests of a
-	// quarter of that; never past the range.
-	ahead := min(max(s.streamed, minStream), Ahead*BlockSize)
+	// Prefetch twice as far ahead as the stream will have read, up to Ahead blocks, in
+	// requests of a quarter of that; never past the range.
+	ahead := min(max(2*(s.streamed+end-off), minStream), Ahead*BlockSize)
 	size := min(max(ahead/Ahead, minStream), BlockSize)
 	target := min(s.hi, end+ahead)
 	for s.issued < target {
@@ -183,6 +260,7 @@ func (s *stream) plan(off, end int64) []*chunk {
 		if c.start >= end {
 			break
 		}
+		c.refs++
 		needed = append(needed, c)
 	}
 	return needed
@@ -195,10 +273,13 @@ func (s *stream) issue(n int64) {
 	s.issued = c.end
 	go func() {
 		requests <- struct{}{}
-		defer func() { <-requests }()
-		data := make([]byte, c.end-c.start)
-		c.err = readRange(context.Background(), s.o.b, s.o.l.Key, data, c.start)
-		c.data = data
+		data := getBuf(c.end - c.start)
+		err := readRange(context.Background(), s.o.b, s.o.l.Key, data, c.start)
+		<-requests
+		s.mu.Lock()
+		c.data, c.err, c.fetched = data, err, true
+		c.release() // dropped while in flight
+		s.mu.Unlock()
 		close(c.done)
 	}()
 }
@@ -207,26 +288,37 @@ func (s *stream) issue(n int64) {
 // read to their end.
 func (s *stream) copyOut(p []byte, off int64, needed []*chunk) error {
 	end := off + int64(len(p))
+	var err error
 	for _, c := range needed {
 		<-c.done
-		if c.err != nil {
-			s.drop() // fetched again by the next read
-			return c.err
+		if err = c.err; err != nil {
+			break
 		}
 		from, to := max(off, c.start), min(end, c.end)
 		copy(p[from-off:to-off], c.data[from-c.start:to-c.start])
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range needed {
+		c.refs--
+		c.release()
+	}
+	if err != nil {
+		forget(s.chunks) // fetched again by the next read
+		s.chunks, s.streamed, s.issued = nil, 0, 0
+		return err
+	}
 	for len(s.chunks) > 0 && s.chunks[0].end <= end {
+		forget(s.chunks[:1])
 		s.chunks = s.chunks[1:]
 	}
-	s.mu.Unlock()
 	return nil
 }
 
 // drop forgets the stream's prefetched bytes (fetches in flight finish unread).
 func (s *stream) drop() {
 	s.mu.Lock()
+	forget(s.chunks)
 	s.chunks, s.streamed, s.issued = nil, 0, 0
 	s.mu.Unlock()
 }
