@@ -170,6 +170,9 @@ func getBuf(n int64) []byte {
 func putBuf(b []byte) {
 	b = b[:cap(b)]
 	c := sizeClass(int64(len(b)))
+	if int64(minStream)<<c != int64(len(b)) {
+		return // not mapped by getBuf
+	}
 	free.mu.Lock()
 	if free.bytes+int64(len(b)) <= keptBytes {
 		free.lists[c] = append(free.lists[c], b)
