@@ -137,7 +137,7 @@ func (c *chunk) release() {
 // Buffers come by size class (powers of two from minStream to BlockSize) from anonymous
 // memory outside the Go heap (mapBuf) and are kept for reuse up to keptBytes, so that
 // streaming gigabytes maps a few buffers and the heap stays as small as for a local file.
-const keptBytes = 2 * BlockSize
+const keptBytes = 4 * BlockSize
 
 var free struct {
 	mu    sync.Mutex
