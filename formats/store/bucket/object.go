@@ -25,8 +25,8 @@ import (
 // read and Ahead blocks, dropped once read past, and at most maxStreams streams hold
 // prefetched bytes (the one read longest ago loses them), so memory stays bounded
 // whatever the object's or the checkpoint's size. Blocks live outside the Go heap and
-// are reused (getBuf): a conversion from a bucket peaks near 110 MiB resident, within
-// 50 MiB of the same conversion from a local file (BENCHMARKS.md). Two blocks ahead read
+// are reused (getBuf): a conversion from a bucket peaks near 125 MiB resident, within
+// 60 MiB of the same conversion from a local file (BENCHMARKS.md). Two blocks ahead read
 // within 10% of four on loopback (scripts/bench/rangeget).
 const (
 	// BlockSize is the largest ranged request of a large or sequential read.
