@@ -132,8 +132,10 @@ func (f *File) calibrate() {
 type osPath struct {
 	openDirect func(name string) (*os.File, error)
 	refused    func(err error) bool
-	// copyRange copies n bytes of src at srcOff to dst at dstOff; errors.ErrUnsupported
-	// when the kernel cannot copy between these files (the caller writes the bytes itself).
+	// copyRange copies n bytes of src at srcOff to dst at dstOff inside the kernel. On any
+	// error (filesystems or kernels that cannot copy between these files answer EXDEV,
+	// EINVAL, EOPNOTSUPP…) the caller reads and writes the bytes itself, which reports a
+	// real I/O error for what it is.
 	copyRange func(src *os.File, srcOff int64, dst *os.File, dstOff int64, n int) error
 	// writeback starts writing a range back; await waits until it is on disk.
 	writeback func(f *os.File, off, n int64)
@@ -398,14 +400,14 @@ func (f *File) copyRange(src *os.File, r statedict.Range) (int64, error) {
 }
 
 // copyPiece puts n bytes of src at srcOff at off in the file: copied by the kernel when it
-// can, else read and written; then starts their writeback and waits for what lies a
-// dirtyWindow behind.
+// can, else read and written (and the kernel not asked again for this File); then starts
+// their writeback and waits for what lies a dirtyWindow behind.
 func (f *File) copyPiece(src *os.File, path string, srcOff int64, n int, off int64) error {
 	err := errors.ErrUnsupported
 	if !f.noCopy {
 		err = f.os.copyRange(src, srcOff, f.f, off, n)
 	}
-	if errors.Is(err, errors.ErrUnsupported) {
+	if err != nil {
 		f.noCopy = true
 		f.slots <- struct{}{}
 		c := &chunk{buf: buffers.Get().(*[]byte), f: f}

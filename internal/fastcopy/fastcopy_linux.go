@@ -2,6 +2,7 @@ package fastcopy
 
 import (
 	"errors"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -21,16 +22,10 @@ var systemPath = osPath{
 			switch {
 			case errors.Is(err, unix.EINTR):
 				continue
-			case errors.Is(err, unix.EXDEV), errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS),
-				errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EBADF), errors.Is(err, unix.EPERM):
-				// Kernels and filesystems that cannot copy between these files.
-				return errors.ErrUnsupported
 			case err != nil:
 				return &os.PathError{Op: "copy_file_range", Path: dst.Name(), Err: err}
 			case k == 0:
-				// The source ended early (it was read whole just before): let the
-				// caller write the bytes it holds.
-				return errors.ErrUnsupported
+				return &os.PathError{Op: "copy_file_range", Path: src.Name(), Err: io.ErrUnexpectedEOF}
 			}
 			n -= k
 		}

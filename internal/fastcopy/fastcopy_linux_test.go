@@ -381,3 +381,50 @@ func TestFileMeasuresPaths(t *testing.T) {
 		})
 	}
 }
+
+// TestFileCopyFallback: on the page-cache path source ranges are copied by the kernel; when a
+// copy fails (here EXDEV, from the second on, as between filesystems that cannot copy to each
+// other) the bytes are read and written instead, byte-exact, with their sums, and the kernel
+// is not asked again.
+func TestFileCopyFallback(t *testing.T) {
+	t.Setenv("CKPT_DIRECT_IO", "off")
+	dir := t.TempDir()
+	srcPath, src := randomFile(t, dir, 5*chunkSize+777)
+	out, err := os.Create(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	f := NewFile(out)
+	var calls atomic.Int32
+	orig := f.os.copyRange
+	f.os.copyRange = func(s *os.File, so int64, d *os.File, do int64, n int) error {
+		if calls.Add(1) > 1 {
+			return &os.PathError{Op: "copy_file_range", Path: d.Name(), Err: unix.EXDEV}
+		}
+		return orig(s, so, d, do, n)
+	}
+	var want []byte
+	for i, r := range [][2]int{{0, 2*chunkSize + 5}, {3, copyMin}, {100, 3*chunkSize + 1}} {
+		want = append(want, byte(i))
+		f.Write([]byte{byte(i)})
+		xx := xxhash.New()
+		data := src[r[0] : r[0]+r[1]]
+		if _, err := f.WriteRange(statedict.Range{Data: data, Path: srcPath, Off: int64(r[0]), Sums: []hash.Hash{xx}}); err != nil {
+			t.Fatal(err)
+		}
+		if xx.Sum64() != xxhash.Sum64(data) {
+			t.Errorf("range %d: xxhash differs", i)
+		}
+		want = append(want, data...)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, want) {
+		t.Fatalf("output differs (%d bytes, want %d)", len(got), len(want))
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the kernel was asked %d times to copy, want 2 (one success, one refusal)", n)
+	}
+}
