@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 
@@ -79,7 +78,7 @@ func EmitTorch(dir string, lg *Logits, opts EmitOptions) error {
 		for _, x := range []struct {
 			name string
 			w    io.WriterTo
-		}{{"tokens", bytesTo(ids)}, {"logits", float32s(lg.Reference)}, {"source_tpu_logits", float32s(lg.SourceTPU)}, {"tpu_logits", float32s(lg.TPU)}} {
+		}{{"tokens", bytesTo(ids)}, {"logits", safetensors.Float32s(lg.Reference)}, {"source_tpu_logits", safetensors.Float32s(lg.SourceTPU)}, {"tpu_logits", safetensors.Float32s(lg.TPU)}} {
 			if err := sw.WriteTensor(x.name, x.w); err != nil {
 				return err
 			}
@@ -119,24 +118,4 @@ type bytesTo []byte
 func (b bytesTo) WriteTo(w io.Writer) (int64, error) {
 	n, err := w.Write(b)
 	return int64(n), err
-}
-
-// float32s writes its values as little-endian bytes.
-type float32s []float32
-
-func (v float32s) WriteTo(w io.Writer) (int64, error) {
-	buf := make([]byte, 0, 1<<16)
-	var n int64
-	for i, x := range v {
-		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
-		if len(buf) == cap(buf) || i == len(v)-1 {
-			m, err := w.Write(buf)
-			n += int64(m)
-			if err != nil {
-				return n, err
-			}
-			buf = buf[:0]
-		}
-	}
-	return n, nil
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/binary"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"strconv"
@@ -172,31 +170,11 @@ func writeLogits(path string, logits []float32, T, vocab int, force bool) error 
 	if err != nil {
 		return err
 	}
-	if err := w.WriteTensor("logits", float32s(logits)); err != nil {
+	if err := w.WriteTensor("logits", safetensors.Float32s(logits)); err != nil {
 		return err
 	}
 	if err := w.Close(); err != nil {
 		return err
 	}
 	return f.Commit()
-}
-
-// float32s writes its values as little-endian bytes.
-type float32s []float32
-
-func (v float32s) WriteTo(w io.Writer) (int64, error) {
-	buf := make([]byte, 0, 1<<16)
-	var n int64
-	for i, x := range v {
-		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
-		if len(buf) == cap(buf) || i == len(v)-1 {
-			m, err := w.Write(buf)
-			n += int64(m)
-			if err != nil {
-				return n, err
-			}
-			buf = buf[:0]
-		}
-	}
-	return n, nil
 }

@@ -306,3 +306,24 @@ func TensorInfoFor(name string, t *statedict.Tensor) (TensorInfo, error) {
 	}
 	return info, nil
 }
+
+// Float32s streams its values as the little-endian bytes of an F32 tensor, for WriteTensor.
+type Float32s []float32
+
+// WriteTo writes v's values, 64 KiB at a time.
+func (v Float32s) WriteTo(w io.Writer) (int64, error) {
+	buf := make([]byte, 0, 1<<16)
+	var n int64
+	for i, x := range v {
+		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
+		if len(buf) == cap(buf) || i == len(v)-1 {
+			m, err := w.Write(buf)
+			n += int64(m)
+			if err != nil {
+				return n, err
+			}
+			buf = buf[:0]
+		}
+	}
+	return n, nil
+}

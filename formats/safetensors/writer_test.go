@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -338,6 +339,27 @@ func TestForeignRoundTrip(t *testing.T) {
 		must(v.(*statedict.Tensor).WriteTo(&orig))
 		if ti.DType != want[i].dtype || !reflect.DeepEqual(ti.Shape, want[i].shape) || !bytes.Equal(got, orig.Bytes()) {
 			t.Errorf("%s: %s %v, bytes %x; want %s %v, bytes %x", ti.Name, ti.DType, ti.Shape, got, want[i].dtype, want[i].shape, orig.Bytes())
+		}
+	}
+}
+
+// TestFloat32s: values stream as little-endian float32 bytes across its 64 KiB buffer's
+// boundaries (16 384 values fill one exactly).
+func TestFloat32s(t *testing.T) {
+	for _, n := range []int{0, 1, 16383, 16384, 16385, 40000} {
+		v := make(Float32s, n)
+		for i := range v {
+			v[i] = float32(i) * -0.37
+		}
+		var b bytes.Buffer
+		m, err := v.WriteTo(&b)
+		if err != nil || m != int64(4*n) || b.Len() != 4*n {
+			t.Fatalf("%d values: wrote %d bytes (%d buffered), %v", n, m, b.Len(), err)
+		}
+		for i, x := range v {
+			if got := math.Float32frombits(binary.LittleEndian.Uint32(b.Bytes()[4*i:])); got != x {
+				t.Fatalf("%d values: value %d reads back %v, want %v", n, i, got, x)
+			}
 		}
 	}
 }

@@ -1,19 +1,24 @@
 // Package fastcopy writes checkpoint outputs at the speed of the disk. An output is a
 // sequential stream of small pieces (headers, pickles) and large runs of tensor bytes, most of
-// them ranges of a page-cache-warm source file. File gathers the stream into large aligned
-// chunks, reads source ranges into them with pread (no page faults, no mapping kept
-// resident) and hands full chunks to two goroutines that write them with direct I/O
-// (O_DIRECT): the bytes go from the chunk to the disk without a second copy into the page
-// cache and without waiting for writeback, so the final fsync finds nothing left to write.
-// Where direct I/O is unavailable (tmpfs, some network filesystems) or switched off with
-// CKPT_DIRECT_IO=off, the same chunks are written through the page cache, with writeback
-// started as each one lands.
+// them ranges of a page-cache-warm source file. File writes them durably by one of two paths:
+//
+//   - direct I/O (O_DIRECT): the stream is gathered into large aligned chunks, source ranges
+//     read into them with pread, and two goroutines write them straight to the disk, without
+//     a second copy into the page cache and without waiting for writeback;
+//   - the page cache: source ranges are copied file to file inside the kernel
+//     (copy_file_range, which is how cp copies), everything else written from chunks, with
+//     writeback started as each piece lands and awaited a bounded window behind, so that the
+//     disk works while the stream is produced and the final fsync finds little left.
+//
+// Which is faster differs between machines (see calibration), so the first large file on a
+// device measures both and the faster writes the rest. Where direct I/O is unavailable (tmpfs,
+// some network filesystems) or switched off with CKPT_DIRECT_IO=off, the page cache is used.
 //
 // Writers that sit in between (counters, checksums, buffers) pass ranges along by
 // implementing RangeWriter, so tensor bytes need not pass through them; a writer that must
 // see the bytes (a CRC, the manifest's hash) adds a hash to the range's Sums, which File feeds
-// from its chunk on another goroutine while the next piece is read: the mapping is never
-// touched, and checksumming runs on the second core.
+// from a buffer the bytes were read into, on another goroutine while the next piece is read:
+// the mapping is never touched, and checksumming runs on the second core.
 package fastcopy
 
 import (
@@ -45,6 +50,14 @@ const (
 	// piece is how much is read into a chunk at a time, and handed on to be checksummed:
 	// small enough that little is left to checksum when a range ends.
 	piece = 1 << 20
+	// dirtyWindow is how far behind the stream the page-cache path waits for writeback:
+	// what it has dirtied and not yet seen on disk. Enough for the disk to have many
+	// requests queued (a 16 MiB window wrote a 2 GiB output 2× slower than cp + sync on a
+	// VM whose disk streams at 1.4 GB/s), little next to any machine's memory.
+	dirtyWindow = 128 << 20
+	// copyMin is the shortest source range the page-cache path copies inside the kernel;
+	// shorter ones are gathered into chunks with the small pieces around them.
+	copyMin = 1 << 20
 )
 
 // buffers recycles aligned chunk buffers between files (an HF folder writes many).
@@ -63,68 +76,67 @@ func directIO() bool { return os.Getenv("CKPT_DIRECT_IO") != "off" }
 func measuredChoice() bool { return os.Getenv("CKPT_DIRECT_IO") != "on" }
 
 // Which path writes fastest differs between machines: on one VM a durable write went 1.5×
-// faster through the page cache (with writeback started and awaited as chunks land) than
-// with direct I/O, on another the reverse. So the first file of a run that is large enough
-// measures both — its first calChunks chunks with direct I/O, the next calChunks through the
-// page cache, each timed until the bytes are on disk — and the faster path writes the rest
-// of it and every later file on the same device (choices).
-const calChunks = 8
+// faster through the page cache than with direct I/O, on another the reverse. So the first
+// file of a run on a device that is large enough measures both on its own stream: its first
+// calWindow bytes with direct I/O, timed until every write has returned; the next calWindow
+// through the page cache, timed until writeback of all of it has finished. Each window runs
+// its path as it runs for the rest of the file (writers in parallel, kernel copies, the
+// writeback window), so the times compare what the two paths would take; the faster one
+// writes the rest of the file and every later file on the same device (choices).
+const calWindow = 32 << 20
 
 // choices holds, per device, whether direct I/O was measured to be the faster path.
 var choices sync.Map // uint64 → bool
 
-// calibration is a File's measurement of both paths.
+// calibration is a File's measurement of both paths. Only the goroutine filling the File
+// touches it.
 type calibration struct {
-	mu             sync.Mutex
-	dev            uint64
-	direct, cached time.Duration
-	nd, nc         int
-	decided        bool
+	dev    uint64
+	cached bool      // the direct window is done; the page-cache one runs
+	begin  int64     // stream offset the running window began at
+	t0     time.Time // when it began; zero until the first byte
+	direct time.Duration
 }
 
-// done reports whether the measurement is over (decided, or stopped).
-func (c *calibration) done() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.decided
-}
-
-// stop ends the measurement without a choice.
-func (c *calibration) stop() {
-	c.mu.Lock()
-	c.decided = true
-	c.mu.Unlock()
-}
-
-// record adds the time one chunk took on a path and decides once both have calChunks.
-func (c *calibration) record(f *File, direct bool, d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if direct {
-		c.direct += d
-		c.nd++
-	} else {
-		c.cached += d
-		c.nc++
+// calibrate ends a measurement window once calWindow bytes of it have been handed on: it
+// waits for them to be written (and, for the page-cache window, on disk), and switches to the
+// page cache after the direct window, or to the faster path after both.
+func (f *File) calibrate() {
+	c := f.calib
+	if c == nil || f.off-c.begin < calWindow {
+		return
 	}
-	if !c.decided && c.nd >= calChunks && c.nc >= calChunks {
-		c.decided = true
-		useDirect := c.direct <= c.cached
-		choices.Store(c.dev, useDirect)
-		if !useDirect {
-			f.useDirect.Store(false)
-		}
+	f.pending.Wait()
+	if f.noDirect.Load() { // refused while measuring: nothing to choose between
+		f.calib = nil
+		return
 	}
+	if !c.cached {
+		c.direct = time.Since(c.t0)
+		c.cached, c.begin, c.t0 = true, f.off, time.Now()
+		f.useDirect.Store(false)
+		return
+	}
+	f.os.await(f.f, c.begin, f.off-c.begin)
+	useDirect := c.direct < time.Since(c.t0)
+	choices.Store(c.dev, useDirect)
+	f.useDirect.Store(useDirect)
+	f.calib = nil
 }
 
 // osPath holds the operating system's fast path: opening a second descriptor with direct
-// I/O, telling whether a write failed because direct I/O was refused, and starting
-// writeback of a written range. Linux has all three (fastcopy_linux.go); elsewhere, or with
-// CKPT_WRITE_PATH=portable, the portable path writes through the page cache and leaves
-// writeback to the final fsync.
+// I/O, telling whether a write failed because direct I/O was refused, copying a file range
+// inside the kernel and starting writeback of a written range. Linux has all of them
+// (fastcopy_linux.go); elsewhere, or with CKPT_WRITE_PATH=portable, the portable path writes
+// through the page cache and leaves writeback to the final fsync.
 type osPath struct {
 	openDirect func(name string) (*os.File, error)
 	refused    func(err error) bool
+	// copyRange copies n bytes of src at srcOff to dst at dstOff inside the kernel. On any
+	// error (filesystems or kernels that cannot copy between these files answer EXDEV,
+	// EINVAL, EOPNOTSUPP…) the caller reads and writes the bytes itself, which reports a
+	// real I/O error for what it is.
+	copyRange func(src *os.File, srcOff int64, dst *os.File, dstOff int64, n int) error
 	// writeback starts writing a range back; await waits until it is on disk.
 	writeback func(f *os.File, off, n int64)
 	await     func(f *os.File, off, n int64)
@@ -135,6 +147,7 @@ type osPath struct {
 var portablePath = osPath{
 	openDirect: func(string) (*os.File, error) { return nil, errors.ErrUnsupported },
 	refused:    func(error) bool { return false },
+	copyRange:  func(*os.File, int64, *os.File, int64, int) error { return errors.ErrUnsupported },
 	writeback:  func(*os.File, int64, int64) {},
 	await:      func(*os.File, int64, int64) {},
 	device:     func(*os.File) (uint64, bool) { return 0, false },
@@ -155,13 +168,19 @@ type File struct {
 	os     osPath
 	direct *os.File // the same file opened with O_DIRECT; nil when unavailable
 	// useDirect is cleared when direct writes fail with EINVAL (the filesystem accepted
-	// O_DIRECT at open but not these writes), or when the page cache was measured faster:
-	// from then on chunks go through the cache.
+	// O_DIRECT at open but not these writes; noDirect is then set for good), or while and
+	// when the page cache is measured faster: chunks then go through the cache and source
+	// ranges are copied by the kernel.
 	useDirect atomic.Bool
+	noDirect  atomic.Bool
+	// noCopy is set when the kernel cannot copy between the source and this file.
+	noCopy bool
 	// start is the file offset writing began at; calib measures both paths (nil when the
 	// choice is made already, or there is none to make).
 	start int64
 	calib *calibration
+	// pending counts chunks handed to the writers and not yet written.
+	pending sync.WaitGroup
 	// srcs are the source files open for reading, most recently used last; at most
 	// maxSources stay open, so a folder of thousands of shards needs no more descriptors.
 	srcs []source
@@ -181,10 +200,12 @@ type File struct {
 // chunk is a buffer on its way to the file. It goes back to the pool when its last user
 // (filler, writer, checksummers) is done with it.
 type chunk struct {
-	buf  *[]byte
-	off  int64
-	refs atomic.Int32
-	f    *File
+	buf   *[]byte
+	off   int64
+	limit int  // how many bytes it takes: it ends on a block boundary of the file
+	final bool // the stream's last chunk, which direct I/O may pad
+	refs  atomic.Int32
+	f     *File
 }
 
 func (c *chunk) release() {
@@ -201,6 +222,12 @@ type sumJob struct {
 	c    *chunk
 	sums []hash.Hash
 	done chan struct{}
+	// src, when set, holds the bytes instead of data: n of them at off, which the
+	// checksumming goroutine reads itself (a range the kernel copies).
+	src  *os.File
+	path string
+	off  int64
+	n    int
 }
 
 // NewFile wraps f, which must be open for writing and positioned where writing continues.
@@ -252,6 +279,9 @@ func (f *File) WriteRange(r statedict.Range) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
+		if len(r.Data) >= copyMin && !f.useDirect.Load() && !f.noCopy {
+			return f.copyRange(src, r)
+		}
 		put = func(dst []byte, done int64) error {
 			if _, err := src.ReadAt(dst, r.Off+done); err != nil {
 				return fmt.Errorf("reading %s at offset %d: %w", r.Path, r.Off+done, err)
@@ -274,14 +304,17 @@ func (f *File) fill(n int64, sums []hash.Hash, put func(dst []byte, done int64) 
 		}
 		if f.cur == nil {
 			f.slots <- struct{}{}
-			c := &chunk{buf: buffers.Get().(*[]byte), off: f.off, f: f}
+			c := &chunk{buf: buffers.Get().(*[]byte), off: f.off, limit: chunkSize - int(f.off%blockSize), f: f}
 			*c.buf = (*c.buf)[:0]
 			c.refs.Store(1)
 			f.cur = c
+			if f.calib != nil && f.calib.t0.IsZero() {
+				f.calib.t0 = time.Now()
+			}
 		}
 		c := f.cur
 		b := *c.buf
-		k := min(n-done, int64(cap(b)-len(b)))
+		k := min(n-done, int64(c.limit-len(b)))
 		if len(sums) > 0 {
 			k = min(k, piece)
 		}
@@ -300,8 +333,9 @@ func (f *File) fill(n int64, sums []hash.Hash, put func(dst []byte, done int64) 
 			}
 			f.sums <- job
 		}
-		if len(*c.buf) == cap(*c.buf) {
+		if len(*c.buf) == c.limit {
 			f.submit()
+			f.calibrate()
 		}
 	}
 	if last != nil {
@@ -310,8 +344,102 @@ func (f *File) fill(n int64, sums []hash.Hash, put func(dst []byte, done int64) 
 	return done, nil
 }
 
-// submit hands the chunk being filled to the writing goroutine.
+// copyRange writes the source range r, open as src, by the page-cache path: the kernel copies
+// it file to file a chunk at a time, writeback started behind it, while the checksumming
+// goroutine reads the same bytes for r.Sums. What is being filled goes to the writers first.
+func (f *File) copyRange(src *os.File, r statedict.Range) (int64, error) {
+	if f.cur != nil {
+		if len(*f.cur.buf) > 0 {
+			f.submit()
+		} else {
+			f.cur.release()
+			f.cur = nil
+		}
+	}
+	if f.calib != nil && f.calib.t0.IsZero() {
+		f.calib.t0 = time.Now()
+	}
+	n := int64(len(r.Data))
+	var done int64
+	var last chan struct{}
+	finish := func(err error) (int64, error) {
+		if last != nil {
+			<-last // src stays open until the checksumming goroutine has read it
+		}
+		if err == nil {
+			err = f.failed()
+		}
+		return done, err
+	}
+	for done < n {
+		if err := f.failed(); err != nil {
+			return finish(err)
+		}
+		k := min(n-done, chunkSize)
+		if len(r.Sums) > 0 {
+			job := sumJob{src: src, path: r.Path, off: r.Off + done, n: int(k), sums: r.Sums}
+			if done+k == n {
+				last = make(chan struct{})
+				job.done = last
+			}
+			f.sums <- job
+		}
+		if err := f.copyPiece(src, r.Path, r.Off+done, int(k), f.off); err != nil {
+			f.fail(err)
+			if last == nil && len(r.Sums) > 0 { // let the checksumming goroutine finish with src
+				last = make(chan struct{})
+				f.sums <- sumJob{done: last}
+			}
+			return finish(err)
+		}
+		f.off += k
+		done += k
+		f.calibrate()
+	}
+	return finish(nil)
+}
+
+// copyPiece puts n bytes of src at srcOff at off in the file: copied by the kernel when it
+// can, else read and written (and the kernel not asked again for this File); then starts
+// their writeback and waits for what lies a dirtyWindow behind.
+func (f *File) copyPiece(src *os.File, path string, srcOff int64, n int, off int64) error {
+	err := errors.ErrUnsupported
+	if !f.noCopy {
+		err = f.os.copyRange(src, srcOff, f.f, off, n)
+	}
+	if err != nil {
+		f.noCopy = true
+		f.slots <- struct{}{}
+		c := &chunk{buf: buffers.Get().(*[]byte), f: f}
+		c.refs.Store(1)
+		b := (*c.buf)[:n]
+		if _, err = src.ReadAt(b, srcOff); err != nil {
+			err = fmt.Errorf("reading %s at offset %d: %w", path, srcOff, err)
+		} else {
+			_, err = writeCached(f.f, b, off)
+		}
+		c.release()
+	}
+	if err != nil {
+		return err
+	}
+	f.settle(off, int64(n))
+	return nil
+}
+
+// settle starts writeback of n bytes written at off and waits for the bytes a dirtyWindow
+// behind them: dirty pages stay bounded, the disk has plenty queued, and the final fsync
+// finds little left to write.
+func (f *File) settle(off, n int64) {
+	f.os.writeback(f.f, off, n)
+	if lag := off - dirtyWindow; lag >= f.start {
+		f.os.await(f.f, lag, n)
+	}
+}
+
+// submit hands the chunk being filled to the writing goroutines.
 func (f *File) submit() {
+	f.pending.Add(1)
 	f.jobs <- f.cur
 	f.off += int64(len(*f.cur.buf))
 	f.cur = nil
@@ -329,15 +457,37 @@ func (f *File) failed() error {
 // sumLoop feeds pieces to their sums in order.
 func (f *File) sumLoop() {
 	defer f.wg.Done()
+	var buf []byte
 	for j := range f.sums {
+		if j.src != nil {
+			if buf == nil {
+				buf = make([]byte, chunkSize)
+			}
+			j.data = buf[:j.n]
+			if _, err := j.src.ReadAt(j.data, j.off); err != nil {
+				f.fail(fmt.Errorf("reading %s at offset %d: %w", j.path, j.off, err))
+				j.data = nil
+			}
+		}
 		for _, h := range j.sums {
 			h.Write(j.data)
 		}
-		j.c.release()
+		if j.c != nil {
+			j.c.release()
+		}
 		if j.done != nil {
 			close(j.done)
 		}
 	}
+}
+
+// fail records the first error of the goroutines writing or checksumming.
+func (f *File) fail(err error) {
+	f.mu.Lock()
+	if f.err == nil {
+		f.err = err
+	}
+	f.mu.Unlock()
 }
 
 // writeLoop writes chunks; each chunk has its own place in the file, so the writers need
@@ -349,25 +499,21 @@ func (f *File) writeLoop() {
 		failed := f.err != nil
 		f.mu.Unlock()
 		if !failed {
-			if err := f.writeChunk(*c.buf, c.off); err != nil {
-				f.mu.Lock()
-				f.err = err
-				f.mu.Unlock()
+			if err := f.writeChunk(c); err != nil {
+				f.fail(err)
 			}
 		}
 		c.release()
+		f.pending.Done()
 	}
 }
 
-// writeChunk writes b at off, with direct I/O when possible. A short last chunk is padded
-// to a whole block for direct I/O; Close truncates the padding away.
-func (f *File) writeChunk(b []byte, off int64) error {
-	if f.calib != nil && len(b) == chunkSize && f.useDirect.Load() && !f.calib.done() {
-		if i := (off - f.start) / chunkSize; i < 2*calChunks {
-			return f.measure(b, off, i < calChunks)
-		}
-	}
-	if f.useDirect.Load() {
+// writeChunk writes c, with direct I/O when that is the path and c lies on block
+// boundaries. The stream's short last chunk is padded to a whole block for direct I/O;
+// Close truncates the padding away.
+func (f *File) writeChunk(c *chunk) error {
+	b, off := *c.buf, c.off
+	if f.useDirect.Load() && off%blockSize == 0 && (len(b)%blockSize == 0 || c.final) {
 		padded := (len(b) + blockSize - 1) / blockSize * blockSize
 		clear(b[len(b):padded])
 		_, err := writeDirect(f.direct, b[:padded], off)
@@ -377,46 +523,22 @@ func (f *File) writeChunk(b []byte, off int64) error {
 		if !f.os.refused(err) {
 			return err
 		}
+		f.noDirect.Store(true)
 		f.useDirect.Store(false) // this chunk, and every later one, through the page cache
 	}
-	if _, err := f.f.WriteAt(b, off); err != nil {
+	if _, err := writeCached(f.f, b, off); err != nil {
 		return err
 	}
-	// Start writeback now, so the disk works while the next chunk fills, and wait for the
-	// chunk written inFlight chunks ago: dirty pages stay bounded, and the final fsync
-	// finds little left to write.
-	f.os.writeback(f.f, off, int64(len(b)))
-	if lag := off - inFlight*chunkSize; lag >= f.start {
-		f.os.await(f.f, lag, chunkSize)
-	}
+	f.settle(off, int64(len(b)))
 	return nil
 }
 
-// measure writes a full chunk of the calibration on one path, timed until it is on disk.
-func (f *File) measure(b []byte, off int64, direct bool) error {
-	t0 := time.Now()
-	if direct {
-		if _, err := writeDirect(f.direct, b, off); err != nil {
-			if !f.os.refused(err) {
-				return err
-			}
-			f.useDirect.Store(false) // refused: nothing to choose between
-			f.calib.stop()
-			return f.writeChunk(b, off)
-		}
-	} else {
-		if _, err := f.f.WriteAt(b, off); err != nil {
-			return err
-		}
-		f.os.await(f.f, off, int64(len(b)))
-	}
-	f.calib.record(f, direct, time.Since(t0))
-	return nil
-}
-
-// writeDirect writes a chunk through the O_DIRECT descriptor (a variable so that tests can
-// make a filesystem refuse direct writes).
-var writeDirect = (*os.File).WriteAt
+// writeDirect writes a chunk through the O_DIRECT descriptor, writeCached through the
+// page cache (variables so that tests can make a path slow, or refuse direct writes).
+var (
+	writeDirect = (*os.File).WriteAt
+	writeCached = (*os.File).WriteAt
+)
 
 // source is an open source file.
 type source struct {
@@ -428,8 +550,8 @@ type source struct {
 const maxSources = 16
 
 // source returns path opened for reading, reusing a recently used descriptor. Ranges arrive
-// in file order, so the cache almost always hits. Reads of a file closed here have finished:
-// they happen on the calling goroutine.
+// in file order, so the cache almost always hits. Reads and copies of a file closed here
+// have finished: they happen on the calling goroutine.
 func (f *File) source(path string) (*os.File, error) {
 	for i, s := range f.srcs {
 		if s.path == path {
@@ -464,6 +586,7 @@ func (f *File) Close() error {
 	if f.cur != nil {
 		end += int64(len(*f.cur.buf))
 		if len(*f.cur.buf) > 0 {
+			f.cur.final = true
 			f.submit()
 		} else {
 			f.cur.release()

@@ -298,51 +298,133 @@ func BenchmarkFile(b *testing.B) {
 }
 
 // TestFileMeasuresPaths: a large first file measures both write paths and the faster one
-// writes the rest and later files on the device; here direct writes are made slow, so the
-// page cache must win, and every byte must still land where it belongs.
+// writes the rest and later files on the device; every byte must land where it belongs
+// whichever wins. Each case makes one path slow (250 ms a write or kernel copy: slower than
+// 4 MiB takes on the other path on any disk, even on a loaded machine). The stream mixes
+// small writes with source ranges of odd lengths, so the page-cache window copies ranges in
+// the kernel and ends at an unaligned offset, from which direct I/O must take over.
 func TestFileMeasuresPaths(t *testing.T) {
+	slow := func(t *testing.T, v *func(*os.File, []byte, int64) (int, error)) {
+		orig := *v
+		*v = func(d *os.File, b []byte, off int64) (int, error) {
+			time.Sleep(250 * time.Millisecond)
+			return orig(d, b, off)
+		}
+		t.Cleanup(func() { *v = orig })
+	}
+	for _, c := range []struct {
+		name       string
+		slowDirect bool
+	}{{"direct slow", true}, {"page cache slow", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			srcPath, src := randomFile(t, dir, 3*calWindow)
+			out, err := os.Create(filepath.Join(dir, "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			choices.Clear()
+			defer choices.Clear()
+			f := NewFile(out)
+			if f.calib == nil {
+				t.Skipf("the filesystem of %s refuses O_DIRECT at open: nothing to choose between", dir)
+			}
+			dev := f.calib.dev
+			var copies atomic.Int32
+			if c.slowDirect {
+				slow(t, &writeDirect)
+			} else {
+				slow(t, &writeCached)
+				orig := f.os.copyRange
+				f.os.copyRange = func(s *os.File, so int64, d *os.File, do int64, n int) error {
+					copies.Add(1)
+					time.Sleep(250 * time.Millisecond)
+					return orig(s, so, d, do, n)
+				}
+			}
+			var want []byte
+			for off, i := 0, 0; off < len(src); i++ {
+				hdr := []byte{'h', byte(i), 1, 2, 3}[:1+i%5]
+				if _, err := f.Write(hdr); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, hdr...)
+				n := min(len(src)-off, copyMin+i*7919%chunkSize)
+				if _, err := f.WriteRange(statedict.Range{Data: src[off : off+n], Path: srcPath, Off: int64(off)}); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, src[off:off+n]...)
+				off += n
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, want) {
+				t.Fatalf("output differs (%d bytes, want %d)", len(got), len(want))
+			}
+			direct, ok := choices.Load(dev)
+			if !ok || direct.(bool) == c.slowDirect || f.useDirect.Load() == c.slowDirect {
+				t.Fatalf("choice direct=%v (made %v), writing direct %v at the end: the slow path was not measured slower", direct, ok, f.useDirect.Load())
+			}
+			if !c.slowDirect && copies.Load() == 0 {
+				t.Error("the page-cache window copied no range in the kernel")
+			}
+			// The next file on the device takes the choice without measuring.
+			out2, _ := os.Create(filepath.Join(dir, "out2"))
+			defer out2.Close()
+			g := NewFile(out2)
+			defer g.Close()
+			if g.calib != nil || g.useDirect.Load() == c.slowDirect {
+				t.Fatal("a later file measured again or ignored the choice")
+			}
+		})
+	}
+}
+
+// TestFileCopyFallback: on the page-cache path source ranges are copied by the kernel; when a
+// copy fails (here EXDEV, from the second on, as between filesystems that cannot copy to each
+// other) the bytes are read and written instead, byte-exact, with their sums, and the kernel
+// is not asked again.
+func TestFileCopyFallback(t *testing.T) {
+	t.Setenv("CKPT_DIRECT_IO", "off")
 	dir := t.TempDir()
+	srcPath, src := randomFile(t, dir, 5*chunkSize+777)
 	out, err := os.Create(filepath.Join(dir, "out"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	choices.Clear()
-	defer choices.Clear()
 	f := NewFile(out)
-	if f.calib == nil {
-		t.Skipf("the filesystem of %s refuses O_DIRECT at open: nothing to choose between", dir)
+	var calls atomic.Int32
+	orig := f.os.copyRange
+	f.os.copyRange = func(s *os.File, so int64, d *os.File, do int64, n int) error {
+		if calls.Add(1) > 1 {
+			return &os.PathError{Op: "copy_file_range", Path: d.Name(), Err: unix.EXDEV}
+		}
+		return orig(s, so, d, do, n)
 	}
-	// 250 ms a chunk: slower than a 4 MiB write through the page cache on any disk, even on
-	// a machine loaded enough to make that take tens of milliseconds.
-	writeDirect = func(d *os.File, b []byte, off int64) (int, error) {
-		time.Sleep(250 * time.Millisecond)
-		return d.WriteAt(b, off)
-	}
-	defer func() { writeDirect = (*os.File).WriteAt }()
-	want := make([]byte, (2*calChunks+5)*chunkSize+12345)
-	for i := range want {
-		want[i] = byte(i * 7)
-	}
-	if _, err := f.Write(want); err != nil {
-		t.Fatal(err)
+	var want []byte
+	for i, r := range [][2]int{{0, 2*chunkSize + 5}, {3, copyMin}, {100, 3*chunkSize + 1}} {
+		want = append(want, byte(i))
+		f.Write([]byte{byte(i)})
+		xx := xxhash.New()
+		data := src[r[0] : r[0]+r[1]]
+		if _, err := f.WriteRange(statedict.Range{Data: data, Path: srcPath, Off: int64(r[0]), Sums: []hash.Hash{xx}}); err != nil {
+			t.Fatal(err)
+		}
+		if xx.Sum64() != xxhash.Sum64(data) {
+			t.Errorf("range %d: xxhash differs", i)
+		}
+		want = append(want, data...)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, want) {
-		t.Fatal("output differs")
+		t.Fatalf("output differs (%d bytes, want %d)", len(got), len(want))
 	}
-	direct, ok := choices.Load(f.calib.dev)
-	if !ok || direct.(bool) || f.useDirect.Load() {
-		t.Fatalf("choice %v (made %v), still direct %v: the slow direct path was not measured slower", direct, ok, f.useDirect.Load())
-	}
-	// The next file on the device takes the choice without measuring.
-	out2, _ := os.Create(filepath.Join(dir, "out2"))
-	defer out2.Close()
-	g := NewFile(out2)
-	defer g.Close()
-	if g.calib != nil || g.useDirect.Load() {
-		t.Fatal("a later file measured again or ignored the choice")
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the kernel was asked %d times to copy, want 2 (one success, one refusal)", n)
 	}
 }
