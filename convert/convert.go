@@ -324,6 +324,7 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 	pol.Merge(ro.Policies)
 	pol.Merge(q.policies)
 	ro.Policies = pol
+	ro.Consume = true // the source tree is let go once remapped (below)
 	root, rep, err := remap.Apply(q.root, ro)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", opts.Src, err)

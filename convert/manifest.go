@@ -20,12 +20,13 @@ func buildManifest(o *output, p *planned, opts Options, names map[*statedict.Ten
 		Args:   opts.Args,
 		Source: manifest.Source{Path: opts.Src, Format: p.sum.SrcFormat, Metadata: p.ck.Metadata},
 		Output: manifest.Output{Path: opts.Dst, Format: string(opts.Format), Files: p.sum.Files},
-		Remap:  p.sum.Remap, Tensors: []manifest.Tensor{},
+		Remap:  p.sum.Remap,
 	}
 	tensors, err := p.ck.Tensors()
 	if err != nil {
 		return nil, err
 	}
+	m.Tensors = make([]manifest.Tensor, 0, len(tensors))
 	for _, nt := range tensors {
 		name := nt.Name
 		if names != nil {

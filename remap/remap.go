@@ -102,6 +102,11 @@ type Options struct {
 	// they are (quant: the codes and scales of quantized layers passed through are not
 	// cast). The training state's own decisions come from optimizerstate.Decide.
 	Policies statedict.Policies
+	// Consume lets Apply remap the tensors and storages of root in place instead of
+	// copying them (a cast still makes a storage of its own): for a caller that gives
+	// root up, so that a checkpoint of many small tensors is not held twice while it is
+	// remapped. The containers are rebuilt all the same.
+	Consume bool
 }
 
 // Report says what a remap did, for the user and the manifest.
@@ -361,20 +366,25 @@ func (r *remapper) tensor(t *statedict.Tensor, name string) (*statedict.Tensor, 
 	if done, ok := r.tensors[t]; ok {
 		return done, nil
 	}
-	nt := *t
+	nt := t
+	if !r.opts.Consume {
+		c := *t
+		nt = &c
+	}
 	if t.Storage != nil {
+		from := t.Storage.DType // t is nt when consumed
 		st, err := r.storage(t, name)
 		if err != nil {
 			return nil, err
 		}
 		nt.Storage = st
-		if st.DType != t.Storage.DType && castable(t.DType) {
+		if st.DType != from && castable(nt.DType) {
 			nt.DType = st.DType
 			r.rep.Cast++
 		}
 	}
-	r.tensors[t] = &nt
-	return &nt, nil
+	r.tensors[t] = nt
+	return nt, nil
 }
 
 // castable reports whether a dtype cast applies to a tensor of dtype d: the IEEE float
@@ -426,6 +436,11 @@ func (r *remapper) storage(t *statedict.Tensor, name string) (*statedict.Storage
 		}
 		r.storages[src] = cast
 		return cast, nil
+	}
+	if r.opts.Consume {
+		*src = st
+		r.storages[src] = src
+		return src, nil
 	}
 	r.storages[src] = &st
 	return &st, nil

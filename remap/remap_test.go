@@ -1,6 +1,7 @@
 package remap
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -109,8 +110,16 @@ func TestApplyNames(t *testing.T) {
 }
 
 // TestApplyStorages checks locations, casts and what is left alone: integer tensors,
-// fp8 codes, optimizer moments and step counters; and that shared storages stay shared.
+// fp8 codes, optimizer moments and step counters; and that shared storages stay shared —
+// copying the source's tensors, or remapping them in place (Options.Consume), where the
+// tensors are the source's own and a cast storage still is a new one.
 func TestApplyStorages(t *testing.T) {
+	for _, consume := range []bool{false, true} {
+		t.Run(fmt.Sprintf("consume=%v", consume), func(t *testing.T) { testApplyStorages(t, consume) })
+	}
+}
+
+func testApplyStorages(t *testing.T, consume bool) {
 	w := tensor(statedict.Float32, "cuda:0", 4)
 	tied := *w // a second tensor object viewing the same storage
 	step := tensor(statedict.Float32, "cpu", 1)
@@ -120,7 +129,9 @@ func TestApplyStorages(t *testing.T) {
 		"optimizer", dict("state", dict(int64(0), dict("step", step, "exp_avg", tensor(statedict.Float32, "cuda:0", 4))), "param_groups", &statedict.List{}),
 	)
 	loc, _ := ParseMapLocation("tpu")
-	out, rep, err := Apply(root, Options{Place: loc, DType: statedict.BFloat16})
+	idx := root.Entries()[0].Value.(*statedict.Dict).Entries()[2].Value.(*statedict.Tensor)
+	idxStorage := idx.Storage
+	out, rep, err := Apply(root, Options{Place: loc, DType: statedict.BFloat16, Consume: consume})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +164,17 @@ func TestApplyStorages(t *testing.T) {
 	if rep.Cast != 2 || rep.Locations["cuda:0"] != "tpu" {
 		t.Errorf("report %+v", rep)
 	}
-	if w.DType != statedict.Float32 || w.Storage.Location != "cuda:0" {
-		t.Error("the source tree was modified")
+	if !consume {
+		if w.DType != statedict.Float32 || w.Storage.Location != "cuda:0" || idx.Storage.Location != "cuda:0" {
+			t.Error("the source tree was modified")
+		}
+		return
+	}
+	if get("model", "w") != w || get("model", "idx") != idx || idx.Storage != idxStorage {
+		t.Error("consumed: the source's tensors and uncast storages were copied")
+	}
+	if w.Storage.DType != statedict.BFloat16 || w.Storage == idxStorage {
+		t.Error("consumed: the cast weight does not have its cast storage")
 	}
 }
 

@@ -23,19 +23,43 @@ type savePlan struct {
 	byRank [][]int
 }
 
-// planItem is one write item: a bytes item, or a piece of a tensor.
+// planItem is one write item: a bytes item, or a piece of a tensor. A checkpoint may hold
+// hundreds of thousands of them, so an item is small and a tensor saved whole (every
+// tensor of an unsharded save) costs no piece of its own.
 type planItem struct {
 	leaf   int // index into savePlan.leaves
 	tensor *statedict.Tensor
-	piece  statedict.Piece // for tensors
-	writer int             // the rank that writes it
+	// piece is the tensor's piece in its layout (statedict.Sharding); nil for the tensor
+	// whole.
+	piece  *statedict.Piece
+	writer int // the rank that writes it
+}
+
+// box is the item's piece of its tensor: the piece of its layout, or the tensor whole (its
+// offsets zeros shared by every item: not to be modified).
+func (it *planItem) box() statedict.Piece {
+	if it.piece != nil {
+		return *it.piece
+	}
+	return statedict.Piece{Offsets: zeros(len(it.tensor.Shape)), Sizes: it.tensor.Shape}
+}
+
+// zeroOffsets backs the offsets of whole tensors of up to its length of dimensions.
+var zeroOffsets [64]int64
+
+// zeros is n zero offsets, shared when n is small enough.
+func zeros(n int) []int64 {
+	if n <= len(zeroOffsets) {
+		return zeroOffsets[:n:n]
+	}
+	return make([]int64, n)
 }
 
 func (it *planItem) key(fqn string) storageKey {
 	if it.tensor == nil {
 		return keyOf(fqn, nil)
 	}
-	return keyOf(fqn, it.piece.Offsets)
+	return keyOf(fqn, it.box().Offsets)
 }
 
 // newSavePlan plans the save of leaves by the ranks of sh (nil: one rank holding
@@ -48,6 +72,9 @@ func newSavePlan(leaves []leaf, sh *statedict.Sharding) (*savePlan, error) {
 		return nil, fmt.Errorf("a sharding over %d ranks", sh.Ranks)
 	}
 	p := &savePlan{leaves: leaves, ranks: sh.Ranks, byRank: make([][]int, sh.Ranks)}
+	if sh.Ranks == 1 && len(sh.Tensors) == 0 {
+		return p, p.whole()
+	}
 	all := make([]int, sh.Ranks)
 	for r := range all {
 		all[r] = r
@@ -58,8 +85,11 @@ func newSavePlan(leaves []leaf, sh *statedict.Sharding) (*savePlan, error) {
 		holders []int
 		size    int64
 	}
-	var cands []cand
+	cands := make([]cand, 0, len(leaves))
 	local := make([][]int, sh.Ranks)
+	if sh.Ranks == 1 {
+		local[0] = make([]int, 0, len(leaves))
+	}
 	for i, l := range leaves {
 		t, ok := l.val.(*statedict.Tensor)
 		if !ok {
@@ -70,18 +100,27 @@ func newSavePlan(leaves []leaf, sh *statedict.Sharding) (*savePlan, error) {
 			cands = append(cands, cand{planItem{leaf: i}, all, 1})
 			continue
 		}
-		if t.DType.Kind() == statedict.KindQuantized {
-			return nil, fmt.Errorf("%s: %w: torch.distributed.checkpoint cannot load quantized %s tensors (its loader copies into torch.empty)", l.fqn, statedict.ErrUnsupported, t.DType)
-		}
-		ts := sh.Of(t)
-		if err := ts.Check(t, sh.Ranks); err != nil {
-			return nil, fmt.Errorf("%s: sharding: %w", l.fqn, err)
+		if err := saveable(l.fqn, t); err != nil {
+			return nil, err
 		}
 		// tensor_storage_size() counts the whole tensor's bytes for every piece of it (its
 		// TensorWriteData.size is the global size); 0 counts as 1.
 		size := max(t.NumEl()*int64(t.DType.Size()), 1)
+		ts, sharded := sh.Tensors[t]
+		if !sharded {
+			// Whole on every rank (statedict.Sharding.Of), as one item.
+			for r := range local {
+				local[r] = append(local[r], len(cands))
+			}
+			cands = append(cands, cand{planItem{leaf: i, tensor: t}, all, size})
+			continue
+		}
+		if err := ts.Check(t, sh.Ranks); err != nil {
+			return nil, fmt.Errorf("%s: sharding: %w", l.fqn, err)
+		}
 		at := map[string]int{}
-		for _, pc := range ts.Pieces {
+		for pi := range ts.Pieces {
+			pc := &ts.Pieces[pi]
 			k := fmt.Sprint(pc.Offsets)
 			if j, dup := at[k]; dup {
 				// DCP identifies a piece by its offsets: two pieces there can only be empty.
@@ -106,6 +145,8 @@ func newSavePlan(leaves []leaf, sh *statedict.Sharding) (*savePlan, error) {
 	// to the holder whose plan is smallest so far, ties to the first in Python's iteration
 	// order of the set of holders.
 	planned := make([]int64, sh.Ranks)
+	slab := make([]planItem, 0, len(cands)) // the items, one allocation
+	p.items = make([]*planItem, 0, len(cands))
 	idx := make([]int, len(cands)) // candidate → item index
 	for i := range idx {
 		idx[i] = -1
@@ -122,10 +163,11 @@ func newSavePlan(leaves []leaf, sh *statedict.Sharding) (*savePlan, error) {
 				}
 			}
 			planned[w] += cands[c].size
-			it := cands[c].item
+			slab = append(slab, cands[c].item)
+			it := &slab[len(slab)-1]
 			it.writer = w
 			idx[c] = len(p.items)
-			p.items = append(p.items, &it)
+			p.items = append(p.items, it)
 		}
 	}
 	for r := range local {
@@ -136,6 +178,33 @@ func newSavePlan(leaves []leaf, sh *statedict.Sharding) (*savePlan, error) {
 		}
 	}
 	return p, nil
+}
+
+// whole plans what one process saves, every tensor whole: an item per leaf, in order, all
+// written by rank 0 — what the general plan comes to, without its per-item bookkeeping.
+func (p *savePlan) whole() error {
+	slab := make([]planItem, len(p.leaves))
+	p.items = make([]*planItem, len(p.leaves))
+	p.byRank[0] = make([]int, len(p.leaves))
+	for i, l := range p.leaves {
+		slab[i].leaf = i
+		if t, ok := l.val.(*statedict.Tensor); ok {
+			if err := saveable(l.fqn, t); err != nil {
+				return err
+			}
+			slab[i].tensor = t
+		}
+		p.items[i], p.byRank[0][i] = &slab[i], i
+	}
+	return nil
+}
+
+// saveable refuses a tensor DCP cannot load.
+func saveable(fqn string, t *statedict.Tensor) error {
+	if t.DType.Kind() == statedict.KindQuantized {
+		return fmt.Errorf("%s: %w: torch.distributed.checkpoint cannot load quantized %s tensors (its loader copies into torch.empty)", fqn, statedict.ErrUnsupported, t.DType)
+	}
+	return nil
 }
 
 // pySetOrder is the order in which CPython 3 iterates a set of the non-negative ints vals,

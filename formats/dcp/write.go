@@ -40,9 +40,11 @@ func (l *leaf) keys() []statedict.Value {
 // does (torch ≥ 2.4): mappings are traversed with str(key); a list is traversed by index
 // only if it holds a tensor or a container that must be traversed; tuples and other values
 // are leaves; an empty mapping contributes nothing.
+// The leaves are counted first and allocated once, and duplicate names found by sorting
+// them: a checkpoint may hold hundreds of thousands of leaves, whose slice growing by
+// doubling and whose set of names would each cost as much as the leaves themselves.
 func flatten(root statedict.Value) ([]leaf, error) {
-	var out []leaf
-	seen := map[string]bool{}
+	out := make([]leaf, 0, countLeaves(root))
 	var walk func(path []statedict.Value, v statedict.Value) error
 	walk = func(path []statedict.Value, v statedict.Value) error {
 		switch c := v.(type) {
@@ -72,10 +74,6 @@ func flatten(root statedict.Value) ([]leaf, error) {
 			parts[i] = statedict.KeyString(p)
 		}
 		fqn := strings.Join(parts, ".")
-		if seen[fqn] {
-			return fmt.Errorf("two entries flatten to the same name %q", fqn)
-		}
-		seen[fqn] = true
 		if len(path) == 1 {
 			if k, ok := path[0].(string); ok && k == fqn && k != "" {
 				path = nil
@@ -84,7 +82,41 @@ func flatten(root statedict.Value) ([]leaf, error) {
 		out = append(out, leaf{fqn, path, v})
 		return nil
 	}
-	return out, walk(nil, root)
+	if err := walk(nil, root); err != nil {
+		return nil, err
+	}
+	byName := make([]int32, len(out))
+	for i := range byName {
+		byName[i] = int32(i)
+	}
+	slices.SortFunc(byName, func(a, b int32) int { return strings.Compare(out[a].fqn, out[b].fqn) })
+	for i := 1; i < len(byName); i++ {
+		if fqn := out[byName[i]].fqn; fqn == out[byName[i-1]].fqn {
+			return nil, fmt.Errorf("two entries flatten to the same name %q", fqn)
+		}
+	}
+	return out, nil
+}
+
+// countLeaves is the number of leaves flatten finds in v.
+func countLeaves(v statedict.Value) int {
+	switch c := v.(type) {
+	case *statedict.Dict:
+		n := 0
+		for _, e := range c.Entries() {
+			n += countLeaves(e.Value)
+		}
+		return n
+	case *statedict.List:
+		if !terminal(c) {
+			n := 0
+			for _, it := range c.Items {
+				n += countLeaves(it)
+			}
+			return n
+		}
+	}
+	return 1
 }
 
 // terminal is DCP's _is_terminal for lists: a list is a leaf unless it holds a tensor or a
@@ -274,7 +306,7 @@ func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.Write
 			}
 			v := l.val
 			if it.tensor != nil {
-				view, err := it.tensor.Box(it.piece.Offsets, it.piece.Sizes)
+				view, err := it.tensor.Box(it.box().Offsets, it.box().Sizes)
 				if err != nil {
 					return err
 				}
@@ -283,7 +315,7 @@ func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.Write
 					return err
 				}
 				v = st
-				if opts.Sum != nil && !it.piece.Empty() {
+				if opts.Sum != nil && !it.box().Empty() {
 					t := it.tensor
 					var h hash.Hash
 					switch {
@@ -352,7 +384,7 @@ func (p *savePlan) inOrder(ranks []int) map[*statedict.Tensor]bool {
 		if t == nil || next[t] < 0 {
 			continue
 		}
-		start, n, ok := it.piece.Run(t.Shape)
+		start, n, ok := it.box().Run(t.Shape)
 		switch {
 		case !writes[it.writer] || !ok:
 			next[t] = -1
@@ -432,7 +464,7 @@ func encodePart(p *savePlan, st []stored, ranks []int) ([]byte, error) {
 		}
 		si := storedItem{FQN: fqn, File: s.file, Offset: s.offset, Length: s.length}
 		if it.tensor != nil {
-			si.Offsets = it.piece.Offsets
+			si.Offsets = it.box().Offsets
 		}
 		pt.Items = append(pt.Items, si)
 	}
@@ -568,14 +600,23 @@ func encodeMetadata(w io.Writer, p *savePlan, st []stored, descs []string) error
 		e.Op(pickle.OpTuple1)
 		e.Op(pickle.OpReduce)
 	}
-	// Each leaf's items in chunk-list order.
-	chunks := make([][]*planItem, len(p.leaves))
-	hint := map[*planItem]int{}
+	// Each leaf's items in chunk-list order: leaf l's are chunks[start[l]:start[l+1]], and
+	// hint[i] is item i's place among them (flat arrays, not a slice per leaf and a map per
+	// item: a checkpoint may hold hundreds of thousands of them).
+	start := make([]int, len(p.leaves)+1)
+	for _, it := range p.items {
+		start[it.leaf+1]++
+	}
+	for l := range p.leaves {
+		start[l+1] += start[l]
+	}
+	chunks, hint, filled := make([]int32, len(p.items)), make([]int32, len(p.items)), make([]int32, len(p.leaves))
 	for r := range p.ranks {
 		for _, i := range p.byRank[r] {
-			it := p.items[i]
-			hint[it] = len(chunks[it.leaf])
-			chunks[it.leaf] = append(chunks[it.leaf], it)
+			l := p.items[i].leaf
+			hint[i] = filled[l]
+			chunks[start[l]+int(filled[l])] = int32(i)
+			filled[l]++
 		}
 	}
 	obj(mdModule, "Metadata")
@@ -617,7 +658,8 @@ func encodeMetadata(w io.Writer, p *savePlan, st []stored, descs []string) error
 		e.String("chunks")
 		e.Op(pickle.OpEmptyList)
 		e.Op(pickle.OpMark)
-		for ci, it := range chunks[li] {
+		for ci, i := range chunks[start[li]:start[li+1]] {
+			it := p.items[i]
 			if ci > 0 && ci%metadataBatch == 0 {
 				e.Op(pickle.OpAppends) // batched as Python's pickler batches lists
 				e.Op(pickle.OpMark)
@@ -626,9 +668,9 @@ func encodeMetadata(w io.Writer, p *savePlan, st []stored, descs []string) error
 			e.Op(pickle.OpEmptyDict)
 			e.Op(pickle.OpMark)
 			e.String("offsets")
-			size(it.piece.Offsets)
+			size(it.box().Offsets)
 			e.String("sizes")
-			size(it.piece.Sizes)
+			size(it.box().Sizes)
 			e.Op(pickle.OpSetItems)
 			e.Op(pickle.OpBuild)
 		}
@@ -679,9 +721,9 @@ func encodeMetadata(w io.Writer, p *savePlan, st []stored, descs []string) error
 				e.String(fqn)
 				if it.tensor != nil {
 					e.String("offset")
-					size(it.piece.Offsets)
+					size(it.box().Offsets)
 					e.String("index")
-					e.Int(int64(hint[it]))
+					e.Int(int64(hint[i]))
 				} else {
 					e.String("index")
 					e.None()
