@@ -1,7 +1,9 @@
 package formats
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -91,5 +93,30 @@ func FuzzConcatenated(f *testing.F) {
 		s := &scanner{res: &ScanResult{}, covered: map[string]bool{}}
 		s.concatenated("__0_0.distcp", data)
 		checkScan(t, s.res, int64(len(data)))
+	})
+}
+
+// unmapped is a File that is not Mapped, as an object in object storage is not.
+type unmapped struct{ *bytes.Reader }
+
+func (u unmapped) Close() error { return nil }
+
+// FuzzRemoteZip scans arbitrary archives read in ranges, as a zip object in a bucket is
+// read, and in memory: the two scans must report the same.
+func FuzzRemoteZip(f *testing.F) {
+	scanSeeds(f, func(name string, b []byte) {
+		if bytes.HasPrefix(b, []byte(zipMagic)) {
+			f.Add(b)
+		}
+	})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		mem := &scanner{res: &ScanResult{}, covered: map[string]bool{}}
+		mem.zipArchive("model.pt", memZip(data), 0, "")
+		remote := &scanner{res: &ScanResult{}, covered: map[string]bool{}}
+		remote.zipArchive("model.pt", &remoteZip{f: unmapped{bytes.NewReader(data)}}, 0, "")
+		checkScan(t, remote.res, int64(len(data)))
+		if a, b := fmt.Sprintf("%+v", mem.res), fmt.Sprintf("%+v", remote.res); a != b {
+			t.Fatalf("scanned in ranges:\n%s\nin memory:\n%s", b, a)
+		}
 	})
 }

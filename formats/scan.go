@@ -258,6 +258,9 @@ func (s *scanner) file(path string, inFolder bool) {
 		s.layout(path, layoutSafetensors) // no pickles: its header is all there is to read
 		return
 	}
+	if s.remoteZipFile(path) {
+		return
+	}
 	data, done, err := readWhole(path)
 	if err != nil {
 		s.problem(path, -1, statedict.ErrCorrupt, "%v", err)
@@ -295,7 +298,7 @@ func (s *scanner) file(path string, inFolder bool) {
 func (s *scanner) torchLoad(file string, data []byte, base int64, where string, isFile, lenient bool) string {
 	switch {
 	case len(data) >= 4 && string(data[:4]) == zipMagic:
-		return s.zipArchive(file, data, base, where)
+		return s.zipArchive(file, memZip(data), base, where)
 	case isFile && isNemo(data):
 		s.nemoArchive(file, data)
 		return layoutNemo
@@ -365,6 +368,26 @@ func joinWhere(prefix, where string) string {
 		return where
 	}
 	return prefix + ": " + where
+}
+
+// remoteZipFile scans path when it is an object in object storage holding a zip archive
+// (a torch.save file), reading its directory, local headers and pickles in ranges, and
+// reports whether it did.
+func (s *scanner) remoteZipFile(path string) bool {
+	if !store.IsRemote(path) || strings.HasSuffix(path, ".distcp") {
+		return false
+	}
+	f, err := store.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, len(zipMagic))
+	if n, _ := f.ReadAt(head, 0); n < len(head) || string(head) != zipMagic {
+		return false
+	}
+	s.layout(path, s.zipArchive(path, &remoteZip{f: f}, 0, ""))
+	return true
 }
 
 // remoteSafetensors reports whether path is an object in object storage that starts as a

@@ -4,10 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -55,15 +58,116 @@ type span struct {
 	what     string
 }
 
+// zipSource is a zip archive's bytes: in memory (memZip), or an object in object storage
+// read in ranges (remoteZip), so that scanning a remote archive reads its directory,
+// local headers and pickles, not its tensors.
+type zipSource interface {
+	Len() int64
+	// Bytes returns the n bytes at off, which must lie inside the archive.
+	Bytes(off, n int64) ([]byte, error)
+}
+
+// memZip is an archive held in memory (a mapped file, or part of one).
+type memZip []byte
+
+func (m memZip) Len() int64 { return int64(len(m)) }
+
+func (m memZip) Bytes(off, n int64) ([]byte, error) {
+	if off < 0 || n < 0 || off > int64(len(m)) || n > int64(len(m))-off {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return m[off : off+n], nil
+}
+
+// remoteZip is an archive in object storage. It keeps what it read (the directory, local
+// headers and pickles, which the scan goes back to) for the scan of the one file.
+type remoteZip struct {
+	f    store.File
+	segs []remoteSeg
+}
+
+type remoteSeg struct {
+	off  int64
+	data []byte
+}
+
+// maxRemoteZipRead bounds one range a remote archive's scan reads (its central directory,
+// a pickle): more than any real torch.save archive has, less than a forged length could
+// make it allocate.
+const maxRemoteZipRead = 256 << 20
+
+func (r *remoteZip) Len() int64 { return r.f.Size() }
+
+func (r *remoteZip) Bytes(off, n int64) ([]byte, error) {
+	if off < 0 || n < 0 || off > r.Len() || n > r.Len()-off {
+		return nil, io.ErrUnexpectedEOF
+	}
+	for _, s := range r.segs {
+		if off >= s.off && off+n <= s.off+int64(len(s.data)) {
+			return s.data[off-s.off : off-s.off+n], nil
+		}
+	}
+	if n > maxRemoteZipRead {
+		return nil, fmt.Errorf("%w: %d bytes at byte %d, more than the %d a remote archive's scan reads at once", statedict.ErrUnsupported, n, off, int64(maxRemoteZipRead))
+	}
+	b, err := store.ReadRange(r.f, off, n)
+	if err != nil {
+		return nil, err
+	}
+	r.segs = append(r.segs, remoteSeg{off, b})
+	return b, nil
+}
+
+// prefetch reads the local headers at offs (n bytes each, fewer at the archive's end) in
+// parallel, so that an archive of thousands of records costs round trips in proportion to
+// the requests in flight, not to the records.
+func (r *remoteZip) prefetch(offs []int64, n int64) {
+	segs := make([]remoteSeg, len(offs))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, off := range offs {
+		if off < 0 || off >= r.Len() {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if b, err := store.ReadRange(r.f, off, min(n, r.Len()-off)); err == nil {
+				segs[i] = remoteSeg{off, b}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, s := range segs {
+		if s.data != nil {
+			r.segs = append(r.segs, s)
+		}
+	}
+}
+
 // readZipDir parses the zip archive in data the way a reader that trusts its end record
 // does (torch's miniz, Go's archive/zip): the last end-of-central-directory signature
 // whose comment fits, then the central directory it points to (zip64 aware), then each
-// entry's local header. Every length is checked against data before use.
-func readZipDir(data []byte) (*zipDir, error) {
-	n := int64(len(data))
+// entry's local header. Every length is checked against the archive before use.
+func readZipDir(data zipSource) (*zipDir, error) {
+	n := data.Len()
+	// The end record, its comment and the zip64 records before it: one read.
+	tailOff := max(0, n-zipEndLen-zipMaxComment-zip64LocLen-zip64EndLen)
+	tail, err := data.Bytes(tailOff, n-tailOff)
+	if err != nil {
+		return nil, err
+	}
+	at := func(off, l int64) []byte { // l bytes at off, or nil
+		if off >= tailOff && off+l <= n {
+			return tail[off-tailOff : off-tailOff+l]
+		}
+		b, _ := data.Bytes(off, l)
+		return b
+	}
 	eocd := int64(-1)
 	for p := n - zipEndLen; p >= 0 && p >= n-zipEndLen-zipMaxComment; p-- {
-		if string(data[p:p+4]) == zipEndSig && p+zipEndLen+int64(le16(data[p+20:])) <= n {
+		if b := at(p, zipEndLen); string(b[:4]) == zipEndSig && p+zipEndLen+int64(le16(b[20:])) <= n {
 			eocd = p
 			break
 		}
@@ -71,30 +175,39 @@ func readZipDir(data []byte) (*zipDir, error) {
 	if eocd < 0 {
 		return nil, errors.New("no end-of-central-directory record")
 	}
-	d := &zipDir{End: eocd + zipEndLen + int64(le16(data[eocd+20:]))}
+	end := at(eocd, zipEndLen)
+	d := &zipDir{End: eocd + zipEndLen + int64(le16(end[20:]))}
 	d.spans = append(d.spans, span{eocd, d.End, "end of central directory"})
-	count := uint64(le16(data[eocd+10:]))
-	cdSize := uint64(le32(data[eocd+12:]))
-	cdOff := uint64(le32(data[eocd+16:]))
+	count := uint64(le16(end[10:]))
+	cdSize := uint64(le32(end[12:]))
+	cdOff := uint64(le32(end[16:]))
 	cdEnd := eocd // where the central directory must end
 	// A zip64 locator before the end record (miniz, torch's writer, always writes one) leads
 	// to the zip64 end record, whose counts are the real ones.
 	loc := eocd - zip64LocLen
-	hasLoc := loc >= 0 && string(data[loc:loc+4]) == zip64LocSig
+	var locB []byte
+	if loc >= 0 {
+		locB = at(loc, zip64LocLen)
+	}
+	hasLoc := locB != nil && string(locB[:4]) == zip64LocSig
 	if !hasLoc && (count == 0xffff || cdSize == 0xffffffff || cdOff == 0xffffffff) {
 		return nil, errors.New("zip64 end record expected but no locator")
 	}
 	if hasLoc {
-		z := int64(le64(data[loc+8:]))
-		if z < 0 || z > loc-zip64EndLen || string(data[z:z+4]) != zip64EndSig {
+		z := int64(le64(locB[8:]))
+		var rec []byte
+		if z >= 0 && z <= loc-zip64EndLen {
+			rec = at(z, zip64EndLen)
+		}
+		if rec == nil || string(rec[:4]) != zip64EndSig {
 			return nil, fmt.Errorf("zip64 end record at byte %d is missing", z)
 		}
-		recLen := int64(le64(data[z+4:])) + 12
+		recLen := int64(le64(rec[4:])) + 12
 		if recLen < zip64EndLen || recLen > loc-z {
 			return nil, fmt.Errorf("zip64 end record at byte %d has a bad size", z)
 		}
 		d.spans = append(d.spans, span{loc, eocd, "zip64 locator"}, span{z, z + recLen, "zip64 end record"})
-		count, cdSize, cdOff = le64(data[z+32:]), le64(data[z+40:]), le64(data[z+48:])
+		count, cdSize, cdOff = le64(rec[32:]), le64(rec[40:]), le64(rec[48:])
 		cdEnd = z
 	}
 	if cdOff > uint64(cdEnd) || cdSize != uint64(cdEnd)-cdOff {
@@ -104,27 +217,35 @@ func readZipDir(data []byte) (*zipDir, error) {
 		return nil, fmt.Errorf("%d entries cannot fit a %d-byte central directory", count, cdSize)
 	}
 	d.spans = append(d.spans, span{int64(cdOff), cdEnd, "central directory"})
-	p := int64(cdOff)
+	cd, err := data.Bytes(int64(cdOff), int64(cdSize))
+	if err != nil {
+		return nil, fmt.Errorf("central directory (byte %d, %d bytes): %w", cdOff, cdSize, err)
+	}
+	// Indexes into cd: p is an offset in the archive, cd[p-base:] its bytes.
+	base := int64(cdOff)
+	p := base
 	d.Entries = make([]zipEntry, 0, count)
+	hdrs := make([]uint64, 0, count)
 	for i := uint64(0); i < count; i++ {
-		if p+zipCentralLen > cdEnd || string(data[p:p+4]) != zipCentralSig {
+		if p+zipCentralLen > cdEnd || string(cd[p-base:p-base+4]) != zipCentralSig {
 			return nil, fmt.Errorf("central directory entry %d at byte %d is malformed", i, p)
 		}
-		nameLen, extraLen, commentLen := int64(le16(data[p+28:])), int64(le16(data[p+30:])), int64(le16(data[p+32:]))
+		c := cd[p-base:]
+		nameLen, extraLen, commentLen := int64(le16(c[28:])), int64(le16(c[30:])), int64(le16(c[32:]))
 		next := p + zipCentralLen + nameLen + extraLen + commentLen
 		if next > cdEnd {
 			return nil, fmt.Errorf("central directory entry %d at byte %d runs past the directory", i, p)
 		}
 		e := zipEntry{
-			Name:     string(data[p+zipCentralLen : p+zipCentralLen+nameLen]),
-			Flags:    le16(data[p+8:]),
-			Method:   le16(data[p+10:]),
-			CompSize: uint64(le32(data[p+20:])),
-			Size:     uint64(le32(data[p+24:])),
+			Name:     string(c[zipCentralLen : zipCentralLen+nameLen]),
+			Flags:    le16(c[8:]),
+			Method:   le16(c[10:]),
+			CompSize: uint64(le32(c[20:])),
+			Size:     uint64(le32(c[24:])),
 		}
-		hdr := uint64(le32(data[p+42:]))
+		hdr := uint64(le32(c[42:]))
 		// The zip64 extra field holds, in order, the fields saturated in the entry.
-		extra := data[p+zipCentralLen+nameLen : p+zipCentralLen+nameLen+extraLen]
+		extra := c[zipCentralLen+nameLen : zipCentralLen+nameLen+extraLen]
 		for len(extra) >= 4 {
 			id, sz := le16(extra), int(le16(extra[2:]))
 			if sz > len(extra)-4 {
@@ -143,28 +264,47 @@ func readZipDir(data []byte) (*zipDir, error) {
 			}
 			extra = extra[4+sz:]
 		}
-		if err := localRecord(data, &e, hdr); err != nil {
-			return nil, err
-		}
 		d.Entries = append(d.Entries, e)
-		d.spans = append(d.spans, span{e.HeaderOff, e.End, fmt.Sprintf("record %q", e.Name)})
+		hdrs = append(hdrs, hdr)
 		p = next
 	}
 	if p != cdEnd {
 		return nil, fmt.Errorf("%d bytes of the central directory belong to no entry", cdEnd-p)
 	}
+	if r, ok := data.(*remoteZip); ok {
+		// A local header: its fixed part, the name and an extra field (torch's aligns the
+		// data to 64 bytes); a longer one is read again when parsed.
+		offs := make([]int64, 0, len(hdrs))
+		for _, h := range hdrs {
+			if h < uint64(n) {
+				offs = append(offs, int64(h))
+			}
+		}
+		r.prefetch(offs, zipLocalLen+256+128)
+	}
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		if err := localRecord(data, e, hdrs[i]); err != nil {
+			return nil, err
+		}
+		d.spans = append(d.spans, span{e.HeaderOff, e.End, fmt.Sprintf("record %q", e.Name)})
+	}
 	return d, nil
 }
 
 // localRecord reads the local header of e at hdr and locates its data and descriptor.
-func localRecord(data []byte, e *zipEntry, hdr uint64) error {
-	n := int64(len(data))
-	if hdr > uint64(n-zipLocalLen) || string(data[hdr:hdr+4]) != zipMagic {
+func localRecord(data zipSource, e *zipEntry, hdr uint64) error {
+	n := data.Len()
+	var lh []byte
+	if n >= zipLocalLen && hdr <= uint64(n-zipLocalLen) {
+		lh, _ = data.Bytes(int64(hdr), zipLocalLen)
+	}
+	if lh == nil || string(lh[:4]) != zipMagic {
 		return fmt.Errorf("record %q: no local header at byte %d", e.Name, hdr)
 	}
 	h := int64(hdr)
 	e.HeaderOff = h
-	e.DataOff = h + zipLocalLen + int64(le16(data[h+26:])) + int64(le16(data[h+28:]))
+	e.DataOff = h + zipLocalLen + int64(le16(lh[26:])) + int64(le16(lh[28:]))
 	if e.CompSize > uint64(n) || e.DataOff > n-int64(e.CompSize) {
 		return fmt.Errorf("record %q: %d bytes at byte %d run past the end of the %d-byte archive", e.Name, e.CompSize, e.DataOff, n)
 	}
@@ -176,7 +316,7 @@ func localRecord(data []byte, e *zipEntry, hdr uint64) error {
 		if e.CompSize >= 0xffffffff || e.Size >= 0xffffffff {
 			l = 20
 		}
-		if e.DataEnd+4 <= n && string(data[e.DataEnd:e.DataEnd+4]) == zipDescSig {
+		if sig, err := data.Bytes(e.DataEnd, 4); err == nil && string(sig) == zipDescSig {
 			l += 4
 		}
 		if e.DataEnd+l > n {
@@ -218,14 +358,14 @@ const maxPickleRecord = 256 << 20
 // reads it: the records must all lie in one top folder (torch refuses others), a
 // constants.pkl record makes it a TorchScript archive (torch.load runs torch.jit.load on
 // it), and every .pkl record is scanned, data.pkl first. It returns the layout.
-func (s *scanner) zipArchive(file string, data []byte, base int64, where string) string {
+func (s *scanner) zipArchive(file string, data zipSource, base int64, where string) string {
 	at := func(off int64) int64 { return base + off }
 	d, err := readZipDir(data)
 	if err != nil {
 		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, "zip: "+err.Error()))
 		return layoutZip
 	}
-	if err := d.check(int64(len(data))); err != nil {
+	if err := d.check(data.Len()); err != nil {
 		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, "zip: "+err.Error()))
 	}
 	layout := layoutZip
@@ -259,7 +399,11 @@ func (s *scanner) zipArchive(file string, data []byte, base int64, where string)
 	}
 	for _, e := range pkls {
 		ps := PickleScan{File: file, Where: joinWhere(where, e.Name), Base: at(e.DataOff)}
-		raw := data[e.DataOff:e.DataEnd]
+		raw, err := data.Bytes(e.DataOff, e.DataEnd-e.DataOff)
+		if err != nil {
+			s.problem(file, at(e.DataOff), statedict.ErrCorrupt, "%s: %v", ps.Where, err)
+			continue
+		}
 		switch e.Method {
 		case zipMethodStore:
 			if e.CompSize != e.Size {
@@ -301,7 +445,7 @@ func (s *scanner) concatenated(file string, data []byte) {
 				s.problem(file, off, statedict.ErrCorrupt, "%s: %v", where, err)
 				return
 			}
-			s.zipArchive(file, rest[:end], off, where)
+			s.zipArchive(file, memZip(rest[:end]), off, where)
 			off += end
 			continue
 		}

@@ -47,9 +47,21 @@ func NewMappedStorage(key, location string, dtype DType, data []byte) *Storage {
 }
 
 // NewReaderStorage returns a storage whose bytes are read on demand from r at
-// [offset, offset+size).
+// [offset, offset+size). When r is a Windower the storage reads through r's window on that
+// range.
 func NewReaderStorage(key, location string, dtype DType, r io.ReaderAt, offset, size int64) *Storage {
+	if w, ok := r.(Windower); ok {
+		r = w.Window(offset, size)
+	}
 	return &Storage{Key: key, Location: location, DType: dtype, Size: size, ra: r, Offset: offset}
+}
+
+// Windower is an io.ReaderAt (a remote object) that can serve a reader who will read the
+// range [off, off+n) and nothing else: the window it returns takes the same offsets, and
+// may fetch ahead of a reader streaming through the range but never past its end, so
+// reading one storage does not fetch the bytes of the next.
+type Windower interface {
+	Window(off, n int64) io.ReaderAt
 }
 
 // Mapped returns the storage bytes without copying when they are memory-resident.

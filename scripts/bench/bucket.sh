@@ -8,6 +8,11 @@
 # three see the same (shared, loaded) machine. Each row: median seconds, [min–max], GB/s of
 # the median, peak RSS of the last run. Then `--select model.layers.0` from the emulator:
 # the bytes the server sent, against the object's size. REPS (default 3) runs each.
+# Then the floor: the object read in 8 MiB ranged GETs through the same client, 2 and 4 in
+# flight, bytes discarded (scripts/bench/rangeget). With .bench/llama-1g.pt (make_llama.py
+# with 8 layers) present, the peak RSS of GCS → local for it too: RSS against size.
+# The `--select` of one layer is a --drop of everything else (the flat file has no
+# `model` sub-tree): the bytes the server sent for it, against the object's size.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -17,10 +22,14 @@ src=.bench/llama-2g.pt
 [ -f "$src" ] || scripts/oracle python scripts/bench/make_llama.py "/repo/$src" >&2
 go build -o .bench/ckpt ./cmd/ckpt
 go build -o .bench/bucketserver ./scripts/bench/bucketserver
+go build -o .bench/rangeget ./scripts/bench/rangeget
 bytes=$(stat -c %s "$src")
+small=.bench/llama-1g.pt
+puts=(-put "$src=gs://bench/llama-2g.pt")
+[ -f "$small" ] && puts+=(-put "$small=gs://bench/llama-1g.pt")
 
 rm -rf .bench/gcs .bench/gcs.addr
-.bench/bucketserver -root .bench/gcs -put "$src=gs://bench/llama-2g.pt" &
+.bench/bucketserver -root .bench/gcs "${puts[@]}" &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 for _ in $(seq 1200); do [ -s .bench/gcs.addr ] && break; kill -0 $server || exit 1; sleep 1; done
@@ -58,8 +67,25 @@ row "GCS emulator → S3 server" gcs2s3
 paste .bench/local.times .bench/gcs2loc.times .bench/gcs2s3.times |
   awk '{print $2/$1, $3/$1}' | sort -g | awk '{a[NR]=$1; b[NR]=$2} END {i=int((NR+1)/2); printf "\nmedian time ratio to local → local: GCS → local %.2f×, GCS → S3 %.2f×\n", a[i], b[i]}'
 
+echo
+for p in 2 4; do .bench/rangeget -p $p gs://bench/llama-2g.pt; done
+
+if [ -f "$small" ]; then
+  rm -rf .bench/out*
+  /usr/bin/time -v -o .bench/small.time .bench/ckpt convert -q --to tpu --format safetensors gs://bench/llama-1g.pt .bench/out.safetensors
+  rm -rf .bench/out*
+  /usr/bin/time -v -o .bench/big.time .bench/ckpt convert -q --to tpu --format safetensors gs://bench/llama-2g.pt .bench/out.safetensors
+  echo "peak RSS of GCS → local: $(stat -c %s "$small") bytes $(rss .bench/small.time) MiB, $bytes bytes $(rss .bench/big.time) MiB"
+fi
+
 kill -USR2 $server; sleep 0.2
-.bench/ckpt convert -q --to tpu --select model.layers.0 --format safetensors gs://bench/llama-2g.pt .bench/out-layer.safetensors
+.bench/ckpt convert -q --to tpu --drop '^(lm_head|model\.(embed_tokens|norm|layers\.[1-9][0-9]*)\.)' --format safetensors gs://bench/llama-2g.pt .bench/out-layer.safetensors
+sleep 0.5
 kill -USR1 $server; sleep 0.5
 read -r served requests <.bench/gcs.stats || true
-awk -v s="$served" -v r="$requests" -v b="$bytes" 'BEGIN { printf "--select model.layers.0 from the emulator: %d of %d bytes served (%.2f%%) in %d requests\n", s, b, 100 * s / b, r }'
+awk -v s="$served" -v r="$requests" -v b="$bytes" -v o="$(stat -c %s .bench/out-layer.safetensors)" 'BEGIN { printf "model.layers.0 alone from the emulator: %d of %d bytes served (%.2f%%) in %d requests for a %d-byte output\n", s, b, 100 * s / b, r, o }'
+kill -USR2 $server; sleep 0.2
+.bench/ckpt scan gs://bench/llama-2g.pt >/dev/null
+kill -USR1 $server; sleep 0.5
+read -r served requests <.bench/gcs.stats || true
+awk -v s="$served" -v r="$requests" -v b="$bytes" 'BEGIN { printf "ckpt scan from the emulator: %d of %d bytes served (%.3f%%) in %d requests\n", s, b, 100 * s / b, r }'

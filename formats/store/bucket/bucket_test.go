@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path/filepath"
 	"testing"
@@ -169,5 +170,83 @@ func TestStatReadDir(t *testing.T) {
 		if err != nil || !bytes.Contains(b, []byte("{")) {
 			t.Errorf("ReadFile: %q %v", b, err)
 		}
+	}
+}
+
+// TestStreamsStayInTheirRange: a reader streaming through a window in 1 MiB pieces (as
+// a conversion reads a tensor) is served exactly the window's bytes — prefetch never
+// reaches past its end — and one that stops early costs at most three times what it
+// read; a reader streaming through the object itself is served the object once.
+func TestStreamsStayInTheirRange(t *testing.T) {
+	srv, err := buckettest.GCS("ckpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	for _, kv := range buckettest.Env(srv, nil) {
+		t.Setenv(kv[0], kv[1])
+	}
+	bucket.Default.Close()
+	t.Cleanup(func() { bucket.Default.Close() })
+	const size = 40<<20 + 12345
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i*7 + i>>13)
+	}
+	url := "gs://ckpt/streams/object"
+	l, _ := bucket.Parse(url)
+	b, err := bucket.Default.Bucket(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteAll(context.Background(), l.Key, data, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := store.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, ok := f.(statedict.Windower)
+	if !ok {
+		t.Fatal("an object is not a statedict.Windower")
+	}
+	// stream reads [from, to) of r in 1 MiB pieces and checks the bytes.
+	stream := func(r io.ReaderAt, from, to int64) {
+		t.Helper()
+		buf := make([]byte, 1<<20)
+		for off := from; off < to; off += int64(len(buf)) {
+			p := buf[:min(int64(len(buf)), to-off)]
+			if n, err := r.ReadAt(p, off); n != len(p) || err != nil && err != io.EOF {
+				t.Fatalf("read %d at %d: %d, %v", len(p), off, n, err)
+			}
+			if !bytes.Equal(p, data[off:off+int64(len(p))]) {
+				t.Fatalf("bytes at %d differ", off)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name           string
+		lo, hi, readTo int64 // the window, and how far the reader goes
+		most           int64 // bytes the server may send
+	}{
+		{"whole window", 3<<20 + 17, 29 << 20, 29 << 20, 29<<20 - (3<<20 + 17)},
+		{"small window", 1 << 20, 1<<20 + 300<<10, 1<<20 + 300<<10, 300 << 10},
+		{"to the object's end", 30 << 20, size, size, size - 30<<20},
+		{"stopped at 5 MiB", 2 << 20, 38 << 20, 7 << 20, 3 * 5 << 20},
+	} {
+		srv.Served.Store(0)
+		stream(w.Window(c.lo, c.hi-c.lo), c.lo, c.readTo)
+		f.(io.Closer).Close() // drops what was prefetched and not read
+		time.Sleep(50 * time.Millisecond)
+		if got := srv.Served.Load(); got < c.readTo-c.lo || got > c.most {
+			t.Errorf("%s: the server sent %d bytes for a read of %d (at most %d)", c.name, got, c.readTo-c.lo, c.most)
+		}
+	}
+	srv.Served.Store(0)
+	stream(f, 0, size)
+	time.Sleep(50 * time.Millisecond)
+	if got := srv.Served.Load(); got != size {
+		t.Errorf("streaming the object: the server sent %d bytes of %d", got, size)
 	}
 }

@@ -22,10 +22,15 @@
 // opening a checkpoint reads its headers, pickles and metadata; a tensor's bytes are
 // fetched when the tensor is read, so --select and --drop read less and a host of a
 // multi-host conversion reads only its shards. Reads larger than BlockSize are split into
-// blocks fetched in parallel, a sequential reader gets Ahead blocks prefetched, at most
-// Parallel requests are in flight, and an object holds at most Ahead+1 blocks: memory is
-// bounded whatever the object's size. Transient failures (5xx, 429, resets, bodies cut
-// short) are retried Retries times with backoff.
+// blocks fetched in parallel. Each storage reads through a window of the object on its
+// own range (statedict.Windower): a reader streaming through it gets the bytes ahead
+// prefetched — twice as far ahead as it has read, from 64 KiB up to Ahead blocks — but never
+// past the range's end, so reading one tensor never fetches the next one's bytes. At most
+// Parallel requests are in flight and at most a few streams hold prefetched bytes: memory
+// is bounded whatever the object's or checkpoint's size. Scanning a torch.save zip (ckpt
+// scan, inspect's safety scan) reads its directory, local headers and pickles in ranges,
+// not the object. Transient failures (5xx, 429, resets, bodies cut short) are retried
+// Retries times with backoff.
 //
 // # Writing
 //

@@ -11,58 +11,183 @@ import (
 
 // Reading objects: every read is a ranged GET of exactly the bytes asked for, so opening a
 // checkpoint reads its headers and pickles and a tensor's bytes are fetched only when the
-// tensor is read. A read of more than a block is split into blocks fetched in parallel; a
-// reader going through an object in order (a conversion streaming a tensor in 1 MiB
-// pieces) gets the next blocks prefetched. At most Parallel requests are in flight in the
-// process, and an object holds at most Ahead+1 blocks, dropped once read past, so memory
-// stays bounded whatever the object's size.
+// tensor is read. A read of more than a block is split into blocks fetched in parallel.
+//
+// A reader going through a range in order (a conversion streaming a tensor in 1 MiB
+// pieces) is a stream: the bytes after its read are prefetched, twice as far ahead as the
+// stream will then have read (from 64 KiB, doubling up to Ahead blocks) and never past
+// the end of the range the caller will read — the storage a Window was made for, or the
+// object. A reader that stops early has cost at most three times what it read; a
+// --select of one layer reads that layer's bytes and its headers, not the blocks after
+// each tensor.
+//
+// At most Parallel requests are in flight in the process, a stream holds at most its
+// read and Ahead blocks, dropped once read past, and at most maxStreams streams hold
+// prefetched bytes (the one read longest ago loses them), so memory stays bounded
+// whatever the object's or the checkpoint's size. Blocks live outside the Go heap and
+// are reused (getBuf): a conversion from a bucket peaks near 125 MiB resident, within
+// 60 MiB of the same conversion from a local file (BENCHMARKS.md). Two blocks ahead read
+// within 10% of four on loopback (scripts/bench/rangeget).
 const (
-	// BlockSize is the size of one ranged request of a large or sequential read.
+	// BlockSize is the largest ranged request of a large or sequential read.
 	BlockSize = 8 << 20
-	// Ahead is how many blocks are prefetched ahead of a sequential reader.
-	Ahead = 4
+	// Ahead is how many blocks a long stream has prefetched ahead of its reader.
+	Ahead = 2
 	// Parallel bounds the range requests in flight in the process.
 	Parallel = 16
 )
 
 var requests = make(chan struct{}, Parallel)
 
-// minStream is the smallest read that continues a stream (and so is served from blocks).
-const minStream = 64 << 10
+const (
+	// minStream is the smallest read that continues a stream (and the first prefetch).
+	minStream = 64 << 10
+	// maxStreams bounds the streams holding prefetched bytes in the process.
+	maxStreams = 4
+)
 
 // object is an open object: a store.File.
 type object struct {
-	b    *blob.Bucket
-	l    Location
-	size int64
-
-	mu     sync.Mutex
-	next   int64            // where the last read ended
-	blocks map[int64]*block // prefetched blocks by index
-}
-
-type block struct {
-	done chan struct{}
-	data []byte
-	err  error
+	b     *blob.Bucket
+	l     Location
+	size  int64
+	whole *stream // reads through the object itself
 }
 
 func newObject(b *blob.Bucket, l Location, size int64) *object {
-	return &object{b: b, l: l, size: size, next: -1, blocks: map[int64]*block{}}
+	o := &object{b: b, l: l, size: size}
+	o.whole = &stream{o: o, lo: 0, hi: size, next: -1} // a first read at 0 (a header) is no stream
+	return o
 }
 
 func (o *object) Size() int64 { return o.size }
 
-// Close drops the prefetched blocks (the bucket stays open for other objects).
+// Close drops the prefetched bytes of the object's streams (the bucket stays open for
+// other objects).
 func (o *object) Close() error {
-	o.mu.Lock()
-	o.blocks = map[int64]*block{}
-	o.mu.Unlock()
+	active.mu.Lock()
+	var mine []*stream
+	for _, s := range active.list {
+		if s.o == o {
+			mine = append(mine, s)
+		}
+	}
+	active.mu.Unlock()
+	for _, s := range mine {
+		s.drop()
+	}
 	return nil
 }
 
 // ReadAt reads len(p) bytes at off, as io.ReaderAt does.
-func (o *object) ReadAt(p []byte, off int64) (int, error) {
+func (o *object) ReadAt(p []byte, off int64) (int, error) { return o.whole.ReadAt(p, off) }
+
+// Window returns a reader of the object (offsets are the object's) for a caller that will
+// read [off, off+n) and nothing else — a tensor's storage (statedict.Windower): its stream
+// prefetches within that range only.
+func (o *object) Window(off, n int64) io.ReaderAt {
+	lo := min(max(off, 0), o.size)
+	hi := min(max(off+n, lo), o.size)
+	return &stream{o: o, lo: lo, hi: hi, next: lo}
+}
+
+// stream reads an object for one reader, prefetching the bytes after a read that
+// continues the last one, within [lo, hi).
+type stream struct {
+	o      *object
+	lo, hi int64
+
+	mu       sync.Mutex
+	next     int64    // where the last read ended
+	streamed int64    // bytes read by the reads of the current stream
+	chunks   []*chunk // fetched or in flight, contiguous and in order, ending at issued
+	issued   int64
+}
+
+// chunk is one ranged request's bytes [start, end). Its buffer goes back to the pool
+// once the stream has let go of it (gone), no read is copying from it (refs) and the
+// fetch has finished; the stream's mu guards these.
+type chunk struct {
+	start, end int64
+	done       chan struct{}
+	data       []byte
+	err        error
+
+	refs    int
+	gone    bool
+	fetched bool
+}
+
+// forget lets go of the chunks cs, recycling the buffers no one else holds. s.mu is held.
+func forget(cs []*chunk) {
+	for _, c := range cs {
+		c.gone = true
+		c.release()
+	}
+}
+
+// release recycles the buffer of a chunk no one holds any more. s.mu is held.
+func (c *chunk) release() {
+	if c.gone && c.refs == 0 && c.fetched && c.data != nil {
+		putBuf(c.data)
+		c.data = nil
+	}
+}
+
+// Buffers come by size class (powers of two from minStream to BlockSize) from anonymous
+// memory outside the Go heap (mapBuf) and are kept for reuse up to keptBytes, so that
+// streaming gigabytes maps a few buffers and the heap stays as small as for a local file.
+const keptBytes = 4 * BlockSize
+
+var free struct {
+	mu    sync.Mutex
+	lists [24][][]byte
+	bytes int64
+}
+
+func sizeClass(n int64) int {
+	c := 0
+	for int64(minStream)<<c < n {
+		c++
+	}
+	return c
+}
+
+func getBuf(n int64) []byte {
+	c := sizeClass(n)
+	free.mu.Lock()
+	if l := free.lists[c]; len(l) > 0 {
+		b := l[len(l)-1]
+		free.lists[c] = l[:len(l)-1]
+		free.bytes -= int64(cap(b))
+		free.mu.Unlock()
+		return b[:n]
+	}
+	free.mu.Unlock()
+	return mapBuf(int64(minStream) << c)[:n]
+}
+
+func putBuf(b []byte) {
+	b = b[:cap(b)]
+	c := sizeClass(int64(len(b)))
+	if int64(minStream)<<c != int64(len(b)) {
+		return // not mapped by getBuf
+	}
+	free.mu.Lock()
+	if free.bytes+int64(len(b)) <= keptBytes {
+		free.lists[c] = append(free.lists[c], b)
+		free.bytes += int64(len(b))
+		b = nil
+	}
+	free.mu.Unlock()
+	if b != nil {
+		unmapBuf(b)
+	}
+}
+
+// ReadAt reads len(p) bytes at off (an offset in the object), as io.ReaderAt does.
+func (s *stream) ReadAt(p []byte, off int64) (int, error) {
+	o := s.o
 	if off < 0 {
 		return 0, fmt.Errorf("%s: read at negative offset %d", o.l, off)
 	}
@@ -76,16 +201,28 @@ func (o *object) ReadAt(p []byte, off int64) (int, error) {
 	if rem := o.size - off; int64(len(p)) > rem {
 		p, eof = p[:rem], io.EOF
 	}
-	// A reader streaming through the object reads piece after piece, each starting where
+	end := off + int64(len(p))
+	// A reader streaming through the range reads piece after piece, each starting where
 	// the last ended; small reads (headers, zip records' local headers scattered over the
-	// object) never start prefetching.
-	o.mu.Lock()
-	seq := off == o.next && len(p) >= minStream
-	o.next = off + int64(len(p))
-	o.mu.Unlock()
+	// object) never start prefetching, but the short last piece of a stream is served
+	// from what was prefetched for it.
+	s.mu.Lock()
+	fetched := len(s.chunks) > 0 && s.chunks[0].start <= off && end <= s.issued
+	cont := off == s.next && (len(p) >= minStream || fetched) && off >= s.lo && end <= s.hi
+	s.next = end
+	var needed []*chunk
+	if cont {
+		needed = s.plan(off, end)
+		s.streamed += int64(len(p))
+	} else {
+		forget(s.chunks)
+		s.streamed, s.chunks = 0, nil
+	}
+	s.mu.Unlock()
 	var err error
-	if seq && len(p) < BlockSize {
-		err = o.readBlocks(p, off)
+	if cont {
+		touch(s)
+		err = s.copyOut(p, off, needed)
 	} else {
 		err = o.readDirect(p, off)
 	}
@@ -93,6 +230,131 @@ func (o *object) ReadAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("%s: reading %d bytes at byte %d: %w", o.l, len(p), off, err)
 	}
 	return len(p), eof
+}
+
+// plan starts the fetches a stream's read of [off, end) needs and the prefetch after it,
+// and returns the chunks holding [off, end). s.mu is held.
+func (s *stream) plan(off, end int64) []*chunk {
+	for len(s.chunks) > 0 && s.chunks[0].end <= off {
+		forget(s.chunks[:1]) // read past
+		s.chunks = s.chunks[1:]
+	}
+	if len(s.chunks) == 0 || s.chunks[0].start > off {
+		forget(s.chunks)
+		s.chunks, s.issued = nil, off
+	}
+	for s.issued < end {
+		s.issue(min(BlockSize, end-s.issued))
+	}
+	// Prefetch twice as far ahead as the stream will have read, up to Ahead blocks, in
+	// requests of a quarter of that; never past the range.
+	ahead := min(max(2*(s.streamed+end-off), minStream), Ahead*BlockSize)
+	size := min(max(ahead/Ahead, minStream), BlockSize)
+	target := min(s.hi, end+ahead)
+	for s.issued < target {
+		n := min(size, target-s.issued)
+		if n < size && target < s.hi {
+			break // a full request once the reader has made room for it
+		}
+		s.issue(n)
+	}
+	var needed []*chunk
+	for _, c := range s.chunks {
+		if c.start >= end {
+			break
+		}
+		c.refs++
+		needed = append(needed, c)
+	}
+	return needed
+}
+
+// issue starts fetching the n bytes at s.issued. s.mu is held.
+func (s *stream) issue(n int64) {
+	c := &chunk{start: s.issued, end: s.issued + n, done: make(chan struct{})}
+	s.chunks = append(s.chunks, c)
+	s.issued = c.end
+	go func() {
+		requests <- struct{}{}
+		data := getBuf(c.end - c.start)
+		err := readRange(context.Background(), s.o.b, s.o.l.Key, data, c.start)
+		<-requests
+		s.mu.Lock()
+		c.data, c.err, c.fetched = data, err, true
+		c.release() // dropped while in flight
+		s.mu.Unlock()
+		close(c.done)
+	}()
+}
+
+// copyOut copies [off, off+len(p)) from the chunks holding it, then drops the chunks
+// read to their end.
+func (s *stream) copyOut(p []byte, off int64, needed []*chunk) error {
+	end := off + int64(len(p))
+	var err error
+	for _, c := range needed {
+		<-c.done
+		if err = c.err; err != nil {
+			break
+		}
+		from, to := max(off, c.start), min(end, c.end)
+		copy(p[from-off:to-off], c.data[from-c.start:to-c.start])
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range needed {
+		c.refs--
+		c.release()
+	}
+	if err != nil {
+		forget(s.chunks) // fetched again by the next read
+		s.chunks, s.streamed, s.issued = nil, 0, 0
+		return err
+	}
+	for len(s.chunks) > 0 && s.chunks[0].end <= end {
+		forget(s.chunks[:1])
+		s.chunks = s.chunks[1:]
+	}
+	return nil
+}
+
+// drop forgets the stream's prefetched bytes (fetches in flight finish unread).
+func (s *stream) drop() {
+	s.mu.Lock()
+	forget(s.chunks)
+	s.chunks, s.streamed, s.issued = nil, 0, 0
+	s.mu.Unlock()
+}
+
+// active are the streams that may hold prefetched bytes, the most recently read first.
+var active struct {
+	mu   sync.Mutex
+	list []*stream
+}
+
+// touch makes s the most recently read stream, dropping the prefetched bytes of the one
+// read longest ago when more than maxStreams hold some.
+func touch(s *stream) {
+	active.mu.Lock()
+	l := active.list
+	i := 0
+	for i < len(l) && l[i] != s {
+		i++
+	}
+	if i == len(l) {
+		l = append(l, nil)
+	}
+	copy(l[1:i+1], l[:i])
+	l[0] = s
+	var evicted *stream
+	if len(l) > maxStreams {
+		evicted, l = l[len(l)-1], l[:len(l)-1]
+	}
+	active.list = l
+	active.mu.Unlock()
+	if evicted != nil {
+		evicted.drop()
+	}
 }
 
 // readDirect reads p at off in blocks fetched in parallel.
@@ -124,57 +386,4 @@ func (o *object) fetch(p []byte, off int64) error {
 	requests <- struct{}{}
 	defer func() { <-requests }()
 	return readRange(context.Background(), o.b, o.l.Key, p, off)
-}
-
-// readBlocks serves a sequential read from the object's blocks, starting the fetch of the
-// blocks it needs and of the Ahead after them, and dropping those read past.
-func (o *object) readBlocks(p []byte, off int64) error {
-	first, last := off/BlockSize, (off+int64(len(p))-1)/BlockSize
-	o.mu.Lock()
-	for i := range o.blocks {
-		if i < first || i > last+Ahead {
-			delete(o.blocks, i) // behind the reader, or prefetched for a stream that moved on
-		}
-	}
-	needed := make([]*block, 0, last-first+1)
-	for i := first; i <= last+Ahead && i*BlockSize < o.size; i++ {
-		bl := o.blocks[i]
-		if bl == nil {
-			bl = &block{done: make(chan struct{})}
-			o.blocks[i] = bl
-			start := i * BlockSize
-			data := make([]byte, min(BlockSize, o.size-start))
-			go func() {
-				bl.err = o.fetch(data, start)
-				bl.data = data
-				close(bl.done)
-			}()
-		}
-		if i <= last {
-			needed = append(needed, bl)
-		}
-	}
-	o.mu.Unlock()
-	for k, bl := range needed {
-		<-bl.done
-		if bl.err != nil {
-			o.mu.Lock()
-			delete(o.blocks, first+int64(k)) // fetched again by the next read
-			o.mu.Unlock()
-			return bl.err
-		}
-		start := (first + int64(k)) * BlockSize
-		from := max(off, start)
-		copy(p[from-off:], bl.data[from-start:])
-	}
-	// A block read to its end is done with.
-	end := off + int64(len(p))
-	o.mu.Lock()
-	for i := first; i <= last; i++ {
-		if (i+1)*BlockSize <= end || end == o.size {
-			delete(o.blocks, i)
-		}
-	}
-	o.mu.Unlock()
-	return nil
 }

@@ -2,7 +2,7 @@
 
 // Command bucketserver serves a GCS emulator on loopback for scripts/bench/bucket.sh: the
 // objects live in a folder, so a 2 GiB source streams from disk. It writes its host:port
-// and an S3 server's URL to -addr, uploads -put LOCAL=gs://bucket/key first, counts the object bytes it serves
+// and an S3 server's URL to -addr, uploads each -put LOCAL=gs://bucket/key first, counts the object bytes it serves
 // (SIGUSR2 resets the count, SIGUSR1 writes "bytes requests" to -stats) and runs until
 // SIGTERM.
 package main
@@ -29,7 +29,11 @@ func main() {
 	bucket := flag.String("bucket", "bench", "bucket to create")
 	addr := flag.String("addr", ".bench/gcs.addr", "file to write host:port to")
 	stats := flag.String("stats", ".bench/gcs.stats", "file SIGUSR1 writes the served bytes to")
-	put := flag.String("put", "", "LOCAL=gs://bucket/key to upload before serving")
+	var puts []string
+	flag.Func("put", "LOCAL=gs://bucket/key to upload before serving (repeatable)", func(s string) error {
+		puts = append(puts, s)
+		return nil
+	})
 	flag.Parse()
 	if err := os.MkdirAll(*root, 0o755); err != nil {
 		log.Fatal(err)
@@ -40,9 +44,11 @@ func main() {
 	}
 	defer srv.Close()
 	os.Setenv("STORAGE_EMULATOR_HOST", srv.Host)
-	if local, url, ok := strings.Cut(*put, "="); ok {
-		if err := upload(local, url); err != nil {
-			log.Fatal(err)
+	for _, put := range puts {
+		if local, url, ok := strings.Cut(put, "="); ok {
+			if err := upload(local, url); err != nil {
+				log.Fatal(err)
+			}
 		}
 	}
 	// The upload destination: fake-gcs-server re-hashes the whole object at every chunk
