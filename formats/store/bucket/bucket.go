@@ -141,12 +141,7 @@ func (f *FS) Open(name string) (store.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	var attrs *blob.Attributes
-	err = retry(ctx, func() error {
-		var err error
-		attrs, err = b.Attributes(ctx, l.Key)
-		return err
-	})
+	attrs, err := attributes(ctx, b, l.Key)
 	if err != nil {
 		return nil, pathError("open", l, err)
 	}
@@ -166,12 +161,7 @@ func (f *FS) Stat(name string) (fs.FileInfo, error) {
 	}
 	base := l.Key[strings.LastIndexByte(l.Key, '/')+1:]
 	if l.Key != "" {
-		var attrs *blob.Attributes
-		err := retry(ctx, func() error {
-			var err error
-			attrs, err = b.Attributes(ctx, l.Key)
-			return err
-		})
+		attrs, err := attributes(ctx, b, l.Key)
 		if err == nil {
 			return store.FileInfo(base, attrs.Size, false), nil
 		}
@@ -296,6 +286,17 @@ func retry(ctx context.Context, op func() error) error {
 		wait = min(2*wait, 2*time.Second)
 	}
 	return err
+}
+
+// attributes reads the attributes of the object key, retrying transient failures.
+func attributes(ctx context.Context, b *blob.Bucket, key string) (*blob.Attributes, error) {
+	var a *blob.Attributes
+	err := retry(ctx, func() error {
+		var err error
+		a, err = b.Attributes(ctx, key)
+		return err
+	})
+	return a, err
 }
 
 // readRange reads exactly len(p) bytes of the object at off, retrying transient failures

@@ -69,7 +69,16 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOpti
 		return nil, err
 	}
 	// The marker goes first: from now on every object here carrying its run is this output's.
-	if err := o.put(o.key(PartialMarker), []byte(markerText+o.run+"\n")); err != nil {
+	opts2 := o.writerOptions()
+	opts2.IfNotExist = true // a second conversion claiming the prefix at once is refused
+	err = retry(o.ctx, func() error {
+		return o.b.WriteAll(o.ctx, o.key(PartialMarker), []byte(markerText+o.run+"\n"), opts2)
+	})
+	if gcerrors.Code(err) == gcerrors.FailedPrecondition {
+		o.cancel()
+		return nil, fmt.Errorf("%s: %w: another conversion is writing here (its %s appeared meanwhile)", l, store.ErrExists, PartialMarker)
+	}
+	if err != nil {
 		o.cancel()
 		return nil, pathError("create", l, err)
 	}
@@ -107,8 +116,10 @@ func (o *output) key(name string) string {
 func (o *output) clear(opts store.OutputOptions) error {
 	var there []string // keys
 	if o.folder {
-		if _, err := o.b.Attributes(o.ctx, o.l.Key); err == nil {
+		if _, err := attributes(o.ctx, o.b, o.l.Key); err == nil {
 			return fmt.Errorf("%s: %w: an object of that name exists; a folder output needs a free prefix", o.l, store.ErrExists)
+		} else if gcerrors.Code(err) != gcerrors.NotFound {
+			return pathError("stat", o.l, err)
 		}
 		objs, err := list(o.ctx, o.b, o.l.Key+"/", "")
 		if err != nil {
@@ -119,13 +130,17 @@ func (o *output) clear(opts store.OutputOptions) error {
 		}
 	} else {
 		for _, k := range append([]string{o.l.Key, o.l.Key + PartialMarker}, companions(o.l.Key, opts.Companions)...) {
-			if _, err := o.b.Attributes(o.ctx, k); err == nil {
+			if _, err := attributes(o.ctx, o.b, k); err == nil {
 				there = append(there, k)
 			} else if gcerrors.Code(err) != gcerrors.NotFound {
-				return pathError("stat", o.l, err)
+				return pathError("stat", Location{o.l.Scheme, o.l.Bucket, k}, err)
 			}
 		}
-		if objs, err := list(o.ctx, o.b, o.l.Key+"/", ""); err == nil && len(objs) > 0 {
+		objs, err := list(o.ctx, o.b, o.l.Key+"/", "")
+		if err != nil {
+			return pathError("list", o.l, err)
+		}
+		if len(objs) > 0 {
 			return fmt.Errorf("%s: %w: objects lie under this name as a folder; a file output needs a free name", o.l, store.ErrExists)
 		}
 	}
@@ -223,12 +238,7 @@ func (o *output) unfinished(there []string) error {
 		if k == mk {
 			continue
 		}
-		var a *blob.Attributes
-		err := retry(o.ctx, func() error {
-			var err error
-			a, err = o.b.Attributes(o.ctx, k)
-			return err
-		})
+		a, err := attributes(o.ctx, o.b, k)
 		if gcerrors.Code(err) == gcerrors.NotFound {
 			continue
 		}
@@ -350,12 +360,7 @@ func (u *upload) Close() error {
 	if err := u.w.Close(); err != nil {
 		return pathError("upload", loc, err)
 	}
-	var attrs *blob.Attributes
-	err := retry(u.o.ctx, func() error {
-		var err error
-		attrs, err = u.o.b.Attributes(u.o.ctx, u.key)
-		return err
-	})
+	attrs, err := attributes(u.o.ctx, u.o.b, u.key)
 	if err != nil {
 		return pathError("upload", loc, err)
 	}
@@ -408,7 +413,8 @@ func (o *output) Commit(last []store.NamedBytes) error {
 
 // Abort cancels the uploads in flight (GCS drops an unfinished resumable upload, the S3
 // uploader aborts its multipart upload: neither leaves an object) and removes the objects
-// this output completed, then its marker. Nothing it removes was written by anyone else.
+// this output completed, then its marker — each only if it carries this run's metadata, so
+// nothing it removes was written by anyone else.
 func (o *output) Abort() {
 	o.cancel()
 	o.mu.Lock()
@@ -425,8 +431,18 @@ func (o *output) Abort() {
 	}
 	slices.Sort(keys)
 	for _, k := range append(keys, o.key(PartialMarker)) {
-		err := retry(ctx, func() error { return o.b.Delete(ctx, k) })
-		if err != nil && gcerrors.Code(err) != gcerrors.NotFound && !errors.Is(err, context.Canceled) {
+		// Only an object this run uploaded goes: a name it started may hold another's.
+		a, err := attributes(ctx, o.b, k)
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			continue
+		}
+		if err == nil && a.Metadata[RunMetadata] != o.run {
+			continue
+		}
+		if err == nil {
+			err = retry(ctx, func() error { return o.b.Delete(ctx, k) })
+		}
+		if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
 			// The marker stays when something could not be removed: a later --force
 			// conversion removes the rest.
 			return

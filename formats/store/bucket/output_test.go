@@ -140,3 +140,35 @@ func TestForceKeepsForeignBesideStaleMarker(t *testing.T) {
 		}
 	}
 }
+
+// TestSecondOutputRefused: while one output is in progress (its marker there), a second
+// at the same prefix without --force is refused; the first one's Abort then removes only
+// what it uploaded, never an object another put at a name it had started.
+func TestSecondOutputRefused(t *testing.T) {
+	servers(t)
+	ctx := context.Background()
+	for _, scheme := range []string{"gs", "s3"} {
+		url := scheme + "://ckpt/second/out"
+		first, err := store.CreateOutput(ctx, url, store.OutputOptions{Folder: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.CreateOutput(ctx, url, store.OutputOptions{Folder: true}); !errors.Is(err, store.ErrExists) {
+			t.Errorf("%s: a second output beside an unfinished one: %v, want ErrExists", scheme, err)
+		}
+		w, err := first.Create("a.safetensors")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(w, "mine")
+		w.Close()
+		if _, err := first.Create("b.safetensors"); err != nil { // started, never finished
+			t.Fatal(err)
+		}
+		putObject(t, scheme, "second/out/b.safetensors", "someone else's")
+		first.Abort()
+		if left := keys(t, scheme, "second/out/"); !slices.Equal(left, []string{"second/out/b.safetensors"}) {
+			t.Errorf("%s: after Abort: %v, want only the foreign object", scheme, left)
+		}
+	}
+}
