@@ -22,27 +22,6 @@ import (
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// bucketServers starts a GCS emulator and an S3 server with a bucket "ckpt" each and
-// points the clients at them for the test.
-func bucketServers(t *testing.T) (gcs, s3 *buckettest.Server) {
-	t.Helper()
-	var err error
-	if gcs, err = buckettest.GCS("ckpt"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gcs.Close)
-	if s3, err = buckettest.S3("ckpt"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s3.Close)
-	for _, kv := range buckettest.Env(gcs, s3) {
-		t.Setenv(kv[0], kv[1])
-	}
-	bucket.Default.Close()
-	t.Cleanup(func() { bucket.Default.Close() })
-	return gcs, s3
-}
-
 // bucketFamilies are the held-in fixture families and the output each converts to.
 var bucketFamilies = []struct{ src, out string }{
 	{"torch/training_cuda.pt", "out.pt"},
@@ -82,7 +61,7 @@ func sameTree(t *testing.T, what, want, got string) {
 // and converts bucket → local and bucket → bucket to exactly the bytes a local conversion
 // writes; `ckpt check` passes on the bucket output and no marker is left.
 func TestBucketConversions(t *testing.T) {
-	bucketServers(t)
+	buckettest.Start(t, "ckpt")
 	ctx := context.Background()
 	tmp := t.TempDir()
 	for i, fam := range bucketFamilies {
@@ -162,7 +141,7 @@ func sameJSON(a, b string) bool {
 // upload that keeps failing, and a cancelled conversion, fail cleanly and leave no object
 // behind — nothing that `ckpt check` could take for an output.
 func TestBucketFaults(t *testing.T) {
-	gcs, s3 := bucketServers(t)
+	gcs, s3 := buckettest.Start(t, "ckpt")
 	ctx := context.Background()
 	tmp := t.TempDir()
 	fam := bucketFamilies[1] // the sharded HF folder: several objects, read and written
@@ -297,7 +276,7 @@ func TestBucketReadsWhatItNeeds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes and serves a 123 MB checkpoint")
 	}
-	gcs, _ := bucketServers(t)
+	gcs, _ := buckettest.Start(t, "ckpt")
 	tmp := t.TempDir()
 	local := filepath.Join(tmp, "llama.pt")
 	writeLlama(t, local)

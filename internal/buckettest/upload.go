@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 
 	"gocloud.dev/blob"
 
@@ -86,4 +87,26 @@ func GetTree(ctx context.Context, src, local string) ([]string, error) {
 		}
 		names = append(names, rel)
 	}
+}
+
+// Start starts a GCS emulator and an S3 server with the bucket name each, points the
+// clients of this process at them (the environment and bucket.Default) for the rest of the
+// test, and stops them when it ends.
+func Start(t testing.TB, name string) (gcs, s3 *Server) {
+	t.Helper()
+	var err error
+	if gcs, err = GCS(name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gcs.Close)
+	if s3, err = S3(name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s3.Close)
+	for _, kv := range Env(gcs, s3) {
+		t.Setenv(kv[0], kv[1])
+	}
+	bucket.Default.Close() // clients made for other servers
+	t.Cleanup(func() { bucket.Default.Close() })
+	return gcs, s3
 }

@@ -20,13 +20,17 @@ import (
 )
 
 // fixtures are the held-in families: a torch.save zip, a legacy stream, a sharded HF
-// folder, a DCP folder, a Trainer checkpoint folder and a per-device folder.
+// folder, a DCP folder, a Trainer checkpoint folder, an accelerate save_state folder (an
+// FSDP model folder and training-state folders), a diffusers pipeline (component folders)
+// and a per-device folder.
 var fixtures = []string{
 	"torch/training_cuda.pt",
 	"torch/legacy.pt",
 	"hf/mistral_sharded",
 	"dcp/sharded",
 	"ecosystem/folders/trainer/checkpoint-2",
+	"ecosystem/folders/accelerate_fsdp",
+	"ecosystem/folders/pipeline",
 	"safetensors",
 }
 
@@ -34,20 +38,7 @@ var fixtures = []string{
 // clients at them and uploads the fixtures under fixtures/.
 func servers(t *testing.T) (gcs, s3 *buckettest.Server) {
 	t.Helper()
-	var err error
-	if gcs, err = buckettest.GCS("ckpt"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gcs.Close)
-	if s3, err = buckettest.S3("ckpt"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s3.Close)
-	for _, kv := range buckettest.Env(gcs, s3) {
-		t.Setenv(kv[0], kv[1])
-	}
-	t.Cleanup(func() { bucket.Default.Close() })
-	bucket.Default.Close() // clients made for other servers
+	gcs, s3 = buckettest.Start(t, "ckpt")
 	ctx := context.Background()
 	for _, scheme := range []string{"gs", "s3"} {
 		for _, f := range fixtures {
