@@ -17,9 +17,7 @@ package accelerate
 import (
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path"
+	"maps"
 	"regexp"
 	"sort"
 
@@ -81,6 +79,12 @@ func Open(dir string, models []string, openDCP func(string) (*statedict.Checkpoi
 			return nil, err
 		}
 		ck.Closers = append(ck.Closers, d.Closers...)
+		if d.Shards != nil { // a multi-rank FSDP save: keep each tensor's stored pieces
+			if ck.Shards == nil {
+				ck.Shards = map[*statedict.Tensor][]statedict.Shard{}
+			}
+			maps.Copy(ck.Shards, d.Shards)
+		}
 		top, _ := d.Root.(*statedict.Dict)
 		var model statedict.Value
 		if top != nil {
@@ -113,7 +117,7 @@ func Open(dir string, models []string, openDCP func(string) (*statedict.Checkpoi
 			ck.Outside = append(ck.Outside, name)
 		case e.IsDir() && hf.IsTrainingStateFolder(name+"/"):
 			ck.Ignored = append(ck.Ignored, name+"/")
-			files, err := filesOf(dir, name)
+			files, err := hf.FilesUnder(dir, name)
 			if err != nil {
 				return nil, err
 			}
@@ -125,16 +129,4 @@ func Open(dir string, models []string, openDCP func(string) (*statedict.Checkpoi
 		}
 	}
 	return ck, nil
-}
-
-// filesOf lists the files of the folder name of dir by their paths in dir.
-func filesOf(dir, name string) ([]string, error) {
-	var out []string
-	err := fs.WalkDir(os.DirFS(dir), name, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			out = append(out, path.Clean(p))
-		}
-		return err
-	})
-	return out, err
 }

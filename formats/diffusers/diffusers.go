@@ -18,8 +18,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
@@ -105,7 +103,7 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 			continue
 		}
 		if !isWeights(sub) {
-			files, err := filesOf(dir, name)
+			files, err := hf.FilesUnder(dir, name)
 			if err != nil {
 				return nil, err
 			}
@@ -150,22 +148,4 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 	}
 	ck.Root = root
 	return ck, nil
-}
-
-// filesOf lists the files of the configuration component name (scheduler/, tokenizer/), by
-// their paths in the pipeline, nested folders included.
-func filesOf(dir, name string) ([]string, error) {
-	var out []string
-	err := store.WalkDir(store.Join(dir, name), func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type().IsRegular() {
-			rel, _ := filepath.Rel(dir, p)
-			out = append(out, filepath.ToSlash(rel))
-		}
-		return nil
-	})
-	sort.Strings(out)
-	return out, err
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
@@ -61,11 +62,15 @@ func (f *Folder) Close() error {
 	return f.root.Close()
 }
 
-// Confined reports whether name (a path relative to the folder) resolves to a place the
-// folder may be read from; a missing file is not confined.
+// Confined reports whether name (a path relative to the folder: a file or a subfolder)
+// resolves to a place the folder may be read from; a missing one is not confined.
 func (f *Folder) Confined(name string) bool {
-	if f.remote != nil {
-		return fs.ValidPath(name) && store.IsFile(store.Join(f.dir, name))
+	if f.remote != nil { // objects have no links: what exists under the prefix is confined
+		if !fs.ValidPath(name) {
+			return false
+		}
+		_, err := store.Stat(store.Join(f.dir, name))
+		return err == nil
 	}
 	real, err := filepath.EvalSymlinks(filepath.Join(f.real, filepath.FromSlash(name)))
 	if err != nil {
@@ -95,4 +100,22 @@ var ErrOutside = fmt.Errorf("a link leading outside the checkpoint folder (not r
 func inside(p, dir string) bool {
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// FilesUnder lists the regular files under the subfolder name of dir (local or in a
+// bucket), by their slash-separated paths relative to dir, sorted.
+func FilesUnder(dir, name string) ([]string, error) {
+	var out []string
+	err := store.WalkDir(store.Join(dir, name), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out, err
 }
