@@ -362,7 +362,12 @@ func (f *File) copyRange(src *os.File, r statedict.Range) (int64, error) {
 	n := int64(len(r.Data))
 	var done int64
 	var last chan struct{}
+	sent := false // checksum jobs reading src were queued
 	finish := func(err error) (int64, error) {
+		if last == nil && sent { // let the checksumming goroutine finish with src
+			last = make(chan struct{})
+			f.sums <- sumJob{done: last}
+		}
 		if last != nil {
 			<-last // src stays open until the checksumming goroutine has read it
 		}
@@ -383,13 +388,10 @@ func (f *File) copyRange(src *os.File, r statedict.Range) (int64, error) {
 				job.done = last
 			}
 			f.sums <- job
+			sent = true
 		}
 		if err := f.copyPiece(src, r.Path, r.Off+done, int(k), f.off); err != nil {
 			f.fail(err)
-			if last == nil && len(r.Sums) > 0 { // let the checksumming goroutine finish with src
-				last = make(chan struct{})
-				f.sums <- sumJob{done: last}
-			}
 			return finish(err)
 		}
 		f.off += k
@@ -457,13 +459,18 @@ func (f *File) failed() error {
 // sumLoop feeds pieces to their sums in order.
 func (f *File) sumLoop() {
 	defer f.wg.Done()
-	var buf []byte
+	var buf *[]byte
+	defer func() {
+		if buf != nil {
+			buffers.Put(buf)
+		}
+	}()
 	for j := range f.sums {
 		if j.src != nil {
 			if buf == nil {
-				buf = make([]byte, chunkSize)
+				buf = buffers.Get().(*[]byte)
 			}
-			j.data = buf[:j.n]
+			j.data = (*buf)[:j.n]
 			if _, err := j.src.ReadAt(j.data, j.off); err != nil {
 				f.fail(fmt.Errorf("reading %s at offset %d: %w", j.path, j.off, err))
 				j.data = nil
