@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
@@ -43,8 +44,16 @@ type Conversion struct {
 	// Generation runs them natively).
 	Dequantize string              `json:"dequantize,omitempty"`
 	Generation *runtime.Generation `json:"-"`
+	// ZeROOptimizer: the source, a DeepSpeed ZeRO folder, was read with its optimizer state
+	// consolidated (convert --zero-optimizer); the source is opened the same way.
+	ZeROOptimizer bool `json:"zero_optimizer,omitempty"`
 	// Args is the command line the options were read from.
 	Args []string `json:"args,omitempty"`
+}
+
+// openSource opens the source as the conversion read it.
+func (c *Conversion) openSource(src string) (*statedict.Checkpoint, error) {
+	return formats.OpenWith(src, formats.OpenOptions{ZeROOptimizer: c.ZeROOptimizer})
 }
 
 // Standard is the conversion assumed when nothing was recorded: `ckpt convert`'s defaults
@@ -160,7 +169,7 @@ func parseConvertArgs(args []string, dir string) (*Conversion, []string, error) 
 	var (
 		dtype, optimDType, dequantize, tpuGen, sel string
 		renames, drops, optimNames                 []string
-		noStrip, keepRNG                           bool
+		noStrip, keepRNG, zeroOptim                bool
 	)
 	fs.StringVar(&dtype, "dtype", "keep", "")
 	fs.StringVar(&optimDType, "optimizer-dtype", "keep", "")
@@ -173,6 +182,7 @@ func parseConvertArgs(args []string, dir string) (*Conversion, []string, error) 
 	fs.StringArrayVar(&optimNames, "optimizer-names", nil, "")
 	fs.BoolVar(&noStrip, "no-strip-wrappers", false, "")
 	fs.BoolVar(&keepRNG, "keep-cuda-rng", false, "")
+	fs.BoolVar(&zeroOptim, "zero-optimizer", false, "")
 	// Value flags that do not bear on values, declared so that their values are not taken
 	// for arguments.
 	for _, name := range []string{"to", "format", "map-location", "max-shard-size", "topology", "mesh", "plan"} {
@@ -184,7 +194,7 @@ func parseConvertArgs(args []string, dir string) (*Conversion, []string, error) 
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, fmt.Errorf("the manifest's command line: %w", err)
 	}
-	c := &Conversion{Recorded: true, StripWrappers: !noStrip, PlainData: true, Select: sel, KeepCUDARNG: keepRNG, Args: args}
+	c := &Conversion{Recorded: true, StripWrappers: !noStrip, PlainData: true, Select: sel, KeepCUDARNG: keepRNG, ZeROOptimizer: zeroOptim, Args: args}
 	var err error
 	if c.DType, err = castFlag("dtype", dtype); err != nil {
 		return nil, nil, err

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
@@ -241,7 +240,7 @@ type dstTensor struct {
 }
 
 func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityReport, error) {
-	sck, err := formats.Open(src)
+	sck, err := conv.openSource(src)
 	if err != nil {
 		return nil, err
 	}
