@@ -2,6 +2,7 @@ package zero
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -85,15 +86,22 @@ func (c *consolidator) optimizer(optims []string, bases []*statedict.Dict) (*sta
 			}
 		}
 	}
-	st0, err := state(0, 0)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range st0.Entries() {
-		key := statedict.KeyString(e.Key)
-		if t, ok := e.Value.(*statedict.Tensor); !ok || len(t.Shape) != 1 {
-			continue
+	// The flat moments' keys: every group's, in rank 0's order of first appearance (a
+	// key one group lacks is an error below, never dropped).
+	var flat []string
+	for g := range shapes {
+		st0, err := state(0, g)
+		if err != nil {
+			return nil, err
 		}
+		for _, e := range st0.Entries() {
+			key := statedict.KeyString(e.Key)
+			if t, ok := e.Value.(*statedict.Tensor); ok && len(t.Shape) == 1 && !slices.Contains(flat, key) {
+				flat = append(flat, key)
+			}
+		}
+	}
+	for _, key := range flat {
 		moments := make([][]*statedict.Tensor, len(bases)) // per rank, per group
 		var dt statedict.DType
 		for r := range bases {
@@ -113,6 +121,7 @@ func (c *consolidator) optimizer(optims []string, bases []*statedict.Dict) (*sta
 			}
 		}
 		put := func(name string, t *statedict.Tensor) { params[name].Set(key, t) }
+		var err error
 		if c.stage <= 2 {
 			err = c.zero2(moments, dt, put)
 		} else {
