@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"sync"
 )
 
@@ -51,8 +50,14 @@ type Creator interface {
 	CreateOutput(ctx context.Context, url string, opts OutputOptions) (Output, error)
 }
 
-// ErrExists is returned for a destination that holds files an output may not replace.
-var ErrExists = fs.ErrExist
+// ErrExists is returned for a destination that holds an earlier output, which Force
+// would replace.
+var ErrExists = errors.New("destination exists")
+
+// ErrForeign is returned for a destination an output may not be written to whatever the
+// flags: it holds what ckpt did not write (or cannot prove it wrote), or another
+// conversion is writing there.
+var ErrForeign = errors.New("refusing a destination holding what ckpt did not write")
 
 // CreateOutput starts an output at url through its backend.
 func CreateOutput(ctx context.Context, url string, opts OutputOptions) (Output, error) {

@@ -76,7 +76,7 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOpti
 	})
 	if gcerrors.Code(err) == gcerrors.FailedPrecondition {
 		o.cancel()
-		return nil, fmt.Errorf("%s: %w: another conversion is writing here (its %s appeared meanwhile)", l, store.ErrExists, PartialMarker)
+		return nil, fmt.Errorf("%s: %w: another conversion is writing here (its %s appeared meanwhile)", l, store.ErrForeign, PartialMarker)
 	}
 	if err != nil {
 		o.cancel()
@@ -117,7 +117,7 @@ func (o *output) clear(opts store.OutputOptions) error {
 	var there []string // keys
 	if o.folder {
 		if _, err := attributes(o.ctx, o.b, o.l.Key); err == nil {
-			return fmt.Errorf("%s: %w: an object of that name exists; a folder output needs a free prefix", o.l, store.ErrExists)
+			return fmt.Errorf("%s: %w: an object of that name exists; a folder output needs a free prefix", o.l, store.ErrForeign)
 		} else if gcerrors.Code(err) != gcerrors.NotFound {
 			return pathError("stat", o.l, err)
 		}
@@ -141,7 +141,7 @@ func (o *output) clear(opts store.OutputOptions) error {
 			return pathError("list", o.l, err)
 		}
 		if len(objs) > 0 {
-			return fmt.Errorf("%s: %w: objects lie under this name as a folder; a file output needs a free name", o.l, store.ErrExists)
+			return fmt.Errorf("%s: %w: objects lie under this name as a folder; a file output needs a free name", o.l, store.ErrForeign)
 		}
 	}
 	if len(there) == 0 {
@@ -179,11 +179,11 @@ func (o *output) clear(opts store.OutputOptions) error {
 			}()...)
 		}
 		if !ok {
-			return fmt.Errorf("%s: %w: holds %d object(s) no ckpt manifest there lists (%s…); ckpt never replaces what it did not write", o.l, store.ErrExists, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
+			return fmt.Errorf("%s: %w: holds %d object(s) no ckpt manifest there lists (%s…); ckpt never replaces what it did not write", o.l, store.ErrForeign, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
 		}
 		for _, k := range there {
 			if !slices.Contains(owned, rel(k)) {
-				return fmt.Errorf("%s: %w: %s is not listed by the ckpt manifest there; ckpt never replaces what it did not write", o.l, store.ErrExists, Location{o.l.Scheme, o.l.Bucket, k})
+				return fmt.Errorf("%s: %w: %s is not listed by the ckpt manifest there; ckpt never replaces what it did not write", o.l, store.ErrForeign, Location{o.l.Scheme, o.l.Bucket, k})
 			}
 		}
 	}
@@ -232,7 +232,7 @@ func (o *output) unfinished(there []string) error {
 	run, ok := strings.CutPrefix(string(text), markerText)
 	run = strings.TrimSpace(run)
 	if !ok || run == "" {
-		return fmt.Errorf("%s: %w: the marker of an unfinished output names no run, so nothing beside it can be proven ckpt's; remove the objects yourself", mloc, store.ErrExists)
+		return fmt.Errorf("%s: %w: the marker of an unfinished output names no run, so nothing beside it can be proven ckpt's; remove the objects yourself", mloc, store.ErrForeign)
 	}
 	for _, k := range there {
 		if k == mk {
@@ -246,7 +246,7 @@ func (o *output) unfinished(there []string) error {
 			return pathError("stat", Location{o.l.Scheme, o.l.Bucket, k}, err)
 		}
 		if a.Metadata[RunMetadata] != run {
-			return fmt.Errorf("%s: %w: lies beside the marker of an unfinished ckpt output (%s) but was not uploaded by it; ckpt never replaces what it did not write", Location{o.l.Scheme, o.l.Bucket, k}, store.ErrExists, mloc)
+			return fmt.Errorf("%s: %w: lies beside the marker of an unfinished ckpt output (%s) but was not uploaded by it; ckpt never replaces what it did not write", Location{o.l.Scheme, o.l.Bucket, k}, store.ErrForeign, mloc)
 		}
 	}
 	return nil

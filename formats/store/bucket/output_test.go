@@ -108,8 +108,8 @@ func TestForceKeepsForeignBesideStaleMarker(t *testing.T) {
 				}
 				before := keys(t, scheme, dir)
 				_, err := store.CreateOutput(ctx, url, store.OutputOptions{Folder: c.folder, Force: true})
-				if !errors.Is(err, store.ErrExists) {
-					t.Fatalf("--force beside a foreign object: %v, want ErrExists; objects %v", err, before)
+				if !errors.Is(err, store.ErrForeign) {
+					t.Fatalf("--force beside a foreign object: %v, want ErrForeign; objects %v", err, before)
 				}
 				if want := c.foreign; want != "" && !strings.Contains(err.Error(), want) {
 					t.Errorf("the error does not name %s: %v", want, err)
