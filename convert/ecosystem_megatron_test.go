@@ -11,6 +11,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/remap"
@@ -214,5 +215,26 @@ func TestMegatronConvertLoadsInTorch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMegatronDistCommonOutside: a torch_dist folder whose common.pt is a link leading
+// outside the checkpoint is refused, naming the file, and nothing is read through it.
+func TestMegatronDistCommonOutside(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := os.CopyFS(dir, os.DirFS(megatronDir+"torch_dist")); err != nil {
+		t.Fatal(err)
+	}
+	common := filepath.Join(dir, "iter_0000200", "common.pt")
+	elsewhere := filepath.Join(t.TempDir(), "common.pt")
+	if err := os.Rename(common, elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, common); err != nil {
+		t.Fatal(err)
+	}
+	_, err := formats.Open(dir)
+	if !errors.Is(err, hf.ErrOutside) || !strings.Contains(err.Error(), "common.pt") {
+		t.Fatalf("common.pt linked outside: %v, want hf.ErrOutside naming it", err)
 	}
 }

@@ -27,6 +27,7 @@ package megatron
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"path"
 	"regexp"
 	"sort"
@@ -101,16 +102,14 @@ func ParseBackend(b []byte) (string, error) {
 // Detect reports whether dir is a Megatron checkpoint: a save folder (it has the tracker
 // file), an iteration folder of rank folders, or a dist_checkpointing folder.
 func Detect(dir string) bool {
-	return isFile(store.Join(dir, TrackerFile)) || len(ranks(dir)) > 0 || IsDist(dir)
+	return store.IsFile(store.Join(dir, TrackerFile)) || len(ranks(dir)) > 0 || IsDist(dir)
 }
 
 // IsDist reports whether dir is a Megatron-core dist_checkpointing folder: a DCP .metadata
 // beside common.pt and metadata.json.
 func IsDist(dir string) bool {
-	return isFile(store.Join(dir, ".metadata")) && isFile(store.Join(dir, CommonFile)) && isFile(store.Join(dir, MetadataJSON))
+	return store.IsFile(store.Join(dir, ".metadata")) && store.IsFile(store.Join(dir, CommonFile)) && store.IsFile(store.Join(dir, MetadataJSON))
 }
-
-func isFile(p string) bool { return store.IsFile(p) }
 
 // ranks lists dir's rank folders (mp_rank_*), in rank order.
 func ranks(dir string) []string {
@@ -158,7 +157,7 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 	}
 	defer folder.Close()
 	iter := ""
-	if isFile(store.Join(dir, TrackerFile)) {
+	if store.IsFile(store.Join(dir, TrackerFile)) {
 		b, err := readSmall(store.Join(dir, TrackerFile))
 		if err != nil {
 			return nil, err
@@ -167,7 +166,7 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 			return nil, fmt.Errorf("%s: %w", store.Join(dir, TrackerFile), err)
 		}
 		if st, err := store.Stat(store.Join(dir, iter)); err != nil || !st.IsDir() || !folder.Confined(iter) {
-			have, _ := store.Glob(dir, "iter_*"), error(nil)
+			have := store.Glob(dir, "iter_*")
 			for i := range have {
 				have[i] = store.Base(have[i])
 			}
@@ -178,7 +177,7 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 	sub := func(name string) string { return path.Join(iter, name) }
 	at := store.Join(dir, iter)
 	if IsDist(at) {
-		return openDist(dir, iter, op)
+		return openDist(dir, iter, op, folder)
 	}
 	rs := ranks(at)
 	if len(rs) == 0 {
@@ -194,7 +193,7 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 	for _, r := range rs {
 		rel := sub(path.Join(r, RankFile))
 		p := store.Join(dir, rel)
-		if !isFile(p) {
+		if !store.IsFile(p) {
 			return nil, fmt.Errorf("%s: %w: the rank folder %s has no %s", at, statedict.ErrCorrupt, r, RankFile)
 		}
 		if !folder.Confined(rel) {
@@ -247,8 +246,11 @@ func readSmall(p string) ([]byte, error) {
 
 // openDist reads the dist_checkpointing folder iter of dir: common.pt's entries merged with
 // the DCP's, as dist_checkpointing.load merges them.
-func openDist(dir, iter string, op Openers) (_ *statedict.Checkpoint, err error) {
+func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Checkpoint, err error) {
 	at := store.Join(dir, iter)
+	if !folder.Confined(path.Join(iter, CommonFile)) {
+		return nil, &fs.PathError{Op: "open", Path: store.Join(at, CommonFile), Err: hf.ErrOutside}
+	}
 	b, err := readSmall(store.Join(at, MetadataJSON))
 	if err != nil {
 		return nil, err
