@@ -200,7 +200,7 @@ func layout(f Format, dst string, sharded bool) (formats.Layout, error) {
 }
 
 // openSource opens the checkpoint to convert (a test counts what is read through it).
-var openSource = formats.Open
+var openSource = formats.OpenWith
 
 // Run performs the conversion. Cancelling ctx stops it between pieces of output and
 // removes everything written so far; the destination is then as it was.
@@ -224,13 +224,10 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Compress != "" && lay != formats.DCPFolder {
 		return nil, fmt.Errorf("%s: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, statedict.ErrUnsupported, opts.Compress, lay)
 	}
-	open := openSource
-	if opts.ZeROOptimizer {
-		open = func(p string) (*statedict.Checkpoint, error) {
-			return formats.OpenWith(p, formats.OpenOptions{ZeROOptimizer: true})
-		}
+	if opts.Hosts.Count > 1 && store.IsRemote(opts.Dst) {
+		return nil, fmt.Errorf("%s: %w: a multi-host conversion writes to a local or shared file system; write to object storage from one host", opts.Dst, statedict.ErrUnsupported)
 	}
-	ck, err := open(opts.Src)
+	ck, err := openSource(opts.Src, formats.OpenOptions{ZeROOptimizer: opts.ZeROOptimizer})
 	if err != nil {
 		return nil, err
 	}
@@ -247,9 +244,6 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	ck.Root = nil // as plan let p.src's go (the tree withTrainingState wraps)
 	if opts.Hosts.Count > 1 {
-		if store.IsRemote(opts.Dst) {
-			return nil, fmt.Errorf("%s: %w: a multi-host conversion writes to a local or shared file system; write to object storage from one host", opts.Dst, statedict.ErrUnsupported)
-		}
 		return runHost(ctx, opts, p, start)
 	}
 	out, err := newOutput(ctx, opts.Dst, formats.Writers[lay].Folder, opts.Force, opts.Resume, opts.Progress)
@@ -370,9 +364,9 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 	if p.sum.Tensors, err = checkContent(ck, root); err != nil {
 		return nil, err
 	}
-	// Only the remapped tree is written from here on (its tensors read the source's bytes
-	// through storages of their own): let the source's tree go, which for a checkpoint of
-	// many small tensors is as large as the remapped one.
+	// Only the remapped tree is written from here on. remap consumed the source's tensors
+	// and storages (Options.Consume: they are the output's now, so nothing may read ck.Root
+	// or q.root for source values after this); let the source's containers go.
 	ck.Root, q.root = nil, nil
 	tensors, err := p.ck.Tensors()
 	if err != nil {

@@ -120,9 +120,9 @@ func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
 
 // openCounting opens a checkpoint whose every storage reads through a countingReader, so
 // that no byte can be read without being logged (no mapping, no file ranges).
-func openCounting(log *readLog) func(string) (*statedict.Checkpoint, error) {
-	return func(path string) (*statedict.Checkpoint, error) {
-		ck, err := formats.Open(path)
+func openCounting(log *readLog) func(string, formats.OpenOptions) (*statedict.Checkpoint, error) {
+	return func(path string, o formats.OpenOptions) (*statedict.Checkpoint, error) {
+		ck, err := formats.OpenWith(path, o)
 		if err != nil {
 			return nil, err
 		}
@@ -173,7 +173,7 @@ func TestMultiHost(t *testing.T) {
 
 	multi := filepath.Join(dir, "multi")
 	logs := make([]*readLog, 4)
-	defer func(f func(string) (*statedict.Checkpoint, error)) { openSource = f }(openSource)
+	defer func(f func(string, formats.OpenOptions) (*statedict.Checkpoint, error)) { openSource = f }(openSource)
 	for _, h := range []int{3, 1, 2, 0} { // host 0 last: it finishes the output
 		if h == 0 {
 			if _, err := os.Stat(multi); !os.IsNotExist(err) {
@@ -186,7 +186,7 @@ func TestMultiHost(t *testing.T) {
 				t.Fatal("ckpt check passes the partial folder")
 			}
 			// Host 0 of another conversion (float16 moments) refuses the others' shares.
-			openSource = formats.Open
+			openSource = formats.OpenWith
 			o := options(multi, 0, 4)
 			o.Remap.OptimizerDType = statedict.Float16
 			o.Hosts.Wait = 1
@@ -208,7 +208,7 @@ func TestMultiHost(t *testing.T) {
 			t.Errorf("host 0 replacing its share of another conversion: warnings %v", sum.Warnings)
 		}
 	}
-	openSource = formats.Open
+	openSource = formats.OpenWith
 
 	for _, f := range []string{"__0_0.distcp", "__5_0.distcp", "__7_0.distcp", dcp.MetadataFile} {
 		a, _ := os.ReadFile(filepath.Join(single, f))
@@ -356,7 +356,7 @@ func TestMultiHostSafetensors(t *testing.T) {
 	}
 	multi := filepath.Join(dir, "multi")
 	logs := make([]*readLog, 4)
-	defer func(f func(string) (*statedict.Checkpoint, error)) { openSource = f }(openSource)
+	defer func(f func(string, formats.OpenOptions) (*statedict.Checkpoint, error)) { openSource = f }(openSource)
 	for _, h := range []int{2, 3, 1, 0} {
 		logs[h] = &readLog{ranges: map[string][][2]int64{}}
 		openSource = openCounting(logs[h])
@@ -364,7 +364,7 @@ func TestMultiHostSafetensors(t *testing.T) {
 			t.Fatalf("host %d: %v", h, err)
 		}
 	}
-	openSource = formats.Open
+	openSource = formats.OpenWith
 	es, _ := os.ReadDir(single)
 	if len(es) != 10 {
 		t.Fatalf("one process wrote %d files", len(es))
