@@ -84,11 +84,11 @@ func (f *Folder) Open(name string) (fs.File, error) {
 	if !fs.ValidPath(name) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
 	}
+	if f.remote != nil { // objects have no links; a missing one is fs.ErrNotExist
+		return f.remote.Open(name)
+	}
 	if !f.Confined(name) {
 		return nil, &fs.PathError{Op: "open", Path: store.Join(f.dir, name), Err: ErrOutside}
-	}
-	if f.remote != nil {
-		return f.remote.Open(name)
 	}
 	return f.root.Open(path.Join(f.sub, name))
 }
