@@ -7,7 +7,6 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
-	"github.com/ckpt-dev/ckpt/statedict"
 	"io"
 )
 
@@ -65,15 +64,6 @@ func (s *remoteStream) Write(b []byte) (int, error) {
 		}
 	}
 	return done, nil
-}
-
-// WriteRange uploads the range's bytes, feeding its sums.
-func (s *remoteStream) WriteRange(r statedict.Range) (int64, error) {
-	n, err := s.Write(r.Data)
-	for _, h := range r.Sums {
-		h.Write(r.Data[:n])
-	}
-	return int64(n), err
 }
 
 func (s *remoteStream) Close() error { return s.w.Close() }

@@ -67,11 +67,16 @@ func (o *object) Size() int64 { return o.size }
 func (o *object) Close() error {
 	active.mu.Lock()
 	var mine []*stream
+	kept := active.list[:0]
 	for _, s := range active.list {
 		if s.o == o {
 			mine = append(mine, s)
+		} else {
+			kept = append(kept, s)
 		}
 	}
+	clear(active.list[len(kept):])
+	active.list = kept
 	active.mu.Unlock()
 	for _, s := range mine {
 		s.drop()
