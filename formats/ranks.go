@@ -21,8 +21,9 @@ const SafetensorsRanksFormat = "safetensors-ranks"
 // maxRanks bounds a world: more processes than any TPU pod has devices.
 const maxRanks = 1 << 16
 
-// maxShardingFile bounds a sharding manifest: a few hundred bytes per tensor and rank.
-const maxShardingFile = 256 << 20
+// MaxShardingFile bounds a sharding manifest (sharding.json): a few hundred bytes per
+// tensor and rank.
+const MaxShardingFile = 256 << 20
 
 // openRanks reads a per-device safetensors folder (safetensors.Sharding): every tensor is
 // reassembled lazily from its pieces, each read from the first rank file holding it, so
@@ -31,15 +32,15 @@ const maxShardingFile = 256 << 20
 // manifest lists, as the manifest says.
 func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 	mpath := store.Join(dir, safetensors.ShardingFile)
-	b, err := store.ReadFile(mpath, maxShardingFile+1)
+	b, err := store.ReadFile(mpath, MaxShardingFile+1)
 	if err != nil {
 		return nil, err
 	}
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("%s: %w: %s", mpath, statedict.ErrCorrupt, fmt.Sprintf(format, args...))
 	}
-	if len(b) > maxShardingFile {
-		return nil, fail("larger than %d bytes", maxShardingFile)
+	if len(b) > MaxShardingFile {
+		return nil, fail("larger than %d bytes", MaxShardingFile)
 	}
 	var m safetensors.Sharding
 	if err := json.Unmarshal(b, &m); err != nil {

@@ -31,7 +31,7 @@ func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica,
 	if st, err := store.Stat(dir); err != nil || !st.IsDir() {
 		return nil, release, nil
 	}
-	b, err := store.ReadFile(store.Join(dir, safetensors.ShardingFile), -1)
+	b, err := store.ReadFile(store.Join(dir, safetensors.ShardingFile), formats.MaxShardingFile)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, release, nil

@@ -275,7 +275,7 @@ func Open(file string, decode func(data []byte, file string, base int64) (stated
 	}()
 	data := f.Bytes()
 	if bytes.HasPrefix(data, []byte{0x1f, 0x8b}) {
-		return nil, gzipError(file)
+		return nil, GzipError(file)
 	}
 	members, err := Index(data)
 	if err != nil {
@@ -319,13 +319,11 @@ func Open(file string, decode func(data []byte, file string, base int64) (stated
 	return ck, nil
 }
 
-func gzipError(file string) error {
+// GzipError is the error for a gzip-compressed .nemo archive at file.
+func GzipError(file string) error {
 	return fmt.Errorf("%s: %w: a gzip-compressed .nemo archive, whose members cannot be read in place (reading it would mean inflating the weights into memory): unpack it (mkdir m && tar xzf %s -C m) and convert m/model_weights.ckpt, or store it uncompressed (gunzip -c %s > model.nemo)",
 		file, statedict.ErrUnsupported, file, file)
 }
-
-// GzipError is the error for a gzip-compressed .nemo archive at file.
-func GzipError(file string) error { return gzipError(file) }
 
 func names(ms []Member) string {
 	var out []string
