@@ -85,6 +85,9 @@ func measuredChoice() bool { return os.Getenv("CKPT_DIRECT_IO") != "on" }
 // writes the rest of the file and every later file on the same device (choices).
 const calWindow = 32 << 20
 
+// now is the clock calibration reads; tests move it to make one path slow without waiting.
+var now = time.Now
+
 // choices holds, per device, whether direct I/O was measured to be the faster path.
 var choices sync.Map // uint64 → bool
 
@@ -112,13 +115,13 @@ func (f *File) calibrate() {
 		return
 	}
 	if !c.cached {
-		c.direct = time.Since(c.t0)
-		c.cached, c.begin, c.t0 = true, f.off, time.Now()
+		c.direct = now().Sub(c.t0)
+		c.cached, c.begin, c.t0 = true, f.off, now()
 		f.useDirect.Store(false)
 		return
 	}
 	f.os.await(f.f, c.begin, f.off-c.begin)
-	useDirect := c.direct < time.Since(c.t0)
+	useDirect := c.direct < now().Sub(c.t0)
 	choices.Store(c.dev, useDirect)
 	f.useDirect.Store(useDirect)
 	f.calib = nil
@@ -309,7 +312,7 @@ func (f *File) fill(n int64, sums []hash.Hash, put func(dst []byte, done int64) 
 			c.refs.Store(1)
 			f.cur = c
 			if f.calib != nil && f.calib.t0.IsZero() {
-				f.calib.t0 = time.Now()
+				f.calib.t0 = now()
 			}
 		}
 		c := f.cur
@@ -357,7 +360,7 @@ func (f *File) copyRange(src *os.File, r statedict.Range) (int64, error) {
 		}
 	}
 	if f.calib != nil && f.calib.t0.IsZero() {
-		f.calib.t0 = time.Now()
+		f.calib.t0 = now()
 	}
 	n := int64(len(r.Data))
 	var done int64

@@ -299,15 +299,21 @@ func BenchmarkFile(b *testing.B) {
 
 // TestFileMeasuresPaths: a large first file measures both write paths and the faster one
 // writes the rest and later files on the device; every byte must land where it belongs
-// whichever wins. Each case makes one path slow (250 ms a write or kernel copy: slower than
-// 4 MiB takes on the other path on any disk, even on a loaded machine). The stream mixes
-// small writes with source ranges of odd lengths, so the page-cache window copies ranges in
-// the kernel and ends at an unaligned offset, from which direct I/O must take over.
+// whichever wins. Each case makes one path slow: every write or kernel copy on it moves the
+// calibration clock on by 10 s (a real sleep would compete with the other path's writeback,
+// which on a machine busy with other tests' writes took seconds, so the case could not fail
+// for the right reason only). The stream mixes small writes with source ranges of odd
+// lengths, so the page-cache window copies ranges in the kernel and ends at an unaligned
+// offset, from which direct I/O must take over.
 func TestFileMeasuresPaths(t *testing.T) {
+	var skew atomic.Int64
+	now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	t.Cleanup(func() { now = time.Now })
+	const penalty = int64(10 * time.Second)
 	slow := func(t *testing.T, v *func(*os.File, []byte, int64) (int, error)) {
 		orig := *v
 		*v = func(d *os.File, b []byte, off int64) (int, error) {
-			time.Sleep(250 * time.Millisecond)
+			skew.Add(penalty)
 			return orig(d, b, off)
 		}
 		t.Cleanup(func() { *v = orig })
@@ -339,7 +345,7 @@ func TestFileMeasuresPaths(t *testing.T) {
 				orig := f.os.copyRange
 				f.os.copyRange = func(s *os.File, so int64, d *os.File, do int64, n int) error {
 					copies.Add(1)
-					time.Sleep(250 * time.Millisecond)
+					skew.Add(penalty)
 					return orig(s, so, d, do, n)
 				}
 			}
