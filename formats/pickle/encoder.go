@@ -23,6 +23,14 @@ type Encoder struct {
 // NewEncoder starts a protocol-2 pickle.
 func NewEncoder() *Encoder { return &Encoder{buf: []byte{0x80, 2}} }
 
+// Reset starts a new protocol-2 pickle in the encoder's buffer and memo, so that a caller
+// writing many small pickles allocates them once. What Finish returned is overwritten.
+func (e *Encoder) Reset() {
+	e.buf = append(e.buf[:0], 0x80, 2)
+	e.memo = 0
+	clear(e.globals)
+}
+
 // Len is the number of encoded bytes not yet flushed.
 func (e *Encoder) Len() int { return len(e.buf) }
 

@@ -3,11 +3,13 @@ package torchzip
 import (
 	"fmt"
 	"hash"
+	"hash/crc32"
 	"io"
 	"math/big"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -43,7 +45,10 @@ type SaveOptions struct {
 // miniz's layout. Storage bytes stream from their source; only the pickle is held in
 // memory. It returns the number of bytes written.
 func Write(w io.Writer, root statedict.Value, opts SaveOptions) (int64, error) {
-	p := &pickler{enc: pickle.NewEncoder(), keys: map[*statedict.Storage]string{}, dtypes: map[*statedict.Storage]statedict.DType{}, memo: map[any]uint32{}, loc: opts.Location, kept: opts.Kept, data: opts.Data}
+	s := states.Get().(*saveState)
+	defer s.release()
+	p := &s.p
+	p.loc, p.kept, p.data = opts.Location, opts.Kept, opts.Data
 	if err := p.value(root, ""); err != nil {
 		return 0, err
 	}
@@ -55,22 +60,18 @@ func Write(w io.Writer, root statedict.Value, opts SaveOptions) (int64, error) {
 	if name == "" {
 		name = "archive"
 	}
-	const byteorder = "little"
 	for _, st := range p.order {
 		if st.BigEndian {
 			return 0, fmt.Errorf("storage %q is big-endian: convert it to little-endian before writing", st.Key)
 		}
 	}
-	cw := &statedict.Counter{W: w}
-	z := &zipWriter{w: cw}
-	for _, r := range []struct{ name, data string }{
-		{"data.pkl", string(pkl)},
-		{".format_version", "1"},
-		{".storage_alignment", strconv.Itoa(Alignment)},
-		{"byteorder", byteorder},
-	} {
-		if err := z.bytesRecord(name+"/"+r.name, []byte(r.data)); err != nil {
-			return cw.N, err
+	s.cw = statedict.Counter{W: w}
+	z := &s.z
+	z.w = &s.cw
+	names := recordNames(name)
+	for i, data := range [][]byte{pkl, []byte("1"), alignment, []byte("little")} {
+		if err := z.bytesRecord(names[i], data); err != nil {
+			return s.cw.N, err
 		}
 	}
 	for _, st := range p.order {
@@ -79,13 +80,67 @@ func Write(w io.Writer, root statedict.Value, opts SaveOptions) (int64, error) {
 			sum = opts.Sum(st)
 		}
 		if err := z.record(name+"/data/"+p.keys[st], st.Size, sum, st.WriteTo); err != nil {
-			return cw.N, err
+			return s.cw.N, err
 		}
 	}
-	if err := z.bytesRecord(name+"/version", []byte("3\n")); err != nil {
-		return cw.N, err
+	if err := z.bytesRecord(names[4], []byte("3\n")); err != nil {
+		return s.cw.N, err
 	}
-	return cw.N, z.close()
+	return s.cw.N, z.close()
+}
+
+// alignment is the .storage_alignment record.
+var alignment = []byte(strconv.Itoa(Alignment))
+
+// recordNames are the names of an archive's fixed records, in the order Write writes
+// them: data.pkl, .format_version, .storage_alignment, byteorder, then version.
+func recordNames(archive string) [5]string {
+	if archive == "archive" {
+		return archiveNames
+	}
+	return joinRecords(archive)
+}
+
+var archiveNames = joinRecords("archive")
+
+func joinRecords(archive string) [5]string {
+	var out [5]string
+	for i, n := range [5]string{"data.pkl", ".format_version", ".storage_alignment", "byteorder", "version"} {
+		out[i] = archive + "/" + n
+	}
+	return out
+}
+
+// saveState is what Write needs besides the tree, recycled between calls: a DCP output
+// writes one archive per item, hundreds of thousands of them, and allocating the
+// pickler's maps, the encoder and the zip writer's buffers afresh for each made the
+// garbage collector the conversion's largest cost near a memory limit.
+type saveState struct {
+	p  pickler
+	z  zipWriter
+	cw statedict.Counter
+}
+
+var states = sync.Pool{New: func() any {
+	return &saveState{p: pickler{enc: pickle.NewEncoder(), keys: map[*statedict.Storage]string{},
+		dtypes: map[*statedict.Storage]statedict.DType{}, memo: map[any]uint32{}},
+		z: zipWriter{crc: crc32.NewIEEE()}}
+}}
+
+// release forgets what the state refers to (the tree, the caller's functions and writer)
+// and returns it to the pool.
+func (s *saveState) release() {
+	p := &s.p
+	p.enc.Reset()
+	clear(p.keys)
+	clear(p.dtypes)
+	clear(p.memo)
+	clear(p.order)
+	p.order = p.order[:0]
+	p.loc, p.kept, p.data, p.err = nil, nil, false, nil
+	s.z.reset()
+	s.cw = statedict.Counter{}
+	states.Put(s)
 }
 
 // pickler turns a statedict tree into torch.save's pickle.

@@ -6,7 +6,6 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
-	"strings"
 
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -23,6 +22,19 @@ type zipWriter struct {
 	w       io.Writer
 	off     int64
 	entries []zipEntry
+	// buf is scratch for headers and descriptors, crc and cw the record checksum and its
+	// writer: kept across records (and archives, see saveState) so writing a small record
+	// allocates nothing.
+	buf []byte
+	crc hash.Hash32
+	cw  crcWriter
+}
+
+// reset empties z for the next archive, keeping its buffers.
+func (z *zipWriter) reset() {
+	clear(z.entries)
+	z.entries = z.entries[:0]
+	z.w, z.off, z.cw = nil, 0, crcWriter{}
 }
 
 type zipEntry struct {
@@ -48,7 +60,6 @@ func (z *zipWriter) record(name string, size int64, sum hash.Hash, produce func(
 	start := e.offset + 30 + int64(len(name)) + 4
 	var z64 []byte
 	if big {
-		z64 = binary.LittleEndian.AppendUint16(nil, 1)
 		var body []byte
 		if size >= zip64Limit {
 			body = binary.LittleEndian.AppendUint64(body, uint64(size))
@@ -57,6 +68,7 @@ func (z *zipWriter) record(name string, size int64, sum hash.Hash, produce func(
 		if e.offset >= zip64Limit {
 			body = binary.LittleEndian.AppendUint64(body, uint64(e.offset))
 		}
+		z64 = binary.LittleEndian.AppendUint16(nil, 1)
 		z64 = binary.LittleEndian.AppendUint16(z64, uint16(len(body)))
 		z64 = append(z64, body...)
 		start += int64(len(z64))
@@ -66,7 +78,7 @@ func (z *zipWriter) record(name string, size int64, sum hash.Hash, produce func(
 	if size > 0 {
 		flags |= 0x0008
 	}
-	h := make([]byte, 0, 30+len(name)+len(z64)+4+int(pad))
+	h := z.buf[:0]
 	h = binary.LittleEndian.AppendUint32(h, 0x04034b50)
 	h = binary.LittleEndian.AppendUint16(h, 0) // version needed, as miniz writes
 	h = binary.LittleEndian.AppendUint16(h, flags)
@@ -80,11 +92,19 @@ func (z *zipWriter) record(name string, size int64, sum hash.Hash, produce func(
 	h = append(h, z64...)
 	h = append(h, 'F', 'B')
 	h = binary.LittleEndian.AppendUint16(h, uint16(pad))
-	h = append(h, strings.Repeat("Z", int(pad))...)
+	for range pad {
+		h = append(h, 'Z')
+	}
+	z.buf = h
 	if err := z.write(h); err != nil {
 		return err
 	}
-	cw := &crcWriter{w: z.w, crc: crc32.NewIEEE(), sum: sum}
+	if z.crc == nil {
+		z.crc = crc32.NewIEEE()
+	}
+	z.crc.Reset()
+	z.cw = crcWriter{w: z.w, crc: z.crc, sum: sum}
+	cw := &z.cw
 	if _, err := produce(cw); err != nil {
 		z.off += cw.n
 		return fmt.Errorf("%s: %w", name, err)
@@ -95,7 +115,7 @@ func (z *zipWriter) record(name string, size int64, sum hash.Hash, produce func(
 	}
 	e.crc = cw.crc.Sum32()
 	if size > 0 {
-		d := binary.LittleEndian.AppendUint32(nil, 0x08074b50)
+		d := binary.LittleEndian.AppendUint32(z.buf[:0], 0x08074b50)
 		d = binary.LittleEndian.AppendUint32(d, e.crc)
 		if big {
 			d = binary.LittleEndian.AppendUint64(d, uint64(size))
@@ -104,10 +124,12 @@ func (z *zipWriter) record(name string, size int64, sum hash.Hash, produce func(
 			d = binary.LittleEndian.AppendUint32(d, uint32(size))
 			d = binary.LittleEndian.AppendUint32(d, uint32(size))
 		}
+		z.buf = d
 		if err := z.write(d); err != nil {
 			return err
 		}
 	}
+	z.cw.sum = nil
 	z.entries = append(z.entries, e)
 	return nil
 }
@@ -123,7 +145,7 @@ func (z *zipWriter) bytesRecord(name string, b []byte) error {
 // close writes the central directory and the (zip64) end records.
 func (z *zipWriter) close() error {
 	cdStart := z.off
-	var cd []byte
+	cd := z.buf[:0]
 	for _, e := range z.entries {
 		var extra []byte
 		if e.size >= zip64Limit || e.offset >= zip64Limit {
@@ -162,13 +184,14 @@ func (z *zipWriter) close() error {
 		cd = append(cd, e.name...)
 		cd = append(cd, extra...)
 	}
+	z.buf = cd
 	if err := z.write(cd); err != nil {
 		return err
 	}
 	cdSize := int64(len(cd))
 	n := uint64(len(z.entries))
 	eocd64 := z.off
-	t := binary.LittleEndian.AppendUint32(nil, 0x06064b50)
+	t := binary.LittleEndian.AppendUint32(z.buf[:0], 0x06064b50)
 	t = binary.LittleEndian.AppendUint64(t, 44)
 	t = binary.LittleEndian.AppendUint16(t, 0x031E)
 	t = binary.LittleEndian.AppendUint16(t, 0x002D)
@@ -192,6 +215,7 @@ func (z *zipWriter) close() error {
 	t = binary.LittleEndian.AppendUint32(t, clamp32(cdSize))
 	t = binary.LittleEndian.AppendUint32(t, clamp32(cdStart))
 	t = binary.LittleEndian.AppendUint16(t, 0)
+	z.buf = t
 	return z.write(t)
 }
 
