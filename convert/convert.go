@@ -539,11 +539,7 @@ func write(out *subOutput, p *planned, opts Options) error {
 			p.sum.Warnings = append(p.sum.Warnings, w)
 		}
 	}
-	m, err := buildManifest(out.o, p, opts, w.Names, nil)
-	if err != nil {
-		return err
-	}
-	path, err := out.writeManifest(m)
+	path, err := out.writeManifest(streamManifest(out.o, p, opts, w.Names, nil))
 	if err != nil {
 		return err
 	}

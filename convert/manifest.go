@@ -15,6 +15,22 @@ import (
 // the tensor's name in the output. names maps written tensors to their names when they
 // differ from the tree's.
 func buildManifest(o *output, p *planned, opts Options, names map[*statedict.Tensor]string, hash func(name string, t *statedict.Tensor) (uint64, error)) (*manifest.Manifest, error) {
+	m := streamManifest(o, p, opts, names, hash)
+	m.Tensors = []manifest.Tensor{}
+	if err := m.Stream(func(t manifest.Tensor) error {
+		m.Tensors = append(m.Tensors, t)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	m.Stream = nil
+	return m, nil
+}
+
+// streamManifest is buildManifest's manifest with its tensor entries made one at a time
+// as manifest.Write writes them (Stream): the entries of hundreds of thousands of tensors
+// are never all in memory.
+func streamManifest(o *output, p *planned, opts Options, names map[*statedict.Tensor]string, hash func(name string, t *statedict.Tensor) (uint64, error)) *manifest.Manifest {
 	m := &manifest.Manifest{
 		Tool: manifest.Tool, Version: opts.ToolVersion, Created: time.Now().UTC().Format(time.RFC3339),
 		Args:   opts.Args,
@@ -22,37 +38,41 @@ func buildManifest(o *output, p *planned, opts Options, names map[*statedict.Ten
 		Output: manifest.Output{Path: opts.Dst, Format: string(opts.Format), Files: p.sum.Files},
 		Remap:  p.sum.Remap,
 	}
-	tensors, err := p.ck.Tensors()
-	if err != nil {
-		return nil, err
-	}
-	m.Tensors = make([]manifest.Tensor, 0, len(tensors))
-	for _, nt := range tensors {
-		name := nt.Name
-		if names != nil {
-			n, ok := names[nt.Tensor]
-			if !ok {
-				continue // not written (e.g. a tied alias recorded in metadata)
-			}
-			name = n
-		}
-		var sum uint64
-		if hash != nil {
-			sum, err = hash(name, nt.Tensor)
-		} else {
-			sum, err = tensorHash(o, nt.Tensor)
-		}
+	m.Stream = func(yield func(manifest.Tensor) error) error {
+		tensors, err := p.ck.Tensors()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", nt.Name, err)
+			return err
 		}
-		loc := ""
-		if nt.Tensor.Storage != nil {
-			loc = nt.Tensor.Storage.Location
+		for _, nt := range tensors {
+			name := nt.Name
+			if names != nil {
+				n, ok := names[nt.Tensor]
+				if !ok {
+					continue // not written (e.g. a tied alias recorded in metadata)
+				}
+				name = n
+			}
+			var sum uint64
+			if hash != nil {
+				sum, err = hash(name, nt.Tensor)
+			} else {
+				sum, err = tensorHash(o, nt.Tensor)
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", nt.Name, err)
+			}
+			loc := ""
+			if nt.Tensor.Storage != nil {
+				loc = nt.Tensor.Storage.Location
+			}
+			if err := yield(manifest.Tensor{Name: name, DType: nt.Tensor.DTypeName(),
+				Shape: nt.Tensor.Shape, Location: loc, NBytes: nt.Tensor.NBytes(), XXHash64: fmt.Sprintf("%016x", sum)}); err != nil {
+				return err
+			}
 		}
-		m.Tensors = append(m.Tensors, manifest.Tensor{Name: name, DType: nt.Tensor.DTypeName(),
-			Shape: nt.Tensor.Shape, Location: loc, NBytes: nt.Tensor.NBytes(), XXHash64: fmt.Sprintf("%016x", sum)})
+		return nil
 	}
-	return m, nil
+	return m
 }
 
 // tensorHash is the xxhash64 of t's contiguous bytes: the digest fed while t (or its whole

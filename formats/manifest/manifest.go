@@ -36,6 +36,9 @@ type Manifest struct {
 	// Remap is the conversion's report of what it changed, as it chose to record it.
 	Remap   any      `json:"remap"`
 	Tensors []Tensor `json:"tensors"`
+	// Stream, when set, yields the tensors in Tensors' place for Write, one at a time, so
+	// that a manifest of hundreds of thousands of tensors is never held in memory whole.
+	Stream func(yield func(Tensor) error) error `json:"-"`
 }
 
 // Source names the input.
@@ -110,8 +113,8 @@ func Read(path string) (*Manifest, error) {
 }
 
 // Write writes m as indented JSON (what json.Encoder with a two-space indent writes),
-// streaming the tensor list one entry at a time: a manifest of 300 000 tensors is not
-// built as one buffer in memory.
+// streaming the tensor list (Tensors, or what Stream yields) one entry at a time: a
+// manifest of 300 000 tensors is not built as one buffer in memory.
 func Write(w io.Writer, m *Manifest) error {
 	head := *m
 	head.Tensors = []Tensor{}
@@ -126,28 +129,44 @@ func Write(w io.Writer, m *Manifest) error {
 	}
 	bw := bufio.NewWriter(w)
 	bw.Write(b[:len(b)-len(tail)])
-	if len(m.Tensors) == 0 {
-		if m.Tensors == nil {
-			bw.WriteString("null\n}\n")
-		} else {
-			bw.WriteString(tail + "\n")
-		}
+	if m.Tensors == nil && m.Stream == nil {
+		bw.WriteString("null\n}\n")
 		return bw.Flush()
 	}
-	bw.WriteString("[\n")
-	for i := range m.Tensors {
-		e, err := json.MarshalIndent(&m.Tensors[i], "    ", "  ")
+	each := m.Stream
+	if each == nil {
+		each = func(yield func(Tensor) error) error {
+			for _, t := range m.Tensors {
+				if err := yield(t); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	n := 0
+	err = each(func(t Tensor) error {
+		e, err := json.MarshalIndent(&t, "    ", "  ")
 		if err != nil {
 			return err
 		}
-		bw.WriteString("    ")
-		bw.Write(e)
-		if i < len(m.Tensors)-1 {
-			bw.WriteString(",")
+		if n == 0 {
+			bw.WriteString("[\n    ")
+		} else {
+			bw.WriteString(",\n    ")
 		}
-		bw.WriteString("\n")
+		n++
+		_, err = bw.Write(e)
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	bw.WriteString("  ]\n}\n")
+	if n == 0 {
+		bw.WriteString(tail + "\n")
+	} else {
+		bw.WriteString("\n  ]\n}\n")
+	}
 	return bw.Flush()
 }
 
