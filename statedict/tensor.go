@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"os"
 	"strconv"
+	"unsafe"
 )
 
 // Storage is a flat run of bytes that one or more tensors view, as torch's UntypedStorage.
@@ -36,14 +37,17 @@ type Storage struct {
 	// pread) instead of faulting the mapping in.
 	FileBacked bool
 
-	data []byte      // zero-copy bytes (a slice of an mmap'd file), or
+	// data points at Size zero-copy bytes (a slice of an mmap'd file: a pointer, not a
+	// slice, so that the struct packs into 96 bytes — a checkpoint may hold hundreds of
+	// thousands of storages), or
+	data unsafe.Pointer
 	ra   io.ReaderAt // a reader with the bytes at [Offset, Offset+Size)
 }
 
 // NewMappedStorage returns a storage over bytes already in memory, typically a slice of an
 // mmap'd file; reading it copies nothing.
 func NewMappedStorage(key, location string, dtype DType, data []byte) *Storage {
-	return &Storage{Key: key, Location: location, DType: dtype, Size: int64(len(data)), data: data}
+	return &Storage{Key: key, Location: location, DType: dtype, Size: int64(len(data)), data: unsafe.Pointer(unsafe.SliceData(data))}
 }
 
 // NewReaderStorage returns a storage whose bytes are read on demand from r at
@@ -66,8 +70,11 @@ type Windower interface {
 
 // Mapped returns the storage bytes without copying when they are memory-resident.
 func (s *Storage) Mapped() ([]byte, bool) {
-	if s.data != nil || s.ra == nil {
-		return s.data, true
+	if s.data != nil {
+		return unsafe.Slice((*byte)(s.data), s.Size), true
+	}
+	if s.ra == nil {
+		return nil, true
 	}
 	return nil, false
 }
