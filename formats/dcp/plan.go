@@ -2,6 +2,7 @@ package dcp
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -27,12 +28,12 @@ type savePlan struct {
 // hundreds of thousands of them, so an item is small and a tensor saved whole (every
 // tensor of an unsharded save) costs no piece of its own.
 type planItem struct {
-	leaf   int // index into savePlan.leaves
+	leaf   int32 // index into savePlan.leaves
 	tensor *statedict.Tensor
 	// piece is the tensor's piece in its layout (statedict.Sharding); nil for the tensor
 	// whole.
 	piece  *statedict.Piece
-	writer int // the rank that writes it
+	writer int32 // the rank that writes it
 }
 
 // box is the item's piece of its tensor: the piece of its layout, or the tensor whole (its
@@ -68,8 +69,11 @@ func newSavePlan(leaves []leaf, sh *statedict.Sharding) (*savePlan, error) {
 	if sh == nil {
 		sh = &statedict.Sharding{Ranks: 1}
 	}
-	if sh.Ranks < 1 {
+	if sh.Ranks < 1 || sh.Ranks > math.MaxInt32 {
 		return nil, fmt.Errorf("a sharding over %d ranks", sh.Ranks)
+	}
+	if len(leaves) > math.MaxInt32 {
+		return nil, fmt.Errorf("%d entries: more than a save plan indexes", len(leaves))
 	}
 	p := &savePlan{leaves: leaves, ranks: sh.Ranks, byRank: make([][]int, sh.Ranks)}
 	if sh.Ranks == 1 && len(sh.Tensors) == 0 {
@@ -97,7 +101,7 @@ func newSavePlan(leaves []leaf, sh *statedict.Sharding) (*savePlan, error) {
 			for r := range local {
 				local[r] = append(local[r], len(cands))
 			}
-			cands = append(cands, cand{planItem{leaf: i}, all, 1})
+			cands = append(cands, cand{planItem{leaf: int32(i)}, all, 1})
 			continue
 		}
 		if err := saveable(l.fqn, t); err != nil {
@@ -112,7 +116,7 @@ func newSavePlan(leaves []leaf, sh *statedict.Sharding) (*savePlan, error) {
 			for r := range local {
 				local[r] = append(local[r], len(cands))
 			}
-			cands = append(cands, cand{planItem{leaf: i, tensor: t}, all, size})
+			cands = append(cands, cand{planItem{leaf: int32(i), tensor: t}, all, size})
 			continue
 		}
 		if err := ts.Check(t, sh.Ranks); err != nil {
@@ -138,7 +142,7 @@ func newSavePlan(leaves []leaf, sh *statedict.Sharding) (*savePlan, error) {
 			for _, r := range pc.Ranks {
 				local[r] = append(local[r], len(cands))
 			}
-			cands = append(cands, cand{planItem{leaf: i, tensor: t, piece: pc}, slices.Clone(pc.Ranks), size})
+			cands = append(cands, cand{planItem{leaf: int32(i), tensor: t, piece: pc}, slices.Clone(pc.Ranks), size})
 		}
 	}
 	// dedup_save_plans: items in order of first appearance over the ranks' plans; each goes
@@ -165,14 +169,14 @@ func newSavePlan(leaves []leaf, sh *statedict.Sharding) (*savePlan, error) {
 			planned[w] += cands[c].size
 			slab = append(slab, cands[c].item)
 			it := &slab[len(slab)-1]
-			it.writer = w
+			it.writer = int32(w)
 			idx[c] = len(p.items)
 			p.items = append(p.items, it)
 		}
 	}
 	for r := range local {
 		for _, c := range local[r] {
-			if p.items[idx[c]].writer == r {
+			if int(p.items[idx[c]].writer) == r {
 				p.byRank[r] = append(p.byRank[r], idx[c])
 			}
 		}
@@ -187,7 +191,7 @@ func (p *savePlan) whole() error {
 	p.items = make([]*planItem, len(p.leaves))
 	p.byRank[0] = make([]int, len(p.leaves))
 	for i, l := range p.leaves {
-		slab[i].leaf = i
+		slab[i].leaf = int32(i)
 		if t, ok := l.val.(*statedict.Tensor); ok {
 			if err := saveable(l.fqn, t); err != nil {
 				return err

@@ -235,12 +235,13 @@ func (p *savePlan) selected(ranks []int) ([]int, error) {
 	return out, nil
 }
 
-// stored is where an item's bytes were written. The items of a plan are stored at a
-// []stored indexed like savePlan.items (not a map keyed by name and offsets: a checkpoint
-// may hold hundreds of thousands of items); file is "" for an item not stored.
+// stored is where an item's bytes were written: in its writer's file (RankFile), at
+// offset. The items of a plan are stored at a []stored indexed like savePlan.items (not a
+// map keyed by name and offsets, nor a file name each: a checkpoint may hold hundreds of
+// thousands of items); done is false for an item not stored.
 type stored struct {
-	file           string
 	offset, length int64
+	done           bool
 }
 
 // transforms are the stream transforms of every item written with compression c, as
@@ -345,7 +346,7 @@ func (p *savePlan) write(out statedict.Output, ranks []int, opts statedict.Write
 			if err != nil {
 				return err
 			}
-			res[i] = stored{name, off, n}
+			res[i] = stored{off, n, true}
 			off += n
 			return nil
 		}
@@ -378,7 +379,7 @@ func (p *savePlan) inOrder(ranks []int) map[*statedict.Tensor]bool {
 	}
 	next := map[*statedict.Tensor]int64{} // the next element expected; -1 once out of order
 	byWriter := slices.Clone(p.items)
-	slices.SortStableFunc(byWriter, func(a, b *planItem) int { return a.writer - b.writer })
+	slices.SortStableFunc(byWriter, func(a, b *planItem) int { return int(a.writer) - int(b.writer) })
 	for _, it := range byWriter {
 		t := it.tensor
 		if t == nil || next[t] < 0 {
@@ -386,7 +387,7 @@ func (p *savePlan) inOrder(ranks []int) map[*statedict.Tensor]bool {
 		}
 		start, n, ok := it.box().Run(t.Shape)
 		switch {
-		case !writes[it.writer] || !ok:
+		case !writes[int(it.writer)] || !ok:
 			next[t] = -1
 		case n == 0:
 		case start != next[t]:
@@ -406,7 +407,7 @@ func (p *savePlan) inOrder(ranks []int) map[*statedict.Tensor]bool {
 // (config.json, tokenizer files) and reports the whole output.
 func (p *savePlan) finish(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions, st []stored) (*statedict.Written, error) {
 	for i, it := range p.items {
-		if st[i].file == "" {
+		if !st[i].done {
 			return nil, fmt.Errorf("%s: no part stored it (rank %d's)", p.leaves[it.leaf].fqn, it.writer)
 		}
 	}
@@ -459,10 +460,10 @@ func encodePart(p *savePlan, st []stored, ranks []int) ([]byte, error) {
 	for i, it := range p.items {
 		fqn := p.leaves[it.leaf].fqn
 		s := st[i]
-		if s.file == "" {
+		if !s.done {
 			continue
 		}
-		si := storedItem{FQN: fqn, File: s.file, Offset: s.offset, Length: s.length}
+		si := storedItem{FQN: fqn, File: RankFile(int(it.writer)), Offset: s.offset, Length: s.length}
 		if it.tensor != nil {
 			si.Offsets = it.box().Offsets
 		}
@@ -498,15 +499,15 @@ func decodePart(p *savePlan, b []byte, byKey map[storageKey]int, st []stored, wr
 		switch {
 		case !ok:
 			return fmt.Errorf("%s at %v: not an item of this save plan", si.FQN, si.Offsets)
-		case !mine[it.writer] || si.File != RankFile(it.writer):
+		case !mine[int(it.writer)] || si.File != RankFile(int(it.writer)):
 			return fmt.Errorf("%s at %v: stored in %s, but rank %d writes it", si.FQN, si.Offsets, si.File, it.writer)
 		case si.Offset < 0 || si.Length <= 0:
 			return fmt.Errorf("%s at %v: stored range %d+%d", si.FQN, si.Offsets, si.Offset, si.Length)
 		}
-		if st[i].file != "" {
+		if st[i].done {
 			return fmt.Errorf("%s at %v: stored twice", si.FQN, si.Offsets)
 		}
-		st[i] = stored{si.File, si.Offset, si.Length}
+		st[i] = stored{si.Offset, si.Length, true}
 	}
 	return nil
 }
@@ -578,6 +579,10 @@ const metadataBatch = 1000
 // number of items. Every item's _StorageInfo lists the stream transforms descs (compression).
 func encodeMetadata(w io.Writer, p *savePlan, st []stored, descs []string) error {
 	e := pickle.NewEncoder()
+	files := make([]string, p.ranks)
+	for r := range files {
+		files[r] = RankFile(r)
+	}
 	var werr error
 	// next ends a batch of dict entries every metadataBatch of n entries, and flushes.
 	next := func(i, n int) {
@@ -734,7 +739,7 @@ func encodeMetadata(w io.Writer, p *savePlan, st []stored, descs []string) error
 				e.Op(pickle.OpEmptyDict)
 				e.Op(pickle.OpMark)
 				e.String("relative_path")
-				e.String(s.file)
+				e.String(files[it.writer])
 				e.String("offset")
 				e.Int(s.offset)
 				e.String("length")
