@@ -3,6 +3,7 @@ package safetensors
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -56,7 +57,12 @@ func tensors(file string, r io.ReaderAt, h *Header) (*statedict.Dict, error) {
 			return &FormatError{File: file, Tensor: ti.Name, Offset: ti.entry, Msg: fmt.Sprintf(format, args...)}
 		}
 		start := h.DataStart + ti.Begin
-		t := &statedict.Tensor{Shape: append([]int64{}, ti.Shape...)}
+		// The header's shape, not a copy: the header is not kept (a copy per tensor cost a
+		// checkpoint of 300 000 tensors 2.4 MB). Never nil: a 0-dim tensor's shape is [].
+		t := &statedict.Tensor{Shape: slices.Clip(ti.Shape)}
+		if t.Shape == nil {
+			t.Shape = []int64{}
+		}
 		d, ok := statedict.DTypeForSafetensors(ti.DType)
 		switch {
 		case !ok:
@@ -67,6 +73,7 @@ func tensors(file string, r io.ReaderAt, h *Header) (*statedict.Dict, error) {
 				return nil, fail("F4 shape %v has an odd last dimension; torch's float4_e2m1fn_x2 packs two values per byte", ti.Shape)
 			}
 			t.DType = d
+			t.Shape = slices.Clone(t.Shape) // ti.Size() still reads the header's
 			t.Shape[last] /= 2
 		default:
 			t.DType = d
