@@ -60,11 +60,17 @@ const (
 	copyMin = 1 << 20
 )
 
-// buffers recycles aligned chunk buffers between files (an HF folder writes many).
+// buffers recycles aligned chunk buffers between files (an HF folder writes many). Go
+// allocates a buffer this large on a page of its own, so it is aligned as it comes; one a
+// block larger is the fallback should it not be. (A buffer a block larger than 4 MiB made
+// the heap grow 8 MiB at a time, which near an address-space limit was where it ran out.)
 var buffers = sync.Pool{New: func() any {
-	b := make([]byte, chunkSize+blockSize)
-	skip := (blockSize - int(uintptr(unsafe.Pointer(&b[0])))%blockSize) % blockSize
-	b = b[skip : skip+chunkSize : skip+chunkSize]
+	b := make([]byte, chunkSize)
+	if uintptr(unsafe.Pointer(&b[0]))%blockSize != 0 {
+		b = make([]byte, chunkSize+blockSize)
+		skip := (blockSize - int(uintptr(unsafe.Pointer(&b[0])))%blockSize) % blockSize
+		b = b[skip : skip+chunkSize : skip+chunkSize]
+	}
 	return &b
 }}
 
