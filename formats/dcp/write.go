@@ -23,17 +23,21 @@ type leaf struct {
 	fqn string
 	// path holds the str keys and int list positions that lead to the leaf, as
 	// planner_data records them; nil for a leaf under one key of the root, whose path is
-	// (fqn,) — most leaves of a flat state dict, which then cost no path of their own.
-	path []statedict.Value
+	// (fqn,) — most leaves of a flat state dict, which then cost no path of their own (a
+	// pointer: 40 bytes a leaf, not 56).
+	path *[]statedict.Value
 	val  statedict.Value
 }
 
 // keys returns the leaf's path.
 func (l *leaf) keys() []statedict.Value {
-	if l.path == nil && l.fqn != "" { // "" with no path: the root itself is the leaf
+	if l.path == nil {
+		if l.fqn == "" { // the root itself is the leaf
+			return nil
+		}
 		return []statedict.Value{l.fqn}
 	}
-	return l.path
+	return *l.path
 }
 
 // Flatten flattens a state dict the way torch.distributed.checkpoint's flatten_state_dict
@@ -79,7 +83,11 @@ func flatten(root statedict.Value) ([]leaf, error) {
 				path = nil
 			}
 		}
-		out = append(out, leaf{fqn, path, v})
+		l := leaf{fqn: fqn, val: v}
+		if path != nil {
+			l.path = &path
+		}
+		out = append(out, l)
 		return nil
 	}
 	if err := walk(nil, root); err != nil {
