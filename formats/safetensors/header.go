@@ -273,7 +273,11 @@ func (p *parser) parse() (*Header, error) {
 	if tok != json.Delim('{') {
 		return nil, p.errorf(off, "header is not a JSON object")
 	}
-	h := &Header{}
+	// Room for every entry at once (a slice grown by doubling would hold up to twice the
+	// entries of a header of hundreds of thousands): an entry names its "data_offsets",
+	// and takes 40 bytes at least, which bounds what a header that only says the word
+	// many times can make us allocate.
+	h := &Header{Tensors: make([]TensorInfo, 0, min(bytes.Count(p.hdr, []byte(`"data_offsets"`)), len(p.hdr)/40))}
 	seen := make(map[string]bool)
 	for p.dec.More() {
 		tok, off, err := p.next()
@@ -379,7 +383,7 @@ func (p *parser) entry(name string, entryOff int64) (TensorInfo, error) {
 			if !ok || !wellFormedDType(s) {
 				return t, p.errorf(off, "dtype is %s, not a dtype string", describe(tok))
 			}
-			t.DType = s
+			t.DType = dtypeName(s)
 		case "shape":
 			haveShape = true
 			if t.Shape, err = p.ints("shape", -1); err != nil {
@@ -564,4 +568,23 @@ func numElements(shape []int64) (uint64, bool) {
 		n = lo
 	}
 	return n, true
+}
+
+// knownDTypes are the dtype strings of safetensors' format, shared by every entry that
+// names one (not a string each: a header may have hundreds of thousands of entries).
+var knownDTypes = map[string]string{}
+
+func init() {
+	for _, d := range []string{"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2",
+		"I16", "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "I64", "U64", "F64"} {
+		knownDTypes[d] = d
+	}
+}
+
+// dtypeName returns s, as the shared string when it is a known dtype.
+func dtypeName(s string) string {
+	if d, ok := knownDTypes[s]; ok {
+		return d
+	}
+	return s
 }
