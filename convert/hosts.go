@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -121,26 +123,26 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 	if err := strict(p, opts); err != nil {
 		return nil, err
 	}
-	out, err := newMemberOutput(ctx, opts, h.Index, h.Count)
+	out, err := newMemberOutput(ctx, opts, h.Index, h.Count, run)
 	if err != nil {
 		return nil, err
 	}
 	defer out.abort()
-	switch {
-	case out.dir.CleanedUp:
+	switch cleaned, resumed := out.leftovers(); {
+	case cleaned:
 		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed the files this host's interrupted conversion left"})
-	case out.dir.Resumed != nil:
-		p.sum.Resumed = len(out.dir.Resumed)
+	case resumed != nil:
+		p.sum.Resumed = len(resumed)
 	}
 	var hp hostPart
-	if b, sealed := out.dir.Sealed(); sealed && (json.Unmarshal(b, &hp) != nil || hp.Run != run) {
+	if b, sealed := out.share.Sealed(); sealed && (json.Unmarshal(b, &hp) != nil || hp.Run != run) {
 		// An earlier run's share of another conversion (other source, options or version).
-		if err := out.dir.Unseal(); err != nil {
+		if err := out.share.Unseal(); err != nil {
 			return nil, err
 		}
 		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed this host's files of an earlier, different conversion into the same destination"})
 	}
-	if _, sealed := out.dir.Sealed(); sealed {
+	if _, sealed := out.share.Sealed(); sealed {
 		p.sum.Files, p.sum.Bytes = hp.Files, hp.Bytes
 		rep.Files, rep.Bytes = hp.Files, hp.Bytes
 	} else {
@@ -167,7 +169,7 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		if err != nil {
 			return nil, err
 		}
-		if err := out.dir.Seal(b); err != nil {
+		if err := out.share.Seal(b); err != nil {
 			return nil, err
 		}
 		rep.Sealed = true
@@ -199,7 +201,7 @@ func waitParts(ctx context.Context, out *output, h Hosts, run string) ([]hostPar
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		raw, err := out.dir.Parts()
+		raw, err := out.share.Parts()
 		if err != nil {
 			return nil, err
 		}
@@ -246,7 +248,7 @@ func finishHosts(out *output, p *planned, opts Options, parts []hostPart, run st
 	for _, hp := range parts {
 		p.sum.Bytes += hp.Bytes
 	}
-	written, err := formats.Open(out.dir.Path)
+	written, err := formats.Open(out.written())
 	if err != nil {
 		return fmt.Errorf("%s: reading back what the hosts wrote: %w", opts.Dst, err)
 	}
@@ -339,8 +341,22 @@ func runKey(p *planned, opts Options) (string, error) {
 }
 
 // sourceSize is the size of the source file, or of the files of a source folder (links
-// followed).
+// followed; a bucket source's objects).
 func sourceSize(src string) (int64, error) {
+	if store.IsRemote(src) {
+		var n int64
+		err := store.WalkDir(src, func(_ string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			info, err := d.Info()
+			if err == nil {
+				n += info.Size()
+			}
+			return err
+		})
+		return n, err
+	}
 	st, err := os.Stat(src)
 	if err != nil || !st.IsDir() {
 		if err != nil {
