@@ -3,6 +3,7 @@ package convert
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
+	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
@@ -264,5 +266,68 @@ func TestMultiHostBucketShares(t *testing.T) {
 		if _, err := Run(context.Background(), o); !errors.Is(err, store.ErrForeign) {
 			t.Fatalf("--force beside a foreign object: %v", err)
 		}
+	}
+}
+
+// TestMultiHostBucketLoadsInTorch: the DCP output 2 hosts write at once into a GCS prefix
+// for mesh tp=2,fsdp=2, downloaded, is what torch's ranks load with dcp.load, each reading
+// only its own file, and what one process reassembles (check_sharded_dcp.py, as in
+// TestShardedDCPLoadsInTorch).
+func TestMultiHostBucketLoadsInTorch(t *testing.T) {
+	o := oracle.Require(t)
+	buckettest.Start(t, "ckpt")
+	host, chroot := oracle.TempDir(t)
+	src := filepath.Join(host, "llama.pt")
+	if _, err := o.Python("testdata/runtime/llama_adamw.py", chroot+"/llama.pt"); err != nil {
+		t.Fatal(err)
+	}
+	const ms = "tp=2,fsdp=2"
+	mesh, _ := runtime.ParseMesh(ms)
+	target, err := runtime.NewTarget("cpu", nil, nil, mesh, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := "gs://ckpt/torch/out"
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for h := range 2 {
+		wg.Go(func() {
+			opts := DefaultOptions(src, dst)
+			opts.Format, opts.Target = DCP, target
+			opts.Hosts = Hosts{Index: h, Count: 2, Wait: time.Minute}
+			_, errs[h] = Run(context.Background(), opts)
+		})
+	}
+	wg.Wait()
+	for h, err := range errs {
+		if err != nil {
+			t.Fatalf("host %d: %v", h, err)
+		}
+	}
+	if _, err := buckettest.GetTree(context.Background(), dst, filepath.Join(host, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(host, "work"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := o.Python("testdata/runtime/check_sharded_dcp.py", chroot+"/llama.pt", chroot+"/out", ms, chroot+"/work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		OK            bool     `json:"ok"`
+		Errors        []string `json:"errors"`
+		Ranks         []json.RawMessage
+		SingleProcess int `json:"single_process"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, e := range res.Errors {
+		t.Error(e)
+	}
+	// 21 parameters with 3 optimizer tensors each, plus the param-group values.
+	if len(res.Ranks) != mesh.Size() || res.SingleProcess < 21*4 || !res.OK {
+		t.Fatalf("%d ranks checked, %d values reassembled: %s", len(res.Ranks), res.SingleProcess, out)
 	}
 }
