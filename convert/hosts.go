@@ -22,7 +22,7 @@ import (
 
 // Hosts splits a per-device conversion across the machines of a multi-host job, each
 // running `ckpt convert` with the same source, options and destination — a folder on a
-// file system they all mount — and its own Index:
+// file system they all mount, or a bucket prefix (below) — and its own Index:
 //
 //   - host I writes the files of its devices' ranks only (Target.HostRanks), reading from
 //     the source only the byte ranges of the pieces it writes, into the shared partial
@@ -38,6 +38,20 @@ import (
 // killed midway is run again with Resume to keep the files it finished; one whose share
 // is already sealed has nothing to do; once DST is in place, a host run again finds the
 // conversion done and exits successfully.
+//
+// Into a bucket prefix (gs://, s3://) the hosts share no file system and the prefix plays
+// the partial folder's part (store.JoinOutput; formats/store/bucket's hosts.go has the
+// protocol): each host uploads its files straight to their final names, every object
+// carrying the conversion's run — its key (runKey), which every host derives alone, so two
+// conversions that differ in source structure, options or host count never adopt each
+// other's objects — and journals each one's size and xxhash64 in a control object; its part
+// seals its share. Host 0 waits for every part, checks that each host's objects are there
+// whole and that the prefix holds nothing else, writes the index, hashes the manifest's
+// tensors from the objects the hosts wrote (ranged reads of the whole output, as on a
+// file system: no host saw a whole sharded tensor, and xxhash64 digests of pieces do not
+// combine), and uploads the manifest last; until then nothing passes `ckpt check`. With
+// Resume, a killed host keeps the objects it finished whose size matches the journal, and
+// this run's bytes must hash to the journaled xxhash64.
 type Hosts struct {
 	// Index is this process's host, 0 to Count-1.
 	Index int

@@ -64,7 +64,7 @@ func newOutput(ctx context.Context, dst string, folder, force, resume bool, prog
 	var err error
 	if store.IsRemote(dst) {
 		if resume {
-			return nil, fmt.Errorf("%s: %w: resuming an interrupted conversion into object storage (convert again with --force)", dst, statedict.ErrUnsupported)
+			return nil, fmt.Errorf("%s: %w: resuming an interrupted single-process conversion into object storage (convert again with --force; a --num-hosts conversion resumes there)", dst, statedict.ErrUnsupported)
 		}
 		o.remote, err = store.CreateOutput(ctx, dst, store.OutputOptions{Folder: folder, Force: force, Owned: manifest.Owned, Companions: []string{"." + manifest.Name}})
 		if err != nil {
