@@ -198,9 +198,7 @@ func (m *member) markerRun() (run string, found bool, err error) {
 	if err != nil || b == nil {
 		return "", false, err
 	}
-	rest, _ := strings.CutPrefix(string(b), markerText)
-	run, _, _ = strings.Cut(rest, "\n")
-	return strings.TrimSpace(run), true, nil
+	return parseMarker(b), true, nil
 }
 
 // read returns the object key whole (up to limit bytes), nil if there is none.
@@ -249,20 +247,47 @@ func (m *member) readJournal(host int) ([]store.Finished, error) {
 		}
 		return nil, err
 	}
+	j, err := parseJournal(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.loc(key), err)
+	}
+	return j, nil
+}
+
+// parseJournal parses a journal: a JSON list of files, each named inside the folder, with
+// a size (startedSize while unfinished) and, once finished, an xxhash64 in 16 hex digits.
+func parseJournal(b []byte) ([]store.Finished, error) {
 	var j []store.Finished
 	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, fmt.Errorf("%s: %w: %w", m.loc(key), statedict.ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
 	}
 	for _, e := range j {
-		if e.File == "" || !validName(e.File) {
-			return nil, fmt.Errorf("%s: %w: names %q", m.loc(key), statedict.ErrCorrupt, e.File)
+		if !validName(e.File) {
+			return nil, fmt.Errorf("%w: the journal names %q", statedict.ErrCorrupt, e.File)
+		}
+		finished := e.Size >= 0 && len(e.XXHash64) == 16 && strings.Trim(e.XXHash64, "0123456789abcdef") == ""
+		if !finished && (e.Size != startedSize || e.XXHash64 != "") {
+			return nil, fmt.Errorf("%w: the journal's entry of %q has size %d, xxhash64 %q", statedict.ErrCorrupt, e.File, e.Size, e.XXHash64)
 		}
 	}
 	return j, nil
 }
 
+// parseMarker returns the run a PartialMarker names ("" for none).
+func parseMarker(b []byte) string {
+	rest, ok := strings.CutPrefix(string(b), markerText)
+	if !ok {
+		return ""
+	}
+	run, _, _ := strings.Cut(rest, "\n")
+	return strings.TrimSpace(run)
+}
+
 // validName reports whether name is a file name inside the folder.
 func validName(name string) bool {
+	if name == "" || len(name) > 1024 {
+		return false
+	}
 	for _, e := range strings.Split(name, "/") {
 		if e == "" || e == "." || e == ".." {
 			return false
