@@ -171,8 +171,11 @@ func runHosts(t *testing.T, opts func(host int) Options) []*Summary {
 	wg.Wait()
 	for h, err := range errs {
 		if err != nil {
-			t.Fatalf("host %d: %v", h, err)
+			t.Errorf("host %d: %v", h, err)
 		}
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 	return sums
 }

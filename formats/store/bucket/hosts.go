@@ -173,6 +173,13 @@ func (m *member) join() error {
 				}
 				continue // another host's marker appeared: read it
 			}
+			// Objects but no marker when it was read: another host may have made it since.
+			if run, found, err = m.markerRun(); err != nil {
+				return err
+			}
+			if found && run == m.run {
+				return nil
+			}
 		}
 		if !m.opts.Force {
 			what := "objects"
