@@ -130,8 +130,15 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		p.sum.Seconds = time.Since(start).Seconds()
 		return p.sum, nil
 	}
-	if m, err := manifest.Read(manifest.PathFor(opts.Dst, true)); err == nil && m.Output.Run == run {
+	complete := func() bool {
+		m, err := manifest.Read(manifest.PathFor(opts.Dst, true))
+		if err != nil || m.Output.Run != run {
+			return false
+		}
 		rep.AlreadyDone, p.sum.Files, p.sum.Manifest = true, m.Output.Files, manifest.PathFor(opts.Dst, true)
+		return true
+	}
+	if complete() {
 		return done()
 	}
 	if err := strict(p, opts); err != nil {
@@ -139,6 +146,9 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 	}
 	out, err := newMemberOutput(ctx, opts, h.Index, h.Count, run)
 	if err != nil {
+		if complete() { // host 0 finished meanwhile
+			return done()
+		}
 		return nil, err
 	}
 	defer out.abort()
