@@ -224,9 +224,6 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Compress != "" && lay != formats.DCPFolder {
 		return nil, fmt.Errorf("%s: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, statedict.ErrUnsupported, opts.Compress, lay)
 	}
-	if opts.Hosts.Count > 1 && store.IsRemote(opts.Dst) {
-		return nil, fmt.Errorf("%s: %w: a multi-host conversion writes to a local or shared file system; write to object storage from one host", opts.Dst, statedict.ErrUnsupported)
-	}
 	ck, err := openSource(opts.Src, formats.OpenOptions{ZeROOptimizer: opts.ZeROOptimizer})
 	if err != nil {
 		return nil, err

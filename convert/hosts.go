@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -20,7 +22,7 @@ import (
 
 // Hosts splits a per-device conversion across the machines of a multi-host job, each
 // running `ckpt convert` with the same source, options and destination — a folder on a
-// file system they all mount — and its own Index:
+// file system they all mount, or a bucket prefix (below) — and its own Index:
 //
 //   - host I writes the files of its devices' ranks only (Target.HostRanks), reading from
 //     the source only the byte ranges of the pieces it writes, into the shared partial
@@ -36,6 +38,20 @@ import (
 // killed midway is run again with Resume to keep the files it finished; one whose share
 // is already sealed has nothing to do; once DST is in place, a host run again finds the
 // conversion done and exits successfully.
+//
+// Into a bucket prefix (gs://, s3://) the hosts share no file system and the prefix plays
+// the partial folder's part (store.JoinOutput; formats/store/bucket's hosts.go has the
+// protocol): each host uploads its files straight to their final names, every object
+// carrying the conversion's run — its key (runKey), which every host derives alone, so two
+// conversions that differ in source structure, options or host count never adopt each
+// other's objects — and journals each one's size and xxhash64 in a control object; its part
+// seals its share. Host 0 waits for every part, checks that each host's objects are there
+// whole and that the prefix holds nothing else, writes the index, hashes the manifest's
+// tensors from the objects the hosts wrote (ranged reads of the whole output, as on a
+// file system: no host saw a whole sharded tensor, and xxhash64 digests of pieces do not
+// combine), and uploads the manifest last; until then nothing passes `ckpt check`. With
+// Resume, a killed host keeps the objects it finished whose size matches the journal, and
+// this run's bytes must hash to the journaled xxhash64.
 type Hosts struct {
 	// Index is this process's host, 0 to Count-1.
 	Index int
@@ -114,33 +130,43 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		p.sum.Seconds = time.Since(start).Seconds()
 		return p.sum, nil
 	}
-	if m, err := manifest.Read(manifest.PathFor(opts.Dst, true)); err == nil && m.Output.Run == run {
+	complete := func() bool {
+		m, err := manifest.Read(manifest.PathFor(opts.Dst, true))
+		if err != nil || m.Output.Run != run {
+			return false
+		}
 		rep.AlreadyDone, p.sum.Files, p.sum.Manifest = true, m.Output.Files, manifest.PathFor(opts.Dst, true)
+		return true
+	}
+	if complete() {
 		return done()
 	}
 	if err := strict(p, opts); err != nil {
 		return nil, err
 	}
-	out, err := newMemberOutput(ctx, opts, h.Index, h.Count)
+	out, err := newMemberOutput(ctx, opts, h.Index, h.Count, run)
 	if err != nil {
+		if complete() { // host 0 finished meanwhile
+			return done()
+		}
 		return nil, err
 	}
 	defer out.abort()
-	switch {
-	case out.dir.CleanedUp:
+	switch cleaned, resumed := out.leftovers(); {
+	case cleaned:
 		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed the files this host's interrupted conversion left"})
-	case out.dir.Resumed != nil:
-		p.sum.Resumed = len(out.dir.Resumed)
+	case resumed != nil:
+		p.sum.Resumed = len(resumed)
 	}
 	var hp hostPart
-	if b, sealed := out.dir.Sealed(); sealed && (json.Unmarshal(b, &hp) != nil || hp.Run != run) {
+	if b, sealed := out.share.Sealed(); sealed && (json.Unmarshal(b, &hp) != nil || hp.Run != run) {
 		// An earlier run's share of another conversion (other source, options or version).
-		if err := out.dir.Unseal(); err != nil {
+		if err := out.share.Unseal(); err != nil {
 			return nil, err
 		}
 		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed this host's files of an earlier, different conversion into the same destination"})
 	}
-	if _, sealed := out.dir.Sealed(); sealed {
+	if _, sealed := out.share.Sealed(); sealed {
 		p.sum.Files, p.sum.Bytes = hp.Files, hp.Bytes
 		rep.Files, rep.Bytes = hp.Files, hp.Bytes
 	} else {
@@ -167,7 +193,7 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		if err != nil {
 			return nil, err
 		}
-		if err := out.dir.Seal(b); err != nil {
+		if err := out.share.Seal(b); err != nil {
 			return nil, err
 		}
 		rep.Sealed = true
@@ -199,7 +225,7 @@ func waitParts(ctx context.Context, out *output, h Hosts, run string) ([]hostPar
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		raw, err := out.dir.Parts()
+		raw, err := out.share.Parts()
 		if err != nil {
 			return nil, err
 		}
@@ -246,7 +272,7 @@ func finishHosts(out *output, p *planned, opts Options, parts []hostPart, run st
 	for _, hp := range parts {
 		p.sum.Bytes += hp.Bytes
 	}
-	written, err := formats.Open(out.dir.Path)
+	written, err := formats.Open(out.written())
 	if err != nil {
 		return fmt.Errorf("%s: reading back what the hosts wrote: %w", opts.Dst, err)
 	}
@@ -339,8 +365,22 @@ func runKey(p *planned, opts Options) (string, error) {
 }
 
 // sourceSize is the size of the source file, or of the files of a source folder (links
-// followed).
+// followed; a bucket source's objects).
 func sourceSize(src string) (int64, error) {
+	if store.IsRemote(src) {
+		var n int64
+		err := store.WalkDir(src, func(_ string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			info, err := d.Info()
+			if err == nil {
+				n += info.Size()
+			}
+			return err
+		})
+		return n, err
+	}
 	st, err := os.Stat(src)
 	if err != nil || !st.IsDir() {
 		if err != nil {

@@ -38,6 +38,9 @@ type output struct {
 	// uploaded by commit after every other file.
 	remote store.Output
 	last   []store.NamedBytes
+	// share is a multi-host conversion's share of the output: dir, or remote's
+	// store.SharedOutput.
+	share share
 
 	mu    sync.Mutex
 	total int64
@@ -61,7 +64,7 @@ func newOutput(ctx context.Context, dst string, folder, force, resume bool, prog
 	var err error
 	if store.IsRemote(dst) {
 		if resume {
-			return nil, fmt.Errorf("%s: %w: resuming an interrupted conversion into object storage (convert again with --force)", dst, statedict.ErrUnsupported)
+			return nil, fmt.Errorf("%s: %w: resuming an interrupted single-process conversion into object storage (convert again with --force; a --num-hosts conversion resumes there)", dst, statedict.ErrUnsupported)
 		}
 		o.remote, err = store.CreateOutput(ctx, dst, store.OutputOptions{Folder: folder, Force: force, Owned: manifest.Owned, Companions: []string{"." + manifest.Name}})
 		if err != nil {
@@ -83,12 +86,17 @@ func newOutput(ctx context.Context, dst string, folder, force, resume bool, prog
 	return o, nil
 }
 
-// newMemberOutput is host host's share of a multi-host conversion's folder output
-// (atomicfile.JoinDir).
-func newMemberOutput(ctx context.Context, opts Options, host, hosts int) (*output, error) {
+// newMemberOutput is host host's share of a multi-host conversion's folder output, run
+// being the conversion's key: on a shared file system (atomicfile.JoinDir) or in a bucket
+// prefix (store.JoinOutput).
+func newMemberOutput(ctx context.Context, opts Options, host, hosts int, run string) (*output, error) {
 	o := &output{ctx: ctx, dst: opts.Dst, folder: true, force: opts.Force, progress: opts.Progress, created: map[string]bool{}, sums: map[any]*xxhash.Digest{}}
+	if store.IsRemote(opts.Dst) {
+		return o, o.joinRemote(opts, host, hosts, run)
+	}
 	var err error
 	o.dir, err = atomicfile.JoinDir(opts.Dst, atomicfile.DirOptions{Force: opts.Force, Owner: manifest.Owned, Resume: opts.Resume}, host, hosts)
+	o.share = o.dir
 	return o, err
 }
 
@@ -151,6 +159,9 @@ func (o *output) create(name string) (io.WriteCloser, error) {
 	}
 	o.created[name] = true
 	if o.remote != nil {
+		if r := o.resumedRemote(name); r != nil {
+			return r, nil
+		}
 		return o.createRemote(name)
 	}
 	if !o.folder {

@@ -42,7 +42,9 @@ func newConvertCmd() *cobra.Command {
   # one DCP file per device of a v6e-8, sharded FSDP-style
   ckpt convert --to tpu --topology v6e-8 --mesh fsdp=8 --format dcp checkpoint.pt ckpt_dcp/
   # host 2 of a 4-host job writes its own devices' files into a shared folder
-  ckpt convert --to tpu --topology v5p-32 --format dcp --host-index 2 --num-hosts 4 ckpt.pt /shared/ckpt_dcp`,
+  ckpt convert --to tpu --topology v5p-32 --format dcp --host-index 2 --num-hosts 4 ckpt.pt /shared/ckpt_dcp
+  # the same, every host uploading its files to one bucket prefix
+  ckpt convert --to tpu --topology v5p-32 --format dcp --num-hosts 4 --resume ckpt.pt gs://bucket/ckpt_dcp`,
 		Short: "Convert a checkpoint for TorchTPU: device tags, dtypes, names, output format",
 		Long: `convert reads SRC (any supported checkpoint file or folder, detected by content),
 remaps it like torch.load's map_location — every storage tagged for the TPU device by
@@ -56,9 +58,11 @@ process) holding that rank's DTensor shards: --format dcp writes __R_0.distcp pe
 rank-R-of-N.safetensors per rank and sharding.json. Placements are ckpt plan's (--plan FILE
 overrides); optimizer moments follow their parameters. With --num-hosts N each host of a
 multi-host job (--host-index, default $JOB_COMPLETION_INDEX or $TPU_WORKER_ID) writes its
-own devices' files into DST's shared partial folder, reading only the source bytes they
-hold; host 0 waits for the others (--host-wait), writes the index and manifest and moves
-DST into place.
+own devices' files — into DST's shared partial folder, or straight to a gs:// or s3:// DST
+prefix, each object carrying the conversion's run — reading only the source bytes they
+hold, and seals its share; host 0 waits for the others (--host-wait), checks their shares,
+writes the index and the manifest last (moving a local DST into place). A host killed
+midway is run again with --resume to keep what it finished.
 The output is written under a temporary name, fsynced and renamed when complete; an
 existing DST is replaced only with --force. A manifest (DST.ckpt-manifest.json, or
 ckpt-manifest.json inside a folder) records the source, options, version and an xxhash64 of
@@ -279,7 +283,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.BoolVar(&noStrip, "no-strip-wrappers", false, "keep DDP module. and torch.compile _orig_mod. prefixes")
 	f.StringVar(&maxShard, "max-shard-size", "", "largest safetensors shard in a folder output, e.g. 5GB, 500MB (default 5GB)")
 	f.BoolVar(&force, "force", false, "replace an existing DST (a file, or a folder an earlier conversion wrote)")
-	f.BoolVar(&resume, "resume", false, "continue a folder output whose conversion was killed, keeping the files it finished (checked against their checksums)")
+	f.BoolVar(&resume, "resume", false, "continue a folder output whose conversion was killed, keeping the files it finished (checked against their checksums); into a bucket, a host's share of a --num-hosts conversion")
 	f.BoolVar(&asJSON, "json", false, "print a machine-readable summary")
 	f.BoolVarP(&verbose, "verbose", "v", false, "list every value or file a warning concerns")
 	f.String("progress", "auto", "progress on stderr: auto (a bar on a terminal, plain lines otherwise), always, never")

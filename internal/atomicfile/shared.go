@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // A shared output is one folder written by several processes — the hosts of a multi-host
@@ -254,6 +255,10 @@ func (d *Dir) Parts() ([][]byte, error) {
 	return out, nil
 }
 
+// sealedExit is how long the finisher waits for a host that sealed its share to let go
+// of its lock.
+const sealedExit = 30 * time.Second
+
 // prepareCommit readies a shared output for the finisher's commit: every member sealed
 // and none still running (the finisher takes their locks), and nothing in the folder that
 // no member journaled.
@@ -269,7 +274,15 @@ func (m *member) prepareCommit(d *Dir) error {
 				return err
 			}
 			m.held = append(m.held, lf)
-			if lock(lf) != nil {
+			// A host that sealed its share holds its lock until its process is done:
+			// give it a moment (under load, the time between its seal and its exit).
+			err = lock(lf)
+			if _, serr := os.Stat(filepath.Join(d.Path, controlName(h, "part"))); serr == nil {
+				for deadline := time.Now().Add(sealedExit); err != nil && time.Now().Before(deadline); err = lock(lf) {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			if err != nil {
 				return fmt.Errorf("%s: host %d is still writing (it holds its lock)", d.final, h)
 			}
 		}

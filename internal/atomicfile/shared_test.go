@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // writeMember writes a file of a member's share as a caller does: journaled as started,
@@ -166,5 +167,37 @@ func TestSharedLeftovers(t *testing.T) {
 	other.Abort()
 	if _, err := os.Stat(other.Path); !os.IsNotExist(err) {
 		t.Fatalf("the partial folder stays once every member left: %v", entries(t, other.Path))
+	}
+}
+
+// TestSealedHostExiting: a host that sealed its share but still holds its lock — its
+// process between the seal and its exit, a window a loaded machine widens — does not make
+// the finisher's commit fail: the finisher waits for the lock.
+func TestSealedHostExiting(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "out")
+	var ds []*Dir
+	for h := range 2 {
+		d, err := JoinDir(dst, DirOptions{}, h, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeMember(t, d, "__"+string(rune('0'+h))+"_0.distcp", "x")
+		if err := d.Seal([]byte("part")); err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		ds[1].Abort() // sealed: lets go of the lock, keeps the share
+		close(released)
+	}()
+	if err := ds[0].Commit(); err != nil {
+		t.Fatalf("commit while a sealed host exits: %v", err)
+	}
+	<-released
+	if _, err := os.Stat(filepath.Join(dst, "__1_0.distcp")); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -234,6 +234,9 @@ func (o *output) unfinished(there []string) error {
 	if !ok || run == "" {
 		return fmt.Errorf("%s: %w: the marker of an unfinished output names no run, so nothing beside it can be proven ckpt's; remove the objects yourself", mloc, store.ErrForeign)
 	}
+	if run == o.run {
+		return errOwnRun // a host of this multi-host output made it meanwhile (hosts.go)
+	}
 	for _, k := range there {
 		if k == mk {
 			continue
