@@ -157,7 +157,7 @@ func (o *output) create(name string) (io.WriteCloser, error) {
 		if name != "" {
 			return nil, fmt.Errorf("%s: a single-file output cannot hold %s", o.dst, name)
 		}
-		return o.stream(o.file.File, false), nil
+		return o.stream(o.file.File, false, ""), nil
 	}
 	if !fs.ValidPath(name) || name == "." {
 		return nil, fmt.Errorf("%s: %q is not a file name inside the output folder", o.dst, name)
@@ -177,14 +177,18 @@ func (o *output) create(name string) (io.WriteCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := o.stream(f, true)
-	st.name = name
-	return st, nil
+	return o.stream(f, true, name), nil
 }
 
-// stream wraps f for writing through fastcopy.
-func (o *output) stream(f *os.File, closeFile bool) *stream {
-	return &stream{fc: fastcopy.NewFile(f), f: f, closeFile: closeFile, o: o, file: xxhash.New()}
+// stream wraps f for writing through fastcopy; name is the file's name in a folder output,
+// whose digest the journal records ("" for a single-file output, which is not journaled and
+// so is not hashed a second time: the manifest's digests are all it needs).
+func (o *output) stream(f *os.File, closeFile bool, name string) *stream {
+	s := &stream{fc: fastcopy.NewFile(f), f: f, closeFile: closeFile, o: o, name: name}
+	if name != "" {
+		s.file = xxhash.New()
+	}
+	return s
 }
 
 // replay is the file name of a resumed output, finished by the interrupted run: its bytes
@@ -306,7 +310,7 @@ type stream struct {
 	o         *output
 	closed    bool
 	// name is the file's name in a folder output, which is journaled when finished; file
-	// is fed every byte, for the journal.
+	// is fed every byte, for the journal (nil when there is none).
 	name string
 	file *xxhash.Digest
 	n    int64
@@ -316,7 +320,9 @@ type stream struct {
 func (s *stream) Write(b []byte) (int, error) {
 	return s.o.inPieces(b, func(piece []byte) (int, error) {
 		n, err := s.fc.Write(piece)
-		s.file.Write(piece[:n])
+		if s.file != nil {
+			s.file.Write(piece[:n])
+		}
 		s.n += int64(n)
 		return n, err
 	})
@@ -346,7 +352,9 @@ func (s *stream) WriteRange(r statedict.Range) (int64, error) {
 	if err := s.o.ctx.Err(); err != nil {
 		return 0, err
 	}
-	r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], s.file)
+	if s.file != nil {
+		r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], s.file)
+	}
 	n, err := s.fc.WriteRange(r)
 	s.n += n
 	s.o.streamed(n)

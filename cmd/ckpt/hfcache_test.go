@@ -64,8 +64,16 @@ func TestHubCacheRepoID(t *testing.T) {
 			t.Errorf("%s reads differently from the folder", id)
 		}
 	}
-	if _, err := run(t, "convert", "--to", "tpu", "mistral-org/Tiny-Mistral", filepath.Join(t.TempDir(), "out")); err != nil {
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := run(t, "convert", "--to", "tpu", "mistral-org/Tiny-Mistral", out); err != nil {
 		t.Errorf("convert from the cache: %v", err)
+	}
+	if _, err := run(t, "verify", "mistral-org/Tiny-Mistral", out); err != nil {
+		t.Errorf("verify from the cache: %v", err)
+	}
+	// verify's DST is a conversion's output, never looked up in the hub cache.
+	if _, err := run(t, "verify", out, "mistral-org/Tiny-Mistral"); err == nil || strings.Contains(err.Error(), "hf download") || strings.Contains(err.Error(), "snapshot") {
+		t.Errorf("verify into a repository id: %v, want the path mistral-org/Tiny-Mistral not found", err)
 	}
 	for id, hint := range map[string]string{
 		"mistral-org/Other":                                   "hf download mistral-org/Other",

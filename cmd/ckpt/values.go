@@ -116,8 +116,8 @@ func sourcePath(p string) (string, error) {
 	if _, err := os.Lstat(p); err == nil {
 		return p, nil
 	}
-	id, ok := hf.ParseRepoID(p)
-	if !ok || strings.HasPrefix(p, ".") {
+	id, ok := hf.ParseRepoID(p) // never ./x or ../x: an id starts with a letter or digit
+	if !ok {
 		return p, nil
 	}
 	return hf.Snapshot(hf.CacheDir(), id)

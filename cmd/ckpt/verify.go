@@ -81,10 +81,7 @@ Exits 0 on parity (and, with --forward, agreement), 5 naming every problem other
 			if err != nil {
 				return err
 			}
-			dst, err := sourcePath(args[1])
-			if err != nil {
-				return err
-			}
+			dst := args[1] // a conversion's output: a path or a bucket URL, never a hub cache id
 			if emit != "" {
 				fwd = true
 			}

@@ -98,8 +98,34 @@ func (ws *weights) shardedMat(m *matrix, name string, t *statedict.Tensor, round
 		return view{t: l, base: l.Offset, rs: l.Strides[0], cs: l.Strides[1], rows: int(s.Sizes[0]), cols: int(s.Sizes[1])},
 			int(s.Offsets[0]), int(s.Offsets[1]), true
 	})
+	if err != nil {
+		return err
+	}
 	m.parts = parts
-	return err
+	return tiles(name, m.rows, m.cols, parts)
+}
+
+// tiles checks that parts cover the rows × cols matrix exactly once: each inside it, no
+// two overlapping, their areas adding up to the whole. A per-device checkpoint missing a
+// piece (a rank's file lost, an index naming fewer chunks) or holding one twice would
+// otherwise compute with zeros or doubled partial sums and could still be compared.
+func tiles(name string, rows, cols int, parts []part) error {
+	var area int64
+	for i, p := range parts {
+		if p.r0 < 0 || p.c0 < 0 || p.r0+p.m.rows > rows || p.c0+p.m.cols > cols {
+			return fmt.Errorf("%s: rank %d's piece [%d:%d, %d:%d] lies outside the %d×%d weight", name, p.ranks[0], p.r0, p.r0+p.m.rows, p.c0, p.c0+p.m.cols, rows, cols)
+		}
+		for _, q := range parts[:i] {
+			if p.r0 < q.r0+q.m.rows && q.r0 < p.r0+p.m.rows && p.c0 < q.c0+q.m.cols && q.c0 < p.c0+p.m.cols {
+				return fmt.Errorf("%s: the pieces of ranks %d and %d overlap at [%d, %d]", name, q.ranks[0], p.ranks[0], max(p.r0, q.r0), max(p.c0, q.c0))
+			}
+		}
+		area += int64(p.m.rows) * int64(p.m.cols)
+	}
+	if want := int64(rows) * int64(cols); area != want {
+		return fmt.Errorf("%s: the stored pieces hold %d of the weight's %d elements (%d×%d): a piece is missing", name, area, want, rows, cols)
+	}
+	return nil
 }
 
 // shardedExpert gives m, expert e's matrix of the stacked weight t ([E, rows, cols], or
@@ -122,8 +148,11 @@ func (ws *weights) shardedExpert(m *matrix, name string, t *statedict.Tensor, e 
 		}
 		return v, r0, c0, true
 	})
+	if err != nil {
+		return err
+	}
 	m.parts = parts
-	return err
+	return tiles(name, m.rows, m.cols, parts)
 }
 
 // linearParts computes linear's product device by device, as tensor-parallel devices do:

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/runtime"
@@ -151,6 +152,51 @@ func TestShardedLinear(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestShardedPiecesMustTile: a per-device checkpoint whose pieces do not cover a weight
+// exactly once — a rank's piece missing, held twice by different ranks, or placed past the
+// weight's edge — is refused, naming the weight, rather than computed with zeros or doubled
+// partial sums.
+func TestShardedPiecesMustTile(t *testing.T) {
+	const n, k = 16, 12
+	w := make([]float32, n*k)
+	for i := range w {
+		w[i] = float32(i)
+	}
+	shape := []int64{n, k}
+	whole := mappedTensor(w, shape)
+	for _, c := range []struct {
+		name  string
+		edit  func([]statedict.Shard) []statedict.Shard
+		error string
+	}{
+		{"complete", func(s []statedict.Shard) []statedict.Shard { return s }, ""},
+		{"missing", func(s []statedict.Shard) []statedict.Shard { return slices.Delete(s, 1, 2) }, "a piece is missing"},
+		{"twice", func(s []statedict.Shard) []statedict.Shard {
+			d := s[2]
+			d.Ranks = []int{99}
+			return append(s, d)
+		}, "overlap"},
+		{"outside", func(s []statedict.Shard) []statedict.Shard {
+			s[3].Offsets = []int64{n - 1, 0}
+			return s
+		}, "outside"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			shards := c.edit(sharded(t, w, shape, "tp=4", runtime.Sharding{Placements: []runtime.Placement{runtime.Shard(0)}}))
+			ws := &weights{tensors: map[string]*statedict.Tensor{"w": whole}, exact: map[string]bool{},
+				shards: map[*statedict.Tensor][]statedict.Shard{whole: shards},
+				use:    &shardUse{ranks: map[int]bool{}, tensors: map[*statedict.Tensor]bool{}}}
+			_, err := ws.mat("w", n, k, false)
+			switch {
+			case c.error == "" && err != nil:
+				t.Fatal(err)
+			case c.error != "" && (err == nil || !strings.Contains(err.Error(), c.error) || !strings.HasPrefix(err.Error(), "w: ")):
+				t.Fatalf("got %v, want an error about w saying %q", err, c.error)
+			}
+		})
 	}
 }
 
