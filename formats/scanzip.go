@@ -106,12 +106,8 @@ func (r *remoteZip) Bytes(off, n int64) ([]byte, error) {
 	if off < 0 || n < 0 || off > r.Len() || n > r.Len()-off {
 		return nil, io.ErrUnexpectedEOF
 	}
-	// A segment holding [off, off+n) starts in [off+n-longest, off].
-	i, _ := slices.BinarySearchFunc(r.segs, off+n-r.longest, func(s remoteSeg, at int64) int { return cmp.Compare(s.off, at) })
-	for ; i < len(r.segs) && r.segs[i].off <= off; i++ {
-		if s := r.segs[i]; off+n <= s.off+int64(len(s.data)) {
-			return s.data[off-s.off : off-s.off+n], nil
-		}
+	if b := r.held(off, n); b != nil {
+		return b, nil
 	}
 	if n > maxRemoteZipRead {
 		return nil, fmt.Errorf("%w: %d bytes at byte %d, more than the %d a remote archive's scan reads at once", statedict.ErrUnsupported, n, off, int64(maxRemoteZipRead))
@@ -122,6 +118,18 @@ func (r *remoteZip) Bytes(off, n int64) ([]byte, error) {
 	}
 	r.add(remoteSeg{off, b})
 	return b, nil
+}
+
+// held returns the n bytes at off from a segment read before, or nil.
+func (r *remoteZip) held(off, n int64) []byte {
+	// A segment holding [off, off+n) starts in [off+n-longest, off].
+	i, _ := slices.BinarySearchFunc(r.segs, off+n-r.longest, func(s remoteSeg, at int64) int { return cmp.Compare(s.off, at) })
+	for ; i < len(r.segs) && r.segs[i].off <= off; i++ {
+		if s := r.segs[i]; off+n <= s.off+int64(len(s.data)) {
+			return s.data[off-s.off : off-s.off+n : off-s.off+n]
+		}
+	}
+	return nil
 }
 
 // add keeps segs.
@@ -135,15 +143,15 @@ func (r *remoteZip) add(segs ...remoteSeg) {
 	slices.SortStableFunc(r.segs, func(a, b remoteSeg) int { return cmp.Compare(a.off, b.off) })
 }
 
-// prefetch reads the n bytes at each of offs (fewer at the archive's end) in parallel —
-// local headers, data descriptors — so that an archive of thousands of records costs round
-// trips in proportion to the requests in flight, not to the records.
+// prefetch reads the n bytes at each of offs (fewer at the archive's end; none already
+// read) in parallel — local headers, data descriptors — so that an archive of thousands of
+// records costs round trips in proportion to the requests in flight, not to the records.
 func (r *remoteZip) prefetch(offs []int64, n int64) {
 	segs := make([]remoteSeg, len(offs))
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	for i, off := range offs {
-		if off < 0 || off >= r.Len() {
+		if off < 0 || off >= r.Len() || r.held(off, min(n, r.Len()-off)) != nil {
 			continue
 		}
 		wg.Add(1)
