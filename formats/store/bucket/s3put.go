@@ -34,8 +34,9 @@ import (
 // sends over HTTPS anyway). The object's composite CRC32, when the service reports it, is
 // compared with the parts' after completion. CRC32 (not CRC32C) is the SDK's default, so
 // an object's checksum is of one kind whichever client wrote it (gofakes3 keeps an
-// object's checksum header when another client overwrites it with another kind's). Every request is retried by retry (the
-// client's own retries are off): a part's bytes stay in hand until it is stored.
+// object's checksum header when another client overwrites it with another kind's). Every
+// request is retried by retry (the client's own retries are off): a part's bytes stay in
+// hand until it is stored.
 const (
 	// UploadPart is the size of an S3 part while an object has fewer than partsPerSize
 	// parts; each further partsPerSize parts double it, so the 10 000 parts S3 allows
