@@ -23,7 +23,6 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/torchlegacy"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/formats/zero"
-	"github.com/ckpt-dev/ckpt/internal/mmap"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -71,14 +70,14 @@ func Detect(path string) (Kind, error) {
 }
 
 // isNemoTar reports whether the tar file at path is a NeMo 1 .nemo archive (see
-// nemo.IsArchive), reading its member index from the mapped file.
+// nemo.IsArchive), reading its member index (the headers only).
 func isNemoTar(path string) bool {
-	f, err := mmap.Open(path)
+	f, err := store.Open(path)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	members, err := nemo.Index(f.Bytes())
+	members, err := nemo.IndexAt(f, f.Size())
 	return err == nil && nemo.IsArchive(members)
 }
 
@@ -188,7 +187,7 @@ func openPart(path string) (*statedict.Checkpoint, error) {
 	case Safetensors:
 		return openSafetensors(path)
 	case Nemo:
-		return nemo.Open(path, torchzip.Decode)
+		return nemo.Open(path, torchzip.DecodeAt)
 	}
 	return nil, fmt.Errorf("%s: no reader for format %s", path, kind)
 }

@@ -28,6 +28,8 @@ var bucketFamilies = []struct{ src, out string }{
 	{"hf/mistral_sharded", "out"},
 	{"dcp/sharded", "out"},
 	{"ecosystem/folders/trainer/checkpoint-2", "out"},
+	{"ecosystem/megatron/nemo1/tp2.nemo", "out"},
+	{"ecosystem/megatron/nemo2", "out"},
 }
 
 // sameTree fails unless the files under got equal those under want byte for byte,

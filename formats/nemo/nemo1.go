@@ -28,7 +28,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ckpt-dev/ckpt/internal/mmap"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -54,45 +54,79 @@ const block = 512
 // getmember finds the last). Long names (GNU 'L' records, PAX headers) are honoured;
 // sparse members and names leaving the archive are errors.
 func Index(data []byte) ([]Member, error) {
+	return IndexAt(bytes.NewReader(data), int64(len(data)))
+}
+
+// maxHeaderRecord bounds a long-name or PAX record: tar tools write a few hundred bytes;
+// a larger one is refused rather than read into memory.
+const maxHeaderRecord = 1 << 20
+
+// IndexAt is Index over the size bytes of r: only the headers (and long-name and PAX
+// records) are read, in reads of up to headerWindow bytes — so an archive in a bucket is
+// indexed in one ranged read per stretch of small members plus one per large member,
+// never read whole.
+func IndexAt(r io.ReaderAt, size int64) ([]Member, error) {
+	hr := headerReader{r: r, size: size}
 	var out []Member
 	at := map[string]int{}
 	var longName string
 	var pax map[string]string
 	for off := int64(0); ; {
-		if off+block > int64(len(data)) {
-			if off == int64(len(data)) {
+		if off+block > size {
+			if off == size {
 				break // no end-of-archive blocks: tarfile accepts it
 			}
-			return nil, fmt.Errorf("%w: tar header at byte %d: %d bytes left, a header is %d", statedict.ErrCorrupt, off, int64(len(data))-off, block)
+			return nil, fmt.Errorf("%w: tar header at byte %d: %d bytes left, a header is %d", statedict.ErrCorrupt, off, size-off, block)
 		}
-		h := data[off : off+block]
+		h, err := hr.read(off, block)
+		if err != nil {
+			return nil, fmt.Errorf("tar header at byte %d: %w", off, err)
+		}
 		if allZero(h) {
 			break
 		}
 		if !checksumOK(h) {
 			return nil, fmt.Errorf("%w: tar header at byte %d: bad checksum", statedict.ErrCorrupt, off)
 		}
-		size, err := octal(h[124:136])
+		n, err := octal(h[124:136])
 		if err != nil {
 			return nil, fmt.Errorf("%w: tar header at byte %d: size: %w", statedict.ErrCorrupt, off, err)
 		}
 		start := off + block
-		if size > int64(len(data))-start {
-			return nil, fmt.Errorf("%w: tar member at byte %d: %d bytes, the archive has %d after its header", statedict.ErrCorrupt, off, size, int64(len(data))-start)
+		if n > size-start {
+			return nil, fmt.Errorf("%w: tar member at byte %d: %d bytes, the archive has %d after its header", statedict.ErrCorrupt, off, n, size-start)
 		}
-		body := data[start : start+size]
-		next := start + (size+block-1)/block*block
+		next := start + (n+block-1)/block*block
 		name := cstr(h[0:100])
 		if string(h[257:262]) == "ustar" {
 			if prefix := cstr(h[345:500]); prefix != "" {
 				name = prefix + "/" + name
 			}
 		}
-		switch typ := h[156]; typ {
+		typ := h[156] // h is the reader's window: read what is needed before the next read
+		body := func() ([]byte, error) {
+			if n > maxHeaderRecord {
+				return nil, fmt.Errorf("%w: tar %c record at byte %d holds %d bytes (at most %d)", statedict.ErrUnsupported, typ, off, n, maxHeaderRecord)
+			}
+			b, err := hr.read(start, int(n))
+			if err != nil {
+				return nil, fmt.Errorf("tar %c record at byte %d: %w", typ, off, err)
+			}
+			return b, nil
+		}
+		switch typ {
 		case 'L':
-			longName = cstr(body)
+			b, err := body()
+			if err != nil {
+				return nil, err
+			}
+			longName = cstr(b)
 		case 'x':
-			if pax, err = parsePAX(body); err != nil {
+			b, err := body()
+			if err != nil {
+				return nil, err
+			}
+			if pax, err = parsePAX(b); err != nil {
 				return nil, fmt.Errorf("%w: tar PAX header at byte %d: %w", statedict.ErrCorrupt, off, err)
 			}
 		case 'g', 'K':
@@ -106,8 +140,8 @@ func Index(data []byte) ([]Member, error) {
 				name = p
 			}
 			if s, ok := pax["size"]; ok {
-				if n, err := strconv.ParseInt(s, 10, 64); err != nil || n != size {
-					return nil, fmt.Errorf("%w: tar member %q at byte %d: PAX size %q, the header's %d", statedict.ErrUnsupported, name, off, s, size)
+				if v, err := strconv.ParseInt(s, 10, 64); err != nil || v != n {
+					return nil, fmt.Errorf("%w: tar member %q at byte %d: PAX size %q, the header's %d", statedict.ErrUnsupported, name, off, s, n)
 				}
 			}
 			longName, pax = "", nil
@@ -119,15 +153,49 @@ func Index(data []byte) ([]Member, error) {
 				return nil, fmt.Errorf("%w: tar member at byte %d: %w", statedict.ErrCorrupt, off, err)
 			}
 			if i, ok := at[clean]; ok {
-				out[i] = Member{clean, start, size}
+				out[i] = Member{clean, start, n}
 			} else {
 				at[clean] = len(out)
-				out = append(out, Member{clean, start, size})
+				out = append(out, Member{clean, start, n})
 			}
 		}
-		off = min(next, int64(len(data)))
+		off = min(next, size)
 	}
 	return out, nil
+}
+
+// headerWindow is how much IndexAt reads at once: the headers of small members that follow
+// each other come in one read.
+const headerWindow = 64 << 10
+
+// headerReader reads ranges of a tar through a window of the last headerWindow bytes read.
+type headerReader struct {
+	r    io.ReaderAt
+	size int64
+	win  []byte
+	at   int64 // offset of win in the archive
+}
+
+// read returns the n bytes at off (valid until the next read).
+func (h *headerReader) read(off int64, n int) ([]byte, error) {
+	if off >= h.at && off+int64(n) <= h.at+int64(len(h.win)) {
+		return h.win[off-h.at : off-h.at+int64(n)], nil
+	}
+	want := min(max(int64(n), headerWindow), h.size-off)
+	if int64(cap(h.win)) < want {
+		h.win = make([]byte, want)
+	}
+	h.win = h.win[:want]
+	k, err := h.r.ReadAt(h.win, off)
+	if k < n {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		h.win = h.win[:0]
+		return nil, err
+	}
+	h.win, h.at = h.win[:k], off
+	return h.win[:n], nil
 }
 
 func allZero(b []byte) bool {
@@ -259,11 +327,12 @@ func IsGzipArchive(head []byte) bool {
 	return false
 }
 
-// Open reads the .nemo archive at path: its weights members decoded in place by decode
-// (a torch.save archive held in a slice of the mapped file, at base in it), the other
+// Open reads the .nemo archive at path (local: mapped; a gs:// or s3:// object: read in
+// ranges, see package store): its weights members decoded in place by decode (a torch.save
+// archive of size bytes at base in the file, as torchzip.DecodeAt reads one), the other
 // members carried as extras read through Checkpoint.Files.
-func Open(file string, decode func(data []byte, file string, base int64) (statedict.Value, error)) (_ *statedict.Checkpoint, err error) {
-	f, err := mmap.Open(file)
+func Open(file string, decode func(r io.ReaderAt, base, size int64, file string) (statedict.Value, error)) (_ *statedict.Checkpoint, err error) {
+	f, err := store.Open(file)
 	if err != nil {
 		return nil, err
 	}
@@ -273,11 +342,11 @@ func Open(file string, decode func(data []byte, file string, base int64) (stated
 			ck.Close()
 		}
 	}()
-	data := f.Bytes()
-	if bytes.HasPrefix(data, []byte{0x1f, 0x8b}) {
+	var magic [2]byte
+	if n, _ := f.ReadAt(magic[:], 0); n == 2 && magic == [2]byte{0x1f, 0x8b} {
 		return nil, GzipError(file)
 	}
-	members, err := Index(data)
+	members, err := IndexAt(f, f.Size())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
@@ -301,7 +370,7 @@ func Open(file string, decode func(data []byte, file string, base int64) (stated
 		if m.Name == WeightsMember && len(weights) > 1 {
 			return nil, fmt.Errorf("%s: %w: %s both at the root and in rank folders", file, statedict.ErrCorrupt, WeightsMember)
 		}
-		v, err := decode(data[m.Offset:m.Offset+m.Size], file, m.Offset)
+		v, err := decode(f, m.Offset, m.Size, file)
 		if err != nil {
 			return nil, fmt.Errorf("%s: member %s (bytes %d–%d): %w", file, m.Name, m.Offset, m.Offset+m.Size, err)
 		}
@@ -314,7 +383,7 @@ func Open(file string, decode func(data []byte, file string, base int64) (stated
 	if ck.Root == nil {
 		ck.Root = root
 	}
-	ck.Files = &tarFS{data: data, members: members}
+	ck.Files = &tarFS{r: f, members: members}
 	sort.Strings(ck.Extras)
 	return ck, nil
 }
@@ -338,7 +407,7 @@ func names(ms []Member) string {
 
 // tarFS reads an archive's members by name.
 type tarFS struct {
-	data    []byte
+	r       io.ReaderAt
 	members []Member
 }
 
@@ -357,7 +426,7 @@ func (t *tarFS) Open(name string) (fs.File, error) {
 	if !fs.ValidPath(name) || !ok {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
 	}
-	return &tarFile{m: m, r: bytes.NewReader(t.data[m.Offset : m.Offset+m.Size])}, nil
+	return &tarFile{m: m, r: io.NewSectionReader(t.r, m.Offset, m.Size)}, nil
 }
 
 // ReadFile implements fs.ReadFileFS.
@@ -366,12 +435,16 @@ func (t *tarFS) ReadFile(name string) ([]byte, error) {
 	if !fs.ValidPath(name) || !ok {
 		return nil, &fs.PathError{Op: "read", Path: name, Err: fs.ErrNotExist}
 	}
-	return bytes.Clone(t.data[m.Offset : m.Offset+m.Size]), nil
+	b := make([]byte, m.Size) // the member's size: bounded by the archive's, checked by IndexAt
+	if _, err := t.r.ReadAt(b, m.Offset); err != nil {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: err}
+	}
+	return b, nil
 }
 
 type tarFile struct {
 	m Member
-	r *bytes.Reader
+	r *io.SectionReader
 }
 
 func (f *tarFile) Read(p []byte) (int, error) { return f.r.Read(p) }

@@ -3,9 +3,10 @@ package nemo
 import (
 	"io"
 	"io/fs"
-	"os"
 	"path"
+	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/megatron"
@@ -52,15 +53,19 @@ func Open2(dir string, op megatron.Openers) (_ *statedict.Checkpoint, err error)
 	for _, f := range w.Ignored {
 		ck.Ignored = append(ck.Ignored, path.Join(WeightsDir, f))
 	}
-	err = fs.WalkDir(os.DirFS(dir), ContextDir, func(p string, d fs.DirEntry, err error) error {
-		switch {
-		case err != nil:
+	// context/ walked where it lies (a local folder or a bucket prefix); names relative to dir.
+	ctx := store.Join(dir, ContextDir)
+	err = store.WalkDir(ctx, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
 			return err
+		}
+		name := path.Join(ContextDir, filepath.ToSlash(strings.TrimPrefix(p, ctx)))
+		switch {
 		case d.IsDir():
-		case !folder.Confined(p):
-			ck.Outside = append(ck.Outside, p)
+		case !folder.Confined(name):
+			ck.Outside = append(ck.Outside, name)
 		case d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0:
-			ck.Extras = append(ck.Extras, p)
+			ck.Extras = append(ck.Extras, name)
 		}
 		return nil
 	})

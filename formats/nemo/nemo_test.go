@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,4 +114,43 @@ func FuzzIndex(f *testing.F) {
 		IsArchive(ms)
 		IsGzipArchive(data)
 	})
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.ReaderAt
+	n int64
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestIndexAtReadsHeaders: indexing an archive reads its headers and long-name records,
+// not its members' bytes (an archive in a bucket is indexed without fetching the weights),
+// and finds what Index finds.
+func TestIndexAtReadsHeaders(t *testing.T) {
+	big := strings.Repeat("w", 8<<20)
+	data := archive(t, tar.FormatGNU,
+		file{"./model_config.yaml", "a: 1\n", 0},
+		file{"./tp_rank_00_pp_rank_000/model_weights.ckpt", big, 0},
+		file{"./" + strings.Repeat("long/", 40) + "tokenizer.model", "tok", 0},
+		file{"./tp_rank_01_pp_rank_000/model_weights.ckpt", big, 0})
+	want, err := Index(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &countingReader{r: bytes.NewReader(data)}
+	got, err := IndexAt(r, int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) || len(got) != 4 {
+		t.Fatalf("IndexAt found %v, Index %v", got, want)
+	}
+	if r.n > 4*headerWindow {
+		t.Errorf("indexing read %d of the archive's %d bytes", r.n, len(data))
+	}
 }

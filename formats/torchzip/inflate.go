@@ -1,6 +1,7 @@
 package torchzip
 
 import (
+	"bufio"
 	"bytes"
 	"compress/flate"
 	"fmt"
@@ -67,15 +68,18 @@ const inflateWhole = 16 << 20
 // multiple of its size: a backward read restarts the stream from the record's start.
 const reinflateBudget = 8
 
-// inflater is an io.ReaderAt over a deflated storage record at file offset base. Small
-// records are inflated whole on first use; large ones are streamed: reads move forward
-// through the stream, a read behind the current position restarts it. Safe for concurrent
-// use.
+// inflater is an io.ReaderAt over a deflated storage record at file offset base, whose
+// compressed bytes are read from src (the record's first compressed byte at 0) only as
+// the stream needs them — never fetched whole at open, which for an archive in a bucket
+// would hold the whole record in memory. Small records are inflated whole on first use;
+// large ones are streamed: reads move forward through the stream, a read behind the
+// current position restarts it. Safe for concurrent use.
 type inflater struct {
-	raw  []byte
-	size int64 // what the directory claims
-	base int64
-	name string // file and record, for errors
+	src     io.ReaderAt
+	srcSize int64 // compressed bytes
+	size    int64 // what the directory claims
+	base    int64
+	name    string // file and record, for errors
 
 	mu       sync.Mutex
 	whole    []byte        // small records, once inflated
@@ -84,8 +88,13 @@ type inflater struct {
 	inflated int64         // total bytes inflated so far
 }
 
-func newInflater(raw []byte, size, base int64, name string) *inflater {
-	return &inflater{raw: raw, size: size, base: base, name: name}
+func newInflater(src io.ReaderAt, srcSize, size, base int64, name string) *inflater {
+	return &inflater{src: src, srcSize: srcSize, size: size, base: base, name: name}
+}
+
+// stream starts inflating the record from its first byte.
+func (z *inflater) stream() io.ReadCloser {
+	return flate.NewReader(bufio.NewReaderSize(io.NewSectionReader(z.src, 0, z.srcSize), 256<<10))
 }
 
 // ReadAt reads len(p) bytes at file offset off.
@@ -98,9 +107,15 @@ func (z *inflater) ReadAt(p []byte, off int64) (int, error) {
 	}
 	if z.size <= inflateWhole {
 		if z.whole == nil {
-			b, err := Inflate(z.raw, uint64(z.size), inflateWhole)
+			fr := z.stream()
+			b := make([]byte, z.size)
+			n, err := io.ReadFull(fr, b)
+			z.pos = int64(n)
 			if err != nil {
-				return 0, fmt.Errorf("%s: %w", z.name, err)
+				return 0, z.short(err)
+			}
+			if k, _ := fr.Read(make([]byte, 1)); k > 0 {
+				return 0, fmt.Errorf("%w: %s: the deflated record inflates to more than the %d bytes the directory says", statedict.ErrCorrupt, z.name, z.size)
 			}
 			z.whole = b
 		}
@@ -111,7 +126,7 @@ func (z *inflater) ReadAt(p []byte, off int64) (int, error) {
 			return 0, fmt.Errorf("%w: %s: reading this deflated storage out of order has inflated %d bytes (%d× its size); re-save the checkpoint uncompressed",
 				statedict.ErrUnsupported, z.name, z.inflated, reinflateBudget)
 		}
-		z.fr = flate.NewReader(bytes.NewReader(z.raw))
+		z.fr = z.stream()
 		z.pos = 0
 	}
 	if skip := off - z.pos; skip > 0 {

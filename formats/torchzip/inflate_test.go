@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -119,7 +121,7 @@ func TestDeflatedStorages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := newInflater(raw, int64(f.UncompressedSize64), off, key)
+		in := newInflater(bytes.NewReader(raw), int64(len(raw)), int64(f.UncompressedSize64), off, key)
 		for _, at := range []int64{inflateWhole, 10, inflateWhole + 4000, 0} {
 			p := make([]byte, 96)
 			if _, err := in.ReadAt(p, off+at); err != nil || !bytes.Equal(p, big[at:at+96]) {
@@ -127,10 +129,31 @@ func TestDeflatedStorages(t *testing.T) {
 			}
 		}
 		// A directory that claims more than the stream holds fails at the read past it.
-		short := newInflater(raw, int64(f.UncompressedSize64)+1000, off, key)
+		short := newInflater(bytes.NewReader(raw), int64(len(raw)), int64(f.UncompressedSize64)+1000, off, key)
 		p := make([]byte, 500)
 		if _, err := short.ReadAt(p, off+int64(len(big))+100); !errors.Is(err, statedict.ErrCorrupt) {
 			t.Fatalf("read past the stream: %v", err)
+		}
+	}
+
+	// Through a reader that is not a mapping (an object in a bucket), opening reads the
+	// directory and pickle, not the deflated record; reading the tensors streams it.
+	cr := &countingReaderAt{r: bytes.NewReader(arch)}
+	root, err := DecodeAt(cr, 0, int64(len(arch)), "remote.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr.n.Load() > 1<<20 {
+		t.Errorf("opening read %d of the archive's %d bytes (its deflated record whole)", cr.n.Load(), len(arch))
+	}
+	mapped, err := Decode(arch, "mapped.pt", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := tensorBytes(t, root)
+	for name, b := range tensorBytes(t, mapped) {
+		if !bytes.Equal(read[name], b) {
+			t.Errorf("%s read through a reader differs from the mapped read", name)
 		}
 	}
 
@@ -144,4 +167,16 @@ func TestDeflatedStorages(t *testing.T) {
 	if _, err := Decode(bomb, "bomb.pt", 0); !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "zip bomb") {
 		t.Fatalf("deflate bomb: %v", err)
 	}
+}
+
+// countingReaderAt counts the bytes read through it.
+type countingReaderAt struct {
+	r io.ReaderAt
+	n atomic.Int64
+}
+
+func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.n.Add(int64(n))
+	return n, err
 }

@@ -114,6 +114,19 @@ func (s source) readerAt() io.ReaderAt {
 	return io.NewSectionReader(s.r, s.base, s.size)
 }
 
+// section is the n bytes at off of the archive as a reader (from 0), reading them only when
+// read: a window of the file's own prefetching reader when it has one (a bucket object).
+func (s source) section(off, n int64) io.ReaderAt {
+	if s.data != nil {
+		return bytes.NewReader(s.data[off : off+n])
+	}
+	r := s.r
+	if w, ok := r.(statedict.Windower); ok {
+		r = w.Window(s.base+off, n)
+	}
+	return io.NewSectionReader(r, s.base+off, n)
+}
+
 // slice returns n bytes at off of the archive.
 func (s source) slice(off, n int64) ([]byte, error) {
 	if s.data != nil {
@@ -213,17 +226,17 @@ func decode(data source, file string) (statedict.Value, error) {
 		if rec.Method == zip.Deflate {
 			// Inflated lazily, as far as the tensors read, streaming: a small deflated record
 			// may claim gigabytes no tensor references.
-			raw, off, err := rawRecord(data, rec, func(off int64, err error) error { return fail(rec.Name, off, err) })
+			off, n, err := storedRange(data.size, rec, func(off int64, err error) error { return fail(rec.Name, off, err) })
 			if err != nil {
 				return nil, err
 			}
-			if err := checkRatio(rec.UncompressedSize64, int64(len(raw))); err != nil {
+			if err := checkRatio(rec.UncompressedSize64, n); err != nil {
 				return nil, fail(rec.Name, off, err)
 			}
 			if uint64(nbytes) > rec.UncompressedSize64 {
 				return nil, fail(prefix+name, off, fmt.Errorf("%w: storage of %d %s elements needs %d bytes, record has %d", statedict.ErrCorrupt, req.NumEl, req.DType, nbytes, rec.UncompressedSize64))
 			}
-			z := newInflater(raw, int64(rec.UncompressedSize64), base+off, file+": "+rec.Name)
+			z := newInflater(data.section(off, n), n, int64(rec.UncompressedSize64), base+off, file+": "+rec.Name)
 			st := statedict.NewReaderStorage(req.Key, req.Location, req.DType, z, base+off, nbytes)
 			st.File, st.BigEndian = file, bigEndian
 			return st, nil

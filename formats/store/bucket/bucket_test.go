@@ -21,8 +21,9 @@ import (
 
 // fixtures are the held-in families: a torch.save zip, a legacy stream, a sharded HF
 // folder, a DCP folder, a Trainer checkpoint folder, an accelerate save_state folder (an
-// FSDP model folder and training-state folders), a diffusers pipeline (component folders)
-// and a per-device folder.
+// FSDP model folder and training-state folders), a diffusers pipeline (component folders),
+// NeMo 1 archives (a tar read by its headers, tensor-parallel ranks inside), a NeMo 2 folder
+// (context/ walked in the bucket) and a per-device folder.
 var fixtures = []string{
 	"torch/training_cuda.pt",
 	"torch/legacy.pt",
@@ -31,6 +32,9 @@ var fixtures = []string{
 	"ecosystem/folders/trainer/checkpoint-2",
 	"ecosystem/folders/accelerate_fsdp",
 	"ecosystem/folders/pipeline",
+	"ecosystem/megatron/nemo1/model.nemo",
+	"ecosystem/megatron/nemo1/tp2.nemo",
+	"ecosystem/megatron/nemo2",
 	"safetensors",
 }
 
