@@ -66,7 +66,7 @@ func newOutput(ctx context.Context, dst string, folder, force, resume bool, prog
 		if resume {
 			return nil, fmt.Errorf("%s: %w: resuming an interrupted single-process conversion into object storage (convert again with --force; a --num-hosts conversion resumes there)", dst, statedict.ErrUnsupported)
 		}
-		o.remote, err = store.CreateOutput(ctx, dst, store.OutputOptions{Folder: folder, Force: force, Owned: manifest.Owned, Companions: []string{"." + manifest.Name}})
+		o.remote, err = store.CreateOutput(ctx, dst, store.OutputOptions{Folder: folder, Force: force, Owned: manifest.Owned, Companions: []string{"." + manifest.Name}, Manifest: manifest.Name})
 		if err != nil {
 			return nil, err
 		}
@@ -329,19 +329,28 @@ type stream struct {
 
 // Write passes b on in pieces.
 func (s *stream) Write(b []byte) (int, error) {
-	var done int
-	for done < len(b) {
-		if err := s.o.ctx.Err(); err != nil {
-			return done, err
-		}
-		piece := b[done:min(len(b), done+releaseEvery/4)]
+	return s.o.inPieces(b, func(piece []byte) (int, error) {
 		n, err := s.fc.Write(piece)
 		if s.file != nil {
 			s.file.Write(piece[:n])
 		}
 		s.n += int64(n)
+		return n, err
+	})
+}
+
+// inPieces passes b to write in pieces small enough that the source's pages can be
+// released between them (each counted by streamed), checking before each piece that the
+// conversion was not cancelled.
+func (o *output) inPieces(b []byte, write func([]byte) (int, error)) (int, error) {
+	var done int
+	for done < len(b) {
+		if err := o.ctx.Err(); err != nil {
+			return done, err
+		}
+		n, err := write(b[done:min(len(b), done+releaseEvery/4)])
 		done += n
-		s.o.streamed(int64(n))
+		o.streamed(int64(n))
 		if err != nil {
 			return done, err
 		}

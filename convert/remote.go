@@ -2,12 +2,12 @@ package convert
 
 import (
 	"bytes"
+	"io"
 	"path"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
-	"io"
 )
 
 // createRemote starts the file name of an output in object storage: a manifest is held
@@ -50,20 +50,6 @@ type remoteStream struct {
 	w io.WriteCloser
 }
 
-func (s *remoteStream) Write(b []byte) (int, error) {
-	var done int
-	for done < len(b) {
-		if err := s.o.ctx.Err(); err != nil {
-			return done, err
-		}
-		n, err := s.w.Write(b[done:min(len(b), done+releaseEvery/4)])
-		done += n
-		s.o.streamed(int64(n))
-		if err != nil {
-			return done, err
-		}
-	}
-	return done, nil
-}
+func (s *remoteStream) Write(b []byte) (int, error) { return s.o.inPieces(b, s.w.Write) }
 
 func (s *remoteStream) Close() error { return s.w.Close() }

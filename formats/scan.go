@@ -254,14 +254,16 @@ func (s *scanner) problem(file string, off int64, kind error, format string, arg
 // file scans one file as torch.load reads it. In a folder a file of no known layout is
 // listed and skipped; scanned on its own it is a problem.
 func (s *scanner) file(path string, inFolder bool) {
-	if remoteSafetensors(path) {
-		s.layout(path, layoutSafetensors) // no pickles: its header is all there is to read
+	f, err := store.Open(path) // once: a remote file's every read goes through it
+	if err == nil && store.IsRemote(path) && s.remoteFile(path, f) {
+		f.Close()
 		return
 	}
-	if s.remoteZipFile(path) {
-		return
+	var data []byte
+	var done func()
+	if err == nil {
+		data, done, err = whole(f)
 	}
-	data, done, err := readWhole(path)
 	if err != nil {
 		s.problem(path, -1, statedict.ErrCorrupt, "%v", err)
 		return
@@ -370,40 +372,25 @@ func joinWhere(prefix, where string) string {
 	return prefix + ": " + where
 }
 
-// remoteZipFile scans path when it is an object in object storage holding a zip archive
-// (a torch.save file), reading its directory, local headers and pickles in ranges, and
-// reports whether it did.
-func (s *scanner) remoteZipFile(path string) bool {
-	if !store.IsRemote(path) || strings.HasSuffix(path, ".distcp") {
+// remoteFile scans the object f at path without reading it whole, when its first bytes
+// show it can be — a safetensors file (its header is all there is to scan) or a zip
+// archive (a torch.save file: its directory, local headers and pickles are read in
+// ranges) — and reports whether it did.
+func (s *scanner) remoteFile(path string, f store.File) bool {
+	if strings.HasSuffix(path, ".distcp") {
 		return false
 	}
-	f, err := store.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	head := make([]byte, len(zipMagic))
-	if n, _ := f.ReadAt(head, 0); n < len(head) || string(head) != zipMagic {
-		return false
-	}
-	s.layout(path, s.zipArchive(path, &remoteZip{f: f}, 0, ""))
-	return true
-}
-
-// remoteSafetensors reports whether path is an object in object storage that starts as a
-// safetensors file does, so that scanning it need not read it whole.
-func remoteSafetensors(path string) bool {
-	if !store.IsRemote(path) {
-		return false
-	}
-	f, err := store.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
 	head := make([]byte, min(512, f.Size()))
 	if n, _ := f.ReadAt(head, 0); n < len(head) {
 		return false
 	}
-	return looksLikeSafetensors(head) && !strings.HasSuffix(path, ".distcp")
+	switch {
+	case looksLikeSafetensors(head):
+		s.layout(path, layoutSafetensors) // no pickles: its header is all there is to read
+	case len(head) >= len(zipMagic) && string(head[:len(zipMagic)]) == zipMagic:
+		s.layout(path, s.zipArchive(path, &remoteZip{f: f}, 0, ""))
+	default:
+		return false
+	}
+	return true
 }

@@ -168,6 +168,11 @@ func readWhole(path string) ([]byte, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return whole(f)
+}
+
+// whole is readWhole of the open file f, which it closes (a mapped one when done is called).
+func whole(f store.File) ([]byte, func(), error) {
 	if b, ok := store.Bytes(f); ok {
 		return b, func() { f.Close() }, nil
 	}

@@ -1,10 +1,12 @@
 package formats
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -80,10 +82,12 @@ func (m memZip) Bytes(off, n int64) ([]byte, error) {
 }
 
 // remoteZip is an archive in object storage. It keeps what it read (the directory, local
-// headers and pickles, which the scan goes back to) for the scan of the one file.
+// headers and pickles, which the scan goes back to) for the scan of the one file, sorted by
+// offset so that finding a range costs a binary search, not a pass over every record's.
 type remoteZip struct {
-	f    store.File
-	segs []remoteSeg
+	f       store.File
+	segs    []remoteSeg // by offset
+	longest int64       // the longest segment's length
 }
 
 type remoteSeg struct {
@@ -102,10 +106,8 @@ func (r *remoteZip) Bytes(off, n int64) ([]byte, error) {
 	if off < 0 || n < 0 || off > r.Len() || n > r.Len()-off {
 		return nil, io.ErrUnexpectedEOF
 	}
-	for _, s := range r.segs {
-		if off >= s.off && off+n <= s.off+int64(len(s.data)) {
-			return s.data[off-s.off : off-s.off+n], nil
-		}
+	if b := r.held(off, n); b != nil {
+		return b, nil
 	}
 	if n > maxRemoteZipRead {
 		return nil, fmt.Errorf("%w: %d bytes at byte %d, more than the %d a remote archive's scan reads at once", statedict.ErrUnsupported, n, off, int64(maxRemoteZipRead))
@@ -114,19 +116,42 @@ func (r *remoteZip) Bytes(off, n int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.segs = append(r.segs, remoteSeg{off, b})
+	r.add(remoteSeg{off, b})
 	return b, nil
 }
 
-// prefetch reads the local headers at offs (n bytes each, fewer at the archive's end) in
-// parallel, so that an archive of thousands of records costs round trips in proportion to
-// the requests in flight, not to the records.
+// held returns the n bytes at off from a segment read before, or nil.
+func (r *remoteZip) held(off, n int64) []byte {
+	// A segment holding [off, off+n) starts in [off+n-longest, off].
+	i, _ := slices.BinarySearchFunc(r.segs, off+n-r.longest, func(s remoteSeg, at int64) int { return cmp.Compare(s.off, at) })
+	for ; i < len(r.segs) && r.segs[i].off <= off; i++ {
+		if s := r.segs[i]; off+n <= s.off+int64(len(s.data)) {
+			return s.data[off-s.off : off-s.off+n : off-s.off+n]
+		}
+	}
+	return nil
+}
+
+// add keeps segs.
+func (r *remoteZip) add(segs ...remoteSeg) {
+	for _, s := range segs {
+		if s.data != nil {
+			r.segs = append(r.segs, s)
+			r.longest = max(r.longest, int64(len(s.data)))
+		}
+	}
+	slices.SortStableFunc(r.segs, func(a, b remoteSeg) int { return cmp.Compare(a.off, b.off) })
+}
+
+// prefetch reads the n bytes at each of offs (fewer at the archive's end; none already
+// read) in parallel — local headers, data descriptors — so that an archive of thousands of
+// records costs round trips in proportion to the requests in flight, not to the records.
 func (r *remoteZip) prefetch(offs []int64, n int64) {
 	segs := make([]remoteSeg, len(offs))
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	for i, off := range offs {
-		if off < 0 || off >= r.Len() {
+		if off < 0 || off >= r.Len() || r.held(off, min(n, r.Len()-off)) != nil {
 			continue
 		}
 		wg.Add(1)
@@ -139,11 +164,7 @@ func (r *remoteZip) prefetch(offs []int64, n int64) {
 		}()
 	}
 	wg.Wait()
-	for _, s := range segs {
-		if s.data != nil {
-			r.segs = append(r.segs, s)
-		}
-	}
+	r.add(segs...)
 }
 
 // readZipDir parses the zip archive in data the way a reader that trusts its end record
@@ -283,8 +304,23 @@ func readZipDir(data zipSource) (*zipDir, error) {
 		r.prefetch(offs, zipLocalLen+256+128)
 	}
 	for i := range d.Entries {
+		if err := localRecord(data, &d.Entries[i], hdrs[i]); err != nil {
+			return nil, err
+		}
+	}
+	if r, ok := data.(*remoteZip); ok {
+		// The data descriptors after the records (torch's writer puts one after each).
+		var offs []int64
+		for _, e := range d.Entries {
+			if e.Flags&zipFlagDescr != 0 {
+				offs = append(offs, e.DataEnd)
+			}
+		}
+		r.prefetch(offs, zipDescLen)
+	}
+	for i := range d.Entries {
 		e := &d.Entries[i]
-		if err := localRecord(data, e, hdrs[i]); err != nil {
+		if err := descriptor(data, e); err != nil {
 			return nil, err
 		}
 		d.spans = append(d.spans, span{e.HeaderOff, e.End, fmt.Sprintf("record %q", e.Name)})
@@ -292,7 +328,7 @@ func readZipDir(data zipSource) (*zipDir, error) {
 	return d, nil
 }
 
-// localRecord reads the local header of e at hdr and locates its data and descriptor.
+// localRecord reads the local header of e at hdr and locates its data.
 func localRecord(data zipSource, e *zipEntry, hdr uint64) error {
 	n := data.Len()
 	var lh []byte
@@ -310,6 +346,15 @@ func localRecord(data zipSource, e *zipEntry, hdr uint64) error {
 	}
 	e.DataEnd = e.DataOff + int64(e.CompSize)
 	e.End = e.DataEnd
+	return nil
+}
+
+// zipDescLen is the longest data descriptor: signature, CRC, zip64 sizes.
+const zipDescLen = 4 + 4 + 8 + 8
+
+// descriptor locates the data descriptor after the data of e, if its flags say one follows.
+func descriptor(data zipSource, e *zipEntry) error {
+	n := data.Len()
 	if e.Flags&zipFlagDescr != 0 {
 		// A data descriptor follows: optional signature, CRC, sizes (8 bytes each in zip64).
 		l := int64(12)

@@ -43,6 +43,10 @@ type OutputOptions struct {
 	// Companions are the names beside a single-file output that belong to it (its
 	// manifest: "out.pt.ckpt-manifest.json").
 	Companions []string
+	// Manifest is the file name of the output's manifest ("ckpt-manifest.json"; a
+	// single-file output's ends with it): an earlier output is removed manifest first, so
+	// that nothing left while removing it looks complete.
+	Manifest string
 }
 
 // Creator is a backend that can also write outputs.

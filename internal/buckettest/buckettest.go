@@ -164,8 +164,10 @@ func GCSIn(root string, buckets ...string) (*Server, error) {
 
 // S3 starts an S3-compatible server holding the named (empty) buckets. Point clients at it
 // with AWS_ENDPOINT_URL_S3=s.URL (and any AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).
-func S3(buckets ...string) (*Server, error) {
-	backend := s3mem.New()
+func S3(buckets ...string) (*Server, error) { return S3On(s3mem.New(), buckets...) }
+
+// S3On is S3 storing objects in backend.
+func S3On(backend gofakes3.Backend, buckets ...string) (*Server, error) {
 	for _, b := range buckets {
 		if err := backend.CreateBucket(b); err != nil {
 			return nil, fmt.Errorf("bucket %s: %w", b, err)

@@ -2,15 +2,18 @@
 # scripts/bench/bucket.sh: ckpt convert of the 2 GiB benchmark checkpoint (.bench/llama-2g.pt,
 # made as scripts/bench/convert.sh makes it) from a GCS emulator on loopback
 # (scripts/bench/bucketserver: fake-gcs-server, objects streamed from disk) to a local file
-# and to an S3 server on loopback (gofakes3, in memory: fake-gcs-server re-hashes the whole
-# object at every chunk of a resumable upload, which makes uploading gigabytes to it
-# quadratic and measures the emulator, not ckpt), paired rep by rep with the same conversion local → local, so that all
-# three see the same (shared, loaded) machine. Each row: median seconds, [min–max], GB/s of
-# the median, peak RSS of the last run. Then `--select model.layers.0` from the emulator:
-# the bytes the server sent, against the object's size. REPS (default 3) runs each.
-# Then the floor: the object read in 8 MiB ranged GETs through the same client, 2 and 4 in
-# flight, bytes discarded (scripts/bench/rangeget). With .bench/llama-1g.pt (make_llama.py
-# with 8 layers) present, the peak RSS of GCS → local for it too: RSS against size.
+# and to an S3 server on loopback (gofakes3 whose multipart uploads are hashed and
+# discarded, see bucketserver's discarding: fake-gcs-server re-hashes the whole object at
+# every chunk of a resumable upload, which makes uploading gigabytes to it quadratic, and
+# gofakes3's own backend keeps and copies every part; both measure the emulator, not
+# ckpt), paired rep by rep with the same conversion local → local and with the two floors —
+# the object read in 8 MiB ranged GETs through the same client, 2 in flight, bytes
+# discarded (scripts/bench/rangeget), and the same bytes uploaded to the same S3 server by
+# the same client as one multipart upload (scripts/bench/putobject) — so that all see the
+# same (shared, loaded) machine. Each row: median seconds, [min–max], GB/s of the median,
+# peak RSS median [min–max], CPU seconds (user+system) median. REPS (default 3) runs each.
+# With .bench/llama-1g.pt (make_llama.py with 8 layers) present, the peak RSS of GCS → local
+# and GCS → S3 for it too: RSS against size.
 # The `--select` of one layer is a --drop of everything else (the flat file has no
 # `model` sub-tree): the bytes the server sent for it, against the object's size.
 set -euo pipefail
@@ -23,6 +26,7 @@ src=.bench/llama-2g.pt
 go build -o .bench/ckpt ./cmd/ckpt
 go build -o .bench/bucketserver ./scripts/bench/bucketserver
 go build -o .bench/rangeget ./scripts/bench/rangeget
+go build -o .bench/putobject ./scripts/bench/putobject
 bytes=$(stat -c %s "$src")
 small=.bench/llama-1g.pt
 puts=(-put "$src=gs://bench/llama-2g.pt")
@@ -45,37 +49,48 @@ run() { # run NAME CMD...: time CMD once (output removed first), appending to .b
   local t0 t1
   t0=$(now); /usr/bin/time -v -o ".bench/$name.time" "$@" >/dev/null; t1=$(now)
   awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}' >>".bench/$name.times"
+  rss ".bench/$name.time" >>".bench/$name.rss"; echo >>".bench/$name.rss"
+  cpu ".bench/$name.time" >>".bench/$name.cpu"
 }
+cpu() { awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$1"; }
 row() { # row LABEL NAME
   read -r med lo hi < <(stats <".bench/$2.times")
-  awk -v n="$1" -v s="$med" -v lo="$lo" -v hi="$hi" -v b="$bytes" -v r="$(rss ".bench/$2.time")" \
-    'BEGIN { printf "| %s | %.2f [%.2f–%.2f] | %.2f | %s |\n", n, s, lo, hi, b / s / 1e9, r }'
+  read -r rmed rlo rhi < <(stats <".bench/$2.rss")
+  read -r cmed _ _ < <(stats <".bench/$2.cpu")
+  awk -v n="$1" -v s="$med" -v lo="$lo" -v hi="$hi" -v b="$bytes" -v r="$rmed" -v rlo="$rlo" -v rhi="$rhi" -v c="$cmed" \
+    'BEGIN { printf "| %s | %.2f [%.2f–%.2f] | %.2f | %d [%d–%d] | %.1f |\n", n, s, lo, hi, b / s / 1e9, r, rlo, rhi, c }'
 }
 
-rm -f .bench/*.times
+rm -f .bench/*.times .bench/*.rss .bench/*.cpu
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for i in $(seq "$reps"); do
   cat "$src" >/dev/null
   run local   .bench/ckpt convert -q --to tpu --format safetensors "$src" .bench/out.safetensors
   run gcs2loc .bench/ckpt convert -q --to tpu --format safetensors gs://bench/llama-2g.pt .bench/out.safetensors
   run gcs2s3 .bench/ckpt convert -q --force --to tpu --format safetensors gs://bench/llama-2g.pt s3://bench/out/llama.safetensors
+  run readfloor .bench/rangeget -p 2 gs://bench/llama-2g.pt
+  run putfloor .bench/putobject "$src" s3://bench/floor/llama-2g.pt
 done
-echo "| run (2.11 GB bf16 torch.save → safetensors, $reps reps, paired) | seconds median [range] | GB/s | peak RSS MiB |"
-echo "|---|---|---|---|"
+echo "load average before: $load0; after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| run (2.11 GB bf16 torch.save → safetensors, $reps reps, paired) | seconds median [range] | GB/s | peak RSS MiB median [range] | CPU s |"
+echo "|---|---|---|---|---|"
 row "local → local" local
 row "GCS emulator → local" gcs2loc
 row "GCS emulator → S3 server" gcs2s3
+row "floor: ranged GETs of the object, bytes dropped (rangeget -p 2)" readfloor
+row "floor: the file uploaded, nothing else (putobject)" putfloor
 paste .bench/local.times .bench/gcs2loc.times .bench/gcs2s3.times |
   awk '{print $2/$1, $3/$1}' | sort -g | awk '{a[NR]=$1; b[NR]=$2} END {i=int((NR+1)/2); printf "\nmedian time ratio to local → local: GCS → local %.2f×, GCS → S3 %.2f×\n", a[i], b[i]}'
 
-echo
-for p in 2 4; do .bench/rangeget -p $p gs://bench/llama-2g.pt; done
-
 if [ -f "$small" ]; then
-  rm -rf .bench/out*
-  /usr/bin/time -v -o .bench/small.time .bench/ckpt convert -q --to tpu --format safetensors gs://bench/llama-1g.pt .bench/out.safetensors
-  rm -rf .bench/out*
-  /usr/bin/time -v -o .bench/big.time .bench/ckpt convert -q --to tpu --format safetensors gs://bench/llama-2g.pt .bench/out.safetensors
-  echo "peak RSS of GCS → local: $(stat -c %s "$small") bytes $(rss .bench/small.time) MiB, $bytes bytes $(rss .bench/big.time) MiB"
+  for to in .bench/out.safetensors s3://bench/out/llama.safetensors; do
+    rm -rf .bench/out*
+    /usr/bin/time -v -o .bench/small.time .bench/ckpt convert -q --force --to tpu --format safetensors gs://bench/llama-1g.pt $to
+    rm -rf .bench/out*
+    /usr/bin/time -v -o .bench/big.time .bench/ckpt convert -q --force --to tpu --format safetensors gs://bench/llama-2g.pt $to
+    echo "peak RSS of GCS → $to: $(stat -c %s "$small") bytes $(rss .bench/small.time) MiB, $bytes bytes $(rss .bench/big.time) MiB"
+  done
 fi
 
 kill -USR2 $server; sleep 0.2

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -14,15 +15,13 @@ import (
 
 	"cloud.google.com/go/storage"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
-	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/googleapis/gax-go/v2"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/gcsblob"
 	"gocloud.dev/blob/s3blob"
 	"gocloud.dev/gcerrors"
+	"google.golang.org/api/googleapi"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
 )
@@ -62,8 +61,8 @@ func (f *FS) Bucket(ctx context.Context, l Location) (*blob.Bucket, error) {
 	case "gs":
 		var c *storage.Client
 		if c, err = storage.NewClient(ctx); err == nil {
-			c.SetRetry(storage.WithMaxAttempts(Retries), storage.WithErrorFunc(transient),
-				storage.WithBackoff(gax.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}))
+			// retry is the one layer of retries; uploads set their own (writerOptions).
+			c.SetRetry(storage.WithPolicy(storage.RetryNever))
 			b, err = gcsblob.OpenBucket(ctx, nil, l.Bucket, &gcsblob.Options{Client: c})
 		}
 	case "s3":
@@ -83,15 +82,8 @@ func (f *FS) Bucket(ctx context.Context, l Location) (*blob.Bucket, error) {
 }
 
 func openS3(ctx context.Context, name string) (*blob.Bucket, error) {
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRetryer(func() aws.Retryer {
-		return awsretry.NewStandard(func(o *awsretry.StandardOptions) {
-			o.MaxAttempts, o.MaxBackoff = Retries, 2*time.Second
-			o.Backoff = awsretry.BackoffDelayerFunc(func(attempt int, _ error) (time.Duration, error) {
-				return min(50*time.Millisecond<<min(attempt, 6), 2*time.Second), nil
-			})
-			o.RateLimiter = ratelimit.None // retry every transient failure, not a budget of them
-		})
-	}))
+	// retry is the one layer of retries, around every request (s3put.go's too).
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }))
 	if err != nil {
 		return nil, err
 	}
@@ -251,39 +243,63 @@ func list(ctx context.Context, b *blob.Bucket, prefix, delim string) ([]*blob.Li
 	}
 }
 
-// retryable reports whether err may go away when the request is repeated: server errors,
-// throttling, timeouts, connections reset and bodies cut short. A missing object, a
-// refused permission, a bad request or a cancelled context is final.
-func retryable(err error) bool {
-	if errors.Is(err, context.Canceled) {
+// transient reports whether err may go away when the request is repeated: server errors,
+// throttling, timeouts, connections reset or closed without an answer, bodies cut short.
+// A missing object, a refused permission, a failed precondition, any other answer of
+// status 4xx or a cancelled context is final. It is the one test of every retry, ours
+// (retry) and the GCS client's for uploads (writerOptions).
+func transient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	if s := httpStatus(err); s != 0 {
+		return s == http.StatusRequestTimeout || s == http.StatusTooManyRequests || s >= 500
 	}
 	switch gcerrors.Code(err) {
 	case gcerrors.NotFound, gcerrors.PermissionDenied, gcerrors.InvalidArgument,
 		gcerrors.FailedPrecondition, gcerrors.Unimplemented, gcerrors.AlreadyExists, gcerrors.Canceled:
 		return false
 	}
-	return true
+	return true // a network error: refused, reset, EOF, timed out
+}
+
+// httpStatus is the status of the HTTP answer err reports (either client's), 0 if none.
+func httpStatus(err error) int {
+	var ge *googleapi.Error
+	if errors.As(err, &ge) {
+		return ge.Code
+	}
+	var re interface{ HTTPStatusCode() int }
+	if errors.As(err, &re) {
+		return re.HTTPStatusCode()
+	}
+	return 0
 }
 
 // Retries is how many times a request is tried; the waits between tries double from
-// 50 ms up to 2 s.
+// 50 ms up to 2 s, so a request that keeps failing is given up after about 5 s of waiting.
 const Retries = 8
 
-// retry runs op until it succeeds, fails for good, or has been tried Retries times.
+// backoff is the wait before try i+1 (from 0).
+func backoff(i int) time.Duration { return min(50*time.Millisecond<<i, 2*time.Second) }
+
+// retry runs op until it succeeds, fails for good (transient), or has been tried Retries
+// times. The clients' own retries are off (Bucket): this is the only layer, so a
+// persistent failure is reported within seconds, not after Retries² tries.
 func retry(ctx context.Context, op func() error) error {
-	wait := 50 * time.Millisecond
 	var err error
 	for i := 0; i < Retries; i++ {
-		if err = op(); err == nil || !retryable(err) {
+		if err = op(); !transient(err) {
 			return err
+		}
+		if i == Retries-1 {
+			break
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(wait):
+		case <-time.After(backoff(i)):
 		}
-		wait = min(2*wait, 2*time.Second)
 	}
 	return err
 }

@@ -29,15 +29,20 @@
 // Parallel requests are in flight and at most a few streams hold prefetched bytes: memory
 // is bounded whatever the object's or checkpoint's size. Scanning a torch.save zip (ckpt
 // scan, inspect's safety scan) reads its directory, local headers and pickles in ranges,
-// not the object. Transient failures (5xx, 429, resets, bodies cut short) are retried
-// Retries times with backoff.
+// not the object. Transient failures (5xx, 429, resets, bodies cut short) are retried with
+// backoff, each request tried at most Retries times: one layer of retries (retry; the
+// clients' own are off but for the GCS client's within a resumable upload, which counts the
+// same), so a persistent failure is reported within seconds.
 //
 // # Writing
 //
 // An output (store.Output) streams each file to its final name: a GCS resumable upload or
 // an S3 multipart upload, which the service makes visible only when it is finalized, so no
-// object is ever seen half-written. After each upload the stored size, MD5 (GCS,
-// single-part S3) and CRC32C (GCS) are compared with what was sent. The output writes a
+// object is ever seen half-written. S3 uploads go through the S3 client directly
+// (s3put.go): parts in reused buffers outside the Go heap, at most UploadParallel in
+// flight, each carrying its CRC32 for the service to check. After each upload the stored
+// size, and the CRC32C of a GCS object (the composite CRC32 of an S3 one, when reported),
+// are compared with what was sent. The output writes a
 // PartialMarker object first and removes it last; its manifest is uploaded after every
 // other file, so a manifest means a complete output. Abort (an error, a cancelled context,
 // SIGINT/SIGTERM in the CLI) cancels the uploads in flight, which the services discard,

@@ -1,24 +1,21 @@
 package bucket
 
 import (
-	"bytes"
 	"context"
-	"crypto/md5"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash"
 	"hash/crc32"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
-	"time"
 
 	"cloud.google.com/go/storage"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/googleapis/gax-go/v2"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
@@ -39,7 +36,7 @@ const PartialMarker = ".ckpt-partial"
 // 128-bit identifier drawn when the output is created.
 const RunMetadata = "ckpt-run"
 
-// UploadBuffer is the size of one upload request (a GCS resumable chunk, an S3 part).
+// UploadBuffer is the size of one request of a GCS resumable upload (S3 parts: UploadPart).
 const UploadBuffer = 16 << 20
 
 // CreateOutput starts an output at url (see store.Output). What is already there is
@@ -62,19 +59,22 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOpti
 	}
 	var id [16]byte
 	rand.Read(id[:])
-	o := &output{ctx: ctx, b: b, l: l, folder: opts.Folder, run: hex.EncodeToString(id[:]), done: map[string]bool{}}
+	o := &output{ctx: ctx, b: b, l: l, folder: opts.Folder, manifest: opts.Manifest, run: hex.EncodeToString(id[:]), done: map[string]bool{}}
+	if l.Scheme == "s3" && !b.As(&o.s3) {
+		return nil, fmt.Errorf("%s: the bucket has no S3 client", l)
+	}
+	if strings.ContainsFunc(l.Key, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return nil, fmt.Errorf("%s: %w: an output's name may not hold control characters", l, statedict.ErrUnsupported)
+	}
 	o.ctx, o.cancel = context.WithCancel(ctx)
 	if err := o.clear(opts); err != nil {
 		o.cancel()
 		return nil, err
 	}
 	// The marker goes first: from now on every object here carrying its run is this output's.
-	opts2 := o.writerOptions()
-	opts2.IfNotExist = true // a second conversion claiming the prefix at once is refused
-	err = retry(o.ctx, func() error {
-		return o.b.WriteAll(o.ctx, o.key(PartialMarker), []byte(markerText+o.run+"\n"), opts2)
-	})
-	if gcerrors.Code(err) == gcerrors.FailedPrecondition {
+	// A second conversion claiming the prefix at once is refused (put only if absent).
+	err = o.put(o.key(PartialMarker), []byte(markerText+o.run+"\n"), true)
+	if gcerrors.Code(err) == gcerrors.FailedPrecondition || httpStatus(err) == http.StatusPreconditionFailed {
 		o.cancel()
 		return nil, fmt.Errorf("%s: %w: another conversion is writing here (its %s appeared meanwhile)", l, store.ErrForeign, PartialMarker)
 	}
@@ -86,16 +86,19 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOpti
 }
 
 type output struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	b      *blob.Bucket
-	l      Location
-	folder bool
-	run    string // this output's run: in the marker and on every object uploaded
+	ctx      context.Context
+	cancel   context.CancelFunc
+	b        *blob.Bucket
+	s3       *s3.Client // S3 outputs upload through it (s3put.go)
+	l        Location
+	folder   bool
+	manifest string // the manifest's file name (store.OutputOptions.Manifest)
+	run      string // this output's run: in the marker and on every object uploaded
 
-	mu   sync.Mutex
-	done map[string]bool // names completed (or started) by this output
-	open int
+	mu      sync.Mutex
+	done    map[string]bool // names completed (or started) by this output
+	open    int
+	uploads []*s3Upload // S3 uploads started, stopped by Abort
 }
 
 // key is the object key of name: under the folder, or for a file output "" is the file
@@ -191,7 +194,7 @@ func (o *output) clear(opts store.OutputOptions) error {
 	slices.SortStableFunc(there, func(a, b string) int {
 		rank := func(k string) int {
 			switch {
-			case strings.HasSuffix(k, "ckpt-manifest.json"):
+			case o.manifest != "" && strings.HasSuffix(k, o.manifest):
 				return 0
 			case strings.HasSuffix(k, PartialMarker):
 				return 2
@@ -264,17 +267,18 @@ func companions(key string, names []string) []string {
 	return out
 }
 
-// writerOptions makes uploads retried on transient errors: the object is this output's,
-// so repeating a chunk or part is safe. An upload gives up after 3×Retries failures. The
-// object carries the run that uploaded it.
+// writerOptions are a GCS upload's: the object carries the run that uploaded it, and
+// every request of the upload is retried by the client on transient errors — the object is
+// this output's, so repeating a chunk is safe, and retry cannot repeat a chunk of a stream
+// whose bytes were sent. A request is tried Retries times: the failures are counted since
+// the last chunk stored (the client's chunk retries otherwise go on for 32 s).
 func (o *output) writerOptions() *blob.WriterOptions {
-	var failures atomic.Int64
+	var failures atomic.Int64 // since the last chunk stored
 	giveUp := func(err error) bool {
-		return transient(err) && failures.Add(1) <= 3*Retries
+		return transient(err) && failures.Add(1) < Retries
 	}
 	return &blob.WriterOptions{
 		BufferSize:                  UploadBuffer,
-		MaxConcurrency:              4,
 		ContentType:                 "application/octet-stream",
 		DisableContentTypeDetection: true,
 		Metadata:                    map[string]string{RunMetadata: o.run},
@@ -282,26 +286,43 @@ func (o *output) writerOptions() *blob.WriterOptions {
 			var oh **storage.ObjectHandle
 			if as(&oh) {
 				*oh = (*oh).Retryer(storage.WithPolicy(storage.RetryAlways), storage.WithMaxAttempts(Retries), storage.WithErrorFunc(giveUp),
-					storage.WithBackoff(gax.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}))
+					storage.WithBackoff(gax.Backoff{Initial: backoff(0), Max: backoff(Retries), Multiplier: 2}))
+			}
+			var w *storage.Writer
+			if as(&w) {
+				w.ProgressFunc = func(int64) { failures.Store(0) }
 			}
 			return nil
 		},
 	}
 }
 
-// transient is the GCS client's retry test, also taking a connection closed without an
-// answer (EOF, reset) for the transient failure it is.
-func transient(err error) bool {
+// put uploads a small object whole; ifAbsent refuses to replace an object.
+func (o *output) put(key string, data []byte, ifAbsent bool) error {
+	w, err := o.writer(key, ifAbsent)
 	if err == nil {
-		return false
+		_, err = w.Write(data)
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
 	}
-	return storage.ShouldRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || strings.Contains(err.Error(), "connection reset")
+	return err
 }
 
-// put uploads a small object whole.
-func (o *output) put(key string, data []byte) error {
-	return retry(o.ctx, func() error { return o.b.WriteAll(o.ctx, key, data, o.writerOptions()) })
+// writer starts the upload of key: through the S3 client (s3put.go) or a GCS resumable
+// upload.
+func (o *output) writer(key string, ifAbsent bool) (io.WriteCloser, error) {
+	if o.s3 != nil {
+		u := newS3Upload(o.ctx, o.s3, o.l.Bucket, key, map[string]string{RunMetadata: o.run})
+		u.ifNone = ifAbsent
+		o.mu.Lock()
+		o.uploads = append(o.uploads, u)
+		o.mu.Unlock()
+		return u, nil
+	}
+	opts := o.writerOptions()
+	opts.IfNotExist = ifAbsent
+	return o.b.NewWriter(o.ctx, key, opts)
 }
 
 // Create starts the upload of name; the object appears when Close succeeds.
@@ -318,19 +339,23 @@ func (o *output) Create(name string) (io.WriteCloser, error) {
 	o.done[key] = true
 	o.open++
 	o.mu.Unlock()
-	w, err := o.b.NewWriter(o.ctx, key, o.writerOptions())
+	w, err := o.writer(key, false)
 	if err != nil {
 		return nil, pathError("create", Location{o.l.Scheme, o.l.Bucket, key}, err)
 	}
-	return &upload{o: o, key: key, w: w, md5: md5.New(), crc: crc32.New(crc32.MakeTable(crc32.Castagnoli))}, nil
+	u := &upload{o: o, key: key, w: w}
+	if o.s3 == nil {
+		u.crc = crc32.New(crc32.MakeTable(crc32.Castagnoli)) // s3Upload checks its parts' own
+	}
+	return u, nil
 }
 
-// upload is one object being streamed up, hashed as it goes for the check after Close.
+// upload is one object being streamed up. A GCS object's CRC32C is computed as it goes,
+// for the check after Close; an S3 object's parts carry theirs (s3put.go).
 type upload struct {
 	o      *output
 	key    string
-	w      *blob.Writer
-	md5    hash.Hash
+	w      io.WriteCloser
 	crc    hash.Hash32
 	n      int64
 	closed bool
@@ -338,8 +363,9 @@ type upload struct {
 
 func (u *upload) Write(p []byte) (int, error) {
 	n, err := u.w.Write(p)
-	u.md5.Write(p[:n])
-	u.crc.Write(p[:n])
+	if u.crc != nil {
+		u.crc.Write(p[:n])
+	}
 	u.n += int64(n)
 	if err != nil {
 		err = fmt.Errorf("%s: uploading at byte %d: %w", Location{u.o.l.Scheme, u.o.l.Bucket, u.key}, u.n, err)
@@ -348,7 +374,8 @@ func (u *upload) Write(p []byte) (int, error) {
 }
 
 // Close finishes the upload and checks what the service stored against what was sent:
-// size, MD5 (when the service reports one: GCS, single-part S3) and CRC32C (GCS).
+// the size, and the CRC32C of a GCS object (an S3 object's parts were checked by the
+// service as they arrived, and its CRC32C by s3Upload.Close).
 func (u *upload) Close() error {
 	if u.closed {
 		return nil
@@ -372,9 +399,7 @@ func (u *upload) Close() error {
 	switch {
 	case attrs.Size != u.n:
 		bad = fmt.Sprintf("%d bytes stored, %d sent", attrs.Size, u.n)
-	case len(attrs.MD5) > 0 && !bytes.Equal(attrs.MD5, u.md5.Sum(nil)):
-		bad = fmt.Sprintf("MD5 %x stored, %x sent", attrs.MD5, u.md5.Sum(nil))
-	case attrs.As(&ga) && ga.CRC32C != 0 && ga.CRC32C != u.crc.Sum32():
+	case u.crc != nil && attrs.As(&ga) && ga.CRC32C != 0 && ga.CRC32C != u.crc.Sum32():
 		bad = fmt.Sprintf("CRC32C %08x stored, %08x sent", ga.CRC32C, u.crc.Sum32())
 	}
 	if bad != "" {
@@ -399,7 +424,7 @@ func (o *output) Commit(last []store.NamedBytes) error {
 		o.mu.Lock()
 		o.done[key] = true
 		o.mu.Unlock()
-		if err := o.put(key, f.Data); err != nil {
+		if err := o.put(key, f.Data, false); err != nil {
 			return pathError("upload", Location{o.l.Scheme, o.l.Bucket, key}, err)
 		}
 	}
@@ -421,9 +446,12 @@ func (o *output) Commit(last []store.NamedBytes) error {
 func (o *output) Abort() {
 	o.cancel()
 	o.mu.Lock()
-	done := o.done
-	o.done = nil
+	done, uploads := o.done, o.uploads
+	o.done, o.uploads = nil, nil
 	o.mu.Unlock()
+	for _, u := range uploads {
+		u.stop()
+	}
 	if done == nil {
 		return
 	}

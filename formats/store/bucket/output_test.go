@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gocloud.dev/blob"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
+	"github.com/ckpt-dev/ckpt/internal/buckettest"
 )
 
 // keys lists every object under prefix in the bucket "ckpt" of scheme.
@@ -170,5 +173,72 @@ func TestSecondOutputRefused(t *testing.T) {
 		if left := keys(t, scheme, "second/out/"); !slices.Equal(left, []string{"second/out/b.safetensors"}) {
 			t.Errorf("%s: after Abort: %v, want only the foreign object", scheme, left)
 		}
+	}
+}
+
+// TestPersistentFailureReportedPromptly: against a server that fails every request of a
+// kind, an open (reads) and an upload each fail after Retries tries of the failing request
+// — one layer of retries, not the client's tries times ours — within about 5 s of backoff,
+// on GCS and on S3 (whose parts in flight are tried Retries times each).
+func TestPersistentFailureReportedPromptly(t *testing.T) {
+	gcs, s3 := buckettest.Start(t, "ckpt")
+	ctx := context.Background()
+	for _, c := range []struct {
+		scheme string
+		srv    *buckettest.Server
+	}{{"gs", gcs}, {"s3", s3}} {
+		url := c.scheme + "://ckpt/persistent/object"
+		putObject(t, c.scheme, "persistent/object", "some bytes")
+		out, err := store.CreateOutput(ctx, c.scheme+"://ckpt/persistent/out", store.OutputOptions{Folder: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range []struct {
+			name  string
+			match func(*http.Request) bool
+			run   func() error
+		}{
+			{"open", nil, func() error {
+				f, err := store.Open(url)
+				if err == nil {
+					f.Close()
+				}
+				return err
+			}},
+			{"upload", buckettest.Uploads, func() error {
+				w, err := out.Create("model.safetensors")
+				if err != nil {
+					return err
+				}
+				_, err = w.Write(make([]byte, bucket.UploadBuffer+1<<20))
+				if cerr := w.Close(); err == nil {
+					err = cerr
+				}
+				return err
+			}},
+		} {
+			c.srv.SetFaults(buckettest.Faults{Match: op.match, Fail: 1, Seed: 1})
+			before := c.srv.Failed.Load()
+			start := time.Now()
+			err := op.run()
+			took := time.Since(start)
+			tries := c.srv.Failed.Load() - before
+			c.srv.SetFaults(buckettest.Faults{})
+			if err == nil {
+				t.Fatalf("%s %s: succeeded against a server failing every request", c.scheme, op.name)
+			}
+			t.Logf("%s %s: %d tries, %v: %v", c.scheme, op.name, tries, took.Round(time.Millisecond), err)
+			most := int64(bucket.Retries)
+			if c.scheme == "s3" && op.name == "upload" {
+				most *= bucket.UploadParallel
+			}
+			if tries > most {
+				t.Errorf("%s %s: the failing requests were tried %d times, more than %d: retries are layered", c.scheme, op.name, tries, most)
+			}
+			if took > 10*time.Second {
+				t.Errorf("%s %s: the failure took %v to report", c.scheme, op.name, took)
+			}
+		}
+		out.Abort()
 	}
 }

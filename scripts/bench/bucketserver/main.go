@@ -2,7 +2,7 @@
 
 // Command bucketserver serves a GCS emulator on loopback for scripts/bench/bucket.sh: the
 // objects live in a folder, so a 2 GiB source streams from disk. It writes its host:port
-// and an S3 server's URL to -addr, uploads each -put LOCAL=gs://bucket/key first, counts the object bytes it serves
+// and an S3 server's URL (gofakes3; multipart uploads discarded, see discarding) to -addr, uploads each -put LOCAL=gs://bucket/key first, counts the object bytes it serves
 // (SIGUSR2 resets the count, SIGUSR1 writes "bytes requests" to -stats) and runs until
 // SIGTERM.
 package main
@@ -19,6 +19,8 @@ import (
 	"syscall"
 
 	"cloud.google.com/go/storage"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
@@ -29,6 +31,7 @@ func main() {
 	bucket := flag.String("bucket", "bench", "bucket to create")
 	addr := flag.String("addr", ".bench/gcs.addr", "file to write host:port to")
 	stats := flag.String("stats", ".bench/gcs.stats", "file SIGUSR1 writes the served bytes to")
+	keep := flag.Bool("s3-keep", false, "keep the bytes of multipart uploads (gofakes3's in-memory backend) instead of discarding them")
 	var puts []string
 	flag.Func("put", "LOCAL=gs://bucket/key to upload before serving (repeatable)", func(s string) error {
 		puts = append(puts, s)
@@ -53,8 +56,12 @@ func main() {
 	}
 	// The upload destination: fake-gcs-server re-hashes the whole object at every chunk
 	// of a resumable upload (quadratic in the size), so uploads go to an S3 server, whose
-	// multipart uploads are linear.
-	s3, err := buckettest.S3(*bucket)
+	// multipart uploads are linear; its parts are discarded (discarding) unless -s3-keep.
+	var backend gofakes3.Backend = newDiscarding()
+	if *keep {
+		backend = s3mem.New()
+	}
+	s3, err := buckettest.S3On(backend, *bucket)
 	if err != nil {
 		log.Fatal(err)
 	}
