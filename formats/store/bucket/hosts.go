@@ -385,7 +385,7 @@ func (m *member) writeJournal() error {
 	if err != nil {
 		return err
 	}
-	return m.put(m.control(m.opts.Host, "journal"), b)
+	return m.put(m.control(m.opts.Host, "journal"), b, false)
 }
 
 // record journals e, replacing the entry of the same file.
@@ -471,7 +471,7 @@ func (m *member) Seal(part []byte) error {
 	if m.sealed != nil || open > 0 {
 		return fmt.Errorf("%s: host %d cannot seal its share (sealed already, or %d file(s) still being written)", m.l, m.opts.Host, open)
 	}
-	if err := m.put(m.control(m.opts.Host, "part"), part); err != nil {
+	if err := m.put(m.control(m.opts.Host, "part"), part, false); err != nil {
 		return pathError("upload", m.loc(m.control(m.opts.Host, "part")), err)
 	}
 	m.sealed = part
@@ -582,7 +582,7 @@ func (m *member) Commit(last []store.NamedBytes) error {
 		m.mu.Lock()
 		m.done[key] = true
 		m.mu.Unlock()
-		if err := m.put(key, f.Data); err != nil {
+		if err := m.put(key, f.Data, false); err != nil {
 			return pathError("upload", m.loc(key), err)
 		}
 	}
