@@ -29,7 +29,7 @@ type share interface {
 // 0 to clear what the prefix held (--force).
 func (o *output) joinRemote(opts Options, host, hosts int, run string) error {
 	so, err := store.JoinOutput(o.ctx, opts.Dst, store.SharedOptions{
-		OutputOptions: store.OutputOptions{Folder: true, Force: opts.Force, Owned: manifest.Owned},
+		OutputOptions: store.OutputOptions{Folder: true, Force: opts.Force, Owned: manifest.Owned, Manifest: manifest.Name},
 		Host:          host, Hosts: hosts, Run: run, Resume: opts.Resume, Wait: opts.Hosts.Wait,
 	})
 	if err != nil {

@@ -92,19 +92,10 @@ func (f *FS) JoinOutput(ctx context.Context, url string, opts store.SharedOption
 	if !opts.Folder || opts.Run == "" || strings.ContainsAny(opts.Run, " \t\r\n") {
 		return nil, fmt.Errorf("%s: a shared output is a folder with a run of one word", url)
 	}
-	l, err := Parse(url)
+	o, err := f.newOutput(ctx, url, opts.OutputOptions, opts.Run)
 	if err != nil {
 		return nil, err
 	}
-	if l.Key == "" {
-		return nil, fmt.Errorf("%s: %w: an output needs a prefix inside the bucket (gs://bucket/run/out)", url, statedict.ErrUnsupported)
-	}
-	b, err := f.Bucket(ctx, l)
-	if err != nil {
-		return nil, err
-	}
-	o := &output{b: b, l: l, folder: true, run: opts.Run, done: map[string]bool{}}
-	o.ctx, o.cancel = context.WithCancel(ctx)
 	m := &member{output: o, opts: opts}
 	if err := m.join(); err != nil {
 		o.cancel()

@@ -46,27 +46,12 @@ const UploadBuffer = 16 << 20
 // is removed first, its manifest before anything else, so no mix of old and new ever looks
 // complete.
 func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOptions) (store.Output, error) {
-	l, err := Parse(url)
-	if err != nil {
-		return nil, err
-	}
-	if l.Key == "" {
-		return nil, fmt.Errorf("%s: %w: an output needs a prefix inside the bucket (gs://bucket/run/out)", url, statedict.ErrUnsupported)
-	}
-	b, err := f.Bucket(ctx, l)
-	if err != nil {
-		return nil, err
-	}
 	var id [16]byte
 	rand.Read(id[:])
-	o := &output{ctx: ctx, b: b, l: l, folder: opts.Folder, manifest: opts.Manifest, run: hex.EncodeToString(id[:]), done: map[string]bool{}}
-	if l.Scheme == "s3" && !b.As(&o.s3) {
-		return nil, fmt.Errorf("%s: the bucket has no S3 client", l)
+	o, err := f.newOutput(ctx, url, opts, hex.EncodeToString(id[:]))
+	if err != nil {
+		return nil, err
 	}
-	if strings.ContainsFunc(l.Key, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return nil, fmt.Errorf("%s: %w: an output's name may not hold control characters", l, statedict.ErrUnsupported)
-	}
-	o.ctx, o.cancel = context.WithCancel(ctx)
 	if err := o.clear(opts); err != nil {
 		o.cancel()
 		return nil, err
@@ -76,12 +61,39 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOpti
 	err = o.put(o.key(PartialMarker), []byte(markerText+o.run+"\n"), true)
 	if gcerrors.Code(err) == gcerrors.FailedPrecondition || httpStatus(err) == http.StatusPreconditionFailed {
 		o.cancel()
-		return nil, fmt.Errorf("%s: %w: another conversion is writing here (its %s appeared meanwhile)", l, store.ErrForeign, PartialMarker)
+		return nil, fmt.Errorf("%s: %w: another conversion is writing here (its %s appeared meanwhile)", o.l, store.ErrForeign, PartialMarker)
 	}
 	if err != nil {
 		o.cancel()
-		return nil, pathError("create", l, err)
+		return nil, pathError("create", o.l, err)
 	}
+	return o, nil
+}
+
+// newOutput is the output of run at url, not yet started: the checks every bucket output
+// makes (a prefix inside the bucket, no control characters, an S3 bucket's client for the
+// uploads) and the options it keeps (folder, the manifest's name, which clearing an
+// earlier output removes first). CreateOutput and JoinOutput both start from it.
+func (f *FS) newOutput(ctx context.Context, url string, opts store.OutputOptions, run string) (*output, error) {
+	l, err := Parse(url)
+	if err != nil {
+		return nil, err
+	}
+	if l.Key == "" {
+		return nil, fmt.Errorf("%s: %w: an output needs a prefix inside the bucket (gs://bucket/run/out)", url, statedict.ErrUnsupported)
+	}
+	if strings.ContainsFunc(l.Key, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return nil, fmt.Errorf("%s: %w: an output's name may not hold control characters", l, statedict.ErrUnsupported)
+	}
+	b, err := f.Bucket(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	o := &output{b: b, l: l, folder: opts.Folder, manifest: opts.Manifest, run: run, done: map[string]bool{}}
+	if l.Scheme == "s3" && !b.As(&o.s3) {
+		return nil, fmt.Errorf("%s: the bucket has no S3 client", l)
+	}
+	o.ctx, o.cancel = context.WithCancel(ctx)
 	return o, nil
 }
 
