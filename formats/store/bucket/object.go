@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"gocloud.dev/blob"
 )
@@ -156,6 +157,10 @@ var free struct {
 	bytes int64
 }
 
+// outstanding counts the buffers getBuf handed out and putBuf has not had back: every
+// path of the read and upload sides returns its buffers (the tests count them).
+var outstanding atomic.Int64
+
 func sizeClass(n int64) int {
 	c := 0
 	for int64(minStream)<<c < n {
@@ -165,6 +170,7 @@ func sizeClass(n int64) int {
 }
 
 func getBuf(n int64) []byte {
+	outstanding.Add(1)
 	c := sizeClass(n)
 	free.mu.Lock()
 	if l := free.lists[c]; len(l) > 0 {
@@ -179,6 +185,7 @@ func getBuf(n int64) []byte {
 }
 
 func putBuf(b []byte) {
+	outstanding.Add(-1)
 	b = b[:cap(b)]
 	c := sizeClass(int64(len(b)))
 	if int64(minStream)<<c != int64(len(b)) {
