@@ -68,6 +68,25 @@ type Windower interface {
 	Window(off, n int64) io.ReaderAt
 }
 
+// Prefetcher is a storage's reader (a remote object's window) that can start fetching
+// the storage's first bytes before they are read.
+type Prefetcher interface {
+	Prefetch()
+}
+
+// Prefetch asks the reader of the tensor's storage to start fetching its first bytes,
+// when it can (a window of a remote object): a writer going from tensor to tensor calls
+// it for the next tensor while it writes the current one, so that the next one's first
+// read finds its bytes on the way instead of waiting a round trip with the disk idle.
+func (t *Tensor) Prefetch() {
+	if t.Storage == nil {
+		return
+	}
+	if p, ok := t.Storage.ra.(Prefetcher); ok {
+		p.Prefetch()
+	}
+}
+
 // Mapped returns the storage bytes without copying when they are memory-resident.
 func (s *Storage) Mapped() ([]byte, bool) {
 	if s.data != nil {

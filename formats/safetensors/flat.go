@@ -186,7 +186,10 @@ func WriteFile(w io.Writer, tensors []statedict.NamedTensor, md map[string]strin
 	if err != nil {
 		return 0, err
 	}
-	for _, info := range infos {
+	for i, info := range infos {
+		if i+1 < len(infos) { // the next tensor's reads overlap this one's writes
+			byName[infos[i+1].Name].Prefetch()
+		}
 		var src io.WriterTo = byName[info.Name]
 		if sum != nil {
 			if h := sum(byName[info.Name]); h != nil {

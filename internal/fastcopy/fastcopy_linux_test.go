@@ -388,6 +388,56 @@ func TestFileMeasuresPaths(t *testing.T) {
 	}
 }
 
+// TestFileMemoryStaysDirect: a stream whose bytes come from memory (a bucket's reads,
+// which wait for the network between writes) keeps direct I/O although its page-cache
+// window would measure faster — here every direct write costs 10 s of the calibration
+// clock and the page cache nothing — and records no choice for the device, so that a
+// later stream of file ranges still measures both paths.
+func TestFileMemoryStaysDirect(t *testing.T) {
+	var skew atomic.Int64
+	now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	t.Cleanup(func() { now = time.Now })
+	orig := writeDirect
+	var direct atomic.Int32
+	writeDirect = func(d *os.File, b []byte, off int64) (int, error) {
+		direct.Add(1)
+		skew.Add(int64(10 * time.Second))
+		return orig(d, b, off)
+	}
+	t.Cleanup(func() { writeDirect = orig })
+	dir := t.TempDir()
+	_, src := randomFile(t, dir, 3*calWindow)
+	out, err := os.Create(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	choices.Clear()
+	defer choices.Clear()
+	f := NewFile(out)
+	if f.calib == nil {
+		t.Skipf("the filesystem of %s refuses O_DIRECT at open: nothing to choose between", dir)
+	}
+	dev := f.calib.dev
+	for off := 0; off < len(src); off += piece {
+		if _, err := f.Write(src[off:min(len(src), off+piece)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, src) {
+		t.Fatalf("output differs (%d bytes, want %d)", len(got), len(src))
+	}
+	if n := direct.Load(); n < 3*calWindow/chunkSize || f.noDirect.Load() {
+		t.Fatalf("%d direct writes of %d chunks (direct refused: %v): the stream left direct I/O", n, 3*calWindow/chunkSize, f.noDirect.Load())
+	}
+	if v, ok := choices.Load(dev); ok {
+		t.Fatalf("a stream from memory recorded direct=%v for the device", v)
+	}
+}
+
 // TestFileCopyFallback: on the page-cache path source ranges are copied by the kernel; when a
 // copy fails (here EXDEV, from the second on, as between filesystems that cannot copy to each
 // other) the bytes are read and written instead, byte-exact, with their sums, and the kernel

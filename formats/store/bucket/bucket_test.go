@@ -171,7 +171,9 @@ func TestStatReadDir(t *testing.T) {
 // TestStreamsStayInTheirRange: a reader streaming through a window in 1 MiB pieces (as
 // a conversion reads a tensor) is served exactly the window's bytes — prefetch never
 // reaches past its end — and one that stops early costs at most three times what it
-// read; a reader streaming through the object itself is served the object once.
+// read; a window prefetched before its reader comes (statedict.Prefetcher) is served its
+// first block once, read or not; a reader streaming through the object itself is served
+// the object once.
 func TestStreamsStayInTheirRange(t *testing.T) {
 	srv, err := buckettest.GCS("ckpt")
 	if err != nil {
@@ -224,17 +226,28 @@ func TestStreamsStayInTheirRange(t *testing.T) {
 		name           string
 		lo, hi, readTo int64 // the window, and how far the reader goes
 		most           int64 // bytes the server may send
+		prefetch       bool  // Prefetch is called before reading
+		least          int64 // bytes the server must send, when more than the reader reads
 	}{
-		{"whole window", 3<<20 + 17, 29 << 20, 29 << 20, 29<<20 - (3<<20 + 17)},
-		{"small window", 1 << 20, 1<<20 + 300<<10, 1<<20 + 300<<10, 300 << 10},
-		{"to the object's end", 30 << 20, size, size, size - 30<<20},
-		{"stopped at 5 MiB", 2 << 20, 38 << 20, 7 << 20, 3 * 5 << 20},
+		{"whole window", 3<<20 + 17, 29 << 20, 29 << 20, 29<<20 - (3<<20 + 17), false, 0},
+		{"small window", 1 << 20, 1<<20 + 300<<10, 1<<20 + 300<<10, 300 << 10, false, 0},
+		{"to the object's end", 30 << 20, size, size, size - 30<<20, false, 0},
+		{"stopped at 5 MiB", 2 << 20, 38 << 20, 7 << 20, 3 * 5 << 20, false, 0},
+		// A prefetched window's first block is fetched once, read or not.
+		{"prefetched, read", 3<<20 + 17, 29 << 20, 29 << 20, 29<<20 - (3<<20 + 17), true, 0},
+		{"prefetched, never read", 3 << 20, 29 << 20, 3 << 20, bucket.BlockSize, true, bucket.BlockSize},
+		{"prefetched small window", 1 << 20, 1<<20 + 300<<10, 1 << 20, 300 << 10, true, 300 << 10},
 	} {
 		srv.Served.Store(0)
-		stream(w.Window(c.lo, c.hi-c.lo), c.lo, c.readTo)
+		r := w.Window(c.lo, c.hi-c.lo)
+		if c.prefetch {
+			r.(statedict.Prefetcher).Prefetch()
+			time.Sleep(50 * time.Millisecond)
+		}
+		stream(r, c.lo, c.readTo)
 		f.(io.Closer).Close() // drops what was prefetched and not read
 		time.Sleep(50 * time.Millisecond)
-		if got := srv.Served.Load(); got < c.readTo-c.lo || got > c.most {
+		if got := srv.Served.Load(); got < max(c.readTo-c.lo, c.least) || got > c.most {
 			t.Errorf("%s: the server sent %d bytes for a read of %d (at most %d)", c.name, got, c.readTo-c.lo, c.most)
 		}
 	}

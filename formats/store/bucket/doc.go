@@ -25,7 +25,9 @@
 // blocks fetched in parallel. Each storage reads through a window of the object on its
 // own range (statedict.Windower): a reader streaming through it gets the bytes ahead
 // prefetched — twice as far ahead as it has read, from 64 KiB up to Ahead blocks — but never
-// past the range's end, so reading one tensor never fetches the next one's bytes. At most
+// past the range's end, so reading one tensor never fetches the next one's bytes unless
+// the writer asks for them (statedict.Prefetcher: a conversion asks for the next tensor's
+// first block while it writes the current one). At most
 // Parallel requests are in flight and at most a few streams hold prefetched bytes: memory
 // is bounded whatever the object's or checkpoint's size. Scanning a torch.save zip (ckpt
 // scan, inspect's safety scan) reads its directory, local headers and pickles in ranges,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"gocloud.dev/blob"
 )
@@ -19,7 +20,9 @@ import (
 // the end of the range the caller will read — the storage a Window was made for, or the
 // object. A reader that stops early has cost at most three times what it read; a
 // --select of one layer reads that layer's bytes and its headers, not the blocks after
-// each tensor.
+// each tensor. A writer going from tensor to tensor asks for the next one's first block
+// while it writes the current one (Prefetch), so that reading and writing overlap across
+// tensors too.
 //
 // At most Parallel requests are in flight in the process, a stream holds at most its
 // read and Ahead blocks, dropped once read past, and at most maxStreams streams hold
@@ -154,6 +157,10 @@ var free struct {
 	bytes int64
 }
 
+// outstanding counts the buffers getBuf handed out and putBuf has not had back: every
+// path of the read and upload sides returns its buffers (the tests count them).
+var outstanding atomic.Int64
+
 func sizeClass(n int64) int {
 	c := 0
 	for int64(minStream)<<c < n {
@@ -163,6 +170,7 @@ func sizeClass(n int64) int {
 }
 
 func getBuf(n int64) []byte {
+	outstanding.Add(1)
 	c := sizeClass(n)
 	free.mu.Lock()
 	if l := free.lists[c]; len(l) > 0 {
@@ -177,6 +185,7 @@ func getBuf(n int64) []byte {
 }
 
 func putBuf(b []byte) {
+	outstanding.Add(-1)
 	b = b[:cap(b)]
 	c := sizeClass(int64(len(b)))
 	if int64(minStream)<<c != int64(len(b)) {
@@ -276,6 +285,22 @@ func (s *stream) plan(off, end int64) []*chunk {
 		needed = append(needed, c)
 	}
 	return needed
+}
+
+// Prefetch starts fetching the window's first bytes (up to a block) before its reader
+// asks for them (statedict.Prefetcher): a conversion calls it for the next tensor while it
+// writes the current one. It does nothing once the window has been read; the bytes stay
+// within the window, so a reader that never comes has cost one block at most.
+func (s *stream) Prefetch() {
+	s.mu.Lock()
+	if s.next != s.lo || len(s.chunks) > 0 || s.lo >= s.hi {
+		s.mu.Unlock()
+		return
+	}
+	s.issued = s.lo
+	s.issue(min(BlockSize, s.hi-s.lo))
+	s.mu.Unlock()
+	touch(s)
 }
 
 // issue starts fetching the n bytes at s.issued. s.mu is held.

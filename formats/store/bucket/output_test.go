@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -240,5 +241,66 @@ func TestPersistentFailureReportedPromptly(t *testing.T) {
 			}
 		}
 		out.Abort()
+	}
+}
+
+// TestUploadsReturnTheirBuffers: every way an S3 upload ends — aborted with a part half
+// filled, failed by the server (multipart or a single PutObject), its context cancelled
+// while it writes — returns the part buffers it took from the pool, so that a library user
+// who aborts outputs over and over holds no memory for them.
+func TestUploadsReturnTheirBuffers(t *testing.T) {
+	_, s3 := buckettest.Start(t, "ckpt")
+	// settled waits for the buffers in flight to come back to before.
+	settled := func(before int64) int64 {
+		deadline := time.Now().Add(5 * time.Second)
+		for bucket.OutstandingBuffers() > before && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return bucket.OutstandingBuffers()
+	}
+	big := make([]byte, 2*bucket.UploadPart+bucket.UploadPart/2) // two parts sent, one half filled
+	for i, c := range []struct {
+		name   string
+		fail   bool // the server fails every upload request
+		n      int  // bytes written
+		close  bool // the file is closed before the abort
+		cancel bool // the output's context is cancelled after writing
+	}{
+		{"aborted with a part half filled", false, len(big), false, false},
+		{"multipart upload failing", true, len(big), true, false},
+		{"multipart upload failing, not closed", true, len(big), false, false},
+		{"small object failing", true, 1000, true, false},
+		{"small object aborted", false, 1000, false, false},
+		{"context cancelled while writing", false, len(big), false, true},
+	} {
+		before := settled(bucket.OutstandingBuffers())
+		ctx, cancel := context.WithCancel(context.Background())
+		out, err := store.CreateOutput(ctx, "s3://ckpt/buffers/"+strconv.Itoa(i), store.OutputOptions{Folder: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.fail {
+			s3.SetFaults(buckettest.Faults{Match: buckettest.Uploads, Fail: 1, Seed: 1})
+		}
+		w, err := out.Create("model.safetensors")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(big[:c.n])
+		if c.cancel {
+			cancel()
+			w.Write(big[:c.n])
+		}
+		if c.close {
+			if err := w.Close(); err == nil {
+				t.Errorf("%s: the upload succeeded", c.name)
+			}
+		}
+		out.Abort()
+		s3.SetFaults(buckettest.Faults{})
+		cancel()
+		if got := settled(before); got != before {
+			t.Errorf("%s: %d pool buffers outstanding after the abort, %d before", c.name, got, before)
+		}
 	}
 }

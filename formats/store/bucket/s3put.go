@@ -79,9 +79,12 @@ type s3Upload struct {
 	meta   map[string]string
 	ifNone bool // PutObject only if no object has the key
 
-	buf  []byte // the part being filled, from getBuf
-	fill int
-	next int32 // number of the part being filled
+	// bufMu is held by Write and Close while they use the part being filled, and by stop
+	// to return it: an Output may be aborted from another goroutine (a signal).
+	bufMu sync.Mutex
+	buf   []byte // the part being filled, from getBuf
+	fill  int
+	next  int32 // number of the part being filled
 
 	id *string // the multipart upload, once its first part is full
 	wg sync.WaitGroup
@@ -102,6 +105,8 @@ func newS3Upload(ctx context.Context, c *s3.Client, bucket, key string, meta map
 
 // Write copies p into parts, sending each one as it fills.
 func (u *s3Upload) Write(p []byte) (int, error) {
+	u.bufMu.Lock()
+	defer u.bufMu.Unlock()
 	var done int
 	for done < len(p) {
 		if err := u.failed(); err != nil {
@@ -208,6 +213,7 @@ func (u *s3Upload) send() error {
 // than a part, else the last part and the completion of the multipart upload. A failed
 // upload is stopped (its multipart upload aborted) before Close returns.
 func (u *s3Upload) Close() error {
+	u.bufMu.Lock()
 	if u.id == nil && u.failed() == nil {
 		data := u.buf[:u.fill]
 		sum := crcBase64(crc32.ChecksumIEEE(data))
@@ -226,6 +232,7 @@ func (u *s3Upload) Close() error {
 			return err
 		})
 		u.release()
+		u.bufMu.Unlock()
 		u.cancel()
 		return err
 	}
@@ -233,6 +240,7 @@ func (u *s3Upload) Close() error {
 		u.send()
 	}
 	u.release()
+	u.bufMu.Unlock()
 	u.wg.Wait()
 	err := u.failed()
 	if err == nil {
@@ -267,7 +275,7 @@ func (u *s3Upload) Close() error {
 	return nil
 }
 
-// release returns the part being filled to the pool.
+// release returns the part being filled to the pool. u.bufMu is held.
 func (u *s3Upload) release() {
 	if u.buf != nil {
 		putBuf(u.buf)
@@ -275,11 +283,15 @@ func (u *s3Upload) release() {
 	}
 }
 
-// stop ends the upload: the parts in flight are cancelled and, unless the object was
-// completed, the multipart upload is aborted, so that the service drops the parts it
-// holds. Output.Abort calls it for the uploads not closed.
+// stop ends the upload: the parts in flight are cancelled, the part being filled goes
+// back to the pool and, unless the object was completed, the multipart upload is
+// aborted, so that the service drops the parts it holds. Output.Abort calls it for the
+// uploads not closed.
 func (u *s3Upload) stop() {
-	u.cancel()
+	u.cancel() // a Write or Close waiting to send returns, and lets go of bufMu
+	u.bufMu.Lock()
+	u.release()
+	u.bufMu.Unlock()
 	u.wg.Wait()
 	u.once.Do(func() {
 		u.mu.Lock()
