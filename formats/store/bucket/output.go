@@ -339,11 +339,18 @@ func (o *output) writer(key string, ifAbsent bool) (io.WriteCloser, error) {
 
 // Create starts the upload of name; the object appears when Close succeeds.
 func (o *output) Create(name string) (io.WriteCloser, error) {
-	if err := o.ctx.Err(); err != nil {
-		return nil, err
-	}
 	key := o.key(name)
 	o.mu.Lock()
+	// Checked under the lock Abort and Commit take: a Create racing either fails here
+	// rather than start an upload neither would see.
+	if err := o.ctx.Err(); err != nil {
+		o.mu.Unlock()
+		return nil, err
+	}
+	if o.done == nil {
+		o.mu.Unlock()
+		return nil, fmt.Errorf("%s: %s created after the output was committed or aborted", o.l, name)
+	}
 	if o.done[key] {
 		o.mu.Unlock()
 		return nil, fmt.Errorf("%s: %s written twice", o.l, name)

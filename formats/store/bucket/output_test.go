@@ -304,3 +304,33 @@ func TestUploadsReturnTheirBuffers(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateAfterEnd: a Create after the output was aborted (a signal, on another
+// goroutine) or committed fails with an error, and uploads nothing.
+func TestCreateAfterEnd(t *testing.T) {
+	servers(t)
+	ctx := context.Background()
+	for _, scheme := range []string{"gs", "s3"} {
+		for _, end := range []string{"abort", "commit"} {
+			prefix := "after-" + end + "/out"
+			out, err := store.CreateOutput(ctx, scheme+"://ckpt/"+prefix, store.OutputOptions{Folder: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end == "abort" {
+				out.Abort()
+			} else if err := out.Commit(nil); err != nil {
+				t.Fatal(err)
+			}
+			if w, err := out.Create("late.safetensors"); err == nil {
+				w.Close()
+				t.Errorf("%s: Create after %s succeeded", scheme, end)
+			}
+			for _, k := range keys(t, scheme, prefix+"/") {
+				if strings.HasSuffix(k, "late.safetensors") {
+					t.Errorf("%s: Create after %s uploaded %s", scheme, end, k)
+				}
+			}
+		}
+	}
+}
