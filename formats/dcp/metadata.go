@@ -339,6 +339,10 @@ type parser struct {
 	// collecting state_dict_metadata, once found.
 	claims map[*pickle.Dict]*claim
 	items  *claim
+	// class is the global each role's records were reduced from: one per role and file
+	// (a record of the role under another module path stays an object), so that an error
+	// names a reduced record's class as it names an object's.
+	class map[string]pickle.Global
 }
 
 // maxInterned bounds the distinct int lists parser.ints keeps.
@@ -380,9 +384,13 @@ var theBytesMeta = &bytesMeta{}
 // its typed form, or leaves it (false) when it is not exactly what the parser accepts, for
 // the parser to report with the item's name.
 func (p *parser) build(o *pickle.Object) (pickle.Value, bool, error) {
+	role := classes[o.Class]
+	if g, ok := p.class[role]; ok && g != o.Class {
+		return nil, false, nil
+	}
 	var v pickle.Value
 	var err error
-	switch classes[o.Class] {
+	switch role {
 	case clsChunk:
 		var c ChunkMeta
 		c, err = p.chunk(o, "", 0)
@@ -400,13 +408,38 @@ func (p *parser) build(o *pickle.Object) (pickle.Value, bool, error) {
 	default:
 		return nil, false, nil
 	}
-	return v, err == nil, nil
+	if err != nil {
+		return nil, false, nil
+	}
+	if p.class == nil {
+		p.class = map[string]pickle.Global{}
+	}
+	p.class[role] = o.Class
+	return v, true, nil
 }
 
 // describe names a value's type for error messages, giving a claimed dict its items back
 // first.
 func (p *parser) describe(v pickle.Value) string {
 	p.releaseAny(v)
+	role := ""
+	switch v.(type) {
+	case *ChunkMeta:
+		role = clsChunk
+	case *props:
+		role = clsProps
+	case *TensorMeta:
+		role = clsTensor
+	case *bytesMeta:
+		role = clsBytes
+	case *index:
+		role = clsIndex
+	case *storageInfo:
+		role = clsStorage
+	}
+	if g, ok := p.class[role]; ok {
+		return g.String() + " object"
+	}
 	return describe(v)
 }
 
