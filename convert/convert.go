@@ -358,17 +358,15 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 	}
 	p.ck = &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files,
 		Metadata: ck.Metadata, WeightsName: ck.WeightsName, Components: ck.Components}
-	if p.sum.Tensors, err = checkContent(ck, root); err != nil {
+	// A per-device layout hashes every tensor's bytes once, piece by piece.
+	storages := formats.Writers[lay].Tree && opts.Target.Sharding() == nil
+	if p.sum.Tensors, p.total, err = checkContent(ck, root, storages); err != nil {
 		return nil, err
 	}
 	// Only the remapped tree is written from here on. remap consumed the source's tensors
 	// and storages (Options.Consume: they are the output's now, so nothing may read ck.Root
 	// or q.root for source values after this); let the source's containers go.
 	ck.Root, q.root = nil, nil
-	tensors, err := p.ck.Tensors()
-	if err != nil {
-		return nil, err
-	}
 	if sh := opts.Target.Sharding(); sh != nil {
 		if len(ck.Components) > 0 {
 			return nil, fmt.Errorf("%s: %w: a checkpoint of %d components (a pipeline) is not sharded per device; convert each component folder on its own", opts.Src, statedict.ErrUnsupported, len(ck.Components))
@@ -383,8 +381,6 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 		p.sum.Warnings = append(p.sum.Warnings, ws...)
 		p.sum.Sharding = &ShardingReport{Ranks: p.sharding.Ranks, Mesh: opts.Target.Mesh.String(), Sharded: len(p.sharding.Tensors)}
 	}
-	// A per-device layout hashes every tensor's bytes once, piece by piece.
-	p.total = contentBytes(tensors, formats.Writers[lay].Tree && p.sharding == nil)
 	if !formats.Writers[lay].Folder && len(ck.Extras) > 0 {
 		// A single file holds tensors only: say once what stays behind, and claim nothing
 		// about files that are not written.
@@ -433,11 +429,13 @@ func (p *planned) writeOptions(o *output, opts Options) statedict.WriteOptions {
 
 // checkContent refuses an output of no tensors, or of placeholders only, from a source
 // that holds weights: a conversion never succeeds having written nothing of them. It
-// returns the number of tensors of the output tree out.
-func checkContent(src *statedict.Checkpoint, out statedict.Value) (int, error) {
+// returns the number of tensors of the output tree out and the bytes the layout writes of
+// them (contentBytes), in the one walk of the tree planning makes.
+func checkContent(src *statedict.Checkpoint, out statedict.Value, storages bool) (int, int64, error) {
 	var n int
 	var first statedict.NamedTensor
 	weights := false
+	var c contentBytes
 	err := statedict.Walk(out, "", func(name string, v statedict.Value) error {
 		if t, ok := v.(*statedict.Tensor); ok {
 			if n == 0 {
@@ -445,13 +443,14 @@ func checkContent(src *statedict.Checkpoint, out statedict.Value) (int, error) {
 			}
 			n++
 			weights = weights || t.NumEl() > 0
+			c.add(t, storages)
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return n, checkTensors(src, n, first, weights)
+	return n, c.total, checkTensors(src, n, first, weights)
 }
 
 // checkTensors is checkContent's verdict on an output of n tensors, the first of them
@@ -483,25 +482,27 @@ func placement(t *runtime.Target) remap.Placement {
 	}
 }
 
-// contentBytes is how many tensor bytes a layout writes: every storage once for the
+// contentBytes counts how many tensor bytes a layout writes: every storage once for the
 // layouts that keep storages shared (a torch.save file writes whole storages), every
 // tensor's contiguous bytes for the others.
-func contentBytes(tensors []statedict.NamedTensor, storages bool) int64 {
-	var total int64
-	seen := map[any]bool{}
-	for _, nt := range tensors {
-		t := nt.Tensor
-		var key any = t
-		n := t.NBytes()
-		if storages && t.Storage != nil {
-			key, n = t.Storage, t.Storage.Size
-		}
-		if !seen[key] {
-			seen[key] = true
-			total += n
-		}
+type contentBytes struct {
+	total int64
+	seen  map[any]bool
+}
+
+func (c *contentBytes) add(t *statedict.Tensor, storages bool) {
+	var key any = t
+	n := t.NBytes()
+	if storages && t.Storage != nil {
+		key, n = t.Storage, t.Storage.Size
 	}
-	return total
+	if c.seen == nil {
+		c.seen = map[any]bool{}
+	}
+	if !c.seen[key] {
+		c.seen[key] = true
+		c.total += n
+	}
 }
 
 // write writes the planned checkpoint through out with the layout's writer, then the

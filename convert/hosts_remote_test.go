@@ -25,8 +25,8 @@ import (
 	"gocloud.dev/blob"
 )
 
-// putForeign uploads data to the object url as anyone but ckpt would (no run metadata).
-func putForeign(t *testing.T, url, data string) {
+// openBucket opens the bucket of the object (or prefix) url and returns its key there.
+func openBucket(t *testing.T, url string) (*blob.Bucket, string) {
 	t.Helper()
 	l, err := bucket.Parse(url)
 	if err != nil {
@@ -36,7 +36,14 @@ func putForeign(t *testing.T, url, data string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.WriteAll(context.Background(), l.Key, []byte(data), nil); err != nil {
+	return b, l.Key
+}
+
+// putForeign uploads data to the object url as anyone but ckpt would (no run metadata).
+func putForeign(t *testing.T, url, data string) {
+	t.Helper()
+	b, key := openBucket(t, url)
+	if err := b.WriteAll(context.Background(), key, []byte(data), nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -44,22 +51,15 @@ func putForeign(t *testing.T, url, data string) {
 // objectNames lists the names under the prefix url.
 func objectNames(t *testing.T, url string) []string {
 	t.Helper()
-	l, err := bucket.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := bucket.Default.Bucket(context.Background(), l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, key := openBucket(t, url)
 	var out []string
-	it := b.List(&blob.ListOptions{Prefix: l.Key + "/"})
+	it := b.List(&blob.ListOptions{Prefix: key + "/"})
 	for {
 		o, err := it.Next(context.Background())
 		if err != nil {
 			return out
 		}
-		out = append(out, strings.TrimPrefix(o.Key, l.Key+"/"))
+		out = append(out, strings.TrimPrefix(o.Key, key+"/"))
 	}
 }
 
@@ -67,18 +67,10 @@ func objectNames(t *testing.T, url string) []string {
 // checks that they hold the same names.
 func sameFiles(t *testing.T, what, want, got string) {
 	t.Helper()
-	names := func(dir string) []string {
-		es, _ := os.ReadDir(dir)
-		var out []string
-		for _, e := range es {
-			out = append(out, e.Name())
-		}
-		return out
-	}
-	if a, b := names(want), names(got); !slices.Equal(a, b) || len(a) < 3 {
+	if a, b := fileNames(want), fileNames(got); !slices.Equal(a, b) || len(a) < 3 {
 		t.Fatalf("%s: files %v, want %v", what, b, a)
 	}
-	for _, n := range names(want) {
+	for _, n := range fileNames(want) {
 		if n == manifest.Name {
 			continue
 		}
@@ -108,25 +100,11 @@ func sameFiles(t *testing.T, what, want, got string) {
 // Run again once complete, a host has nothing to do.
 func TestMultiHostBucket(t *testing.T) {
 	buckettest.Start(t, "ckpt")
-	dir := t.TempDir()
-	src := filepath.Join(dir, "train.pt")
-	trainingSource(t, src)
-	mesh, _ := runtime.ParseMesh("tp=2,fsdp=4")
-	target, err := runtime.NewTarget("cpu", nil, nil, mesh, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newHostsFixture(t, "cpu", "tp=2,fsdp=4")
+	dir := f.dir
 	for _, format := range []Format{DCP, Safetensors} {
-		options := func(dst string, host, hosts int) Options {
-			o := DefaultOptions(src, dst)
-			o.Format, o.Target, o.ToolVersion = format, target, "test"
-			o.Hosts = Hosts{Index: host, Count: hosts, Wait: time.Minute}
-			return o
-		}
-		single := filepath.Join(dir, string(format)+"-single")
-		if _, err := Run(context.Background(), options(single, 0, 1)); err != nil {
-			t.Fatal(err)
-		}
+		options := f.options(format, time.Minute)
+		single := f.single(t, string(format)+"-single", options)
 		shared := filepath.Join(dir, string(format)+"-shared")
 		runHosts(t, func(h int) Options { return options(shared, h, 4) })
 		for _, scheme := range []string{"gs", "s3"} {
@@ -187,24 +165,9 @@ func runHosts(t *testing.T, opts func(host int) Options) []*Summary {
 // conversion with other options does not adopt the shares of this one.
 func TestMultiHostBucketShares(t *testing.T) {
 	buckettest.Start(t, "ckpt")
-	dir := t.TempDir()
-	src := filepath.Join(dir, "train.pt")
-	trainingSource(t, src)
-	mesh, _ := runtime.ParseMesh("fsdp=8")
-	target, err := runtime.NewTarget("cpu", nil, nil, mesh, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	options := func(dst string, host, hosts int) Options {
-		o := DefaultOptions(src, dst)
-		o.Format, o.Target, o.ToolVersion = DCP, target, "test"
-		o.Hosts = Hosts{Index: host, Count: hosts, Wait: 2 * time.Second}
-		return o
-	}
-	single := filepath.Join(dir, "single")
-	if _, err := Run(context.Background(), options(single, 0, 1)); err != nil {
-		t.Fatal(err)
-	}
+	f := newHostsFixture(t, "cpu", "fsdp=8")
+	dir, options := f.dir, f.options(DCP, 2*time.Second)
+	single := f.single(t, "single", options)
 	for _, scheme := range []string{"gs", "s3"} {
 		dst := scheme + "://ckpt/shares"
 		// Host 1 cancelled after its first file: what it wrote goes.

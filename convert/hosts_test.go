@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/dcp"
@@ -145,6 +146,75 @@ func openCounting(log *readLog) func(string, formats.OpenOptions) (*statedict.Ch
 	}
 }
 
+// hostsFixture is the source of a multi-host test — the training checkpoint, in a folder
+// of the test's own — and the target of its conversions.
+type hostsFixture struct {
+	dir, src string
+	target   *runtime.Target
+}
+
+// newHostsFixture writes the source and makes the target: device with the mesh ms.
+func newHostsFixture(t *testing.T, device, ms string) *hostsFixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &hostsFixture{dir: dir, src: filepath.Join(dir, "train.pt")}
+	trainingSource(t, f.src)
+	mesh, err := runtime.ParseMesh(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.target, err = runtime.NewTarget(device, nil, nil, mesh, nil); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// options returns the options converting the source into dst in format as host host of
+// hosts, a host waiting up to wait for host 0 to clear a bucket destination.
+func (f *hostsFixture) options(format Format, wait time.Duration) func(dst string, host, hosts int) Options {
+	return func(dst string, host, hosts int) Options {
+		o := DefaultOptions(f.src, dst)
+		o.Format, o.Target, o.ToolVersion = format, f.target, "test"
+		o.Hosts = Hosts{Index: host, Count: hosts, Wait: wait}
+		return o
+	}
+}
+
+// single converts the source in one process into the folder name of f.dir, the output the
+// hosts' must equal, and returns its path.
+func (f *hostsFixture) single(t *testing.T, name string, options func(dst string, host, hosts int) Options) string {
+	t.Helper()
+	dst := filepath.Join(f.dir, name)
+	if _, err := Run(context.Background(), options(dst, 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// fileNames lists the names in dir, sorted.
+func fileNames(dir string) []string {
+	es, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// runLogged runs host h's conversion opts reading the source through a log of its own,
+// logs[h].
+func runLogged(t *testing.T, logs []*readLog, h int, opts Options) *Summary {
+	t.Helper()
+	defer func(f func(string, formats.OpenOptions) (*statedict.Checkpoint, error)) { openSource = f }(openSource)
+	logs[h] = &readLog{ranges: map[string][][2]int64{}}
+	openSource = openCounting(logs[h])
+	sum, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("host %d: %v", h, err)
+	}
+	return sum
+}
+
 // TestMultiHost converts a training checkpoint for 8 ranks (mesh tp=2,fsdp=4) as 4 hosts,
 // each reading the source through a logging reader, and checks that the output is exactly
 // the files one process writes, that it passes ckpt check, and that each host read from the
@@ -152,28 +222,12 @@ func openCounting(log *readLog) func(string, formats.OpenOptions) (*statedict.Ch
 // does not write. Half-finished, the output does not exist; a host run again once it is
 // complete has nothing to do; a host of another conversion is refused.
 func TestMultiHost(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "train.pt")
-	trainingSource(t, src)
-	mesh, _ := runtime.ParseMesh("tp=2,fsdp=4")
-	target, err := runtime.NewTarget("cpu", nil, nil, mesh, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	options := func(dst string, host, hosts int) Options {
-		o := DefaultOptions(src, dst)
-		o.Format, o.Target, o.ToolVersion = DCP, target, "test"
-		o.Hosts = Hosts{Index: host, Count: hosts}
-		return o
-	}
-	single := filepath.Join(dir, "single")
-	if _, err := Run(context.Background(), options(single, 0, 1)); err != nil {
-		t.Fatal(err)
-	}
+	f := newHostsFixture(t, "cpu", "tp=2,fsdp=4")
+	dir, options := f.dir, f.options(DCP, 0)
+	single := f.single(t, "single", options)
 
 	multi := filepath.Join(dir, "multi")
 	logs := make([]*readLog, 4)
-	defer func(f func(string, formats.OpenOptions) (*statedict.Checkpoint, error)) { openSource = f }(openSource)
 	for _, h := range []int{3, 1, 2, 0} { // host 0 last: it finishes the output
 		if h == 0 {
 			if _, err := os.Stat(multi); !os.IsNotExist(err) {
@@ -186,7 +240,6 @@ func TestMultiHost(t *testing.T) {
 				t.Fatal("ckpt check passes the partial folder")
 			}
 			// Host 0 of another conversion (float16 moments) refuses the others' shares.
-			openSource = formats.OpenWith
 			o := options(multi, 0, 4)
 			o.Remap.OptimizerDType = statedict.Float16
 			o.Hosts.Wait = 1
@@ -195,12 +248,7 @@ func TestMultiHost(t *testing.T) {
 			}
 			// (Its share stays sealed; the right host 0 replaces it.)
 		}
-		logs[h] = &readLog{ranges: map[string][][2]int64{}}
-		openSource = openCounting(logs[h])
-		sum, err := Run(context.Background(), options(multi, h, 4))
-		if err != nil {
-			t.Fatalf("host %d: %v", h, err)
-		}
+		sum := runLogged(t, logs, h, options(multi, h, 4))
 		if !sum.Host.Sealed || sum.Host.Finished != (h == 0) {
 			t.Errorf("host %d: %+v", h, sum.Host)
 		}
@@ -208,7 +256,6 @@ func TestMultiHost(t *testing.T) {
 			t.Errorf("host 0 replacing its share of another conversion: warnings %v", sum.Warnings)
 		}
 	}
-	openSource = formats.OpenWith
 
 	for _, f := range []string{"__0_0.distcp", "__5_0.distcp", "__7_0.distcp", dcp.MetadataFile} {
 		a, _ := os.ReadFile(filepath.Join(single, f))
@@ -217,15 +264,7 @@ func TestMultiHost(t *testing.T) {
 			t.Errorf("%s differs between one process and 4 hosts (%v)", f, err)
 		}
 	}
-	names := func(dir string) []string {
-		es, _ := os.ReadDir(dir)
-		var out []string
-		for _, e := range es {
-			out = append(out, e.Name())
-		}
-		return out
-	}
-	if a, b := names(single), names(multi); !slices.Equal(a, b) {
+	if a, b := fileNames(single), fileNames(multi); !slices.Equal(a, b) {
 		t.Errorf("files %v, one process %v", b, a)
 	}
 	ms, _ := manifest.Read(filepath.Join(single, manifest.Name))
@@ -239,7 +278,7 @@ func TestMultiHost(t *testing.T) {
 	}
 
 	// What each host read, against the pieces its ranks' files hold.
-	ck, err := formats.Open(src)
+	ck, err := formats.Open(f.src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,35 +375,14 @@ func covered(rs [][2]int64) int64 {
 // each hold every piece their rank holds (replicated tensors in every file): 4 hosts write
 // one process's files, and each reads from the source exactly the pieces its ranks hold.
 func TestMultiHostSafetensors(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "train.pt")
-	trainingSource(t, src)
-	mesh, _ := runtime.ParseMesh("fsdp=2,tp=4")
-	target, err := runtime.NewTarget("tpu", nil, nil, mesh, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	options := func(dst string, host, hosts int) Options {
-		o := DefaultOptions(src, dst)
-		o.Format, o.Target, o.ToolVersion = Safetensors, target, "test"
-		o.Hosts = Hosts{Index: host, Count: hosts}
-		return o
-	}
-	single := filepath.Join(dir, "single")
-	if _, err := Run(context.Background(), options(single, 0, 1)); err != nil {
-		t.Fatal(err)
-	}
-	multi := filepath.Join(dir, "multi")
+	f := newHostsFixture(t, "tpu", "fsdp=2,tp=4")
+	options := f.options(Safetensors, 0)
+	single := f.single(t, "single", options)
+	multi := filepath.Join(f.dir, "multi")
 	logs := make([]*readLog, 4)
-	defer func(f func(string, formats.OpenOptions) (*statedict.Checkpoint, error)) { openSource = f }(openSource)
 	for _, h := range []int{2, 3, 1, 0} {
-		logs[h] = &readLog{ranges: map[string][][2]int64{}}
-		openSource = openCounting(logs[h])
-		if _, err := Run(context.Background(), options(multi, h, 4)); err != nil {
-			t.Fatalf("host %d: %v", h, err)
-		}
+		runLogged(t, logs, h, options(multi, h, 4))
 	}
-	openSource = formats.OpenWith
 	es, _ := os.ReadDir(single)
 	if len(es) != 10 {
 		t.Fatalf("one process wrote %d files", len(es))
@@ -382,7 +400,7 @@ func TestMultiHostSafetensors(t *testing.T) {
 	if rep, err := verify.Check(multi, ""); err != nil || !rep.OK() {
 		t.Fatalf("check: %v %+v", err, rep)
 	}
-	ck, err := formats.Open(src)
+	ck, err := formats.Open(f.src)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,10 +127,7 @@ func (o *output) commit() error {
 	if o.folder {
 		return o.dir.Commit()
 	}
-	if err := o.file.Commit(); err != nil {
-		return err
-	}
-	return o.mfile.Commit()
+	return atomicfile.CommitAll(o.file, o.mfile)
 }
 
 // abort removes whatever was written (nothing after commit).
@@ -173,18 +170,14 @@ func (o *output) create(name string) (io.WriteCloser, error) {
 	if !fs.ValidPath(name) || name == "." {
 		return nil, fmt.Errorf("%s: %q is not a file name inside the output folder", o.dst, name)
 	}
-	file := filepath.Join(o.dir.Path, filepath.FromSlash(name))
 	// Manifests record when they were made: always written anew.
 	if j, ok := o.dir.Resumed[name]; ok && path.Base(name) != manifest.Name && !strings.HasSuffix(name, "."+manifest.Name) {
-		return o.replay(name, file, j)
-	}
-	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-		return nil, err
+		return o.replay(name, filepath.Join(o.dir.Path, filepath.FromSlash(name)), j)
 	}
 	if err := o.dir.Started(name); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+	f, err := o.dir.Create(name)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ func (s *scanner) dcpFolder(dir, only string) {
 			continue
 		}
 		s.covered[p] = true
-		b, err := store.ReadFile(p, maxRemoteScan)
+		b, err := store.ReadFile(p, dcp.MaxMetadata)
 		if err != nil {
 			s.problem(p, -1, statedict.ErrCorrupt, "%v", err)
 			continue
@@ -34,7 +34,7 @@ func (s *scanner) dcpFolder(dir, only string) {
 		s.layout(p, layoutDCPMetadata)
 		s.plainPickle(p, b)
 	}
-	b, err := store.ReadFile(mdPath, maxRemoteScan)
+	b, err := store.ReadFile(mdPath, dcp.MaxMetadata)
 	if err != nil {
 		return
 	}
@@ -157,8 +157,9 @@ func statIn(root *os.Root, path, rel string) (fs.FileInfo, error) {
 	return root.Stat(filepath.FromSlash(rel))
 }
 
-// maxRemoteScan bounds a file scanned from object storage: the scanner checks every byte
-// of a file's layout, so a remote one is read into memory whole.
+// maxRemoteScan bounds a data file scanned from object storage: the scanner checks every
+// byte of a file's layout, so a remote one is read into memory whole. (A DCP .metadata
+// file has its own bound, dcp.MaxMetadata, the one reading it to convert uses.)
 const maxRemoteScan = 2 << 30
 
 // readWhole returns the bytes of the file at path: its mapping, or for an object its

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
@@ -27,7 +28,9 @@ func main() {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go removePartialOnSignal(sigs)
 	root := newRoot()
-	if err := execute(root); err != nil {
+	err := execute(root)
+	exiting.Lock() // held for good: the process ends here
+	if err != nil {
 		if !printedJSON { // with --json the error is the JSON object on stdout
 			fmt.Fprintln(os.Stderr, "ckpt:", err)
 		}
@@ -35,12 +38,20 @@ func main() {
 	}
 }
 
+// exiting is taken, and never let go, by whichever ends the process: the command when it
+// is done, or the signal handler from the moment it starts removing outputs. The command,
+// failing because its outputs were removed under it, then cannot exit first with another
+// status; and a command done first ends the process with its own status, its outputs
+// committed or aborted by itself.
+var exiting sync.Mutex
+
 // removePartialOnSignal waits for SIGINT or SIGTERM on sigs, removes the outputs being
 // written (Go exits on these signals without running deferred cleanups, which would leave a
 // partial checkpoint as large as the real one under its temporary name) and exits
 // 128+signal.
 func removePartialOnSignal(sigs <-chan os.Signal) {
 	s := (<-sigs).(syscall.Signal)
+	exiting.Lock()
 	if n := atomicfile.RemovePending() + store.AbortPending(); n > 0 {
 		fmt.Fprintf(os.Stderr, "ckpt: %s: removed %s\n", s, plural(n, "partial output"))
 	}

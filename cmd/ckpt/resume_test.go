@@ -106,6 +106,11 @@ func TestKillResume(t *testing.T) {
 				if bytes.Count(b, []byte("\n")) >= killAt {
 					if killAt == 7 {
 						// A second conversion into the same destination is refused, not raced.
+						// The first is stopped meanwhile, so that it still holds the lock
+						// however slowly the second starts on a loaded machine.
+						if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+							t.Fatal(err)
+						}
 						out, err := ckptCmd(args(dst, "--resume")...).CombinedOutput()
 						if err == nil || !strings.Contains(string(out), "another ckpt is writing") {
 							t.Errorf("second conversion while one runs: %v\n%s", err, out)

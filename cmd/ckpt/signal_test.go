@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,58 +25,70 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestInterruptRemovesPartialOutput interrupts a conversion while it writes (a sparse 1 GiB
-// tensor) and checks that the process exits 130 and leaves no partial output behind.
+// TestInterruptRemovesPartialOutput interrupts conversions into every kind of output (a
+// single file and its manifest, an HF folder, a DCP folder) of a sparse 1 GiB tensor at
+// several points: the moment the partial output appears — where the signal once raced the
+// writer, which made the removed partial folder again — and some milliseconds on, while
+// it writes. Every run must exit 130, say it removed the partial output and leave nothing
+// of it behind.
 func TestInterruptRemovesPartialOutput(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "big.safetensors")
-	header := `{"w":{"dtype":"BF16","shape":[536870912],"data_offsets":[0,1073741824]}}`
-	f, err := os.Create(src)
-	if err != nil {
-		t.Fatal(err)
+	src := filepath.Join(t.TempDir(), "big.safetensors")
+	sparseSafetensors(t, src, []string{"w"}, [][]int64{{1 << 29}}) // 1 GiB, no disk used
+	outputs := []struct{ format, name string }{
+		{"torch", "out.pt"},
+		{"safetensors", "out.safetensors"},
+		{"safetensors", "out-hf"},
+		{"dcp", "out-dcp"},
 	}
-	binary.Write(f, binary.LittleEndian, uint64(len(header)))
-	f.WriteString(header)
-	if err := f.Truncate(int64(8 + len(header) + 1<<30)); err != nil { // sparse: no disk used
-		t.Fatal(err)
-	}
-	f.Close()
-	for _, format := range []string{"torch", "safetensors"} {
-		t.Run(format, func(t *testing.T) {
-			out := filepath.Join(dir, "out-"+format)
-			cmd := exec.Command(os.Args[0], "convert", "--to", "tpu", "--format", format, src, out)
-			cmd.Env = append(os.Environ(), "CKPT_TEST_MAIN=1")
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			partial := ""
-			for deadline := time.Now().Add(20 * time.Second); partial == "" && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-				m, _ := filepath.Glob(filepath.Join(dir, ".out-"+format+".partial*"))
-				if len(m) > 0 {
-					if st, err := os.Stat(m[0]); err == nil && (st.IsDir() || st.Size() > 0) {
-						partial = m[0]
-					}
+	delays := []time.Duration{0, 0, 0, time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond}
+	for _, o := range outputs {
+		for i, delay := range delays {
+			t.Run(fmt.Sprintf("%s/%s/%d-%v", o.format, o.name, i, delay), func(t *testing.T) {
+				dir := t.TempDir()
+				code, stderr := interruptConvert(t, src, filepath.Join(dir, o.name), o.format, delay)
+				if code != 130 {
+					t.Fatalf("exit status %d, want 130; stderr:\n%s", code, stderr)
 				}
-			}
-			if partial == "" {
-				cmd.Process.Kill()
-				t.Fatal("no partial output appeared")
-			}
-			cmd.Process.Signal(syscall.SIGINT)
-			err := cmd.Wait()
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-				t.Fatalf("exit %v, want status 130; stderr:\n%s", err, stderr.String())
-			}
-			if !strings.Contains(stderr.String(), "removed") {
-				t.Errorf("stderr does not say the partial output was removed:\n%s", stderr.String())
-			}
-			left, _ := filepath.Glob(filepath.Join(dir, "*out-"+format+"*"))
-			if len(left) != 0 {
-				t.Fatalf("left behind: %v", left)
-			}
-		})
+				if !strings.Contains(stderr, "removed") {
+					t.Errorf("stderr does not say the partial output was removed:\n%s", stderr)
+				}
+				if left, _ := os.ReadDir(dir); len(left) != 0 {
+					t.Fatalf("left behind: %v; stderr:\n%s", left, stderr)
+				}
+			})
+		}
 	}
+}
+
+// interruptConvert runs `ckpt convert --to tpu --format format src dst` in a child
+// process, sends it SIGINT delay after its partial output appears, and returns its exit
+// status and stderr.
+func interruptConvert(t *testing.T, src, dst, format string, delay time.Duration) (int, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "convert", "--to", "tpu", "--format", format, src, dst)
+	cmd.Env = append(os.Environ(), "CKPT_TEST_MAIN=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	partial := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+".partial")
+	appeared := false
+	for deadline := time.Now().Add(20 * time.Second); !appeared && time.Now().Before(deadline); {
+		_, err := os.Lstat(partial)
+		appeared = err == nil
+	}
+	if !appeared {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no partial output %s appeared; stderr:\n%s", partial, stderr.String())
+	}
+	time.Sleep(delay)
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), stderr.String()
 }

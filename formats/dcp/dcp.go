@@ -86,9 +86,10 @@ func (e *Error) Is(target error) bool {
 	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
 }
 
-// maxMetadata bounds the .metadata file read from object storage (a local one is read as
-// the file system gives it).
-const maxMetadata = 1 << 30
+// MaxMetadata bounds a .metadata file read from object storage (a local one is read as
+// the file system gives it): by Open, and by the scanner (formats), which reads the same
+// files.
+const MaxMetadata = 1 << 30
 
 // Open reads the DCP checkpoint in folder dir. The checkpoint's Root is the nested state
 // dict rebuilt from planner_data as torch's dcp_to_torch_save nests it: tensors are
@@ -109,8 +110,10 @@ func Open(dir string) (*statedict.Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := reader{dir: dir, root: root, md: md, files: map[string]store.File{}, blobs: map[blobKey]*blob{},
-		shards: map[*statedict.Tensor][]statedict.Shard{}, ranks: map[int]bool{}}
+	r := reader{dir: dir, root: root, md: md, files: map[string]store.File{}, blobs: map[blobKey]*blob{}}
+	if severalRanks(md) {
+		r.shards, r.ranks = map[*statedict.Tensor][]statedict.Shard{}, map[int]bool{}
+	}
 	values, err := r.values()
 	if err == nil {
 		var root *statedict.Dict
@@ -150,9 +153,9 @@ func openMetadata(root *os.Root, dir, mdPath string) (*Metadata, error) {
 		var sf store.File
 		if sf, err = store.Open(mdPath); err == nil {
 			f, size = sf, sf.Size()
-			if size > maxMetadata {
+			if size > MaxMetadata {
 				sf.Close()
-				return nil, fmt.Errorf("%s: %d bytes, more than the %d a .metadata may have", mdPath, size, int64(maxMetadata))
+				return nil, fmt.Errorf("%s: %d bytes, more than the %d a .metadata may have", mdPath, size, int64(MaxMetadata))
 			}
 		}
 	}
@@ -179,8 +182,29 @@ type reader struct {
 	blobs map[blobKey]*blob
 	// shards are the chunks each tensor was read from, with the rank whose file stores
 	// them; ranks the ranks seen (Checkpoint.Shards when the files are several ranks').
+	// Both are nil when the data files are one rank's (severalRanks): nothing to record.
 	shards map[*statedict.Tensor][]statedict.Shard
 	ranks  map[int]bool
+}
+
+// severalRanks reports whether md's tensor chunks lie in the data files of more than one
+// rank — necessary for the chunks read to be several ranks' (Checkpoint.Shards).
+func severalRanks(md *Metadata) bool {
+	first, prev := -1, ""
+	for i := range md.Storage {
+		e := &md.Storage[i]
+		if e.Offsets == nil || e.RelativePath == prev {
+			continue
+		}
+		prev = e.RelativePath
+		if rank, ok := FileRank(e.RelativePath); ok {
+			if first >= 0 && rank != first {
+				return true
+			}
+			first = rank
+		}
+	}
+	return false
 }
 
 func (r *reader) closers() []io.Closer {
@@ -301,12 +325,15 @@ func (r *reader) tensor(item int, fqn string, t *TensorMeta) (out *statedict.Ten
 	chunks := make([]Chunk, len(t.Chunks))
 	var shards []statedict.Shard
 	for i, c := range t.Chunks {
-		e, _ := r.md.ChunkEntry(item, i)
+		e, _ := r.md.ChunkEntry(item, i) // ReadMetadata checked every chunk has its entry
 		ct, err := r.chunk(fqn, t.DType, c, e)
 		if err != nil {
 			return nil, err
 		}
 		chunks[i] = Chunk{Offsets: c.Offsets, Tensor: ct}
+		if r.shards == nil {
+			continue
+		}
 		if rank, ok := FileRank(e.RelativePath); ok && !slices.Contains(ct.Shape, 0) {
 			shards = append(shards, statedict.Shard{Piece: statedict.Piece{Offsets: c.Offsets, Sizes: ct.Shape, Ranks: []int{rank}}, Local: ct})
 			r.ranks[rank] = true
@@ -343,7 +370,7 @@ func (r *reader) tensor(item int, fqn string, t *TensorMeta) (out *statedict.Ten
 	return out, nil
 }
 
-// chunk decodes one stored chunk and checks it against the metadata.
+// chunk decodes one stored chunk, stored as e, and checks it against the metadata.
 func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta, e *StorageEntry) (*statedict.Tensor, error) {
 	f, path, err := r.file(e)
 	if err != nil {

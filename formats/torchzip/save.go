@@ -309,22 +309,32 @@ func (p *pickler) dict(x *statedict.Dict, name string) error {
 		return fmt.Errorf("%sa %s cannot be loaded by torch.load(weights_only=True)", label(name), x.Class)
 	}
 	p.put(x)
-	ents := x.Entries()
-	err := p.batch(len(ents), pickle.OpSetItem, pickle.OpSetItems, func(i int) error {
+	if err := p.setItems(x.Entries(), name); err != nil {
+		return err
+	}
+	return p.build(x.Attrs, name)
+}
+
+// setItems writes the entries of the dict on the stack (SETITEM, or SETITEMS in batches),
+// each value named under name by its key.
+func (p *pickler) setItems(ents []statedict.Entry, name string) error {
+	return p.batch(len(ents), pickle.OpSetItem, pickle.OpSetItems, func(i int) error {
 		if err := p.value(ents[i].Key, name); err != nil {
 			return err
 		}
 		return p.value(ents[i].Value, statedict.JoinName(name, statedict.KeyString(ents[i].Key)))
 	})
-	if err != nil {
+}
+
+// build sets the state of the object on the stack (BUILD) when it has one.
+func (p *pickler) build(state statedict.Value, name string) error {
+	if state == nil {
+		return nil
+	}
+	if err := p.value(state, name); err != nil {
 		return err
 	}
-	if x.Attrs != nil {
-		if err := p.value(x.Attrs, name); err != nil {
-			return err
-		}
-		e.Op(pickle.OpBuild)
-	}
+	p.enc.Op(pickle.OpBuild)
 	return nil
 }
 
@@ -394,24 +404,11 @@ func (p *pickler) object(x *statedict.Object, name string) error {
 		}
 	}
 	if x.DictItems != nil && x.DictItems.Len() > 0 {
-		ents := x.DictItems.Entries()
-		err := p.batch(len(ents), pickle.OpSetItem, pickle.OpSetItems, func(i int) error {
-			if err := p.value(ents[i].Key, name); err != nil {
-				return err
-			}
-			return p.value(ents[i].Value, statedict.JoinName(name, statedict.KeyString(ents[i].Key)))
-		})
-		if err != nil {
+		if err := p.setItems(x.DictItems.Entries(), name); err != nil {
 			return err
 		}
 	}
-	if x.State != nil {
-		if err := p.value(x.State, name); err != nil {
-			return err
-		}
-		e.Op(pickle.OpBuild)
-	}
-	return nil
+	return p.build(x.State, name)
 }
 
 // objectGlobal is the global naming x's class, as its pickle named it when known.

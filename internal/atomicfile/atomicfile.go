@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -21,39 +22,53 @@ import (
 	"sync"
 )
 
-// pending holds how to undo each output still being written, for RemovePending.
+// pending holds how to undo each output still being written, for RemovePending. Its lock
+// is also the gate every name an output creates passes through: a temporary output is
+// created, a file made inside one and an output renamed into place only while holding it
+// and before RemovePending has run (stopped), so that once RemovePending has removed what
+// was being written nothing new appears — the interrupted command's goroutines run on
+// until the process exits, and would otherwise make again what was just removed.
 var pending struct {
 	sync.Mutex
-	next  int
-	undos map[int]func()
+	next    int
+	undos   map[int]func()
+	stopped bool
 }
 
-// track registers undo for an output being written and returns its key for untrack.
-func track(undo func()) int {
+// ErrInterrupted is returned for an output started, written into or committed after
+// RemovePending removed the outputs being written.
+var ErrInterrupted = errors.New("interrupted: the outputs being written were removed")
+
+// gated runs f holding the gate, unless RemovePending has run.
+func gated(f func() error) error {
 	pending.Lock()
 	defer pending.Unlock()
-	if pending.undos == nil {
-		pending.undos = map[int]func(){}
+	if pending.stopped {
+		return ErrInterrupted
 	}
-	pending.next++
-	pending.undos[pending.next] = undo
-	return pending.next
+	return f()
 }
 
-// trackCreate runs create and, when it succeeds, registers undo — both while RemovePending
-// waits — so that a signal arriving between the two cannot leave what create made behind.
+// trackCreate runs create and, when it succeeds, registers undo — both holding the gate —
+// so that a signal arriving between the two cannot leave what create made behind. A nil
+// create registers undo for what exists already.
 func trackCreate(create func() error, undo func()) (int, error) {
-	pending.Lock()
-	defer pending.Unlock()
-	if err := create(); err != nil {
-		return 0, err
-	}
-	if pending.undos == nil {
-		pending.undos = map[int]func(){}
-	}
-	pending.next++
-	pending.undos[pending.next] = undo
-	return pending.next, nil
+	var key int
+	err := gated(func() error {
+		if create != nil {
+			if err := create(); err != nil {
+				return err
+			}
+		}
+		if pending.undos == nil {
+			pending.undos = map[int]func(){}
+		}
+		pending.next++
+		pending.undos[pending.next] = undo
+		key = pending.next
+		return nil
+	})
+	return key, err
 }
 
 func untrack(key int) {
@@ -62,13 +77,29 @@ func untrack(key int) {
 	delete(pending.undos, key)
 }
 
+// commitGated runs commit, which moves an output into place, holding the gate, and
+// untracks the output (key) when it succeeds: a signal finds the output either still
+// pending (removed) or complete in place, never in between.
+func commitGated(key int, commit func() error) error {
+	return gated(func() error {
+		err := commit()
+		if err == nil {
+			delete(pending.undos, key)
+		}
+		return err
+	})
+}
+
 // RemovePending removes every output still being written (temporary files and folders;
-// a folder caught while replacing an older one puts the older one back) and returns how
-// many there were. It is for a signal handler: an interrupted conversion, which Go ends
-// without running deferred Aborts, leaves nothing behind.
+// a member of a shared output removes only its own files) and returns how many there
+// were. It is for a signal handler: an interrupted conversion, which Go ends without
+// running deferred Aborts, leaves nothing behind. It is final: from then on no output can
+// be started, written into or committed in this process (ErrInterrupted), which is about
+// to exit.
 func RemovePending() int {
 	pending.Lock()
 	defer pending.Unlock()
+	pending.stopped = true
 	n := len(pending.undos)
 	for k, undo := range pending.undos {
 		undo()
@@ -165,34 +196,80 @@ func partialName(path string) string {
 }
 
 // Commit fsyncs the file, renames it to its final name and fsyncs the folder.
-func (f *File) Commit() error {
-	if f.done {
-		return errors.New("atomicfile: already committed or aborted")
+func (f *File) Commit() error { return CommitAll(f) }
+
+// CommitAll commits files together, in order: each is fsynced, then all are renamed into
+// place at once as far as an interruption can tell (RemovePending finds them all pending or
+// all in place), so that a file and its manifest, renamed last, never stand apart. When a
+// rename fails, the files renamed before it are removed again: nothing is left that the
+// manifest does not vouch for.
+func CommitAll(files ...*File) error {
+	for _, f := range files {
+		if f.done {
+			return errors.New("atomicfile: already committed or aborted")
+		}
 	}
-	f.done = true
-	defer untrack(f.key)
+	var err error
+	for _, f := range files {
+		f.done = true
+		if err == nil {
+			err = f.prepare()
+		}
+	}
+	if err == nil {
+		err = gated(func() error { return renameAll(files) })
+	}
+	for _, f := range files {
+		untrack(f.key)
+		if err != nil && !errors.Is(err, ErrInterrupted) { // else RemovePending removed it
+			f.File.Close()
+			os.Remove(f.Name())
+		}
+	}
+	if err != nil {
+		return err
+	}
+	dirs := map[string]bool{}
+	for _, f := range files {
+		if d := filepath.Dir(f.final); !dirs[d] {
+			dirs[d] = true
+			if err := syncDir(d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// prepare makes the file durable and gives it its final mode, before its rename (through
+// the descriptor: the name may be gone, removed by RemovePending).
+func (f *File) prepare() error {
 	if err := f.Sync(); err != nil {
-		f.File.Close()
-		os.Remove(f.Name())
 		return err
 	}
-	if err := f.File.Close(); err != nil {
-		os.Remove(f.Name())
+	if err := f.File.Chmod(fileMode()); err != nil {
 		return err
 	}
-	if err := os.Chmod(f.Name(), fileMode()); err != nil {
-		os.Remove(f.Name())
-		return err
+	return f.File.Close()
+}
+
+// renameAll moves files into place, holding the gate; on a failure it removes the ones
+// already moved.
+func renameAll(files []*File) error {
+	for i, f := range files {
+		err := fmt.Errorf("%s: %w", f.final, ErrIsFolder)
+		if st, serr := os.Lstat(f.final); serr != nil || !st.IsDir() {
+			err = os.Rename(f.Name(), f.final)
+		}
+		if err != nil {
+			for _, g := range files[:i] {
+				os.Remove(g.final)
+			}
+			return err
+		}
+		delete(pending.undos, f.key)
 	}
-	if st, err := os.Lstat(f.final); err == nil && st.IsDir() {
-		os.Remove(f.Name())
-		return fmt.Errorf("%s: %w", f.final, ErrIsFolder)
-	}
-	if err := os.Rename(f.Name(), f.final); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return syncDir(filepath.Dir(f.final))
+	return nil
 }
 
 // Abort removes the temporary file. It is safe to call after Commit (it does nothing).
@@ -263,29 +340,58 @@ func CreateDir(path string, opts DirOptions) (*Dir, error) {
 	}
 	tmp := partialName(path)
 	d := &Dir{Path: tmp, final: path, opts: opts}
-	undo := func() { os.RemoveAll(tmp) }
-	key, err := trackCreate(func() error { return os.Mkdir(tmp, 0o700) }, undo)
+	// Made (or taken over from a killed run) and registered in one step, holding the gate.
+	key, err := trackCreate(d.start, func() { os.RemoveAll(tmp) })
 	if err != nil {
-		if !errors.Is(err, os.ErrExist) {
-			return nil, err
-		}
-		if err := d.leftover(); err != nil {
-			return nil, err
-		}
-		key = track(undo)
-	} else if err := d.lockDir(); err != nil {
-		untrack(key)
 		return nil, err
 	}
-	j, err := os.OpenFile(filepath.Join(tmp, journalName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		untrack(key)
-		d.lockf.Close()
-		return nil, err
-	}
-	d.journal = j
 	d.key = key
 	return d, nil
+}
+
+// start makes the partial folder, or deals with the one a killed run left (leftover), and
+// locks it and opens its journal.
+func (d *Dir) start() error {
+	if err := os.Mkdir(d.Path, 0o700); err != nil {
+		if !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		if err := d.leftover(); err != nil {
+			return err
+		}
+	} else if err := d.lockDir(); err != nil {
+		return err
+	}
+	j, err := os.OpenFile(filepath.Join(d.Path, journalName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		d.lockf.Close()
+		return err
+	}
+	d.journal = j
+	return nil
+}
+
+// Create creates the file name (slash-separated, relative to the folder; the folders on its
+// way are made) for writing. It fails once the output is committed or aborted, or was
+// removed by RemovePending (ErrInterrupted): never does it make the partial folder again.
+func (d *Dir) Create(name string) (*os.File, error) {
+	if !fs.ValidPath(name) || name == "." {
+		return nil, fmt.Errorf("%s: %q is not a file name inside the output folder", d.final, name)
+	}
+	p := filepath.Join(d.Path, filepath.FromSlash(name))
+	var f *os.File
+	err := gated(func() error {
+		if d.done {
+			return errors.New("atomicfile: Create after Commit or Abort")
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		var err error
+		f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+		return err
+	})
+	return f, err
 }
 
 // lockDir takes the partial folder's lock.
@@ -467,38 +573,46 @@ func (d *Dir) Commit() error {
 	if err := replaceable(d.final, d.opts.Force, d.opts.Owner); err != nil {
 		return fail(err)
 	}
+	// Moved into place holding the gate: an interruption finds the old destination in
+	// place and the new folder pending, or the new one in place.
 	var old string
-	restore := -1
-	if st, err := os.Lstat(d.final); err == nil {
-		old = d.Path + ".old"
-		if err := os.Rename(d.final, old); err != nil {
-			return fail(err)
-		}
-		// Until the new folder is in place, an interruption puts the old one back.
-		restore = track(func() { os.RemoveAll(d.Path); os.Rename(old, d.final) })
-		if st.IsDir() {
-			// Whatever arrived between the check and the move stays: put it all back.
-			if foreign, _, err := foreignEntries(old, d.opts.Owner); err != nil || len(foreign) > 0 {
-				untrack(restore)
-				os.Rename(old, d.final)
-				if err == nil {
-					err = fmt.Errorf("%s: %w: %s", d.final, ErrForeign, listNames(foreign))
+	err = commitGated(d.key, func() error {
+		if st, err := os.Lstat(d.final); err == nil {
+			old = d.Path + ".old"
+			if err := os.Rename(d.final, old); err != nil {
+				old = ""
+				return err
+			}
+			if st.IsDir() {
+				// Whatever arrived between the check and the move stays: put it all back.
+				if foreign, _, err := foreignEntries(old, d.opts.Owner); err != nil || len(foreign) > 0 {
+					os.Rename(old, d.final)
+					old = ""
+					if err == nil {
+						err = fmt.Errorf("%s: %w: %s", d.final, ErrForeign, listNames(foreign))
+					}
+					return err
 				}
-				return fail(err)
 			}
 		}
-	}
-	err = os.Rename(d.Path, d.final)
-	untrack(restore)
+		if err := os.Rename(d.Path, d.final); err != nil {
+			if old != "" {
+				os.Rename(old, d.final)
+				old = ""
+			}
+			return err
+		}
+		return nil
+	})
 	if d.member != nil {
 		d.member.release(d)
 	} else {
 		d.lockf.Close()
 	}
-	if err != nil {
-		if old != "" {
-			os.Rename(old, d.final)
-		}
+	switch {
+	case errors.Is(err, ErrInterrupted):
+		return err // RemovePending removed the folder
+	case err != nil:
 		return fail(err)
 	}
 	if old != "" {

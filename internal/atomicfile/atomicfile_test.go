@@ -2,10 +2,12 @@ package atomicfile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func entries(t *testing.T, dir string) []string {
@@ -201,6 +203,7 @@ func TestModes(t *testing.T) {
 // TestRemovePending: outputs being written are removed (files and folders), committed
 // ones are not, and a Commit after the removal fails instead of producing an output.
 func TestRemovePending(t *testing.T) {
+	restart(t)
 	dir := t.TempDir()
 	done, err := Create(filepath.Join(dir, "done.pt"), false)
 	if err != nil {
@@ -227,6 +230,111 @@ func TestRemovePending(t *testing.T) {
 	}
 	if n := RemovePending(); n != 0 {
 		t.Errorf("%d outputs still pending", n)
+	}
+	// Nothing can be started or written into any more: the process is about to exit.
+	if _, err := d.Create("model.safetensors"); !errors.Is(err, ErrInterrupted) {
+		t.Errorf("Dir.Create after RemovePending: %v, want ErrInterrupted", err)
+	}
+	if _, err := Create(filepath.Join(dir, "late.pt"), false); !errors.Is(err, ErrInterrupted) {
+		t.Errorf("Create after RemovePending: %v, want ErrInterrupted", err)
+	}
+	if _, err := CreateDir(filepath.Join(dir, "late"), DirOptions{}); !errors.Is(err, ErrInterrupted) {
+		t.Errorf("CreateDir after RemovePending: %v, want ErrInterrupted", err)
+	}
+	if _, err := JoinDir(filepath.Join(dir, "shared"), DirOptions{}, 0, 2); !errors.Is(err, ErrInterrupted) {
+		t.Errorf("JoinDir after RemovePending: %v, want ErrInterrupted", err)
+	}
+	if got := entries(t, dir); len(got) != 1 {
+		t.Fatalf("left %v after starting outputs once interrupted", got)
+	}
+}
+
+// restart lets outputs be written again after a test's RemovePending, which stops them
+// for good in a real process.
+func restart(t *testing.T) {
+	t.Cleanup(func() {
+		pending.Lock()
+		pending.stopped = false
+		pending.Unlock()
+	})
+}
+
+// TestRemovePendingRacesWriter interrupts a writer creating files (in subfolders) in a
+// folder output at many points: whenever RemovePending runs, the partial folder is gone
+// afterwards — the writer, running on, never makes it again.
+func TestRemovePendingRacesWriter(t *testing.T) {
+	for i := range 200 {
+		restart(t)
+		dir := t.TempDir()
+		d, err := CreateDir(filepath.Join(dir, "out"), DirOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error)
+		go func() {
+			for k := 0; ; k++ {
+				f, err := d.Create(fmt.Sprintf("sub%d/%d.safetensors", k%3, k))
+				if err != nil {
+					done <- err
+					return
+				}
+				f.WriteString("x")
+				f.Close()
+			}
+		}()
+		time.Sleep(time.Duration(i%20) * 10 * time.Microsecond)
+		RemovePending()
+		if err := <-done; !errors.Is(err, ErrInterrupted) {
+			t.Fatalf("run %d: the writer stopped on %v, want ErrInterrupted", i, err)
+		}
+		if got := entries(t, dir); len(got) != 0 {
+			t.Fatalf("run %d: left %v", i, got)
+		}
+		pending.Lock()
+		pending.stopped = false
+		pending.Unlock()
+	}
+}
+
+// TestCommitAll: a file and its manifest go into place together; when the second cannot
+// (a folder is in its way), the first is taken back out, and after RemovePending neither
+// is committed.
+func TestCommitAll(t *testing.T) {
+	restart(t)
+	dir := t.TempDir()
+	start := func(names ...string) []*File {
+		var fs []*File
+		for _, n := range names {
+			f, err := Create(filepath.Join(dir, n), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.WriteString(n)
+			fs = append(fs, f)
+		}
+		return fs
+	}
+	if err := CommitAll(start("a.pt", "a.pt.ckpt-manifest.json")...); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, dir); strings.Join(got, " ") != "a.pt a.pt.ckpt-manifest.json" {
+		t.Fatalf("after CommitAll: %v", got)
+	}
+	b := start("b.pt", "b.pt.ckpt-manifest.json")
+	os.Mkdir(filepath.Join(dir, "b.pt.ckpt-manifest.json"), 0o755)
+	if err := CommitAll(b...); !errors.Is(err, ErrIsFolder) {
+		t.Fatalf("CommitAll onto a folder: %v, want ErrIsFolder", err)
+	}
+	if got := entries(t, dir); strings.Join(got, " ") != "a.pt a.pt.ckpt-manifest.json b.pt.ckpt-manifest.json" {
+		t.Fatalf("after the failed CommitAll: %v", got)
+	}
+	fs := start("c.pt", "c.pt.ckpt-manifest.json")
+	RemovePending()
+	if err := CommitAll(fs...); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("CommitAll after RemovePending: %v, want ErrInterrupted", err)
+	}
+	if got := entries(t, dir); len(got) != 3 {
+		t.Fatalf("after the interrupted CommitAll: %v", got)
 	}
 }
 

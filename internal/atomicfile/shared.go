@@ -63,44 +63,55 @@ func JoinDir(path string, opts DirOptions, host, hosts int) (*Dir, error) {
 	if err := checkParent(path); err != nil {
 		return nil, err
 	}
-	tmp := partialName(path)
-	if err := os.Mkdir(tmp, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	m := &member{host: host, hosts: hosts}
+	d := &Dir{Path: partialName(path), final: path, opts: opts, member: m}
+	// Joined and registered in one step, holding the gate.
+	key, err := trackCreate(d.join, func() { m.abort(d) })
+	if err != nil {
 		return nil, err
+	}
+	d.key = key
+	return d, nil
+}
+
+// join makes the partial folder unless another member has, takes this member's lock and
+// deals with what an earlier run of it left (sealed, resumed or removed).
+func (d *Dir) join() error {
+	tmp, m := d.Path, d.member
+	if err := os.Mkdir(tmp, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
 	}
 	st, err := os.Lstat(tmp)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("%s: %s is in the way and is not a partial output ckpt wrote", path, tmp)
+		return fmt.Errorf("%s: %s is in the way and is not a partial output ckpt wrote", d.final, tmp)
 	}
 	if _, err := os.Lstat(filepath.Join(tmp, journalName)); err == nil {
-		return nil, fmt.Errorf("%s: %s is the partial output of a single-process conversion; finish it (--resume) or remove it first", path, tmp)
+		return fmt.Errorf("%s: %s is the partial output of a single-process conversion; finish it (--resume) or remove it first", d.final, tmp)
 	}
-	m := &member{host: host, hosts: hosts}
-	d := &Dir{Path: tmp, final: path, opts: opts, member: m}
-	lf, err := os.OpenFile(filepath.Join(tmp, controlName(host, "lock")), os.O_RDWR|os.O_CREATE, 0o600)
+	lf, err := os.OpenFile(filepath.Join(tmp, controlName(m.host, "lock")), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if lock(lf) != nil {
 		lf.Close()
-		return nil, fmt.Errorf("%s: host %d: %w", path, host, ErrBusy)
+		return fmt.Errorf("%s: host %d: %w", d.final, m.host, ErrBusy)
 	}
 	m.lockf = lf
-	if b, err := os.ReadFile(filepath.Join(tmp, controlName(host, "part"))); err == nil {
+	if b, err := os.ReadFile(filepath.Join(tmp, controlName(m.host, "part"))); err == nil {
 		m.sealed = b
 	} else if err := d.memberLeftovers(); err != nil {
 		lf.Close()
-		return nil, err
+		return err
 	}
 	// A sealed member's journal stays open too: the finisher journals the files it adds.
-	if d.journal, err = os.OpenFile(filepath.Join(tmp, controlName(host, "journal")), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err != nil {
+	if d.journal, err = os.OpenFile(filepath.Join(tmp, controlName(m.host, "journal")), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err != nil {
 		lf.Close()
-		return nil, err
+		return err
 	}
-	d.key = track(func() { m.abort(d) })
-	return d, nil
+	return nil
 }
 
 // readJournal reads the member's journal: the files it finished (last record wins) and
@@ -221,13 +232,18 @@ func (d *Dir) Seal(part []byte) error {
 	}
 	final := filepath.Join(d.Path, controlName(m.host, "part"))
 	tmp := final + ".tmp"
-	if err := os.WriteFile(tmp, part, 0o600); err != nil {
-		return err
-	}
-	if err := syncPath(tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, final); err != nil {
+	// Holding the gate: once RemovePending has removed this member's files, no part may
+	// claim them.
+	err := gated(func() error {
+		if err := os.WriteFile(tmp, part, 0o600); err != nil {
+			return err
+		}
+		if err := syncPath(tmp); err != nil {
+			return err
+		}
+		return os.Rename(tmp, final)
+	})
+	if err != nil {
 		return err
 	}
 	if err := syncDir(d.Path); err != nil {
