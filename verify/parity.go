@@ -367,7 +367,7 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 	for _, p := range pairs {
 		final[p.name] = p.final
 	}
-	reps, closeRanks, err := replicas(dst, final)
+	reps, closeRanks, err := replicas(dst, func(name string) *statedict.Tensor { return final[name] })
 	defer closeRanks()
 	if err != nil {
 		return nil, err

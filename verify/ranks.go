@@ -26,7 +26,7 @@ type replica struct {
 // output at dir — every rank's copy but the first — paired with the boxes of the expected
 // tensors (by destination name) they must equal. It opens the rank files it needs;
 // release closes them. A folder without a sharding manifest has none.
-func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica, release func(), err error) {
+func replicas(dir string, expected func(name string) *statedict.Tensor) (out []replica, release func(), err error) {
 	release = func() {}
 	if st, err := store.Stat(dir); err != nil || !st.IsDir() {
 		return nil, release, nil
@@ -77,7 +77,7 @@ func replicas(dir string, expected map[string]*statedict.Tensor) (out []replica,
 		return ts, nil
 	}
 	for _, t := range m.Tensors {
-		e := expected[t.Name]
+		e := expected(t.Name)
 		if e == nil {
 			continue // not paired: reported already
 		}

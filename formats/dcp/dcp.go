@@ -106,23 +106,7 @@ func Open(dir string) (*statedict.Checkpoint, error) {
 		defer root.Close()
 	}
 	mdPath := store.Join(dir, MetadataFile)
-	var data []byte
-	var err error
-	if root != nil {
-		data, err = root.ReadFile(MetadataFile)
-	} else {
-		data, err = store.ReadFile(mdPath, MaxMetadata)
-	}
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			if ranks := store.Glob(dir, "__*.metadata"); len(ranks) > 0 {
-				return nil, fmt.Errorf("%s: %w: no %s but per-rank %s files (saved without collectives); they are not merged",
-					dir, ErrUnsupported, MetadataFile, store.Base(ranks[0]))
-			}
-		}
-		return nil, fmt.Errorf("%s: %w", mdPath, err)
-	}
-	md, err := ReadMetadata(data, mdPath)
+	md, err := openMetadata(root, dir, mdPath)
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +129,47 @@ func Open(dir string) (*statedict.Checkpoint, error) {
 		c.Close()
 	}
 	return nil, err
+}
+
+// openMetadata reads the folder's .metadata (through root when local), streaming it.
+func openMetadata(root *os.Root, dir, mdPath string) (*Metadata, error) {
+	var f interface {
+		io.ReaderAt
+		io.Closer
+	}
+	var size int64
+	var err error
+	if root != nil {
+		var lf *os.File
+		if lf, err = root.Open(MetadataFile); err == nil {
+			var st os.FileInfo
+			if st, err = lf.Stat(); err == nil {
+				f, size = lf, st.Size()
+			} else {
+				lf.Close()
+			}
+		}
+	} else {
+		var sf store.File
+		if sf, err = store.Open(mdPath); err == nil {
+			f, size = sf, sf.Size()
+			if size > MaxMetadata {
+				sf.Close()
+				return nil, fmt.Errorf("%s: %d bytes, more than the %d a .metadata may have", mdPath, size, int64(MaxMetadata))
+			}
+		}
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			if ranks := store.Glob(dir, "__*.metadata"); len(ranks) > 0 {
+				return nil, fmt.Errorf("%s: %w: no %s but per-rank %s files (saved without collectives); they are not merged",
+					dir, ErrUnsupported, MetadataFile, store.Base(ranks[0]))
+			}
+		}
+		return nil, fmt.Errorf("%s: %w", mdPath, err)
+	}
+	defer f.Close()
+	return ReadMetadataFrom(f, size, mdPath)
 }
 
 // reader turns metadata entries into values, mapping each data file once.
@@ -190,19 +215,26 @@ func (r *reader) closers() []io.Closer {
 	return out
 }
 
+// values builds every item's value. The metadata is Open's own: once an item's value is
+// built its tensor record is let go (Nest needs the names only), and the storage entries
+// once every value is built, so that the metadata and the checkpoint of hundreds of
+// thousands of tensors are not held whole together.
 func (r *reader) values() ([]statedict.Value, error) {
 	out := make([]statedict.Value, len(r.md.Items))
-	for i, it := range r.md.Items {
+	for i := range r.md.Items {
+		it := &r.md.Items[i]
 		var err error
 		if it.Tensor == nil {
-			out[i], err = r.bytesItem(it.FQN)
+			out[i], err = r.bytesItem(i, it.FQN)
 		} else {
-			out[i], err = r.tensor(it.FQN, it.Tensor)
+			out[i], err = r.tensor(i, it.FQN, it.Tensor)
+			it.Tensor = nil
 		}
 		if err != nil {
 			return nil, err
 		}
 	}
+	r.md.Storage, r.md.first, r.md.entries = nil, nil, nil
 	return out, nil
 }
 
@@ -271,8 +303,8 @@ func (r *reader) file(e *StorageEntry) (store.File, string, error) {
 }
 
 // bytesItem decodes a non-tensor value: a torch.save archive of the Python object.
-func (r *reader) bytesItem(fqn string) (statedict.Value, error) {
-	e, _ := r.md.Lookup(fqn, nil)
+func (r *reader) bytesItem(i int, fqn string) (statedict.Value, error) {
+	e, _ := r.md.ChunkEntry(i, 0)
 	b, path, err := r.slice(e)
 	if err != nil {
 		return nil, err
@@ -289,11 +321,11 @@ func (r *reader) bytesItem(fqn string) (statedict.Value, error) {
 
 // tensor reads every chunk of a tensor item and returns the tensor: the chunk itself when
 // one chunk holds all elements, else a lazy assembly of the chunks.
-func (r *reader) tensor(fqn string, t *TensorMeta) (out *statedict.Tensor, _ error) {
+func (r *reader) tensor(item int, fqn string, t *TensorMeta) (out *statedict.Tensor, _ error) {
 	chunks := make([]Chunk, len(t.Chunks))
 	var shards []statedict.Shard
 	for i, c := range t.Chunks {
-		e, _ := r.md.Lookup(fqn, c.Offsets) // ReadMetadata checked every chunk has its entry
+		e, _ := r.md.ChunkEntry(item, i) // ReadMetadata checked every chunk has its entry
 		ct, err := r.chunk(fqn, t.DType, c, e)
 		if err != nil {
 			return nil, err

@@ -3,8 +3,10 @@ package dcp
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -95,4 +97,39 @@ func assemble(t *testing.T, fqn string, tm *TensorMeta) {
 	if !bytes.Equal(got.Bytes(), whole) {
 		t.Fatalf("%s: chunks %v assemble to the wrong bytes", fqn, tm.Chunks)
 	}
+}
+
+// FuzzMetadataStreamed: the streaming decode (records reduced as BUILD completes them, the
+// memo holding only what is fetched again, the file read a window at a time) reads what
+// the general value tree reads: the same Metadata, or the same error.
+func FuzzMetadataStreamed(f *testing.F) {
+	seeds, _ := filepath.Glob(filepath.Join(fixtures, "*", MetadataFile))
+	mutated, _ := filepath.Glob(filepath.Join(fixtures, "mutated", "*.metadata"))
+	for _, p := range append(seeds, mutated...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tree, err1 := readMetadata(bytes.NewReader(data), int64(len(data)), MetadataFile, false)
+		streamed, err2 := readMetadata(bytes.NewReader(data), int64(len(data)), MetadataFile, true)
+		if fmt.Sprint(err1) != fmt.Sprint(err2) {
+			t.Fatalf("errors differ:\ntree:     %v\nstreamed: %v", err1, err2)
+		}
+		if err1 != nil {
+			return
+		}
+		a := fmt.Sprintf("%#v %#v %#v %#v %d", tree.PlannerData, tree.Storage, tree.StorageMeta, tree.Version, len(tree.Items))
+		b := fmt.Sprintf("%#v %#v %#v %#v %d", streamed.PlannerData, streamed.Storage, streamed.StorageMeta, streamed.Version, len(streamed.Items))
+		if a != b {
+			t.Fatalf("metadata differ:\ntree:     %.3000s\nstreamed: %.3000s", a, b)
+		}
+		for i, it := range tree.Items {
+			if it.FQN != streamed.Items[i].FQN || !reflect.DeepEqual(it.Tensor, streamed.Items[i].Tensor) {
+				t.Fatalf("%s: tensor %+v, streamed %+v", it.FQN, it.Tensor, streamed.Items[i].Tensor)
+			}
+		}
+	})
 }

@@ -1,13 +1,18 @@
 package dcp
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"math/big"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -20,8 +25,9 @@ type Metadata struct {
 	// nested state dict in this order gives the order torch's dcp_to_torch_save produces.
 	Items []Item
 	// PlannerData maps flattened keys to their path in the nested state dict, as the
-	// DefaultSavePlanner recorded it when it flattened the state dict; nil when the file has
-	// none (then the flattened keys are the top-level keys).
+	// DefaultSavePlanner recorded it when it flattened the state dict. A key whose path is
+	// the key itself ((fqn,), every key of a flat state dict) is left out, as is every key
+	// when the file has none: such keys are top-level keys.
 	PlannerData map[string]Path
 	// Storage locates every tensor chunk and bytes item, in file order.
 	Storage []StorageEntry
@@ -31,8 +37,16 @@ type Metadata struct {
 	// Version is the DCP version string ("1.0.0"); "" when absent (older files).
 	Version string
 
-	items   map[string]int     // FQN → index in Items
-	storage map[storageKey]int // (FQN, chunk offsets) → index in Storage
+	// items maps FQN → index in Items: built while parsing, let go after, and built again
+	// on the first Item or Lookup.
+	items     map[string]int32
+	itemsOnce sync.Once
+	// entries[first[i]+j] is the index in Storage of chunk j of Items[i], or -1 when no
+	// entry holds it; a bytes item has one slot.
+	first   []int32
+	entries []int32
+	// matched counts the entries that hold a chunk or bytes item.
+	matched int
 }
 
 // Item is one flattened state-dict key.
@@ -107,22 +121,35 @@ type StorageMeta struct {
 }
 
 // Lookup returns the storage entry of a tensor chunk (offsets non-nil) or of a bytes item
-// (offsets nil).
+// (offsets nil). Torch's MetadataIndex equality ignores the index hint; so does Lookup.
 func (m *Metadata) Lookup(fqn string, offsets []int64) (*StorageEntry, bool) {
-	i, ok := m.storage[keyOf(fqn, offsets)]
+	i, ok := m.index()[fqn]
 	if !ok {
 		return nil, false
 	}
-	return &m.Storage[i], true
+	t := m.Items[i].Tensor
+	switch {
+	case t == nil && offsets == nil:
+		return m.entry(int(i), 0)
+	case t != nil && offsets != nil:
+		for j, c := range t.Chunks {
+			if slices.Equal(c.Offsets, offsets) {
+				return m.entry(int(i), j)
+			}
+		}
+	}
+	return nil, false
 }
 
-// Item returns the item stored under a flattened key.
-func (m *Metadata) Item(fqn string) (*Item, bool) {
-	i, ok := m.items[fqn]
-	if !ok {
+// ChunkEntry returns the storage entry of chunk j of Items[i] (j 0 for a bytes item).
+func (m *Metadata) ChunkEntry(i, j int) (*StorageEntry, bool) { return m.entry(i, j) }
+
+func (m *Metadata) entry(i, j int) (*StorageEntry, bool) {
+	k := m.entries[int(m.first[i])+j]
+	if k < 0 {
 		return nil, false
 	}
-	return &m.Items[i], true
+	return &m.Storage[k], true
 }
 
 // storageKey is the (fqn, offsets) identity of a MetadataIndex; torch's MetadataIndex
@@ -143,6 +170,28 @@ func keyOf(fqn string, offsets []int64) storageKey {
 		b.WriteByte(',')
 	}
 	return storageKey{fqn, b.String()}
+}
+
+// Item returns the item stored under a flattened key.
+func (m *Metadata) Item(fqn string) (*Item, bool) {
+	i, ok := m.index()[fqn]
+	if !ok {
+		return nil, false
+	}
+	return &m.Items[i], true
+}
+
+// index returns the items by name.
+func (m *Metadata) index() map[string]int32 {
+	m.itemsOnce.Do(func() {
+		if m.items == nil {
+			m.items = make(map[string]int32, len(m.Items))
+			for i, it := range m.Items {
+				m.items[it.FQN] = int32(i)
+			}
+		}
+	})
+	return m.items
 }
 
 // Module paths of the DCP classes: torch ≥ 2.0 and the torch 1.13 prototype.
@@ -216,8 +265,41 @@ func MetadataGlobals() []pickle.Global { return slices.Clone(allow) }
 // without the data files is: field types, dtypes, that every tensor's chunks lie inside it
 // and tile it exactly, that every chunk and bytes item has exactly one storage entry and
 // every storage entry belongs to one, and that data file names stay inside the folder.
+//
+// The decoding streams: the unpickler keeps in its memo only what the pickle fetches again
+// (pickle.Options.ForgetUnfetched), and each DCP record is reduced to its typed form as
+// soon as BUILD completes it (pickle.Options.Build), so that a `.metadata` of hundreds of
+// thousands of items never exists as a general value tree. A record the reduction does not
+// take (an unusual layout, a wrong field, an object the pickle refers to twice) stays an
+// inert object and is read by the same code afterwards, where an error can name its item.
 func ReadMetadata(data []byte, file string) (*Metadata, error) {
-	dec := pickle.NewDecoder(data, pickle.Options{Strict: true, Allow: allow})
+	return readMetadata(bytes.NewReader(data), int64(len(data)), file, true)
+}
+
+// ReadMetadataFrom is ReadMetadata of the size bytes of r, read a window at a time: the
+// file is never held whole.
+func ReadMetadataFrom(r io.ReaderAt, size int64, file string) (*Metadata, error) {
+	return readMetadata(r, size, file, true)
+}
+
+// readMetadata decodes with the streaming reduction or, without it, into a general value
+// tree first (the reference the fuzz tests compare the streaming path with).
+func readMetadata(r io.ReaderAt, size int64, file string, stream bool) (*Metadata, error) {
+	p := &parser{file: file, ints: map[string][]int64{}}
+	opts := pickle.Options{Strict: true, Allow: allow}
+	var dec *pickle.Decoder
+	if stream {
+		opts.ForgetUnfetched = true
+		opts.Build = p.build
+		opts.SetItem = p.setItem
+		dec = pickle.NewDecoderAt(r, size, opts)
+	} else {
+		data := make([]byte, size)
+		if _, err := r.ReadAt(data, 0); err != nil && err != io.EOF {
+			return nil, &Error{File: file, Offset: -1, Err: err}
+		}
+		dec = pickle.NewDecoder(data, opts)
+	}
 	v, err := dec.Decode()
 	if err != nil {
 		var pe *pickle.Error
@@ -231,10 +313,9 @@ func ReadMetadata(data []byte, file string) (*Metadata, error) {
 		}
 		return nil, &Error{File: file, Offset: -1, Err: err}
 	}
-	if rest := int64(len(data)) - dec.Offset(); rest != 0 {
+	if rest := size - dec.Offset(); rest != 0 {
 		return nil, &Error{File: file, Offset: dec.Offset(), Err: fmt.Errorf("%d bytes after the end of the pickle", rest)}
 	}
-	p := parser{file: file}
 	md, err := p.metadata(v)
 	if err != nil {
 		return nil, err
@@ -242,6 +323,7 @@ func ReadMetadata(data []byte, file string) (*Metadata, error) {
 	if err := md.validate(file); err != nil {
 		return nil, err
 	}
+	md.items, md.itemsOnce = nil, sync.Once{} // the name index is held only while needed (Metadata.index)
 	return md, nil
 }
 
@@ -249,10 +331,116 @@ func ReadMetadata(data []byte, file string) (*Metadata, error) {
 // value is wrong.
 type parser struct {
 	file string
+	// ints interns the int lists read (shapes, offsets): tensors of a model share a few.
+	ints map[string][]int64
+	// props are the TensorProperties read, one per dtype and requires_grad.
+	props map[props]*props
+	// claims are the dicts whose items setItem took (see claim); items is the one
+	// collecting state_dict_metadata, once found.
+	claims map[*pickle.Dict]*claim
+	items  *claim
+	// class is the global each role's records were reduced from: one per role and file
+	// (a record of the role under another module path stays an object), so that an error
+	// names a reduced record's class as it names an object's.
+	class map[string]pickle.Global
 }
+
+// maxInterned bounds the distinct int lists parser.ints keeps.
+const maxInterned = 1 << 12
 
 func (p *parser) fail(fqn string, chunk []int64, format string, args ...any) error {
 	return &Error{File: p.file, FQN: fqn, Chunk: chunk, Offset: -1, Err: fmt.Errorf(format, args...)}
+}
+
+// The typed forms the records are reduced to (by parser.build as the pickle is decoded,
+// or by the parser afterwards).
+type (
+	// props is a TensorProperties.
+	props struct {
+		dtype        statedict.DType
+		requiresGrad bool
+	}
+	// bytesMeta is a BytesStorageMetadata.
+	bytesMeta struct{}
+	// index is a MetadataIndex: which item (and chunk) a storage entry holds.
+	index struct {
+		fqn     string
+		offsets []int64 // nil for a bytes item
+	}
+	// storageInfo is a _StorageInfo: where the entry's bytes are.
+	storageInfo struct {
+		rel            string
+		offset, length int64
+		transforms     []string
+	}
+)
+
+// PickleOpaque makes an index a dict key (storage_data's) that equals no other.
+func (*index) PickleOpaque() {}
+
+var theBytesMeta = &bytesMeta{}
+
+// build is the unpickler's Options.Build hook: it reduces a DCP record BUILD completed to
+// its typed form, or leaves it (false) when it is not exactly what the parser accepts, for
+// the parser to report with the item's name.
+func (p *parser) build(o *pickle.Object) (pickle.Value, bool, error) {
+	role := classes[o.Class]
+	if g, ok := p.class[role]; ok && g != o.Class {
+		return nil, false, nil
+	}
+	var v pickle.Value
+	var err error
+	switch role {
+	case clsChunk:
+		var c ChunkMeta
+		c, err = p.chunk(o, "", 0)
+		v = &c
+	case clsProps:
+		v, err = p.properties(o, "")
+	case clsTensor:
+		v, err = p.tensor(o, "")
+	case clsBytes:
+		v, err = p.bytesItem(o, "")
+	case clsIndex:
+		v, err = p.index(o)
+	case clsStorage:
+		v, err = p.storageInfo(o, "", nil)
+	default:
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, nil
+	}
+	if p.class == nil {
+		p.class = map[string]pickle.Global{}
+	}
+	p.class[role] = o.Class
+	return v, true, nil
+}
+
+// describe names a value's type for error messages, giving a claimed dict its items back
+// first.
+func (p *parser) describe(v pickle.Value) string {
+	p.releaseAny(v)
+	role := ""
+	switch v.(type) {
+	case *ChunkMeta:
+		role = clsChunk
+	case *props:
+		role = clsProps
+	case *TensorMeta:
+		role = clsTensor
+	case *bytesMeta:
+		role = clsBytes
+	case *index:
+		role = clsIndex
+	case *storageInfo:
+		role = clsStorage
+	}
+	if g, ok := p.class[role]; ok {
+		return g.String() + " object"
+	}
+	return describe(v)
 }
 
 // describe names a pickle value's type for error messages.
@@ -276,6 +464,18 @@ func describe(v pickle.Value) string {
 		return fmt.Sprintf("list of %d", len(x.Items))
 	case *pickle.Dict:
 		return fmt.Sprintf("dict of %d", x.Len())
+	case *ChunkMeta:
+		return "ChunkStorageMetadata object"
+	case *props:
+		return "TensorProperties object"
+	case *TensorMeta:
+		return "TensorStorageMetadata object"
+	case *bytesMeta:
+		return "BytesStorageMetadata object"
+	case *index:
+		return "MetadataIndex object"
+	case *storageInfo:
+		return "_StorageInfo object"
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -285,15 +485,18 @@ func describe(v pickle.Value) string {
 func (p *parser) dataclass(v pickle.Value, role, fqn string, chunk []int64) (*pickle.Dict, error) {
 	o, ok := v.(*pickle.Object)
 	if !ok || classes[o.Class] != role || o.Kind != pickle.NewObj || len(o.Args) != 0 {
-		return nil, p.fail(fqn, chunk, "expected a %s, found %s", role, describe(v))
+		return nil, p.fail(fqn, chunk, "expected a %s, found %s", role, p.describe(v))
 	}
 	switch st := o.State.(type) {
 	case nil:
 		return &pickle.Dict{}, nil
 	case *pickle.Dict:
+		if err := p.release(st); err != nil {
+			return nil, p.fail(fqn, chunk, "%s state: %v", role, err)
+		}
 		return st, nil
 	}
-	return nil, p.fail(fqn, chunk, "%s state is %s, want a dict", role, describe(o.State))
+	return nil, p.fail(fqn, chunk, "%s state is %s, want a dict", role, p.describe(o.State))
 }
 
 // field returns a state field; absent and None are both reported as absent.
@@ -305,23 +508,32 @@ func field(st *pickle.Dict, name string) (pickle.Value, bool) {
 	return v, ok
 }
 
+// drop replaces a field read already with None, so that the garbage collector may take
+// what it held.
+func drop(st *pickle.Dict, name string) { st.Set(name, pickle.None{}) }
+
 func (p *parser) metadata(v pickle.Value) (*Metadata, error) {
 	st, err := p.dataclass(v, clsMetadata, "", nil)
 	if err != nil {
 		return nil, err
 	}
-	md := &Metadata{items: map[string]int{}, storage: map[storageKey]int{}}
+	md := &Metadata{items: map[string]int32{}}
 	sdm, ok := field(st, "state_dict_metadata")
 	if !ok {
 		return nil, p.fail("", nil, "Metadata has no state_dict_metadata")
 	}
+	// Each decoded dict is let go once read (the memo does not hold it, see
+	// pickle.Options.ForgetUnfetched): the decoded file and Metadata coexist one dict at a
+	// time.
 	if err := p.stateDictMetadata(md, sdm); err != nil {
 		return nil, err
 	}
+	drop(st, "state_dict_metadata")
 	if pd, ok := field(st, "planner_data"); ok {
 		if err := p.plannerData(md, pd); err != nil {
 			return nil, err
 		}
+		drop(st, "planner_data")
 	}
 	sd, ok := field(st, "storage_data")
 	if !ok {
@@ -330,6 +542,7 @@ func (p *parser) metadata(v pickle.Value) (*Metadata, error) {
 	if err := p.storageData(md, sd); err != nil {
 		return nil, err
 	}
+	drop(st, "storage_data")
 	if sm, ok := field(st, "storage_meta"); ok {
 		if md.StorageMeta, err = p.storageMeta(sm); err != nil {
 			return nil, err
@@ -338,7 +551,7 @@ func (p *parser) metadata(v pickle.Value) (*Metadata, error) {
 	if ver, ok := field(st, "version"); ok {
 		s, isStr := ver.(string)
 		if !isStr {
-			return nil, p.fail("", nil, "Metadata version is %s, want a str", describe(ver))
+			return nil, p.fail("", nil, "Metadata version is %s, want a str", p.describe(ver))
 		}
 		md.Version = s
 	}
@@ -346,65 +559,113 @@ func (p *parser) metadata(v pickle.Value) (*Metadata, error) {
 }
 
 func (p *parser) stateDictMetadata(md *Metadata, v pickle.Value) error {
+	c, err := p.claimed(v, claimItems)
+	if err != nil {
+		return p.fail("", nil, "state_dict_metadata: %v", err)
+	}
+	if c != nil {
+		md.Items, md.items = c.items, c.index
+		return p.slots(md)
+	}
 	d, ok := v.(*pickle.Dict)
 	if !ok || d.Class != nil {
-		return p.fail("", nil, "state_dict_metadata is %s, want a dict", describe(v))
+		return p.fail("", nil, "state_dict_metadata is %s, want a dict", p.describe(v))
 	}
-	keys, vals := d.Items()
-	md.Items = make([]Item, 0, len(keys))
-	for i, k := range keys {
+	md.Items = make([]Item, 0, d.Len())
+	for k, val := range d.All() {
 		fqn, ok := k.(string)
 		if !ok {
-			return p.fail("", nil, "state_dict_metadata key is %s, want a str", describe(k))
+			return p.fail("", nil, "state_dict_metadata key is %s, want a str", p.describe(k))
 		}
 		item := Item{FQN: fqn}
-		o, ok := vals[i].(*pickle.Object)
-		if !ok {
-			return p.fail(fqn, nil, "expected a TensorStorageMetadata or BytesStorageMetadata, found %s", describe(vals[i]))
-		}
-		switch classes[o.Class] {
-		case clsBytes:
-			st, err := p.dataclass(o, clsBytes, fqn, nil)
-			if err != nil {
-				return err
+		switch x := val.(type) {
+		case *TensorMeta:
+			item.Tensor = x
+		case *bytesMeta:
+		case *pickle.Object:
+			switch classes[x.Class] {
+			case clsBytes:
+				if _, err := p.bytesItem(x, fqn); err != nil {
+					return err
+				}
+			case clsTensor:
+				t, err := p.tensor(x, fqn)
+				if err != nil {
+					return err
+				}
+				item.Tensor = t
+			default:
+				return p.fail(fqn, nil, "expected a TensorStorageMetadata or BytesStorageMetadata, found %s", p.describe(x))
 			}
-			if st.Len() != 0 {
-				return p.fail(fqn, nil, "BytesStorageMetadata has fields")
-			}
-		case clsTensor:
-			t, err := p.tensor(o, fqn)
-			if err != nil {
-				return err
-			}
-			item.Tensor = t
 		default:
-			return p.fail(fqn, nil, "expected a TensorStorageMetadata or BytesStorageMetadata, found %s", describe(o))
+			return p.fail(fqn, nil, "expected a TensorStorageMetadata or BytesStorageMetadata, found %s", p.describe(val))
 		}
-		md.items[fqn] = len(md.Items)
+		if len(md.Items) >= math.MaxInt32 {
+			return p.fail(fqn, nil, "too many items")
+		}
+		md.items[fqn] = int32(len(md.Items))
 		md.Items = append(md.Items, item)
+	}
+	return p.slots(md)
+}
+
+// slots numbers the storage entry slots of the items: one per chunk, one per bytes item.
+func (p *parser) slots(md *Metadata) error {
+	md.first = make([]int32, len(md.Items))
+	n := 0
+	for i, it := range md.Items {
+		k := 1
+		if it.Tensor != nil {
+			k = len(it.Tensor.Chunks)
+		}
+		if n > math.MaxInt32-k {
+			return p.fail(it.FQN, nil, "too many chunks")
+		}
+		md.first[i] = int32(n)
+		n += k
+	}
+	md.entries = make([]int32, n)
+	for i := range md.entries {
+		md.entries[i] = -1
 	}
 	return nil
 }
 
-func (p *parser) tensor(o *pickle.Object, fqn string) (*TensorMeta, error) {
-	st, err := p.dataclass(o, clsTensor, fqn, nil)
+func (p *parser) bytesItem(v pickle.Value, fqn string) (*bytesMeta, error) {
+	st, err := p.dataclass(v, clsBytes, fqn, nil)
+	if err != nil {
+		return nil, err
+	}
+	if st.Len() != 0 {
+		return nil, p.fail(fqn, nil, "BytesStorageMetadata has fields")
+	}
+	return theBytesMeta, nil
+}
+
+func (p *parser) tensor(v pickle.Value, fqn string) (*TensorMeta, error) {
+	if t, ok := v.(*TensorMeta); ok {
+		return t, nil
+	}
+	st, err := p.dataclass(v, clsTensor, fqn, nil)
 	if err != nil {
 		return nil, err
 	}
 	t := &TensorMeta{}
-	props, ok := field(st, "properties")
+	pv, ok := field(st, "properties")
 	if !ok {
 		return nil, p.fail(fqn, nil, "TensorStorageMetadata has no properties")
 	}
-	if err := p.properties(t, props, fqn); err != nil {
+	pr, err := p.properties(pv, fqn)
+	if err != nil {
 		return nil, err
 	}
+	t.DType, t.RequiresGrad = pr.dtype, pr.requiresGrad
 	size, ok := field(st, "size")
 	if !ok {
 		return nil, p.fail(fqn, nil, "TensorStorageMetadata has no size")
 	}
-	if t.Size, ok = ints(size); !ok {
-		return nil, p.fail(fqn, nil, "size is %s, want a torch.Size", describe(size))
+	if t.Size, ok = p.intList(size); !ok {
+		return nil, p.fail(fqn, nil, "size is %s, want a torch.Size", p.describe(size))
 	}
 	cv, ok := field(st, "chunks")
 	if !ok {
@@ -412,75 +673,97 @@ func (p *parser) tensor(o *pickle.Object, fqn string) (*TensorMeta, error) {
 	}
 	l, ok := cv.(*pickle.List)
 	if !ok {
-		return nil, p.fail(fqn, nil, "chunks is %s, want a list", describe(cv))
+		return nil, p.fail(fqn, nil, "chunks is %s, want a list", p.describe(cv))
 	}
 	t.Chunks = make([]ChunkMeta, len(l.Items))
 	for i, c := range l.Items {
-		cst, err := p.dataclass(c, clsChunk, fqn, nil)
-		if err != nil {
+		if t.Chunks[i], err = p.chunk(c, fqn, i); err != nil {
 			return nil, err
-		}
-		off, ok1 := cst.Get("offsets")
-		sz, ok2 := cst.Get("sizes")
-		if !ok1 || !ok2 {
-			return nil, p.fail(fqn, nil, "chunk %d lacks offsets or sizes", i)
-		}
-		ch := &t.Chunks[i]
-		if ch.Offsets, ok1 = ints(off); !ok1 {
-			return nil, p.fail(fqn, nil, "chunk %d offsets are %s, want a torch.Size", i, describe(off))
-		}
-		if ch.Sizes, ok2 = ints(sz); !ok2 {
-			return nil, p.fail(fqn, ch.Offsets, "chunk sizes are %s, want a torch.Size", describe(sz))
 		}
 	}
 	return t, nil
 }
 
+func (p *parser) chunk(v pickle.Value, fqn string, i int) (ChunkMeta, error) {
+	if c, ok := v.(*ChunkMeta); ok {
+		return *c, nil
+	}
+	cst, err := p.dataclass(v, clsChunk, fqn, nil)
+	if err != nil {
+		return ChunkMeta{}, err
+	}
+	off, ok1 := cst.Get("offsets")
+	sz, ok2 := cst.Get("sizes")
+	if !ok1 || !ok2 {
+		return ChunkMeta{}, p.fail(fqn, nil, "chunk %d lacks offsets or sizes", i)
+	}
+	var ch ChunkMeta
+	if ch.Offsets, ok1 = p.intList(off); !ok1 {
+		return ChunkMeta{}, p.fail(fqn, nil, "chunk %d offsets are %s, want a torch.Size", i, p.describe(off))
+	}
+	if ch.Sizes, ok2 = p.intList(sz); !ok2 {
+		return ChunkMeta{}, p.fail(fqn, ch.Offsets, "chunk sizes are %s, want a torch.Size", p.describe(sz))
+	}
+	return ch, nil
+}
+
 // properties reads TensorProperties, pickled through its __getstate__ as the tuple
 // (dtype, layout, requires_grad, memory-format enum, pin_memory).
-func (p *parser) properties(t *TensorMeta, v pickle.Value, fqn string) error {
+func (p *parser) properties(v pickle.Value, fqn string) (*props, error) {
+	if pr, ok := v.(*props); ok {
+		return pr, nil
+	}
 	o, ok := v.(*pickle.Object)
 	if !ok || classes[o.Class] != clsProps || o.Kind != pickle.NewObj || len(o.Args) != 0 {
-		return p.fail(fqn, nil, "expected a TensorProperties, found %s", describe(v))
+		return nil, p.fail(fqn, nil, "expected a TensorProperties, found %s", p.describe(v))
 	}
 	st, ok := o.State.(pickle.Tuple)
 	if !ok || len(st) != 5 {
-		return p.fail(fqn, nil, "TensorProperties state is %s, want a 5-tuple", describe(o.State))
+		return nil, p.fail(fqn, nil, "TensorProperties state is %s, want a 5-tuple", p.describe(o.State))
 	}
+	var pr props
 	g, ok := st[0].(pickle.Global)
 	if !ok || g.Module != "torch" {
-		return p.fail(fqn, nil, "TensorProperties dtype is %s, want a torch dtype", describe(st[0]))
+		return nil, p.fail(fqn, nil, "TensorProperties dtype is %s, want a torch dtype", p.describe(st[0]))
 	}
-	if t.DType, ok = statedict.ParseDType(g.Name); !ok {
-		return p.fail(fqn, nil, "unknown dtype torch.%s", g.Name)
+	if pr.dtype, ok = statedict.ParseDType(g.Name); !ok {
+		return nil, p.fail(fqn, nil, "unknown dtype torch.%s", g.Name)
 	}
 	layout, ok := st[1].(*pickle.Object)
 	if !ok || layout.Class != (pickle.Global{Module: "torch.serialization", Name: "_get_layout"}) ||
 		layout.Kind != pickle.Reduce || len(layout.Args) != 1 {
-		return p.fail(fqn, nil, "TensorProperties layout is %s, want torch.serialization._get_layout(name)", describe(st[1]))
+		return nil, p.fail(fqn, nil, "TensorProperties layout is %s, want torch.serialization._get_layout(name)", p.describe(st[1]))
 	}
 	if name, _ := layout.Args[0].(string); name != "torch.strided" {
-		return p.fail(fqn, nil, "%w: layout %s (DCP saves strided tensors only)", ErrUnsupported, describe(layout.Args[0]))
+		return nil, p.fail(fqn, nil, "%w: layout %s (DCP saves strided tensors only)", ErrUnsupported, p.describe(layout.Args[0]))
 	}
-	if t.RequiresGrad, ok = st[2].(bool); !ok {
-		return p.fail(fqn, nil, "TensorProperties requires_grad is %s, want a bool", describe(st[2]))
+	if pr.requiresGrad, ok = st[2].(bool); !ok {
+		return nil, p.fail(fqn, nil, "TensorProperties requires_grad is %s, want a bool", p.describe(st[2]))
 	}
 	mf, ok := st[3].(*pickle.Object)
 	if !ok || classes[mf.Class] != clsMemFormat || mf.Kind != pickle.Reduce || len(mf.Args) != 1 {
-		return p.fail(fqn, nil, "TensorProperties memory format is %s, want a MEM_FORMAT_ENCODING", describe(st[3]))
+		return nil, p.fail(fqn, nil, "TensorProperties memory format is %s, want a MEM_FORMAT_ENCODING", p.describe(st[3]))
 	}
 	if n, ok := mf.Args[0].(int64); !ok || n < 0 || n > 2 {
-		return p.fail(fqn, nil, "memory format encoding is %s, want 0, 1 or 2", describe(mf.Args[0]))
+		return nil, p.fail(fqn, nil, "memory format encoding is %s, want 0, 1 or 2", p.describe(mf.Args[0]))
 	}
 	if _, ok := st[4].(bool); !ok {
-		return p.fail(fqn, nil, "TensorProperties pin_memory is %s, want a bool", describe(st[4]))
+		return nil, p.fail(fqn, nil, "TensorProperties pin_memory is %s, want a bool", p.describe(st[4]))
 	}
-	return nil
+	if shared, ok := p.props[pr]; ok {
+		return shared, nil
+	}
+	if p.props == nil {
+		p.props = map[props]*props{}
+	}
+	p.props[pr] = &pr
+	return &pr, nil
 }
 
-// ints reads a torch.Size (torch.Size REDUCE of a tuple) or a plain tuple of ints. The
-// result is never nil, so an empty size stays distinguishable from an absent one.
-func ints(v pickle.Value) ([]int64, bool) {
+// intList reads a torch.Size (torch.Size REDUCE of a tuple) or a plain tuple of ints. The
+// result is never nil, so an empty size stays distinguishable from an absent one. Lists
+// are interned: callers must not modify them.
+func (p *parser) intList(v pickle.Value) ([]int64, bool) {
 	if o, ok := v.(*pickle.Object); ok {
 		if o.Class != (pickle.Global{Module: "torch", Name: "Size"}) || o.Kind != pickle.Reduce || len(o.Args) != 1 {
 			return nil, false
@@ -491,38 +774,71 @@ func ints(v pickle.Value) ([]int64, bool) {
 	if !ok {
 		return nil, false
 	}
-	out := make([]int64, len(t))
-	for i, x := range t {
-		if out[i], ok = x.(int64); !ok {
+	var buf [8 * 8]byte
+	key := buf[:0]
+	for _, x := range t {
+		n, ok := x.(int64)
+		if !ok {
 			return nil, false
 		}
+		key = binary.LittleEndian.AppendUint64(key, uint64(n))
+	}
+	if out, ok := p.ints[string(key)]; ok {
+		return out, true
+	}
+	out := make([]int64, len(t))
+	for i, x := range t {
+		out[i] = x.(int64)
+	}
+	if len(p.ints) < maxInterned && len(t) <= 8 {
+		p.ints[string(key)] = out
 	}
 	return out, true
 }
 
 func (p *parser) plannerData(md *Metadata, v pickle.Value) error {
+	c, err := p.claimed(v, claimPlanner)
+	if err != nil {
+		return p.fail("", nil, "planner_data: %v", err)
+	}
+	if c != nil {
+		for i, fqn := range c.planner {
+			path, ok := c.paths[i]
+			if !ok {
+				delete(md.PlannerData, fqn)
+				continue
+			}
+			if md.PlannerData == nil {
+				md.PlannerData = map[string]Path{}
+			}
+			md.PlannerData[fqn] = path
+		}
+		return nil
+	}
 	d, ok := v.(*pickle.Dict)
 	if !ok || d.Class != nil {
-		return p.fail("", nil, "planner_data is %s, want a dict", describe(v))
+		return p.fail("", nil, "planner_data is %s, want a dict", p.describe(v))
 	}
-	md.PlannerData = make(map[string]Path, d.Len())
-	keys, vals := d.Items()
-	for i, k := range keys {
+	for k, val := range d.All() {
 		fqn, ok := k.(string)
 		if !ok {
-			return p.fail("", nil, "planner_data key is %s, want a str", describe(k))
+			return p.fail("", nil, "planner_data key is %s, want a str", p.describe(k))
 		}
 		var elems []pickle.Value
-		switch x := vals[i].(type) {
+		switch x := val.(type) {
 		case pickle.Tuple:
 			elems = x
 		case *pickle.List:
 			elems = x.Items
 		default:
-			return p.fail(fqn, nil, "planner_data path is %s, want a tuple", describe(vals[i]))
+			return p.fail(fqn, nil, "planner_data path is %s, want a tuple", p.describe(val))
 		}
 		if len(elems) == 0 {
 			return p.fail(fqn, nil, "planner_data path is empty")
+		}
+		if s, ok := elems[0].(string); ok && len(elems) == 1 && s == fqn {
+			delete(md.PlannerData, fqn) // the key itself: a top-level key (a later duplicate wins)
+			continue
 		}
 		path := make(Path, len(elems))
 		for j, e := range elems {
@@ -535,75 +851,158 @@ func (p *parser) plannerData(md *Metadata, v pickle.Value) error {
 				}
 				path[j] = x
 			default:
-				return p.fail(fqn, nil, "planner_data path element %d is %s, want a str or an int", j, describe(e))
+				return p.fail(fqn, nil, "planner_data path element %d is %s, want a str or an int", j, p.describe(e))
 			}
+		}
+		if md.PlannerData == nil {
+			md.PlannerData = map[string]Path{}
 		}
 		md.PlannerData[fqn] = path
 	}
 	return nil
 }
 
+func (p *parser) index(v pickle.Value) (*index, error) {
+	if ix, ok := v.(*index); ok {
+		return ix, nil
+	}
+	kst, err := p.dataclass(v, clsIndex, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	fv, _ := kst.Get("fqn")
+	fqn, ok := fv.(string)
+	if !ok {
+		return nil, p.fail("", nil, "MetadataIndex fqn is %s, want a str", p.describe(fv))
+	}
+	ix := &index{fqn: fqn}
+	// MetadataIndex.__init__ leaves offset unset for bytes items.
+	if off, ok := field(kst, "offset"); ok {
+		if ix.offsets, ok = p.intList(off); !ok {
+			return nil, p.fail(fqn, nil, "MetadataIndex offset is %s, want a torch.Size", p.describe(off))
+		}
+	}
+	if hint, ok := field(kst, "index"); ok {
+		if _, isInt := hint.(int64); !isInt {
+			return nil, p.fail(fqn, ix.offsets, "MetadataIndex index is %s, want an int", p.describe(hint))
+		}
+	}
+	return ix, nil
+}
+
 func (p *parser) storageData(md *Metadata, v pickle.Value) error {
+	c, err := p.claimed(v, claimStorage)
+	if err != nil {
+		return p.fail("", nil, "storage_data: %v", err)
+	}
+	// Tensors of many chunks find an entry's chunk through a map of their offsets.
+	var many map[int32]map[string]int
+	if c != nil {
+		md.Storage = c.storage
+		for k := range md.Storage {
+			if err := p.match(md, k, &many); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	d, ok := v.(*pickle.Dict)
 	if !ok || d.Class != nil {
-		return p.fail("", nil, "storage_data is %s, want a dict", describe(v))
+		return p.fail("", nil, "storage_data is %s, want a dict", p.describe(v))
 	}
-	keys, vals := d.Items()
-	md.Storage = make([]StorageEntry, 0, len(keys))
-	for i, k := range keys {
-		kst, err := p.dataclass(k, clsIndex, "", nil)
+	md.Storage = make([]StorageEntry, 0, d.Len())
+	for k, val := range d.All() {
+		ix, err := p.index(k)
 		if err != nil {
 			return err
 		}
-		fv, _ := kst.Get("fqn")
-		fqn, ok := fv.(string)
-		if !ok {
-			return p.fail("", nil, "MetadataIndex fqn is %s, want a str", describe(fv))
-		}
-		e := StorageEntry{FQN: fqn}
-		// MetadataIndex.__init__ leaves offset unset for bytes items.
-		if off, ok := field(kst, "offset"); ok {
-			if e.Offsets, ok = ints(off); !ok {
-				return p.fail(fqn, nil, "MetadataIndex offset is %s, want a torch.Size", describe(off))
-			}
-		}
-		if ix, ok := field(kst, "index"); ok {
-			if _, isInt := ix.(int64); !isInt {
-				return p.fail(fqn, e.Offsets, "MetadataIndex index is %s, want an int", describe(ix))
-			}
-		}
-		ist, err := p.dataclass(vals[i], clsStorage, fqn, e.Offsets)
+		si, err := p.storageInfo(val, ix.fqn, ix.offsets)
 		if err != nil {
 			return err
 		}
-		if err := p.storageInfo(&e, ist); err != nil {
+		md.Storage = append(md.Storage, StorageEntry{FQN: ix.fqn, Offsets: ix.offsets, RelativePath: si.rel,
+			Offset: si.offset, Length: si.length, TransformDescriptors: si.transforms})
+		if err := p.match(md, len(md.Storage)-1, &many); err != nil {
 			return err
 		}
-		key := keyOf(fqn, e.Offsets)
-		if _, dup := md.storage[key]; dup {
-			return p.fail(fqn, e.Offsets, "two storage entries for the same item")
-		}
-		md.storage[key] = len(md.Storage)
-		md.Storage = append(md.Storage, e)
 	}
 	return nil
 }
 
-func (p *parser) storageInfo(e *StorageEntry, st *pickle.Dict) error {
+// match records storage entry k as its chunk's or bytes item's; validate reports entries
+// that match none. The entry takes the item's name string, so that the name is held once.
+func (p *parser) match(md *Metadata, k int, many *map[int32]map[string]int) error {
+	e := &md.Storage[k]
+	i, ok := md.items[e.FQN]
+	if !ok {
+		return nil
+	}
+	e.FQN = md.Items[i].FQN
+	slot := -1
+	switch t := md.Items[i].Tensor; {
+	case t == nil && e.Offsets == nil:
+		slot = 0
+	case t != nil && e.Offsets != nil && len(t.Chunks) <= 16:
+		slot = slices.IndexFunc(t.Chunks, func(c ChunkMeta) bool { return slices.Equal(c.Offsets, e.Offsets) })
+	case t != nil && e.Offsets != nil:
+		if (*many)[i] == nil {
+			if *many == nil {
+				*many = map[int32]map[string]int{}
+			}
+			m := make(map[string]int, len(t.Chunks))
+			for j := len(t.Chunks) - 1; j >= 0; j-- { // the first of equal offsets wins
+				m[offsetsKey(t.Chunks[j].Offsets)] = j
+			}
+			(*many)[i] = m
+		}
+		if j, ok := (*many)[i][offsetsKey(e.Offsets)]; ok {
+			slot = j
+		}
+	}
+	if slot < 0 {
+		return nil
+	}
+	s := &md.entries[int(md.first[i])+slot]
+	if *s >= 0 {
+		return p.fail(e.FQN, e.Offsets, "two storage entries for the same item")
+	}
+	*s = int32(k)
+	md.matched++
+	return nil
+}
+
+// offsetsKey is a chunk's offsets as a map key.
+func offsetsKey(offsets []int64) string {
+	b := make([]byte, 0, 8*len(offsets))
+	for _, o := range offsets {
+		b = binary.LittleEndian.AppendUint64(b, uint64(o))
+	}
+	return string(b)
+}
+
+func (p *parser) storageInfo(v pickle.Value, fqn string, chunk []int64) (*storageInfo, error) {
+	if si, ok := v.(*storageInfo); ok {
+		return si, nil
+	}
+	st, err := p.dataclass(v, clsStorage, fqn, chunk)
+	if err != nil {
+		return nil, err
+	}
+	si := &storageInfo{}
 	rp, _ := st.Get("relative_path")
 	var ok bool
-	if e.RelativePath, ok = rp.(string); !ok {
-		return p.fail(e.FQN, e.Offsets, "_StorageInfo relative_path is %s, want a str", describe(rp))
+	if si.rel, ok = rp.(string); !ok {
+		return nil, p.fail(fqn, chunk, "_StorageInfo relative_path is %s, want a str", p.describe(rp))
 	}
 	off, _ := st.Get("offset")
 	length, _ := st.Get("length")
-	e.Offset, ok = off.(int64)
-	if !ok || e.Offset < 0 {
-		return p.fail(e.FQN, e.Offsets, "_StorageInfo offset is %s, want a non-negative int", describe(off))
+	si.offset, ok = off.(int64)
+	if !ok || si.offset < 0 {
+		return nil, p.fail(fqn, chunk, "_StorageInfo offset is %s, want a non-negative int", p.describe(off))
 	}
-	e.Length, ok = length.(int64)
-	if !ok || e.Length < 0 || e.Length > 1<<62-e.Offset {
-		return p.fail(e.FQN, e.Offsets, "_StorageInfo length is %s, want a non-negative int", describe(length))
+	si.length, ok = length.(int64)
+	if !ok || si.length < 0 || si.length > 1<<62-si.offset {
+		return nil, p.fail(fqn, chunk, "_StorageInfo length is %s, want a non-negative int", p.describe(length))
 	}
 	if td, ok := field(st, "transform_descriptors"); ok {
 		var elems []pickle.Value
@@ -613,16 +1012,16 @@ func (p *parser) storageInfo(e *StorageEntry, st *pickle.Dict) error {
 		case pickle.Tuple:
 			elems = x
 		default:
-			return p.fail(e.FQN, e.Offsets, "_StorageInfo transform_descriptors is %s, want a list of str", describe(td))
+			return nil, p.fail(fqn, chunk, "_StorageInfo transform_descriptors is %s, want a list of str", p.describe(td))
 		}
-		e.TransformDescriptors = make([]string, len(elems))
+		si.transforms = make([]string, len(elems))
 		for i, x := range elems {
-			if e.TransformDescriptors[i], ok = x.(string); !ok {
-				return p.fail(e.FQN, e.Offsets, "transform descriptor is %s, want a str", describe(x))
+			if si.transforms[i], ok = x.(string); !ok {
+				return nil, p.fail(fqn, chunk, "transform descriptor is %s, want a str", p.describe(x))
 			}
 		}
 	}
-	return nil
+	return si, nil
 }
 
 func (p *parser) storageMeta(v pickle.Value) (*StorageMeta, error) {
@@ -637,13 +1036,13 @@ func (p *parser) storageMeta(v pickle.Value) (*StorageMeta, error) {
 			return nil
 		}
 		if *dst, ok = x.(string); !ok {
-			return p.fail("", nil, "StorageMeta %s is %s, want a str", name, describe(x))
+			return p.fail("", nil, "StorageMeta %s is %s, want a str", name, p.describe(x))
 		}
 		return nil
 	}
 	if id, ok := field(st, "checkpoint_id"); ok {
 		if sm.CheckpointID, ok = pathString(id); !ok {
-			return nil, p.fail("", nil, "StorageMeta checkpoint_id is %s, want a str or a pathlib path", describe(id))
+			return nil, p.fail("", nil, "StorageMeta checkpoint_id is %s, want a str or a pathlib path", p.describe(id))
 		}
 	}
 	if err := str("save_id", &sm.SaveID); err != nil {
@@ -655,12 +1054,12 @@ func (p *parser) storageMeta(v pickle.Value) (*StorageMeta, error) {
 	if mods, ok := field(st, "modules"); ok {
 		l, ok := mods.(*pickle.List)
 		if !ok {
-			return nil, p.fail("", nil, "StorageMeta modules is %s, want a list", describe(mods))
+			return nil, p.fail("", nil, "StorageMeta modules is %s, want a list", p.describe(mods))
 		}
 		for _, m := range l.Items {
 			s, ok := m.(string)
 			if !ok {
-				return nil, p.fail("", nil, "StorageMeta module is %s, want a str", describe(m))
+				return nil, p.fail("", nil, "StorageMeta module is %s, want a str", p.describe(m))
 			}
 			sm.Modules = append(sm.Modules, s)
 		}
@@ -706,13 +1105,11 @@ func (m *Metadata) validate(file string) error {
 	fail := func(fqn string, chunk []int64, format string, args ...any) error {
 		return &Error{File: file, FQN: fqn, Chunk: chunk, Offset: -1, Err: fmt.Errorf(format, args...)}
 	}
-	used := 0
-	for _, it := range m.Items {
+	for i, it := range m.Items {
 		if it.Tensor == nil {
-			if _, ok := m.Lookup(it.FQN, nil); !ok {
+			if _, ok := m.entry(i, 0); !ok {
 				return fail(it.FQN, nil, "bytes item has no storage entry")
 			}
-			used++
 			continue
 		}
 		t := it.Tensor
@@ -723,16 +1120,24 @@ func (m *Metadata) validate(file string) error {
 			}
 			return fail(it.FQN, chunk, "%w", err)
 		}
-		for _, c := range t.Chunks {
-			if _, ok := m.Lookup(it.FQN, c.Offsets); !ok {
+		for j, c := range t.Chunks {
+			if _, ok := m.entry(i, j); !ok {
 				return fail(it.FQN, c.Offsets, "chunk has no storage entry")
 			}
-			used++
 		}
 	}
-	if used != len(m.Storage) {
+	if m.matched != len(m.Storage) {
 		// Some entry matches no chunk or item: find it for the message.
-		for _, e := range m.Storage {
+		held := make([]bool, len(m.Storage))
+		for _, k := range m.entries {
+			if k >= 0 {
+				held[k] = true
+			}
+		}
+		for k, e := range m.Storage {
+			if held[k] {
+				continue
+			}
 			it, ok := m.Item(e.FQN)
 			switch {
 			case !ok:
@@ -742,8 +1147,8 @@ func (m *Metadata) validate(file string) error {
 			case it.Tensor != nil && !slices.ContainsFunc(it.Tensor.Chunks, func(c ChunkMeta) bool { return slices.Equal(c.Offsets, e.Offsets) }):
 				return fail(e.FQN, e.Offsets, "storage entry for a chunk the tensor does not list")
 			}
+			return fail(e.FQN, e.Offsets, "two storage entries for the same item")
 		}
-		return fail("", nil, "%d storage entries for %d chunks and bytes items", len(m.Storage), used)
 	}
 	for _, e := range m.Storage {
 		if err := checkRelative(e.RelativePath); err != nil {

@@ -16,12 +16,18 @@ func Nest(md *Metadata, values []statedict.Value, file string) (*statedict.Dict,
 	if len(values) != len(md.Items) {
 		return nil, fmt.Errorf("dcp: %d values for %d items", len(values), len(md.Items))
 	}
-	root := statedict.NewDict("")
+	root := statedict.NewDictSize("", len(md.Items))
 	budget := int64(len(md.Items)) + padBudget
 	for i, it := range md.Items {
 		path, ok := md.PlannerData[it.FQN]
 		if !ok {
-			root.Set(it.FQN, values[i])
+			if len(md.PlannerData) == 0 {
+				// Every item is a top-level key, and the names are unique: no index is
+				// built until a lookup needs one.
+				root.Append(it.FQN, values[i])
+			} else {
+				root.Set(it.FQN, values[i])
+			}
 			continue
 		}
 		if err := setElement(root, path, values[i], &budget); err != nil {

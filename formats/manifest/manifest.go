@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -98,9 +99,80 @@ const maxManifest = 1 << 30
 
 // Read reads and parses the manifest file at path.
 func Read(path string) (*Manifest, error) {
-	b, err := store.ReadFile(path, maxManifest)
+	var ts []Tensor
+	m, err := ReadEach(path, func(t Tensor) error {
+		ts = append(ts, t)
+		return nil
+	})
 	if err != nil {
 		return nil, err
+	}
+	m.Tensors = ts
+	return m, nil
+}
+
+// ReadEach reads the manifest file at path, streaming: it returns every field but
+// Tensors, and passes the tensors to each one at a time, in file order, as it decodes
+// them, so that a manifest of hundreds of thousands of tensors is never held in memory
+// whole. An error from each stops the read and is returned. A manifest whose tensor list
+// is null or absent yields no tensor (Tensors stays nil). The tool is checked only at the
+// end, wherever the field is: each may have been called for a file that is not a ckpt
+// manifest.
+func ReadEach(path string, each func(Tensor) error) (*Manifest, error) {
+	f, err := store.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if f.Size() > maxManifest {
+		return nil, fmt.Errorf("%s: %d bytes, more than the %d a manifest may have", path, f.Size(), maxManifest)
+	}
+	dec := json.NewDecoder(bufio.NewReaderSize(io.NewSectionReader(f, 0, f.Size()), 1<<16))
+	corrupt := func(err error) error {
+		return fmt.Errorf("%s (byte %d): %w: %w", path, dec.InputOffset(), statedict.ErrCorrupt, err)
+	}
+	if err := expectDelim(dec, '{'); err != nil {
+		return nil, corrupt(err)
+	}
+	// Every field but the tensors is decoded as json.Unmarshal would decode the object
+	// without them.
+	head := map[string]json.RawMessage{}
+	tensors := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, corrupt(err)
+		}
+		key, _ := tok.(string)
+		if !strings.EqualFold(key, "tensors") {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return nil, corrupt(err)
+			}
+			head[key] = raw
+			continue
+		}
+		if tensors {
+			return nil, corrupt(fmt.Errorf("two tensor lists"))
+		}
+		tensors = true
+		if err := eachTensor(dec, each); err != nil {
+			var yield yieldError
+			if errors.As(err, &yield) {
+				return nil, yield.err
+			}
+			return nil, corrupt(err)
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return nil, corrupt(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, corrupt(fmt.Errorf("data after the manifest object"))
+	}
+	b, err := json.Marshal(head)
+	if err != nil {
+		return nil, corrupt(err)
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -110,6 +182,48 @@ func Read(path string) (*Manifest, error) {
 		return nil, fmt.Errorf("%s: %w: not a ckpt manifest (tool %q)", path, statedict.ErrCorrupt, m.Tool)
 	}
 	return &m, nil
+}
+
+// yieldError carries an error of ReadEach's callback through eachTensor unchanged.
+type yieldError struct{ err error }
+
+func (e yieldError) Error() string { return e.err.Error() }
+
+// eachTensor decodes a tensor list (or null) and passes each tensor to each.
+func eachTensor(dec *json.Decoder, each func(Tensor) error) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok == nil {
+		return nil
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return fmt.Errorf("tensors is %v, want a list", tok)
+	}
+	for dec.More() {
+		var t Tensor
+		if err := dec.Decode(&t); err != nil {
+			return err
+		}
+		if err := each(t); err != nil {
+			return yieldError{err}
+		}
+	}
+	_, err = dec.Token() // ']'
+	return err
+}
+
+// expectDelim reads the delimiter d.
+func expectDelim(dec *json.Decoder, d json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != d {
+		return fmt.Errorf("found %v, want %q", tok, d)
+	}
+	return nil
 }
 
 // Write writes m as indented JSON (what json.Encoder with a two-space indent writes),

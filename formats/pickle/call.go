@@ -116,6 +116,15 @@ func (d *Decoder) loadBuild() error {
 	switch t := target.(type) {
 	case *Object:
 		t.State = state
+		if d.opts.Build != nil && !d.shared[t] {
+			v, ok, err := d.opts.Build(t)
+			if err != nil {
+				return err
+			}
+			if ok {
+				d.stack[len(d.stack)-1] = v
+			}
+		}
 	case *Dict:
 		t.State = state
 	case Global:

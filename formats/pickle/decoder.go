@@ -32,6 +32,27 @@ type Options struct {
 	// Allow lists extra globals accepted in Strict mode (for example the
 	// DCP metadata dataclasses), given after Python 2→3 renaming.
 	Allow []Global
+	// ForgetUnfetched keeps in the memo only the entries a later GET fetches: before
+	// decoding a pickle the decoder walks its opcodes once to find them. A pickle that
+	// memoizes every value (as Python's pickler does) and fetches few of them is then
+	// decoded without the memo holding the whole tree. Results and errors are the same.
+	ForgetUnfetched bool
+	// Build, if set, is offered every *Object right after a BUILD set its State, when
+	// nothing else can refer to the object: it is not in the memo at an index a GET
+	// fetches (with ForgetUnfetched unset every memoized object counts as fetched). It
+	// returns the value to use in the object's place and true — a consumer so reduces
+	// each record to its own compact form as the stream builds it — or false to keep the
+	// object. A second BUILD on a value Build returned is an error (picklers never emit
+	// one). A value Build returns can be a dict key only if it implements [Opaque].
+	Build func(o *Object) (Value, bool, error)
+	// SetItem, if set, is offered every item SETITEM, SETITEMS or DICT puts into a dict,
+	// once the decoder has checked and charged it. It returns true to take the item: the
+	// dict does not store it, and the consumer keeps it in its own form (and owes the
+	// dict's semantics: a key put again replaces the value in place). A consumer so
+	// collects a dict of hundreds of thousands of records without the dict's slots and
+	// index; it can give the items back (Dict.TrySet) if the dict turns out to be
+	// something else.
+	SetItem func(d *Dict, key, val Value) (bool, error)
 }
 
 // Limits bounds what a pickle may make the decoder allocate. Every limit is
@@ -140,8 +161,15 @@ type Decoder struct {
 	// the depth of what it builds from them (see Limits.MaxDepth).
 	depths     []int32
 	memoDepths memo[int32]
-	pending    int32
-	proto      int
+	// With Options.ForgetUnfetched: fetched numbers the memo indices GETs fetch (memo
+	// and memoDepths hold only those, at their slots); skipped records the others put.
+	fetched *fetchedSet
+	skipped memo[struct{}]
+	// shared holds the objects memoized at fetched indices, which Options.Build is not
+	// offered.
+	shared  map[*Object]bool
+	pending int32
+	proto   int
 	// latin1 holds the Python 2 strs of this pickle that were not valid
 	// UTF-8 and were decoded as latin-1, so that numpy raw data pickled as
 	// a Python 2 str can be turned back into its bytes.
@@ -150,7 +178,18 @@ type Decoder struct {
 
 // NewDecoder returns a Decoder reading pickles from data, starting at offset 0.
 func NewDecoder(data []byte, opts Options) *Decoder {
-	d := &Decoder{r: reader{data: data}, opts: opts, lim: opts.Limits.withDefaults()}
+	return newDecoder(reader{data: data}, opts)
+}
+
+// NewDecoderAt returns a Decoder reading pickles from the size bytes of src, starting at
+// offset 0. It reads src a window at a time: a pickle larger than the memory it may take
+// is decoded without being held whole.
+func NewDecoderAt(src io.ReaderAt, size int64, opts Options) *Decoder {
+	return newDecoder(reader{src: src, size: size}, opts)
+}
+
+func newDecoder(r reader, opts Options) *Decoder {
+	d := &Decoder{r: r, opts: opts, lim: opts.Limits.withDefaults()}
 	if len(opts.Allow) > 0 {
 		d.allow = make(map[Global]bool, len(opts.Allow))
 		for _, g := range opts.Allow {
@@ -162,7 +201,7 @@ func NewDecoder(data []byte, opts Options) *Decoder {
 
 // Offset returns the offset in data where the next Decode starts: just past
 // the STOP of the last pickle decoded.
-func (d *Decoder) Offset() int64 { return int64(d.r.pos) }
+func (d *Decoder) Offset() int64 { return d.r.offset() }
 
 // Decode decodes one pickle starting at the decoder's current offset and
 // stops after its STOP opcode. Several pickles can follow each other in data
@@ -175,37 +214,45 @@ func (d *Decoder) Decode() (Value, error) {
 	d.marks = d.marks[:0]
 	d.memo.reset()
 	d.memoDepths.reset()
+	d.skipped.reset()
+	d.shared = nil
+	d.fetched = nil
+	if d.opts.ForgetUnfetched {
+		d.fetched = findFetched(d.r, d.lim)
+	}
 	d.proto = 0
 	d.latin1 = nil
-	start := d.r.pos
+	start := d.r.offset()
 	if d.r.remaining() == 0 {
-		return nil, &Error{Offset: int64(start), Err: io.EOF}
+		return nil, &Error{Offset: start, Err: io.EOF}
 	}
 	for {
-		off := d.r.pos
+		off := d.r.offset()
 		if d.r.remaining() == 0 {
-			return nil, &Error{Offset: int64(off), Err: fmt.Errorf("pickle starting at offset %d has no STOP: %w", start, io.ErrUnexpectedEOF)}
+			return nil, &Error{Offset: off, Err: fmt.Errorf("pickle starting at offset %d has no STOP: %w", start, io.ErrUnexpectedEOF)}
 		}
-		op := d.r.data[off]
-		d.r.pos++
+		op, err := d.r.u1()
+		if err != nil {
+			return nil, &Error{Offset: off, Err: err}
+		}
 		if op == opStop {
 			v, err := d.pop()
 			if err != nil {
-				d.r.pos = off
+				d.r.seek(off)
 				return nil, d.wrap(off, op, err)
 			}
 			return v, nil
 		}
 		d.pending = 0
 		if err := d.step(op); err != nil {
-			d.r.pos = off
+			d.r.seek(off)
 			return nil, d.wrap(off, op, err)
 		}
 	}
 }
 
-func (d *Decoder) wrap(off int, op byte, err error) *Error {
-	return &Error{Offset: int64(off), Op: opName(op), Err: err}
+func (d *Decoder) wrap(off int64, op byte, err error) *Error {
+	return &Error{Offset: off, Op: opName(op), Err: err}
 }
 
 // charge accounts n bytes against Limits.MaxAlloc.
@@ -332,17 +379,47 @@ func (d *Decoder) pushMark() error {
 // memoPut stores v, which nests depth levels deep, at memo index i, enforcing
 // MaxMemo and charging new entries.
 func (d *Decoder) memoPut(i uint64, v Value, depth int32) error {
-	if !d.memo.has(i) {
-		if d.memo.len() >= d.lim.MaxMemo {
-			return &LimitError{Limit: "MaxMemo", What: fmt.Sprintf("memo of %d entries", d.memo.len()+1), Max: int64(d.lim.MaxMemo)}
+	slot, keep := i, true
+	if d.fetched != nil {
+		slot, keep = d.fetched.slot(i)
+	}
+	if keep && !d.memo.has(slot) || !keep && !d.skipped.has(i) {
+		if n := d.memoLen(); n >= d.lim.MaxMemo {
+			return &LimitError{Limit: "MaxMemo", What: fmt.Sprintf("memo of %d entries", n+1), Max: int64(d.lim.MaxMemo)}
 		}
 		if err := d.charge(itemCost, "memo entry"); err != nil {
 			return err
 		}
 	}
-	d.memo.put(i, v)
-	d.memoDepths.put(i, depth)
+	if !keep {
+		d.skipped.put(i, struct{}{})
+		return nil
+	}
+	d.memo.put(slot, v)
+	d.memoDepths.put(slot, depth)
+	if o, ok := v.(*Object); ok && d.opts.Build != nil {
+		if d.shared == nil {
+			d.shared = map[*Object]bool{}
+		}
+		d.shared[o] = true
+	}
 	return nil
+}
+
+// memoLen is the number of memo entries, kept or not: the index MEMOIZE uses.
+func (d *Decoder) memoLen() int { return d.memo.len() + d.skipped.len() }
+
+// memoGet returns the memo entry at index i and its depth.
+func (d *Decoder) memoGet(i uint64) (Value, int32, bool) {
+	if d.fetched != nil {
+		var ok bool
+		if i, ok = d.fetched.slot(i); !ok {
+			return nil, 0, false
+		}
+	}
+	v, ok := d.memo.get(i)
+	depth, _ := d.memoDepths.get(i)
+	return v, depth, ok
 }
 
 // allowed reports whether a global passes the Strict check.

@@ -315,6 +315,8 @@ func (e *keyEncoder) encode(buf []byte, key Value, depth int) (out []byte, uniqu
 		buf = append(buf, k.Module...)
 		buf = binary.AppendUvarint(buf, uint64(len(k.Name)))
 		return append(buf, k.Name...), false, nil
+	case Opaque:
+		return buf, true, nil // a distinct object nothing else refers to
 	case *Object, *NPDType:
 		buf = append(buf, 'o')
 		return binary.AppendUvarint(buf, e.ix.identity(k)), false, nil

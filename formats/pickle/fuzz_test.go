@@ -1,6 +1,7 @@
 package pickle
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/big"
@@ -153,4 +154,123 @@ func walk(root Value) error {
 		}
 	}
 	return nil
+}
+
+// FuzzForgetUnfetched: decoding with Options.ForgetUnfetched, and decoding from an
+// io.ReaderAt a few bytes at a time, give what decoding the bytes without it gives, value
+// for value and error for error, pickle after pickle.
+func FuzzForgetUnfetched(f *testing.F) {
+	fuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		opts := Options{Limits: fuzzLimits, PersistentLoad: func(pid Value) (Value, error) { return pid, nil }}
+		full := NewDecoder(data, opts)
+		opts.ForgetUnfetched = true
+		lean := NewDecoder(data, opts)
+		streamed := newDecoder(reader{src: bytes.NewReader(data), size: int64(len(data)), win: 1 + len(data)%7}, opts)
+		for range 4 {
+			v1, err1 := full.Decode()
+			v2, err2 := lean.Decode()
+			v3, err3 := streamed.Decode()
+			if fmt.Sprint(err1) != fmt.Sprint(err2) || full.Offset() != lean.Offset() {
+				t.Fatalf("errors differ:\n%v\n%v", err1, err2)
+			}
+			if fmt.Sprint(err1) != fmt.Sprint(err3) || full.Offset() != streamed.Offset() {
+				t.Fatalf("errors differ when streamed:\n%v\n%v", err1, err3)
+			}
+			if err1 != nil {
+				return
+			}
+			a, b, c := shape(v1), shape(v2), shape(v3)
+			if a != b {
+				t.Fatalf("values differ:\n%.2000s\n%.2000s", a, b)
+			}
+			if a != c {
+				t.Fatalf("values differ when streamed:\n%.2000s\n%.2000s", a, c)
+			}
+		}
+	})
+}
+
+// shape renders a decoded value for comparison, sharing included: a container met again
+// prints as the number of its first visit. NaNs print alike. Output past 1 MiB is cut.
+func shape(v Value) string {
+	var b strings.Builder
+	seen := map[any]int{}
+	var rec func(v Value)
+	rec = func(v Value) {
+		if b.Len() > 1<<20 {
+			return
+		}
+		if x, ok := v.(*Dict); ok && x == nil {
+			b.WriteString("nil")
+			return
+		}
+		switch x := v.(type) {
+		case *List, *Dict, *Set, *Object:
+			if n, ok := seen[x]; ok {
+				fmt.Fprintf(&b, "#%d", n)
+				return
+			}
+			seen[x] = len(seen)
+		}
+		switch x := v.(type) {
+		case *List:
+			b.WriteString("[")
+			for _, it := range x.Items {
+				rec(it)
+				b.WriteString(",")
+			}
+			b.WriteString("]")
+		case Tuple:
+			b.WriteString("(")
+			for _, it := range x {
+				rec(it)
+				b.WriteString(",")
+			}
+			b.WriteString(")")
+		case *Dict:
+			fmt.Fprintf(&b, "{%v ", x.Class)
+			for k, v := range x.All() {
+				rec(k)
+				b.WriteString(":")
+				rec(v)
+				b.WriteString(",")
+			}
+			b.WriteString(" state ")
+			rec(x.State)
+			b.WriteString(" default ")
+			rec(x.Default)
+			b.WriteString("}")
+		case *Set:
+			fmt.Fprintf(&b, "set%v{", x.Frozen)
+			for _, it := range x.Items {
+				rec(it)
+				b.WriteString(",")
+			}
+			b.WriteString("}")
+		case *Object:
+			fmt.Fprintf(&b, "%v/%d(", x.Class, x.Kind)
+			rec(x.Args)
+			b.WriteString(" kw ")
+			rec(x.Kwargs)
+			b.WriteString(" state ")
+			rec(x.State)
+			b.WriteString(")")
+		case *NDArray:
+			fmt.Fprintf(&b, "nd(%s %v %v %x %v ", x.DType, x.Shape, x.Fortran, x.Data, x.Scalar)
+			rec(x.Descr)
+			rec(Tuple(x.Objects))
+			b.WriteString(")")
+		case *NPDType:
+			if x == nil {
+				b.WriteString("nil")
+			} else {
+				fmt.Fprintf(&b, "%+v", *x)
+			}
+		default:
+			fmt.Fprintf(&b, "%T:%#v", v, v)
+		}
+	}
+	rec(v)
+	return b.String()
 }

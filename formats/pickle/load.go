@@ -219,11 +219,11 @@ func (d *Decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		v, ok := d.memo.get(i)
+		v, depth, ok := d.memoGet(i)
 		if !ok {
 			return fmt.Errorf("memo value not found at index %d", i)
 		}
-		d.pending, _ = d.memoDepths.get(i)
+		d.pending = depth
 		return d.push(v)
 	case opPut, opBinPut, opLongBinPut:
 		i, err := d.memoIndex(op)
@@ -240,7 +240,7 @@ func (d *Decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		return d.memoPut(uint64(d.memo.len()), v, d.depths[len(d.depths)-1])
+		return d.memoPut(uint64(d.memoLen()), v, d.depths[len(d.depths)-1])
 
 	case opProto:
 		p, err := d.r.u1()
@@ -626,6 +626,11 @@ func (d *Decoder) setItems(dict *Dict, kv []Value) error {
 func (d *Decoder) dictPut(dict *Dict, k, v Value) error {
 	if err := d.chargeItems(dict.Len()+1, 2, "dict"); err != nil {
 		return err
+	}
+	if d.opts.SetItem != nil {
+		if took, err := d.opts.SetItem(dict, k, v); err != nil || took {
+			return err
+		}
 	}
 	_, cost, err := dict.put(k, v, d.lim.MaxAlloc-d.alloc)
 	if err != nil {

@@ -157,14 +157,63 @@ func errUnknownOpcode(op byte) error {
 	return fmt.Errorf("unknown opcode 0x%02x", op)
 }
 
-// reader reads opcode arguments from data. It never allocates: every slice
-// it returns aliases data.
+// reader reads opcode arguments from data: the whole input, or (src set) a window of
+// it read from src at base. Every slice it returns aliases data and stays valid: a window
+// is never overwritten, the next one is a new buffer.
 type reader struct {
 	data []byte
 	pos  int
+	// With src, data holds bytes [base, base+len(data)) of src's size bytes.
+	src  io.ReaderAt
+	base int64
+	size int64
+	win  int // the size of the reads from src; 0 means window
 }
 
-func (r *reader) remaining() int { return len(r.data) - r.pos }
+// window is the size of the reads of a reader with a src.
+const window = 1 << 20
+
+// offset is the absolute position in the input.
+func (r *reader) offset() int64 { return r.base + int64(r.pos) }
+
+// seek moves to the absolute position off, which was read before.
+func (r *reader) seek(off int64) {
+	if off >= r.base && off <= r.base+int64(len(r.data)) {
+		r.pos = int(off - r.base)
+		return
+	}
+	r.base, r.data, r.pos = off, nil, 0
+}
+
+func (r *reader) remaining() int {
+	if r.src == nil {
+		return len(r.data) - r.pos
+	}
+	return int(r.size - r.offset())
+}
+
+// fill makes the next n bytes (at most what is left) available in data, reading a new
+// window from src; the caller checked n against remaining.
+func (r *reader) fill(n int) error {
+	if r.src == nil || len(r.data)-r.pos >= n {
+		return nil
+	}
+	off := r.offset()
+	w := r.win
+	if w == 0 {
+		w = window
+	}
+	size := min(int64(max(n, w)), r.size-off)
+	b := make([]byte, size)
+	if m, err := r.src.ReadAt(b, off); int64(m) < size {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("reading the pickle at offset %d: %w", off, err)
+	}
+	r.base, r.data, r.pos = off, b, 0
+	return nil
+}
 
 func truncated(what string, n uint64, have int) error {
 	return fmt.Errorf("%s needs %d bytes, %d left: %w", what, n, have, io.ErrUnexpectedEOF)
@@ -175,6 +224,9 @@ func (r *reader) take(n uint64, what string) ([]byte, error) {
 	if n > uint64(r.remaining()) {
 		return nil, truncated(what, n, r.remaining())
 	}
+	if err := r.fill(int(n)); err != nil {
+		return nil, err
+	}
 	b := r.data[r.pos : r.pos+int(n)]
 	r.pos += int(n)
 	return b, nil
@@ -183,6 +235,9 @@ func (r *reader) take(n uint64, what string) ([]byte, error) {
 func (r *reader) u1() (byte, error) {
 	if r.remaining() < 1 {
 		return 0, truncated("argument", 1, r.remaining())
+	}
+	if err := r.fill(1); err != nil {
+		return 0, err
 	}
 	r.pos++
 	return r.data[r.pos-1], nil
@@ -216,6 +271,13 @@ func (r *reader) u8() (uint64, error) {
 // the newline. Lines longer than max bytes are an error.
 func (r *reader) line(max int64) ([]byte, error) {
 	i := bytes.IndexByte(r.data[r.pos:], '\n')
+	for i < 0 && r.src != nil && len(r.data)-r.pos < r.remaining() && int64(len(r.data)-r.pos) <= max {
+		// The line runs past the window: read a window twice as long from its start.
+		if err := r.fill(min(2*(len(r.data)-r.pos)+1, r.remaining())); err != nil {
+			return nil, err
+		}
+		i = bytes.IndexByte(r.data[r.pos:], '\n')
+	}
 	if i < 0 {
 		if int64(r.remaining()) > max {
 			return nil, &LimitError{Limit: "MaxStringLen", What: fmt.Sprintf("text line of more than %d bytes", r.remaining()), Max: max}

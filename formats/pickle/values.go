@@ -15,6 +15,12 @@ import (
 // pickle memo keep their identity and cycles are representable.
 type Value = any
 
+// Opaque is implemented by values an Options.Build hook returns that may be dict keys
+// (DCP's MetadataIndex records). Such a key equals no other: it stands for one object
+// nothing else in the pickle refers to (Build is offered only those), so a Dict keeps it
+// without indexing it.
+type Opaque interface{ PickleOpaque() }
+
 // None is Python's None.
 type None struct{}
 

@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ckpt-dev/ckpt/internal/mmap"
@@ -307,10 +308,41 @@ func (i fileInfo) ModTime() time.Time { return time.Time{} }
 func (i fileInfo) IsDir() bool        { return i.dir }
 func (i fileInfo) Sys() any           { return nil }
 
-// local is the local file system: files are memory-mapped.
+// local is the local file system: files are memory-mapped, or read when the process has
+// no address space left to map them (under ulimit -v the Go runtime reserves most of it).
 type local struct{}
 
-func (local) Open(name string) (File, error)             { return mmap.Open(name) }
+func (local) Open(name string) (File, error) {
+	f, err := mmap.Open(name)
+	if errors.Is(err, syscall.ENOMEM) {
+		return openUnmapped(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// unmapped is a local file read with pread: not Mapped.
+type unmapped struct {
+	*os.File
+	size int64
+}
+
+func (u unmapped) Size() int64 { return u.size }
+
+func openUnmapped(name string) (File, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return unmapped{f, st.Size()}, nil
+}
 func (local) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
 func (local) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
 
