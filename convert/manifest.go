@@ -38,39 +38,39 @@ func streamManifest(o *output, p *planned, opts Options, names map[*statedict.Te
 		Output: manifest.Output{Path: opts.Dst, Format: string(opts.Format), Files: p.sum.Files},
 		Remap:  p.sum.Remap,
 	}
+	// The tree is walked as the entries are written: a list of its hundreds of thousands
+	// of tensors, made now, would land at the conversion's memory peak.
 	m.Stream = func(yield func(manifest.Tensor) error) error {
-		tensors, err := p.ck.Tensors()
-		if err != nil {
-			return err
-		}
-		for _, nt := range tensors {
-			name := nt.Name
+		return statedict.Walk(p.ck.Root, "", func(tname string, v statedict.Value) error {
+			t, ok := v.(*statedict.Tensor)
+			if !ok {
+				return nil
+			}
+			name := tname
 			if names != nil {
-				n, ok := names[nt.Tensor]
+				n, ok := names[t]
 				if !ok {
-					continue // not written (e.g. a tied alias recorded in metadata)
+					return nil // not written (e.g. a tied alias recorded in metadata)
 				}
 				name = n
 			}
 			var sum uint64
+			var err error
 			if hash != nil {
-				sum, err = hash(name, nt.Tensor)
+				sum, err = hash(name, t)
 			} else {
-				sum, err = tensorHash(o, nt.Tensor)
+				sum, err = tensorHash(o, t)
 			}
 			if err != nil {
-				return fmt.Errorf("%s: %w", nt.Name, err)
+				return fmt.Errorf("%s: %w", tname, err)
 			}
 			loc := ""
-			if nt.Tensor.Storage != nil {
-				loc = nt.Tensor.Storage.Location
+			if t.Storage != nil {
+				loc = t.Storage.Location
 			}
-			if err := yield(manifest.Tensor{Name: name, DType: nt.Tensor.DTypeName(),
-				Shape: nt.Tensor.Shape, Location: loc, NBytes: nt.Tensor.NBytes(), XXHash64: fmt.Sprintf("%016x", sum)}); err != nil {
-				return err
-			}
-		}
-		return nil
+			return yield(manifest.Tensor{Name: name, DType: t.DTypeName(),
+				Shape: t.Shape, Location: loc, NBytes: t.NBytes(), XXHash64: fmt.Sprintf("%016x", sum)})
+		})
 	}
 	return m
 }
