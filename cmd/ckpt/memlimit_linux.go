@@ -13,8 +13,10 @@ import (
 // The Go runtime reserves most of a 1 GiB address space for itself at start; left to
 // GOGC alone the heap grows to twice what is live before collecting, and a conversion
 // whose live heap fits would die out of memory. With the limit, the collector runs
-// harder as the heap nears what is left — three quarters of the room the runtime left at
-// start, the rest kept for mapped files and arena granularity.
+// harder as the heap nears what is left — two thirds of the room the runtime left at
+// start, the rest kept for mapped files, arena granularity and the heap base Go 1.26
+// randomizes (which wastes up to 56 MiB of arenas): with three quarters, a conversion of
+// 300 000 tensors to DCP under 1 GiB ran out in 1 of 8 runs, with two thirds in 0 of 14.
 func fitAddressSpace() {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
@@ -35,5 +37,5 @@ func fitAddressSpace() {
 	if room <= 0 {
 		return
 	}
-	debug.SetMemoryLimit(room / 4 * 3)
+	debug.SetMemoryLimit(room / 3 * 2)
 }
