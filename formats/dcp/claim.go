@@ -43,6 +43,9 @@ func (p *parser) setItem(d *pickle.Dict, k, v pickle.Value) (bool, error) {
 		switch kind {
 		case claimItems:
 			c.index = map[string]int32{}
+			if p.items == nil {
+				p.items = c // the first: what names are interned against
+			}
 		case claimStorage:
 			// One entry per chunk and bytes item of the items claimed before, usually.
 			if items := p.itemsClaim(); items != nil {
@@ -98,17 +101,10 @@ func (p *parser) setItem(d *pickle.Dict, k, v pickle.Value) (bool, error) {
 	return true, nil
 }
 
-// itemsClaim returns the claim collecting state_dict_metadata, when there is one.
-func (p *parser) itemsClaim() *claim {
-	if p.items == nil {
-		for _, c := range p.claims {
-			if c.kind == claimItems {
-				p.items = c
-			}
-		}
-	}
-	return p.items
-}
+// itemsClaim returns the claim collecting state_dict_metadata, when there is one: the
+// first items claim still held (set when it is made, cleared when it is released — never
+// found by searching the claims, which a file of many small dicts made quadratic).
+func (p *parser) itemsClaim() *claim { return p.items }
 
 // intern returns the item name equal to fqn held already, so that each name is held once.
 func (p *parser) intern(fqn string) string {

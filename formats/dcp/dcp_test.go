@@ -1,6 +1,7 @@
 package dcp
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -559,5 +561,32 @@ func TestFileRank(t *testing.T) {
 		if r != c.rank || ok != c.ok {
 			t.Errorf("FileRank(%q) = %d, %v; want %d, %v", c.name, r, ok, c.rank, c.ok)
 		}
+	}
+}
+
+// TestManySmallDictsLinear: a .metadata of many small dicts shaped like planner_data
+// (str → tuple of str) is decoded in time linear in its size. Each such dict is claimed as
+// it is built, and finding the state_dict_metadata claim once searched every claim held:
+// 200 KB of them took 2 s, a few MB hours.
+func TestManySmallDictsLinear(t *testing.T) {
+	const n = 200_000 // 2 MB of `{"k": ("x",)}`; quadratic would take minutes at least
+	var b bytes.Buffer
+	b.Write([]byte{0x80, 4})
+	for range n {
+		b.Write([]byte{'}', 0x8c, 1, 'k', 0x8c, 1, 'x', 0x85, 's', '0'})
+	}
+	b.Write([]byte{'N', '.'})
+	done := make(chan error, 1)
+	go func() {
+		_, err := ReadMetadata(b.Bytes(), "many.metadata")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a pickle of dicts decoded as DCP metadata")
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("decoding 2 MB of small dicts took over a minute")
 	}
 }
