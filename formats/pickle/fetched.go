@@ -33,9 +33,12 @@ func (f *fetchedSet) slot(i uint64) (uint64, bool) {
 // the walk does not reach a STOP (the decoder then reports the fault where it meets it),
 // or when a fetched index is beyond what the pickle's length could have put (a memo that
 // sparse is not worth packing). The walk allocates one bit per memo index up to the
-// largest fetched.
+// largest fetched, and nothing for the arguments it passes over.
 func findFetched(r reader, lim Limits) *fetchedSet {
-	maxIndex := uint64(r.remaining())
+	// The decoder refuses a memo of more than MaxMemo entries; a GET past that (or past
+	// what the pickle's length could have put) is not worth packing for. This bounds the
+	// walk's own memory (a bit and half a bit per index) by the limits, not by the file.
+	maxIndex := uint64(min(r.remaining(), lim.MaxMemo))
 	var set []uint64
 	for r.remaining() > 0 {
 		op, err := r.u1()
@@ -69,7 +72,7 @@ func findFetched(r reader, lim Limits) *fetchedSet {
 			v, err = r.u4()
 			i = uint64(v)
 		case argU8, argF8:
-			_, err = r.take(8, "argument")
+			err = r.skip(8, "argument")
 		case argLine:
 			var line []byte
 			line, err = r.line(lim.MaxStringLen)
@@ -87,7 +90,7 @@ func findFetched(r reader, lim Limits) *fetchedSet {
 		default:
 			var n uint64
 			if n, err = r.countPrefix(kind); err == nil {
-				_, err = r.take(n, "argument")
+				err = r.skip(n, "argument")
 			}
 		}
 		if err != nil {

@@ -176,7 +176,7 @@ const window = 1 << 20
 // offset is the absolute position in the input.
 func (r *reader) offset() int64 { return r.base + int64(r.pos) }
 
-// seek moves to the absolute position off, which was read before.
+// seek moves to the absolute position off: one read before, or one ahead within the input.
 func (r *reader) seek(off int64) {
 	if off >= r.base && off <= r.base+int64(len(r.data)) {
 		r.pos = int(off - r.base)
@@ -230,6 +230,16 @@ func (r *reader) take(n uint64, what string) ([]byte, error) {
 	b := r.data[r.pos : r.pos+int(n)]
 	r.pos += int(n)
 	return b, nil
+}
+
+// skip moves past the next n bytes without reading them: a pass that only needs to know
+// where an argument ends reads nothing of it (and allocates nothing for it).
+func (r *reader) skip(n uint64, what string) error {
+	if n > uint64(r.remaining()) {
+		return truncated(what, n, r.remaining())
+	}
+	r.seek(r.offset() + int64(n))
+	return nil
 }
 
 func (r *reader) u1() (byte, error) {
