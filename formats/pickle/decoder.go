@@ -141,6 +141,9 @@ func (l Limits) withDefaults() Limits {
 const (
 	itemCost   = 16
 	objectCost = 64
+	// takenCost is charged for an item a SetItem hook takes, on top of its itemCost: what
+	// the consumer's typed record of it costs (a DCP storage entry is ~100 bytes).
+	takenCost = 128
 )
 
 // Decoder decodes pickles from a byte slice. It is not safe for concurrent

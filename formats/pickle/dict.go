@@ -29,6 +29,9 @@ type Dict struct {
 
 	keys, vals []Value
 	index      keyIndex
+	// taken counts the items an Options.SetItem hook took instead of the dict: they count
+	// toward MaxContainerItems as the dict's own do.
+	taken int
 }
 
 // Len returns the number of entries.

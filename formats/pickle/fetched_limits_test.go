@@ -51,3 +51,21 @@ func TestFetchedPassAllocatesNoArgument(t *testing.T) {
 		t.Errorf("allocated %d MiB decoding past a 200 MiB argument refused at 1 MiB", got>>20)
 	}
 }
+
+// TestSetItemCountsTakenItems: items a SetItem hook takes count toward MaxContainerItems
+// as the dict's own do; they once went through unbounded (the dict stayed empty).
+func TestSetItemCountsTakenItems(t *testing.T) {
+	p := []byte{0x80, 4, '}', '('}
+	for i := range 1000 {
+		p = append(p, 'K', byte(i), 'K', 1)
+	}
+	p = append(p, 'u', '.')
+	take := func(*Dict, Value, Value) (bool, error) { return true, nil }
+	for _, hook := range []func(*Dict, Value, Value) (bool, error){nil, take} {
+		_, err := NewDecoder(p, Options{SetItem: hook, Limits: Limits{MaxContainerItems: 10}}).Decode()
+		var le *LimitError
+		if !errors.As(err, &le) || le.Limit != "MaxContainerItems" {
+			t.Errorf("hook %v: err = %v, want the MaxContainerItems limit", hook != nil, err)
+		}
+	}
+}

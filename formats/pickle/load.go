@@ -624,12 +624,19 @@ func (d *Decoder) setItems(dict *Dict, kv []Value) error {
 }
 
 func (d *Decoder) dictPut(dict *Dict, k, v Value) error {
-	if err := d.chargeItems(dict.Len()+1, 2, "dict"); err != nil {
+	// A dict holds what it was given back by the hook or what the hook took, not both:
+	// the hook takes from a dict's first item or never, and gives back all it took.
+	if err := d.chargeItems(max(dict.Len(), dict.taken)+1, 2, "dict"); err != nil {
 		return err
 	}
 	if d.opts.SetItem != nil {
-		if took, err := d.opts.SetItem(dict, k, v); err != nil || took {
+		took, err := d.opts.SetItem(dict, k, v)
+		if err != nil {
 			return err
+		}
+		if took {
+			dict.taken++
+			return d.charge(takenCost, "dict item")
 		}
 	}
 	_, cost, err := dict.put(k, v, d.lim.MaxAlloc-d.alloc)
