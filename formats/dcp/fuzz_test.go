@@ -19,15 +19,7 @@ import (
 // accepted geometry, into exactly the bytes it was cut from. Seeds: the fixtures'
 // .metadata files and the mutated ones.
 func FuzzMetadata(f *testing.F) {
-	seeds, _ := filepath.Glob(filepath.Join(fixtures, "*", MetadataFile))
-	mutated, _ := filepath.Glob(filepath.Join(fixtures, "mutated", "*.metadata"))
-	for _, p := range append(seeds, mutated...) {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
+	addMetadataSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		md, err := ReadMetadata(data, MetadataFile)
 		var de *Error
@@ -99,10 +91,8 @@ func assemble(t *testing.T, fqn string, tm *TensorMeta) {
 	}
 }
 
-// FuzzMetadataStreamed: the streaming decode (records reduced as BUILD completes them, the
-// memo holding only what is fetched again, the file read a window at a time) reads what
-// the general value tree reads: the same Metadata, or the same error.
-func FuzzMetadataStreamed(f *testing.F) {
+// addMetadataSeeds seeds f with the fixtures' .metadata files and the mutated ones.
+func addMetadataSeeds(f *testing.F) {
 	seeds, _ := filepath.Glob(filepath.Join(fixtures, "*", MetadataFile))
 	mutated, _ := filepath.Glob(filepath.Join(fixtures, "mutated", "*.metadata"))
 	for _, p := range append(seeds, mutated...) {
@@ -112,6 +102,13 @@ func FuzzMetadataStreamed(f *testing.F) {
 		}
 		f.Add(b)
 	}
+}
+
+// FuzzMetadataStreamed: the streaming decode (records reduced as BUILD completes them, the
+// memo holding only what is fetched again, the file read a window at a time) reads what
+// the general value tree reads: the same Metadata, or the same error.
+func FuzzMetadataStreamed(f *testing.F) {
+	addMetadataSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tree, err1 := readMetadata(bytes.NewReader(data), int64(len(data)), MetadataFile, false)
 		streamed, err2 := readMetadata(bytes.NewReader(data), int64(len(data)), MetadataFile, true)
