@@ -1,14 +1,13 @@
 // Package fastcopy writes checkpoint outputs at the speed of the disk. An output is a
 // sequential stream of small pieces (headers, pickles) and large runs of tensor bytes, most of
-// them ranges of a page-cache-warm source file. File writes them durably by one of two paths:
+// them ranges of a page-cache-warm source file. File gathers the stream into large chunks,
+// reading source ranges into them with pread, and writes them durably by one of two paths:
 //
-//   - direct I/O (O_DIRECT): the stream is gathered into large aligned chunks, source ranges
-//     read into them with pread, and two goroutines write them straight to the disk, without
-//     a second copy into the page cache and without waiting for writeback;
-//   - the page cache: source ranges are copied file to file inside the kernel
-//     (copy_file_range, which is how cp copies), everything else written from chunks, with
-//     writeback started as each piece lands and awaited a bounded window behind, so that the
-//     disk works while the stream is produced and the final fsync finds little left.
+//   - direct I/O (O_DIRECT): two goroutines write the aligned chunks straight to the disk,
+//     without a second copy into the page cache and without waiting for writeback;
+//   - the page cache: the chunks are written in pieces of cachedPiece bytes, with writeback
+//     started as each chunk lands and awaited a bounded window behind, so that the disk
+//     works while the stream is produced and the final fsync finds little left.
 //
 // Which is faster differs between machines (see calibration), so the first large file on a
 // device measures both and the faster writes the rest. Where direct I/O is unavailable (tmpfs,
@@ -17,8 +16,16 @@
 // Writers that sit in between (counters, checksums, buffers) pass ranges along by
 // implementing RangeWriter, so tensor bytes need not pass through them; a writer that must
 // see the bytes (a CRC, the manifest's hash) adds a hash to the range's Sums, which File feeds
-// from a buffer the bytes were read into, on another goroutine while the next piece is read:
-// the mapping is never touched, and checksumming runs on the second core.
+// from the chunk the bytes were read into, on another goroutine while the next piece is read:
+// the bytes are read once, the mapping is never touched, and checksumming runs on the second
+// core.
+//
+// Source ranges are not copied file to file inside the kernel (copy_file_range, as cp does),
+// although that saves the read into a chunk: the checksums need the bytes read anyway, and a
+// kernel copy between offsets that differ modulo the page size — a tensor's place in a torch
+// zip and in a safetensors file almost always do — dirties every page of the output in two
+// partial writes, whose writeback took 1.9-2.1 s for 2.1 GB where whole pages took 1.4-1.5 s
+// (BENCHMARKS.md, "Write path", 2026-12-02).
 package fastcopy
 
 import (
@@ -55,9 +62,14 @@ const (
 	// requests queued (a 16 MiB window wrote a 2 GiB output 2× slower than cp + sync on a
 	// VM whose disk streams at 1.4 GB/s), little next to any machine's memory.
 	dirtyWindow = 128 << 20
-	// copyMin is the shortest source range the page-cache path copies inside the kernel;
-	// shorter ones are gathered into chunks with the small pieces around them.
-	copyMin = 1 << 20
+	// cachedPiece is the most the page-cache path writes in one call, at offsets aligned
+	// to it. Since Linux 6.x keeps a file's page cache in large folios (ext4 from 6.16), a
+	// buffered write allocates folios as large as the write: on a VM, such high-order
+	// allocations tend to land on guest memory the host has not touched yet, whose first
+	// touch costs a host fault per page. Written from 4 MiB chunks in one call, 2.1 GB took
+	// 2.4-7.7 s of system time, erratically; in 64 KiB pieces 0.82-0.84 s, run after run,
+	// and its writeback was as fast (BENCHMARKS.md, "Write path", 2026-12-02).
+	cachedPiece = 64 << 10
 )
 
 // buffers recycles aligned chunk buffers between files (an HF folder writes many). Go
@@ -86,17 +98,16 @@ func measuredChoice() bool { return os.Getenv("CKPT_DIRECT_IO") != "on" }
 // file of a run on a device that is large enough measures both on its own stream: its first
 // calWindow bytes with direct I/O, timed until every write has returned; the next calWindow
 // through the page cache, timed until writeback of all of it has finished. Each window runs
-// its path as it runs for the rest of the file (writers in parallel, kernel copies, the
-// writeback window), so the times compare what the two paths would take; the faster one
-// writes the rest of the file and every later file on the same device (choices).
+// its path as it runs for the rest of the file (writers in parallel, the writeback window),
+// so the times compare what the two paths would take; the faster one writes the rest of the
+// file and every later file on the same device (choices).
 //
 // A stream whose direct window held no source file range — its bytes come from memory: a
 // bucket's reads, a cast — keeps direct I/O without measuring the page cache, and records
-// no choice for the device. Through the page cache such bytes cannot be copied by the
-// kernel; each is copied into the cache by pwrite, whose cost does not show in 32 MiB:
-// the window measured it cheaper, yet for the whole 2 GiB it took 5× the system time of
-// direct writes and twice the wall time (GCS → local, BENCHMARKS.md "Buckets"; a
-// float32 → bfloat16 cast likewise 3.5-4.5 s of system time against 0.8-1.0 s).
+// no choice for the device. Such a stream's page-cache cost did not show in 32 MiB: the
+// window measured it cheaper, yet for the whole 2 GiB it took 5× the system time of direct
+// writes and twice the wall time (GCS → local, BENCHMARKS.md "Buckets"; a float32 →
+// bfloat16 cast likewise 3.5-4.5 s of system time against 0.8-1.0 s).
 const calWindow = 32 << 20
 
 // now is the clock calibration reads; tests move it to make one path slow without waiting.
@@ -147,18 +158,13 @@ func (f *File) calibrate() {
 }
 
 // osPath holds the operating system's fast path: opening a second descriptor with direct
-// I/O, telling whether a write failed because direct I/O was refused, copying a file range
-// inside the kernel and starting writeback of a written range. Linux has all of them
+// I/O, telling whether a write failed because direct I/O was refused, and starting
+// writeback of a written range. Linux has all of them
 // (fastcopy_linux.go); elsewhere, or with CKPT_WRITE_PATH=portable, the portable path writes
 // through the page cache and leaves writeback to the final fsync.
 type osPath struct {
 	openDirect func(name string) (*os.File, error)
 	refused    func(err error) bool
-	// copyRange copies n bytes of src at srcOff to dst at dstOff inside the kernel. On any
-	// error (filesystems or kernels that cannot copy between these files answer EXDEV,
-	// EINVAL, EOPNOTSUPP…) the caller reads and writes the bytes itself, which reports a
-	// real I/O error for what it is.
-	copyRange func(src *os.File, srcOff int64, dst *os.File, dstOff int64, n int) error
 	// writeback starts writing a range back; await waits until it is on disk.
 	writeback func(f *os.File, off, n int64)
 	await     func(f *os.File, off, n int64)
@@ -169,7 +175,6 @@ type osPath struct {
 var portablePath = osPath{
 	openDirect: func(string) (*os.File, error) { return nil, errors.ErrUnsupported },
 	refused:    func(error) bool { return false },
-	copyRange:  func(*os.File, int64, *os.File, int64, int) error { return errors.ErrUnsupported },
 	writeback:  func(*os.File, int64, int64) {},
 	await:      func(*os.File, int64, int64) {},
 	device:     func(*os.File) (uint64, bool) { return 0, false },
@@ -191,12 +196,9 @@ type File struct {
 	direct *os.File // the same file opened with O_DIRECT; nil when unavailable
 	// useDirect is cleared when direct writes fail with EINVAL (the filesystem accepted
 	// O_DIRECT at open but not these writes; noDirect is then set for good), or while and
-	// when the page cache is measured faster: chunks then go through the cache and source
-	// ranges are copied by the kernel.
+	// when the page cache is measured faster: chunks then go through the cache.
 	useDirect atomic.Bool
 	noDirect  atomic.Bool
-	// noCopy is set when the kernel cannot copy between the source and this file.
-	noCopy bool
 	// start is the file offset writing began at; calib measures both paths (nil when the
 	// choice is made already, or there is none to make).
 	start int64
@@ -244,12 +246,6 @@ type sumJob struct {
 	c    *chunk
 	sums []hash.Hash
 	done chan struct{}
-	// src, when set, holds the bytes instead of data: n of them at off, which the
-	// checksumming goroutine reads itself (a range the kernel copies).
-	src  *os.File
-	path string
-	off  int64
-	n    int
 }
 
 // NewFile wraps f, which must be open for writing and positioned where writing continues.
@@ -303,9 +299,6 @@ func (f *File) WriteRange(r statedict.Range) (int64, error) {
 		src, err := f.source(r.Path)
 		if err != nil {
 			return 0, err
-		}
-		if len(r.Data) >= copyMin && !f.useDirect.Load() && !f.noCopy {
-			return f.copyRange(src, r)
 		}
 		put = func(dst []byte, done int64) error {
 			if _, err := src.ReadAt(dst, r.Off+done); err != nil {
@@ -369,91 +362,6 @@ func (f *File) fill(n int64, sums []hash.Hash, put func(dst []byte, done int64) 
 	return done, nil
 }
 
-// copyRange writes the source range r, open as src, by the page-cache path: the kernel copies
-// it file to file a chunk at a time, writeback started behind it, while the checksumming
-// goroutine reads the same bytes for r.Sums. What is being filled goes to the writers first.
-func (f *File) copyRange(src *os.File, r statedict.Range) (int64, error) {
-	if f.cur != nil {
-		if len(*f.cur.buf) > 0 {
-			f.submit()
-		} else {
-			f.cur.release()
-			f.cur = nil
-		}
-	}
-	if f.calib != nil && f.calib.t0.IsZero() {
-		f.calib.t0 = now()
-	}
-	n := int64(len(r.Data))
-	var done int64
-	var last chan struct{}
-	sent := false // checksum jobs reading src were queued
-	finish := func(err error) (int64, error) {
-		if last == nil && sent { // let the checksumming goroutine finish with src
-			last = make(chan struct{})
-			f.sums <- sumJob{done: last}
-		}
-		if last != nil {
-			<-last // src stays open until the checksumming goroutine has read it
-		}
-		if err == nil {
-			err = f.failed()
-		}
-		return done, err
-	}
-	for done < n {
-		if err := f.failed(); err != nil {
-			return finish(err)
-		}
-		k := min(n-done, chunkSize)
-		if len(r.Sums) > 0 {
-			job := sumJob{src: src, path: r.Path, off: r.Off + done, n: int(k), sums: r.Sums}
-			if done+k == n {
-				last = make(chan struct{})
-				job.done = last
-			}
-			f.sums <- job
-			sent = true
-		}
-		if err := f.copyPiece(src, r.Path, r.Off+done, int(k), f.off); err != nil {
-			f.fail(err)
-			return finish(err)
-		}
-		f.off += k
-		done += k
-		f.calibrate()
-	}
-	return finish(nil)
-}
-
-// copyPiece puts n bytes of src at srcOff at off in the file: copied by the kernel when it
-// can, else read and written (and the kernel not asked again for this File); then starts
-// their writeback and waits for what lies a dirtyWindow behind.
-func (f *File) copyPiece(src *os.File, path string, srcOff int64, n int, off int64) error {
-	err := errors.ErrUnsupported
-	if !f.noCopy {
-		err = f.os.copyRange(src, srcOff, f.f, off, n)
-	}
-	if err != nil {
-		f.noCopy = true
-		f.slots <- struct{}{}
-		c := &chunk{buf: buffers.Get().(*[]byte), f: f}
-		c.refs.Store(1)
-		b := (*c.buf)[:n]
-		if _, err = src.ReadAt(b, srcOff); err != nil {
-			err = fmt.Errorf("reading %s at offset %d: %w", path, srcOff, err)
-		} else {
-			_, err = writeCached(f.f, b, off)
-		}
-		c.release()
-	}
-	if err != nil {
-		return err
-	}
-	f.settle(off, int64(n))
-	return nil
-}
-
 // settle starts writeback of n bytes written at off and waits for the bytes a dirtyWindow
 // behind them: dirty pages stay bounded, the disk has plenty queued, and the final fsync
 // finds little left to write.
@@ -484,23 +392,7 @@ func (f *File) failed() error {
 // sumLoop feeds pieces to their sums in order.
 func (f *File) sumLoop() {
 	defer f.wg.Done()
-	var buf *[]byte
-	defer func() {
-		if buf != nil {
-			buffers.Put(buf)
-		}
-	}()
 	for j := range f.sums {
-		if j.src != nil {
-			if buf == nil {
-				buf = buffers.Get().(*[]byte)
-			}
-			j.data = (*buf)[:j.n]
-			if _, err := j.src.ReadAt(j.data, j.off); err != nil {
-				f.fail(fmt.Errorf("reading %s at offset %d: %w", j.path, j.off, err))
-				j.data = nil
-			}
-		}
 		for _, h := range j.sums {
 			h.Write(j.data)
 		}
@@ -566,11 +458,28 @@ func (f *File) writeChunk(c *chunk) error {
 }
 
 // writeDirect writes a chunk through the O_DIRECT descriptor, writeCached through the
-// page cache (variables so that tests can make a path slow, or refuse direct writes).
+// page cache in pieces (variables so that tests can make a path slow, or refuse direct
+// writes).
 var (
 	writeDirect = (*os.File).WriteAt
-	writeCached = (*os.File).WriteAt
+	writeCached = func(f *os.File, b []byte, off int64) (int, error) { return inPieces(f.WriteAt, b, off) }
 )
+
+// inPieces writes b at off with write, in pieces of at most cachedPiece bytes that do not
+// cross a multiple of cachedPiece.
+func inPieces(write func([]byte, int64) (int, error), b []byte, off int64) (int, error) {
+	var n int
+	for len(b) > 0 {
+		k := min(len(b), cachedPiece-int(off%cachedPiece))
+		m, err := write(b[:k], off)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		b, off = b[k:], off+int64(k)
+	}
+	return n, nil
+}
 
 // source is an open source file.
 type source struct {

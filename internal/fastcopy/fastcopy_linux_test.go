@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"hash"
 	"hash/crc32"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -299,12 +300,11 @@ func BenchmarkFile(b *testing.B) {
 
 // TestFileMeasuresPaths: a large first file measures both write paths and the faster one
 // writes the rest and later files on the device; every byte must land where it belongs
-// whichever wins. Each case makes one path slow: every write or kernel copy on it moves the
-// calibration clock on by 10 s (a real sleep would compete with the other path's writeback,
-// which on a machine busy with other tests' writes took seconds, so the case could not fail
-// for the right reason only). The stream mixes small writes with source ranges of odd
-// lengths, so the page-cache window copies ranges in the kernel and ends at an unaligned
-// offset, from which direct I/O must take over.
+// whichever wins. Each case makes one path slow: every write on it moves the calibration
+// clock on by 10 s (a real sleep would compete with the other path's writeback, which on a
+// machine busy with other tests' writes took seconds, so the case could not fail for the
+// right reason only). The stream mixes small writes with source ranges of odd lengths, so
+// the page-cache window ends at an unaligned offset, from which direct I/O must take over.
 func TestFileMeasuresPaths(t *testing.T) {
 	var skew atomic.Int64
 	now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
@@ -337,17 +337,10 @@ func TestFileMeasuresPaths(t *testing.T) {
 				t.Skipf("the filesystem of %s refuses O_DIRECT at open: nothing to choose between", dir)
 			}
 			dev := f.calib.dev
-			var copies atomic.Int32
 			if c.slowDirect {
 				slow(t, &writeDirect)
 			} else {
 				slow(t, &writeCached)
-				orig := f.os.copyRange
-				f.os.copyRange = func(s *os.File, so int64, d *os.File, do int64, n int) error {
-					copies.Add(1)
-					skew.Add(penalty)
-					return orig(s, so, d, do, n)
-				}
 			}
 			var want []byte
 			for off, i := 0, 0; off < len(src); i++ {
@@ -356,7 +349,7 @@ func TestFileMeasuresPaths(t *testing.T) {
 					t.Fatal(err)
 				}
 				want = append(want, hdr...)
-				n := min(len(src)-off, copyMin+i*7919%chunkSize)
+				n := min(len(src)-off, piece+i*7919%chunkSize)
 				if _, err := f.WriteRange(statedict.Range{Data: src[off : off+n], Path: srcPath, Off: int64(off)}); err != nil {
 					t.Fatal(err)
 				}
@@ -372,9 +365,6 @@ func TestFileMeasuresPaths(t *testing.T) {
 			direct, ok := choices.Load(dev)
 			if !ok || direct.(bool) == c.slowDirect || f.useDirect.Load() == c.slowDirect {
 				t.Fatalf("choice direct=%v (made %v), writing direct %v at the end: the slow path was not measured slower", direct, ok, f.useDirect.Load())
-			}
-			if !c.slowDirect && copies.Load() == 0 {
-				t.Error("the page-cache window copied no range in the kernel")
 			}
 			// The next file on the device takes the choice without measuring.
 			out2, _ := os.Create(filepath.Join(dir, "out2"))
@@ -438,49 +428,39 @@ func TestFileMemoryStaysDirect(t *testing.T) {
 	}
 }
 
-// TestFileCopyFallback: on the page-cache path source ranges are copied by the kernel; when a
-// copy fails (here EXDEV, from the second on, as between filesystems that cannot copy to each
-// other) the bytes are read and written instead, byte-exact, with their sums, and the kernel
-// is not asked again.
-func TestFileCopyFallback(t *testing.T) {
-	t.Setenv("CKPT_DIRECT_IO", "off")
-	dir := t.TempDir()
-	srcPath, src := randomFile(t, dir, 5*chunkSize+777)
-	out, err := os.Create(filepath.Join(dir, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	f := NewFile(out)
-	var calls atomic.Int32
-	orig := f.os.copyRange
-	f.os.copyRange = func(s *os.File, so int64, d *os.File, do int64, n int) error {
-		if calls.Add(1) > 1 {
-			return &os.PathError{Op: "copy_file_range", Path: d.Name(), Err: unix.EXDEV}
+// TestInPieces: the page-cache path writes every byte once, in order, in pieces of at most
+// cachedPiece bytes that do not cross a multiple of cachedPiece, from any start offset; a
+// failing write stops it with the count written so far.
+func TestInPieces(t *testing.T) {
+	for _, c := range []struct{ off, n int }{
+		{0, 0}, {0, 1}, {0, cachedPiece}, {0, 4 << 20}, {2520, 4<<20 - 2520}, {cachedPiece - 1, 2}, {4096, 3*cachedPiece + 17},
+	} {
+		b := make([]byte, c.n)
+		for i := range b {
+			b[i] = byte(i*7 + 3)
 		}
-		return orig(s, so, d, do, n)
-	}
-	var want []byte
-	for i, r := range [][2]int{{0, 2*chunkSize + 5}, {3, copyMin}, {100, 3*chunkSize + 1}} {
-		want = append(want, byte(i))
-		f.Write([]byte{byte(i)})
-		xx := xxhash.New()
-		data := src[r[0] : r[0]+r[1]]
-		if _, err := f.WriteRange(statedict.Range{Data: data, Path: srcPath, Off: int64(r[0]), Sums: []hash.Hash{xx}}); err != nil {
-			t.Fatal(err)
+		got := make([]byte, c.n)
+		next := int64(c.off)
+		n, err := inPieces(func(p []byte, off int64) (int, error) {
+			if off != next || len(p) == 0 || len(p) > cachedPiece || off/cachedPiece != (off+int64(len(p))-1)/cachedPiece {
+				t.Fatalf("off %d n %d: piece of %d bytes at %d (expected at %d)", c.off, c.n, len(p), off, next)
+			}
+			copy(got[off-int64(c.off):], p)
+			next += int64(len(p))
+			return len(p), nil
+		}, b, int64(c.off))
+		if err != nil || n != c.n || !bytes.Equal(got, b) {
+			t.Errorf("off %d n %d: wrote %d (%v), bytes equal %v", c.off, c.n, n, err, bytes.Equal(got, b))
 		}
-		if xx.Sum64() != xxhash.Sum64(data) {
-			t.Errorf("range %d: xxhash differs", i)
+	}
+	calls := 0
+	n, err := inPieces(func(p []byte, off int64) (int, error) {
+		if calls++; calls == 3 {
+			return 10, io.ErrShortWrite
 		}
-		want = append(want, data...)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, want) {
-		t.Fatalf("output differs (%d bytes, want %d)", len(got), len(want))
-	}
-	if n := calls.Load(); n != 2 {
-		t.Errorf("the kernel was asked %d times to copy, want 2 (one success, one refusal)", n)
+		return len(p), nil
+	}, make([]byte, 4*cachedPiece), 0)
+	if n != 2*cachedPiece+10 || err != io.ErrShortWrite || calls != 3 {
+		t.Errorf("failing write: %d bytes, %v after %d calls", n, err, calls)
 	}
 }
