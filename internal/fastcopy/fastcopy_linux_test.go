@@ -265,6 +265,54 @@ func TestFileWriteError(t *testing.T) {
 	}
 }
 
+// TestFileFlushes: as the stream goes, the file is flushed once per flushEvery bytes written
+// (requests arriving while one waits merge into it), on both paths; a failed flush is the
+// File's error, which Close returns, since the final fsync would not see it again.
+func TestFileFlushes(t *testing.T) {
+	defer func(v int64) { flushEvery = v }(flushEvery)
+	flushEvery = 2 * chunkSize
+	for _, c := range []struct {
+		name, io string
+		fail     bool
+	}{{"page cache", "off", false}, {"direct", "on", false}, {"failing", "off", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("CKPT_DIRECT_IO", c.io)
+			dir := t.TempDir()
+			srcPath, src := randomFile(t, dir, 9*chunkSize+100)
+			out, err := os.Create(filepath.Join(dir, "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			f := NewFile(out)
+			var flushes atomic.Int32
+			f.os.flush = func(g *os.File) error {
+				flushes.Add(1)
+				if c.fail {
+					return unix.EIO
+				}
+				return g.Sync()
+			}
+			_, err = f.WriteRange(statedict.Range{Data: src, Path: srcPath})
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			n := flushes.Load()
+			switch {
+			case c.fail && (err == nil || !strings.Contains(err.Error(), "fdatasync")):
+				t.Fatalf("a failed flush: Close returned %v", err)
+			case !c.fail && err != nil:
+				t.Fatal(err)
+			case n < 1 || n > 4:
+				t.Fatalf("%d flushes for a stream crossing 4 flush boundaries", n)
+			}
+			if got, _ := os.ReadFile(out.Name()); !c.fail && !bytes.Equal(got, src) {
+				t.Fatal("output differs")
+			}
+		})
+	}
+}
+
 // BenchmarkFile measures streaming a 256 MiB page-cache-warm file through File with two sums
 // (CRC-32 and xxhash64, as a torch output with a manifest has), including the final fsync.
 // Target: the disk's own streaming write speed (dd oflag=direct), at most 64 MiB resident.
