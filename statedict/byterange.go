@@ -6,11 +6,16 @@ import (
 )
 
 // Range is a run of bytes that is both in memory (Data, typically a slice of an mmap'd
-// file) and in a file (Path at Off), for a file writer to read without touching the mapping.
+// file) and in a file (Path at Off), for a file writer to read without touching the mapping;
+// or that is in a reader only (Src, N bytes at Off: a storage not mapped, in a bucket or read
+// with pread), for a file writer to read straight into its own buffer instead of through
+// the writers in between.
 type Range struct {
 	Data []byte
 	Path string
 	Off  int64
+	Src  io.ReaderAt
+	N    int64
 	// Sums are fed the range's bytes, in order, by whoever finally stores them, before
 	// WriteRange returns.
 	Sums []hash.Hash
@@ -26,11 +31,60 @@ func WriteRange(w io.Writer, r Range) (int64, error) {
 	if rw, ok := w.(RangeWriter); ok {
 		return rw.WriteRange(r)
 	}
+	if r.Src != nil {
+		return r.copySrc(w)
+	}
 	n, err := w.Write(r.Data)
 	for _, h := range r.Sums {
 		h.Write(r.Data[:n])
 	}
 	return int64(n), err
+}
+
+// Len is how many bytes r holds.
+func (r Range) Len() int64 {
+	if r.Src != nil {
+		return r.N
+	}
+	return int64(len(r.Data))
+}
+
+// ReadAt reads the range's bytes at off (relative to the range's start) into p, which must
+// lie within the range, from Data or from Src.
+func (r Range) ReadAt(p []byte, off int64) error {
+	if r.Src == nil {
+		copy(p, r.Data[off:])
+		return nil
+	}
+	n, err := r.Src.ReadAt(p, r.Off+off)
+	if n == len(p) {
+		return nil // io.ReaderAt may report io.EOF with the last bytes
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF // the range promised more
+	}
+	return err
+}
+
+// copySrc writes a reader's range to w through a bounded buffer, feeding its sums.
+func (r Range) copySrc(w io.Writer) (int64, error) {
+	buf := make([]byte, min(r.N, copyBuf))
+	var done int64
+	for done < r.N {
+		b := buf[:min(r.N-done, int64(len(buf)))]
+		if err := r.ReadAt(b, done); err != nil {
+			return done, err
+		}
+		n, err := w.Write(b)
+		for _, h := range r.Sums {
+			h.Write(b[:n])
+		}
+		done += int64(n)
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 // Tee feeds Sum every byte written through it, passing file ranges on with Sum added to

@@ -129,29 +129,39 @@ func (p *preader) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// WriteRange reads the range from its file into the buffer, a piece at a time, and passes
-// each piece (and the range's sums) on; a range without a file goes through Write.
+// WriteRange reads the range from its file (or reader) into the buffer, a piece at a
+// time, and passes each piece (and the range's sums) on; a range in memory only goes
+// through Write.
 func (p *preader) WriteRange(rg Range) (int64, error) {
-	if rg.Path == "" {
+	read := rg.ReadAt
+	switch {
+	case rg.Path != "":
+		f, err := p.file(rg.Path)
+		if err != nil {
+			return 0, err
+		}
+		read = func(b []byte, off int64) error {
+			if _, err := f.ReadAt(b, rg.Off+off); err != nil {
+				return fmt.Errorf("reading %s at byte %d: %w", rg.Path, rg.Off+off, err)
+			}
+			return nil
+		}
+	case rg.Src == nil:
 		n, err := p.Write(rg.Data)
 		for _, s := range rg.Sums {
 			s.Write(rg.Data[:n])
 		}
 		return int64(n), err
 	}
-	f, err := p.file(rg.Path)
-	if err != nil {
-		return 0, err
-	}
-	total := int64(len(rg.Data))
+	total := rg.Len()
 	var done int64
 	for done < total {
 		if err := p.r.ctx.Err(); err != nil {
 			return done, err
 		}
 		b := p.buf[:min(int64(len(p.buf)), total-done)]
-		if _, err := f.ReadAt(b, rg.Off+done); err != nil {
-			return done, fmt.Errorf("reading %s at byte %d: %w", rg.Path, rg.Off+done, err)
+		if err := read(b, done); err != nil {
+			return done, err
 		}
 		if _, err := p.w.Write(b); err != nil {
 			return done, err

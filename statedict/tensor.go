@@ -367,8 +367,11 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 	fix := t.fixup()
 	if t.IsContiguous() {
 		start := t.Offset * es
-		if d, ok := t.Storage.Mapped(); ok && fix == nil {
-			return t.Storage.writeMapped(w, d[start:start+total], start)
+		if fix == nil {
+			if d, ok := t.Storage.Mapped(); ok {
+				return t.Storage.writeMapped(w, d[start:start+total], start)
+			}
+			return WriteRange(w, Range{Src: t.Storage, Off: start, N: total})
 		}
 		return t.copyRun(w, start, total, fix)
 	}

@@ -223,8 +223,8 @@ type exactWriter struct {
 
 // WriteRange implements statedict.RangeWriter.
 func (e *exactWriter) WriteRange(r statedict.Range) (int64, error) {
-	if int64(len(r.Data)) > e.left {
-		return 0, fmt.Errorf("%d bytes more than its dtype and shape need", int64(len(r.Data))-e.left)
+	if r.Len() > e.left {
+		return 0, fmt.Errorf("%d bytes more than its dtype and shape need", r.Len()-e.left)
 	}
 	if err := e.w.Flush(); err != nil {
 		return 0, err

@@ -309,13 +309,10 @@ func (f *File) Write(p []byte) (int, error) {
 	return int(n), err
 }
 
-// WriteRange reads r from its file (from r.Data when it has none) into the output stream,
+// WriteRange reads r from its file (else from r.Data or r.Src) into the output stream,
 // feeding r.Sums as it goes.
 func (f *File) WriteRange(r statedict.Range) (int64, error) {
-	put := func(dst []byte, done int64) error {
-		copy(dst, r.Data[done:])
-		return nil
-	}
+	put := r.ReadAt
 	if r.Path != "" {
 		if f.calib != nil {
 			f.calib.ranges = true
@@ -331,7 +328,7 @@ func (f *File) WriteRange(r statedict.Range) (int64, error) {
 			return nil
 		}
 	}
-	return f.fill(int64(len(r.Data)), r.Sums, put)
+	return f.fill(r.Len(), r.Sums, put)
 }
 
 // fill appends n bytes to the stream, a piece at a time; put copies the bytes from done on

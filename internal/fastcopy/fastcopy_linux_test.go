@@ -49,9 +49,9 @@ func randomFile(t *testing.T, dir string, n int) (string, []byte) {
 	return path, src
 }
 
-// TestFileInterleaves checks that small writes and file ranges land in order and byte-exact,
-// across chunk boundaries, at unaligned offsets, with an unaligned final size, and that every
-// range's sums see exactly its bytes.
+// TestFileInterleaves checks that small writes and ranges (of a file, of memory, of a
+// reader) land in order and byte-exact, across chunk boundaries, at unaligned offsets, with
+// an unaligned final size, and that every range's sums see exactly its bytes.
 func TestFileInterleaves(t *testing.T) {
 	modes(t, func(t *testing.T, direct bool) {
 		dir := t.TempDir()
@@ -66,12 +66,11 @@ func TestFileInterleaves(t *testing.T) {
 			t.Logf("the filesystem of %s refuses O_DIRECT: only the cached path is tested", dir)
 		}
 		var want bytes.Buffer
-		pieces := []struct {
-			off, n int
-			path   bool
-		}{
-			{0, 10, true}, {17, chunkSize + 3, true}, {5, 100 << 10, false}, {len(src) - 70000, 70000, true},
-			{1, 3, true}, {0, 0, true}, {9, 2*chunkSize + 1, true}, {3, piece + 1, false},
+		const data, file, reader = 0, 1, 2 // where a range's bytes are
+		pieces := []struct{ off, n, from int }{
+			{0, 10, file}, {17, chunkSize + 3, file}, {5, 100 << 10, data}, {len(src) - 70000, 70000, file},
+			{1, 3, file}, {0, 0, file}, {9, 2*chunkSize + 1, file}, {3, piece + 1, data},
+			{11, chunkSize + piece + 5, reader}, {0, 7, reader},
 		}
 		for i, p := range pieces {
 			hdr := []byte{byte(i), 'h'}
@@ -79,9 +78,13 @@ func TestFileInterleaves(t *testing.T) {
 				t.Fatal(err)
 			}
 			want.Write(hdr)
-			rng := statedict.Range{Data: src[p.off : p.off+p.n], Off: int64(p.off)}
-			if p.path {
+			bs := src[p.off : p.off+p.n]
+			rng := statedict.Range{Data: bs, Off: int64(p.off)}
+			switch p.from {
+			case file:
 				rng.Path = srcPath
+			case reader:
+				rng = statedict.Range{Src: bytes.NewReader(src), Off: int64(p.off), N: int64(p.n)}
 			}
 			crc, xx := crc32.NewIEEE(), xxhash.New()
 			rng.Sums = []hash.Hash{crc, xx}
@@ -89,13 +92,13 @@ func TestFileInterleaves(t *testing.T) {
 			if err != nil || n != int64(p.n) {
 				t.Fatalf("range %d: %d, %v", i, n, err)
 			}
-			if got, want := crc.Sum32(), crc32.ChecksumIEEE(rng.Data); got != want {
+			if got, want := crc.Sum32(), crc32.ChecksumIEEE(bs); got != want {
 				t.Errorf("range %d: CRC %08x, want %08x", i, got, want)
 			}
-			if got, want := xx.Sum64(), xxhash.Sum64(rng.Data); got != want {
+			if got, want := xx.Sum64(), xxhash.Sum64(bs); got != want {
 				t.Errorf("range %d: xxhash %016x, want %016x", i, got, want)
 			}
-			want.Write(rng.Data)
+			want.Write(bs)
 		}
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
