@@ -6,6 +6,7 @@ import (
 	"iter"
 	"math"
 	"math/big"
+	"reflect"
 	"slices"
 )
 
@@ -365,6 +366,16 @@ func (e *keyEncoder) encode(buf []byte, key Value, depth int) (out []byte, uniqu
 			buf = append(buf, p...)
 		}
 		return buf, false, nil
+	}
+	switch key.(type) {
+	case *List, *Dict, *NDArray:
+		return nil, false, fmt.Errorf("unhashable type: '%s'", typeName(key))
+	}
+	if t := reflect.TypeOf(key); t != nil && t.Kind() == reflect.Pointer {
+		// A value a hook returned in place of an object (Options.Reduce, Build,
+		// PersistentLoad) is a key by identity, as the object would be.
+		buf = append(buf, 'o')
+		return binary.AppendUvarint(buf, e.ix.identity(key)), false, nil
 	}
 	return nil, false, fmt.Errorf("unhashable type: '%s'", typeName(key))
 }
