@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"weak"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -289,10 +290,7 @@ func readMetadata(r io.ReaderAt, size int64, file string, stream bool) (*Metadat
 	opts := pickle.Options{Strict: true, Allow: allow}
 	var dec *pickle.Decoder
 	if stream {
-		opts.ForgetUnfetched = true
-		opts.Build = p.build
-		opts.SetItem = p.setItem
-		dec = pickle.NewDecoderAt(r, size, opts)
+		dec = pickle.NewDecoderAt(r, size, p.streamOptions())
 	} else {
 		data := make([]byte, size)
 		if _, err := r.ReadAt(data, 0); err != nil && err != io.EOF {
@@ -335,14 +333,20 @@ type parser struct {
 	ints map[string][]int64
 	// props are the TensorProperties read, one per dtype and requires_grad.
 	props map[props]*props
-	// claims are the dicts whose items setItem took (see claim); items is the one
-	// collecting state_dict_metadata, once found.
-	claims map[*pickle.Dict]*claim
-	items  *claim
+	// items is the claim collecting state_dict_metadata, once found (see claim), held
+	// weakly: a dict the pickle discards is collected with its claim.
+	items weak.Pointer[claim]
 	// class is the global each role's records were reduced from: one per role and file
 	// (a record of the role under another module path stays an object), so that an error
 	// names a reduced record's class as it names an object's.
 	class map[string]pickle.Global
+}
+
+// streamOptions are the unpickler's options for the streaming decode: the memo holds what
+// is fetched again, records are reduced as they are completed (build), and the large
+// dicts' items are claimed as they are put (setItem).
+func (p *parser) streamOptions() pickle.Options {
+	return pickle.Options{Strict: true, Allow: allow, ForgetUnfetched: true, Build: p.build, SetItem: p.setItem}
 }
 
 // maxInterned bounds the distinct int lists parser.ints keeps.

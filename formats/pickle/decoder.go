@@ -55,7 +55,8 @@ type Options struct {
 	// dict's semantics: a key put again replaces the value in place). A consumer so
 	// collects a dict of hundreds of thousands of records without the dict's slots and
 	// index; it can give the items back (Dict.TrySet) if the dict turns out to be
-	// something else.
+	// something else. It can keep what it took in d.Claim, so that the items of a dict
+	// the pickle discards are collected with the dict.
 	SetItem func(d *Dict, key, val Value) (bool, error)
 }
 

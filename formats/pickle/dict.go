@@ -27,6 +27,12 @@ type Dict struct {
 	// Default is a defaultdict's default_factory (usually a Global such as
 	// builtins.list, or None); nil for other dicts.
 	Default Value
+	// Claim is where an Options.SetItem hook may keep, in its own form, the items it
+	// took from the dict; the decoder never reads it. Held by the dict, they are
+	// collected with it once nothing refers to the dict (a table the consumer kept by
+	// dict would hold the items of every hooked dict, even those it never reads, to the
+	// end of the decode).
+	Claim any
 
 	keys, vals []Value
 	index      keyIndex
