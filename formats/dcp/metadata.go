@@ -268,11 +268,12 @@ func MetadataGlobals() []pickle.Global { return slices.Clone(allow) }
 // every storage entry belongs to one, and that data file names stay inside the folder.
 //
 // The decoding streams: the unpickler keeps in its memo only what the pickle fetches again
-// (pickle.Options.ForgetUnfetched), and each DCP record is reduced to its typed form as
-// soon as BUILD completes it (pickle.Options.Build), so that a `.metadata` of hundreds of
-// thousands of items never exists as a general value tree. A record the reduction does not
-// take (an unusual layout, a wrong field, an object the pickle refers to twice) stays an
-// inert object and is read by the same code afterwards, where an error can name its item.
+// (pickle.Options.ForgetUnfetched), and each DCP record BUILD completed is reduced to its
+// typed form as soon as the pickle puts it in a container (pickle.Options.Build), so that
+// a `.metadata` of hundreds of thousands of items never exists as a general value tree. A
+// record the reduction does not take (an unusual layout, a wrong field, an object the
+// pickle refers to twice) stays an inert object and is read by the same code afterwards,
+// where an error can name its item.
 func ReadMetadata(data []byte, file string) (*Metadata, error) {
 	return readMetadata(bytes.NewReader(data), int64(len(data)), file, true)
 }
@@ -384,7 +385,7 @@ func (*index) PickleOpaque() {}
 
 var theBytesMeta = &bytesMeta{}
 
-// build is the unpickler's Options.Build hook: it reduces a DCP record BUILD completed to
+// build is the unpickler's Options.Build hook: it reduces a completed DCP record to
 // its typed form, or leaves it (false) when it is not exactly what the parser accepts, for
 // the parser to report with the item's name.
 func (p *parser) build(o *pickle.Object) (pickle.Value, bool, error) {
