@@ -1,6 +1,10 @@
 package dcp
 
-import "github.com/ckpt-dev/ckpt/formats/pickle"
+import (
+	"weak"
+
+	"github.com/ckpt-dev/ckpt/formats/pickle"
+)
 
 // A claim collects the items of one decoded dict as the unpickler puts them
 // (pickle.Options.SetItem), in the typed form the parser wants, when they are what one of
@@ -10,6 +14,8 @@ import "github.com/ckpt-dev/ckpt/formats/pickle"
 // items never holds their dict slots and key index beside the parser's slices. The first
 // item of another shape — or the parser meeting the dict anywhere but in the role its
 // items fit — gives the items back to the dict (release), and the general path reads it.
+// The claim hangs off its dict (pickle.Dict.Claim): a dict the pickle discards, which the
+// parser never visits, is collected with the items it holds.
 type claim struct {
 	kind claimKind
 	// state_dict_metadata: the items and their index by name.
@@ -33,7 +39,7 @@ const (
 
 // setItem is the unpickler's SetItem hook.
 func (p *parser) setItem(d *pickle.Dict, k, v pickle.Value) (bool, error) {
-	c := p.claims[d]
+	c := claimOf(d)
 	if c == nil {
 		kind := claimKindOf(k, v)
 		if kind == 0 || d.Len() != 0 || d.Class != nil {
@@ -43,8 +49,8 @@ func (p *parser) setItem(d *pickle.Dict, k, v pickle.Value) (bool, error) {
 		switch kind {
 		case claimItems:
 			c.index = map[string]int32{}
-			if p.items == nil {
-				p.items = c // the first: what names are interned against
+			if p.itemsClaim() == nil {
+				p.items = weak.Make(c) // the first alive: what names are interned against
 			}
 		case claimStorage:
 			// One entry per chunk and bytes item of the items claimed before, usually.
@@ -59,10 +65,7 @@ func (p *parser) setItem(d *pickle.Dict, k, v pickle.Value) (bool, error) {
 				c.storage = make([]StorageEntry, 0, n)
 			}
 		}
-		if p.claims == nil {
-			p.claims = map[*pickle.Dict]*claim{}
-		}
-		p.claims[d] = c
+		d.Claim = c
 	}
 	if claimKindOf(k, v) != c.kind || c.kind == claimItems && len(c.items) >= 1<<31-1 {
 		return false, p.release(d)
@@ -102,9 +105,16 @@ func (p *parser) setItem(d *pickle.Dict, k, v pickle.Value) (bool, error) {
 }
 
 // itemsClaim returns the claim collecting state_dict_metadata, when there is one: the
-// first items claim still held (set when it is made, cleared when it is released — never
-// found by searching the claims, which a file of many small dicts made quadratic).
-func (p *parser) itemsClaim() *claim { return p.items }
+// first items claim still held (set when it is made, cleared when it is released or its
+// dict is collected — never found by searching the claims, which a file of many small
+// dicts made quadratic).
+func (p *parser) itemsClaim() *claim { return p.items.Value() }
+
+// claimOf returns the claim on d, nil if none.
+func claimOf(d *pickle.Dict) *claim {
+	c, _ := d.Claim.(*claim)
+	return c
+}
 
 // intern returns the item name equal to fqn held already, so that each name is held once.
 func (p *parser) intern(fqn string) string {
@@ -155,7 +165,7 @@ func (p *parser) claimed(v pickle.Value, kind claimKind) (*claim, error) {
 	if !ok {
 		return nil, nil
 	}
-	c := p.claims[d]
+	c := claimOf(d)
 	if c == nil {
 		return nil, nil
 	}
@@ -167,13 +177,13 @@ func (p *parser) claimed(v pickle.Value, kind claimKind) (*claim, error) {
 
 // release gives a claimed dict its items back, in the order they were put.
 func (p *parser) release(d *pickle.Dict) error {
-	c := p.claims[d]
+	c := claimOf(d)
 	if c == nil {
 		return nil
 	}
-	delete(p.claims, d)
-	if p.items == c {
-		p.items = nil
+	d.Claim = nil
+	if p.itemsClaim() == c {
+		p.items = weak.Pointer[claim]{}
 	}
 	var err error
 	put := func(k, v pickle.Value) {

@@ -104,7 +104,7 @@ func addMetadataSeeds(f *testing.F) {
 	}
 }
 
-// FuzzMetadataStreamed: the streaming decode (records reduced as BUILD completes them, the
+// FuzzMetadataStreamed: the streaming decode (completed records reduced as they are stored, the
 // memo holding only what is fetched again, the file read a window at a time) reads what
 // the general value tree reads: the same Metadata, or the same error.
 func FuzzMetadataStreamed(f *testing.F) {

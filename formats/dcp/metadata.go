@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"weak"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -267,11 +268,12 @@ func MetadataGlobals() []pickle.Global { return slices.Clone(allow) }
 // every storage entry belongs to one, and that data file names stay inside the folder.
 //
 // The decoding streams: the unpickler keeps in its memo only what the pickle fetches again
-// (pickle.Options.ForgetUnfetched), and each DCP record is reduced to its typed form as
-// soon as BUILD completes it (pickle.Options.Build), so that a `.metadata` of hundreds of
-// thousands of items never exists as a general value tree. A record the reduction does not
-// take (an unusual layout, a wrong field, an object the pickle refers to twice) stays an
-// inert object and is read by the same code afterwards, where an error can name its item.
+// (pickle.Options.ForgetUnfetched), and each DCP record BUILD completed is reduced to its
+// typed form as soon as the pickle puts it in a container (pickle.Options.Build), so that
+// a `.metadata` of hundreds of thousands of items never exists as a general value tree. A
+// record the reduction does not take (an unusual layout, a wrong field, an object the
+// pickle refers to twice) stays an inert object and is read by the same code afterwards,
+// where an error can name its item.
 func ReadMetadata(data []byte, file string) (*Metadata, error) {
 	return readMetadata(bytes.NewReader(data), int64(len(data)), file, true)
 }
@@ -289,10 +291,7 @@ func readMetadata(r io.ReaderAt, size int64, file string, stream bool) (*Metadat
 	opts := pickle.Options{Strict: true, Allow: allow}
 	var dec *pickle.Decoder
 	if stream {
-		opts.ForgetUnfetched = true
-		opts.Build = p.build
-		opts.SetItem = p.setItem
-		dec = pickle.NewDecoderAt(r, size, opts)
+		dec = pickle.NewDecoderAt(r, size, p.streamOptions())
 	} else {
 		data := make([]byte, size)
 		if _, err := r.ReadAt(data, 0); err != nil && err != io.EOF {
@@ -335,14 +334,20 @@ type parser struct {
 	ints map[string][]int64
 	// props are the TensorProperties read, one per dtype and requires_grad.
 	props map[props]*props
-	// claims are the dicts whose items setItem took (see claim); items is the one
-	// collecting state_dict_metadata, once found.
-	claims map[*pickle.Dict]*claim
-	items  *claim
+	// items is the claim collecting state_dict_metadata, once found (see claim), held
+	// weakly: a dict the pickle discards is collected with its claim.
+	items weak.Pointer[claim]
 	// class is the global each role's records were reduced from: one per role and file
 	// (a record of the role under another module path stays an object), so that an error
 	// names a reduced record's class as it names an object's.
 	class map[string]pickle.Global
+}
+
+// streamOptions are the unpickler's options for the streaming decode: the memo holds what
+// is fetched again, records are reduced as they are completed (build), and the large
+// dicts' items are claimed as they are put (setItem).
+func (p *parser) streamOptions() pickle.Options {
+	return pickle.Options{Strict: true, Allow: allow, ForgetUnfetched: true, Build: p.build, SetItem: p.setItem}
 }
 
 // maxInterned bounds the distinct int lists parser.ints keeps.
@@ -380,7 +385,7 @@ func (*index) PickleOpaque() {}
 
 var theBytesMeta = &bytesMeta{}
 
-// build is the unpickler's Options.Build hook: it reduces a DCP record BUILD completed to
+// build is the unpickler's Options.Build hook: it reduces a completed DCP record to
 // its typed form, or leaves it (false) when it is not exactly what the parser accepts, for
 // the parser to report with the item's name.
 func (p *parser) build(o *pickle.Object) (pickle.Value, bool, error) {

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
@@ -118,6 +120,13 @@ func Read(path string) (*Manifest, error) {
 // is null or absent yields no tensor (Tensors stays nil). The tool is checked only at the
 // end, wherever the field is: each may have been called for a file that is not a ckpt
 // manifest.
+//
+// A key the manifest object holds twice (field names matched as encoding/json matches
+// them, ignoring case) is an error, here and in json.Unmarshal of a Manifest (see
+// UnmarshalJSON), where encoding/json alone would take the last. ckpt never writes one;
+// a file that has one reads differently in readers that take the first, the last or
+// either (a streaming read meets the first tensor list before it knows of a second), so
+// what `ckpt check` verified need not be what another tool reads.
 func ReadEach(path string, each func(Tensor) error) (*Manifest, error) {
 	f, err := store.Open(path)
 	if err != nil {
@@ -128,90 +137,162 @@ func ReadEach(path string, each func(Tensor) error) (*Manifest, error) {
 		return nil, fmt.Errorf("%s: %d bytes, more than the %d a manifest may have", path, f.Size(), maxManifest)
 	}
 	dec := json.NewDecoder(bufio.NewReaderSize(io.NewSectionReader(f, 0, f.Size()), 1<<16))
-	corrupt := func(err error) error {
-		return fmt.Errorf("%s (byte %d): %w: %w", path, dec.InputOffset(), statedict.ErrCorrupt, err)
-	}
-	if err := expectDelim(dec, '{'); err != nil {
-		return nil, corrupt(err)
-	}
-	// Every field but the tensors is decoded as json.Unmarshal would decode the object
-	// without them.
-	head := map[string]json.RawMessage{}
-	tensors := false
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, corrupt(err)
-		}
-		key, _ := tok.(string)
-		if !strings.EqualFold(key, "tensors") {
-			var raw json.RawMessage
-			if err := dec.Decode(&raw); err != nil {
-				return nil, corrupt(err)
-			}
-			head[key] = raw
-			continue
-		}
-		if tensors {
-			return nil, corrupt(fmt.Errorf("two tensor lists"))
-		}
-		tensors = true
-		if err := eachTensor(dec, each); err != nil {
-			var yield yieldError
-			if errors.As(err, &yield) {
-				return nil, yield.err
-			}
-			return nil, corrupt(err)
-		}
-	}
-	if err := expectDelim(dec, '}'); err != nil {
-		return nil, corrupt(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, corrupt(fmt.Errorf("data after the manifest object"))
-	}
-	b, err := json.Marshal(head)
+	m, err := decode(dec, each)
 	if err != nil {
-		return nil, corrupt(err)
-	}
-	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w: %w", path, statedict.ErrCorrupt, err)
+		var yield yieldError
+		if errors.As(err, &yield) {
+			return nil, yield.err
+		}
+		var head headError
+		if errors.As(err, &head) {
+			return nil, fmt.Errorf("%s: %w: %w", path, statedict.ErrCorrupt, head.err)
+		}
+		return nil, fmt.Errorf("%s (byte %d): %w: %w", path, dec.InputOffset(), statedict.ErrCorrupt, err)
 	}
 	if m.Tool != Tool {
 		return nil, fmt.Errorf("%s: %w: not a ckpt manifest (tool %q)", path, statedict.ErrCorrupt, m.Tool)
 	}
-	return &m, nil
+	return m, nil
 }
+
+// UnmarshalJSON decodes a manifest as ReadEach reads one, a key held twice included (an
+// error): json.Unmarshal of a Manifest and ReadEach accept the same documents and read
+// the same from them. It does not check the tool.
+func (m *Manifest) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		return nil
+	}
+	var ts []Tensor
+	dec := json.NewDecoder(bytes.NewReader(b))
+	got, err := decode(dec, func(t Tensor) error {
+		ts = append(ts, t)
+		return nil
+	})
+	if err != nil {
+		var head headError
+		if errors.As(err, &head) {
+			return head.err
+		}
+		return err
+	}
+	if got.Tensors != nil && ts == nil {
+		ts = []Tensor{} // an empty list, not null
+	}
+	got.Tensors = ts
+	*m = *got
+	return nil
+}
+
+// decode reads one manifest object from dec, passing the tensors to each, and returns
+// the other fields (Tensors is non-nil, and empty, when the list is present and not
+// null). It fails on a key held twice.
+func decode(dec *json.Decoder, each func(Tensor) error) (*Manifest, error) {
+	if err := expectDelim(dec, '{'); err != nil {
+		return nil, err
+	}
+	// Every field but the tensors is decoded as json.Unmarshal would decode the object
+	// without them.
+	head := map[string]json.RawMessage{}
+	seen := map[string]bool{}
+	list := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := tok.(string)
+		// encoding/json matches a key to a field ignoring case (strings.EqualFold); a
+		// key no field takes is ignored however often it comes.
+		if i := slices.IndexFunc(fields, func(f string) bool { return strings.EqualFold(f, key) }); i >= 0 {
+			if seen[fields[i]] {
+				return nil, fmt.Errorf("key %q is held twice", key)
+			}
+			seen[fields[i]] = true
+		}
+		if !strings.EqualFold(key, "tensors") {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return nil, err
+			}
+			head[key] = raw
+			continue
+		}
+		present, err := eachTensor(dec, each)
+		if err != nil {
+			return nil, err
+		}
+		list = present
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("data after the manifest object")
+	}
+	b, err := json.Marshal(head)
+	if err != nil {
+		return nil, err
+	}
+	var m plain
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, headError{err}
+	}
+	if list {
+		m.Tensors = []Tensor{}
+	}
+	return (*Manifest)(&m), nil
+}
+
+// plain is a Manifest without its UnmarshalJSON.
+type plain Manifest
+
+// fields are the JSON names of Manifest's fields.
+var fields = func() []string {
+	var names []string
+	t := reflect.TypeFor[Manifest]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	return names
+}()
+
+// headError is an error decoding the fields but the tensors, which has no byte offset.
+type headError struct{ err error }
+
+func (e headError) Error() string { return e.err.Error() }
 
 // yieldError carries an error of ReadEach's callback through eachTensor unchanged.
 type yieldError struct{ err error }
 
 func (e yieldError) Error() string { return e.err.Error() }
 
-// eachTensor decodes a tensor list (or null) and passes each tensor to each.
-func eachTensor(dec *json.Decoder, each func(Tensor) error) error {
+// eachTensor decodes a tensor list (or null) and passes each tensor to each. It reports
+// whether the list was there (not null).
+func eachTensor(dec *json.Decoder, each func(Tensor) error) (bool, error) {
 	tok, err := dec.Token()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if tok == nil {
-		return nil
+		return false, nil
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '[' {
-		return fmt.Errorf("tensors is %v, want a list", tok)
+		return false, fmt.Errorf("tensors is %v, want a list", tok)
 	}
 	for dec.More() {
 		var t Tensor
 		if err := dec.Decode(&t); err != nil {
-			return err
+			return false, err
 		}
 		if err := each(t); err != nil {
-			return yieldError{err}
+			return false, yieldError{err}
 		}
 	}
 	_, err = dec.Token() // ']'
-	return err
+	return true, err
 }
 
 // expectDelim reads the delimiter d.

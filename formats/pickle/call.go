@@ -33,6 +33,9 @@ func (d *Decoder) loadReduce() error {
 
 // pushCall evaluates g(*items) for INST and OBJ; items may alias the stack.
 func (d *Decoder) pushCall(g Global, items []Value, kind ObjectKind) error {
+	if err := d.build(items); err != nil {
+		return err
+	}
 	args, err := d.copyItems(items)
 	if err != nil {
 		return err
@@ -105,10 +108,14 @@ func (d *Decoder) newObjEx(g Global, args Tuple, kwargs *Dict) (Value, error) {
 }
 
 func (d *Decoder) loadBuild() error {
-	state, err := d.pop()
+	s, err := d.popN(1)
 	if err != nil {
 		return err
 	}
+	if err := d.build(s); err != nil {
+		return err
+	}
+	state := s[0]
 	target, err := d.top()
 	if err != nil {
 		return err
@@ -116,15 +123,6 @@ func (d *Decoder) loadBuild() error {
 	switch t := target.(type) {
 	case *Object:
 		t.State = state
-		if d.opts.Build != nil && !d.shared[t] {
-			v, ok, err := d.opts.Build(t)
-			if err != nil {
-				return err
-			}
-			if ok {
-				d.stack[len(d.stack)-1] = v
-			}
-		}
 	case *Dict:
 		t.State = state
 	case Global:

@@ -37,13 +37,17 @@ type Options struct {
 	// memoizes every value (as Python's pickler does) and fetches few of them is then
 	// decoded without the memo holding the whole tree. Results and errors are the same.
 	ForgetUnfetched bool
-	// Build, if set, is offered every *Object right after a BUILD set its State, when
-	// nothing else can refer to the object: it is not in the memo at an index a GET
-	// fetches (with ForgetUnfetched unset every memoized object counts as fetched). It
-	// returns the value to use in the object's place and true — a consumer so reduces
-	// each record to its own compact form as the stream builds it — or false to keep the
-	// object. A second BUILD on a value Build returned is an error (picklers never emit
-	// one). A value Build returns can be a dict key only if it implements [Opaque].
+	// Build, if set, is offered every *Object a BUILD set the State of, when an opcode
+	// takes it off the stack into a tuple, list, dict, set or object state (or STOP
+	// returns it) and nothing else can refer to it: it was neither DUP'd nor put in the
+	// memo at an index a GET fetches (with ForgetUnfetched unset every memoized object
+	// counts as fetched). It returns the value to use in the object's place and true — a
+	// consumer so reduces each record to its own compact form as the stream builds it —
+	// or false to keep the object. Offered only then, a returned value is never on the
+	// stack, in the memo or referred to twice, so a decode reads the same with and
+	// without the hook: a later BUILD, DUP or PUT meets the object itself. A value Build
+	// returns is a dict key that equals no other (see [Opaque]); a pointer of another
+	// type is a key by identity.
 	Build func(o *Object) (Value, bool, error)
 	// SetItem, if set, is offered every item SETITEM, SETITEMS or DICT puts into a dict,
 	// once the decoder has checked and charged it. It returns true to take the item: the
@@ -51,7 +55,8 @@ type Options struct {
 	// dict's semantics: a key put again replaces the value in place). A consumer so
 	// collects a dict of hundreds of thousands of records without the dict's slots and
 	// index; it can give the items back (Dict.TrySet) if the dict turns out to be
-	// something else.
+	// something else. It can keep what it took in d.Claim, so that the items of a dict
+	// the pickle discards are collected with the dict.
 	SetItem func(d *Dict, key, val Value) (bool, error)
 }
 
@@ -168,8 +173,8 @@ type Decoder struct {
 	// and memoDepths hold only those, at their slots); skipped records the others put.
 	fetched *fetchedSet
 	skipped memo[struct{}]
-	// shared holds the objects memoized at fetched indices, which Options.Build is not
-	// offered.
+	// shared holds the objects memoized at fetched indices or DUP'd, which Options.Build
+	// is not offered.
 	shared  map[*Object]bool
 	pending int32
 	proto   int
@@ -239,12 +244,15 @@ func (d *Decoder) Decode() (Value, error) {
 			return nil, &Error{Offset: off, Err: err}
 		}
 		if op == opStop {
-			v, err := d.pop()
+			v, err := d.popN(1)
+			if err == nil {
+				err = d.build(v)
+			}
 			if err != nil {
 				d.r.seek(off)
 				return nil, d.wrap(off, op, err)
 			}
-			return v, nil
+			return v[0], nil
 		}
 		d.pending = 0
 		if err := d.step(op); err != nil {
@@ -400,11 +408,40 @@ func (d *Decoder) memoPut(i uint64, v Value, depth int32) error {
 	}
 	d.memo.put(slot, v)
 	d.memoDepths.put(slot, depth)
+	d.share(v)
+	return nil
+}
+
+// share notes that v, if an object, has a second reference (a fetched memo entry, a
+// DUP): Options.Build is not offered it.
+func (d *Decoder) share(v Value) {
 	if o, ok := v.(*Object); ok && d.opts.Build != nil {
 		if d.shared == nil {
 			d.shared = map[*Object]bool{}
 		}
 		d.shared[o] = true
+	}
+}
+
+// build offers Options.Build the objects among items, values an opcode takes off the
+// stack into a container, that a BUILD completed and nothing else refers to, and puts
+// what it returns in their place (items may alias the stack).
+func (d *Decoder) build(items []Value) error {
+	if d.opts.Build == nil {
+		return nil
+	}
+	for i, v := range items {
+		o, ok := v.(*Object)
+		if !ok || o.State == nil || d.shared[o] {
+			continue
+		}
+		r, ok, err := d.opts.Build(o)
+		if err != nil {
+			return err
+		}
+		if ok {
+			items[i] = r
+		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"iter"
 	"math"
 	"math/big"
+	"reflect"
 	"slices"
 )
 
@@ -26,6 +27,12 @@ type Dict struct {
 	// Default is a defaultdict's default_factory (usually a Global such as
 	// builtins.list, or None); nil for other dicts.
 	Default Value
+	// Claim is where an Options.SetItem hook may keep, in its own form, the items it
+	// took from the dict; the decoder never reads it. Held by the dict, they are
+	// collected with it once nothing refers to the dict (a table the consumer kept by
+	// dict would hold the items of every hooked dict, even those it never reads, to the
+	// end of the decode).
+	Claim any
 
 	keys, vals []Value
 	index      keyIndex
@@ -365,6 +372,16 @@ func (e *keyEncoder) encode(buf []byte, key Value, depth int) (out []byte, uniqu
 			buf = append(buf, p...)
 		}
 		return buf, false, nil
+	}
+	switch key.(type) {
+	case *List, *Dict, *NDArray:
+		return nil, false, fmt.Errorf("unhashable type: '%s'", typeName(key))
+	}
+	if t := reflect.TypeOf(key); t != nil && t.Kind() == reflect.Pointer {
+		// A value a hook returned in place of an object (Options.Reduce, Build,
+		// PersistentLoad) is a key by identity, as the object would be.
+		buf = append(buf, 'o')
+		return binary.AppendUvarint(buf, e.ix.identity(key)), false, nil
 	}
 	return nil, false, fmt.Errorf("unhashable type: '%s'", typeName(key))
 }

@@ -156,9 +156,17 @@ func walk(root Value) error {
 	return nil
 }
 
-// FuzzForgetUnfetched: decoding with Options.ForgetUnfetched, and decoding from an
-// io.ReaderAt a few bytes at a time, give what decoding the bytes without it gives, value
-// for value and error for error, pickle after pickle.
+// takenObject stands for an object an Options.Build hook took; shape prints it as the
+// object after takenMark, which no value prints (%#v escapes a NUL).
+type takenObject struct{ o *Object }
+
+const takenMark = "\x00taken\x00"
+
+// FuzzForgetUnfetched: decoding with Options.ForgetUnfetched, decoding from an io.ReaderAt
+// a few bytes at a time, and decoding with a Build hook that takes every object (wrapping
+// it), give what decoding the bytes without them gives, value for value and error for
+// error, pickle after pickle: the hook is offered no object the pickle refers to twice,
+// nor one it later builds again.
 func FuzzForgetUnfetched(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -167,10 +175,16 @@ func FuzzForgetUnfetched(f *testing.F) {
 		opts.ForgetUnfetched = true
 		lean := NewDecoder(data, opts)
 		streamed := newDecoder(reader{src: bytes.NewReader(data), size: int64(len(data)), win: 1 + len(data)%7}, opts)
+		opts.Build = func(o *Object) (Value, bool, error) { return &takenObject{o}, true, nil }
+		hooked := NewDecoder(data, opts)
 		for range 4 {
 			v1, err1 := full.Decode()
 			v2, err2 := lean.Decode()
 			v3, err3 := streamed.Decode()
+			v4, err4 := hooked.Decode()
+			if fmt.Sprint(err1) != fmt.Sprint(err4) || full.Offset() != hooked.Offset() {
+				t.Fatalf("errors differ with a Build hook:\n%v\n%v", err1, err4)
+			}
 			if fmt.Sprint(err1) != fmt.Sprint(err2) || full.Offset() != lean.Offset() {
 				t.Fatalf("errors differ:\n%v\n%v", err1, err2)
 			}
@@ -187,6 +201,9 @@ func FuzzForgetUnfetched(f *testing.F) {
 			if a != c {
 				t.Fatalf("values differ when streamed:\n%.2000s\n%.2000s", a, c)
 			}
+			if d := strings.ReplaceAll(shape(v4), takenMark, ""); a != d {
+				t.Fatalf("values differ with a Build hook:\n%.2000s\n%.2000s", a, d)
+			}
 		}
 	})
 }
@@ -197,6 +214,15 @@ func shape(v Value) string {
 	var b strings.Builder
 	seen := map[any]int{}
 	var rec func(v Value)
+	object := func(x *Object) {
+		fmt.Fprintf(&b, "%v/%d(", x.Class, x.Kind)
+		rec(x.Args)
+		b.WriteString(" kw ")
+		rec(x.Kwargs)
+		b.WriteString(" state ")
+		rec(x.State)
+		b.WriteString(")")
+	}
 	rec = func(v Value) {
 		if b.Len() > 1<<20 {
 			return
@@ -206,7 +232,10 @@ func shape(v Value) string {
 			return
 		}
 		switch x := v.(type) {
-		case *List, *Dict, *Set, *Object:
+		case *List, *Dict, *Set, *Object, *takenObject:
+			// A taken object counts as met under its own pointer: should the object be
+			// met again elsewhere (the hook was offered an object referred to twice), it
+			// prints in full there, not as a number.
 			if n, ok := seen[x]; ok {
 				fmt.Fprintf(&b, "#%d", n)
 				return
@@ -249,13 +278,7 @@ func shape(v Value) string {
 			}
 			b.WriteString("}")
 		case *Object:
-			fmt.Fprintf(&b, "%v/%d(", x.Class, x.Kind)
-			rec(x.Args)
-			b.WriteString(" kw ")
-			rec(x.Kwargs)
-			b.WriteString(" state ")
-			rec(x.State)
-			b.WriteString(")")
+			object(x)
 		case *NDArray:
 			fmt.Fprintf(&b, "nd(%s %v %v %x %v ", x.DType, x.Shape, x.Fortran, x.Data, x.Scalar)
 			rec(x.Descr)
@@ -267,6 +290,9 @@ func shape(v Value) string {
 			} else {
 				fmt.Fprintf(&b, "%+v", *x)
 			}
+		case *takenObject:
+			b.WriteString(takenMark)
+			object(x.o)
 		default:
 			fmt.Fprintf(&b, "%T:%#v", v, v)
 		}

@@ -33,6 +33,7 @@ func (d *Decoder) step(op byte) error {
 			return err
 		}
 		d.pending = d.depths[len(d.depths)-1]
+		d.share(v)
 		return d.push(v)
 
 	case opNone:
@@ -551,6 +552,9 @@ func (d *Decoder) pushTuple(items []Value) error {
 	if err := d.chargeItems(len(items), len(items), "tuple"); err != nil {
 		return err
 	}
+	if err := d.build(items); err != nil {
+		return err
+	}
 	return d.push(append(Tuple(nil), items...))
 }
 
@@ -573,6 +577,9 @@ func (d *Decoder) appendTop(items []Value) error {
 // appendTo implements APPEND(S): onto a list, or onto an object (a list
 // subclass instance).
 func (d *Decoder) appendTo(target Value, items []Value) error {
+	if err := d.build(items); err != nil {
+		return err
+	}
 	switch t := target.(type) {
 	case *List:
 		if err := d.chargeItems(len(t.Items)+len(items), len(items), "list"); err != nil {
@@ -615,6 +622,9 @@ func (d *Decoder) setItems(dict *Dict, kv []Value) error {
 	if len(kv)%2 != 0 {
 		return fmt.Errorf("odd number of items (%d) for a dict", len(kv))
 	}
+	if err := d.build(kv); err != nil {
+		return err
+	}
 	for i := 0; i < len(kv); i += 2 {
 		if err := d.dictPut(dict, kv[i], kv[i+1]); err != nil {
 			return err
@@ -647,6 +657,9 @@ func (d *Decoder) dictPut(dict *Dict, k, v Value) error {
 }
 
 func (d *Decoder) addToSet(s *Set, items []Value) error {
+	if err := d.build(items); err != nil {
+		return err
+	}
 	for _, it := range items {
 		if err := d.chargeItems(len(s.Items)+1, 1, "set"); err != nil {
 			return err

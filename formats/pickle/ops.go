@@ -192,26 +192,34 @@ func (r *reader) remaining() int {
 	return int(r.size - r.offset())
 }
 
-// fill makes the next n bytes (at most what is left) available in data, reading a new
-// window from src; the caller checked n against remaining.
+// fill makes the next n bytes (at most what is left) available in data; the caller
+// checked n against remaining. It reads src onwards from where the window ends, so that
+// every byte is read once and in order — a remote source (a bucket stream with
+// read-ahead) keeps its sequential prefetch: the new window starts with a copy of the
+// unread tail of the old one, then the next bytes of src. A position moved past the
+// window (seek, skip) starts the next read there.
 func (r *reader) fill(n int) error {
 	if r.src == nil || len(r.data)-r.pos >= n {
 		return nil
 	}
-	off := r.offset()
 	w := r.win
 	if w == 0 {
 		w = window
 	}
-	size := min(int64(max(n, w)), r.size-off)
+	tail := r.data[r.pos:]
+	end := r.base + int64(len(r.data)) // where src is read from
+	size := min(int64(max(n, w)), r.size-r.offset())
 	b := make([]byte, size)
-	if m, err := r.src.ReadAt(b, off); int64(m) < size {
-		if err == nil || err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	copy(b, tail)
+	if want := size - int64(len(tail)); want > 0 {
+		if m, err := r.src.ReadAt(b[len(tail):], end); int64(m) < want {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("reading the pickle at offset %d: %w", end+int64(m), err)
 		}
-		return fmt.Errorf("reading the pickle at offset %d: %w", off, err)
 	}
-	r.base, r.data, r.pos = off, b, 0
+	r.base, r.data, r.pos = r.offset(), b, 0
 	return nil
 }
 
@@ -282,7 +290,7 @@ func (r *reader) u8() (uint64, error) {
 func (r *reader) line(max int64) ([]byte, error) {
 	i := bytes.IndexByte(r.data[r.pos:], '\n')
 	for i < 0 && r.src != nil && len(r.data)-r.pos < r.remaining() && int64(len(r.data)-r.pos) <= max {
-		// The line runs past the window: read a window twice as long from its start.
+		// The line runs past the window: a window twice as long, its unread bytes first.
 		if err := r.fill(min(2*(len(r.data)-r.pos)+1, r.remaining())); err != nil {
 			return nil, err
 		}
