@@ -179,7 +179,11 @@ type reader struct {
 	md    *Metadata
 	files map[string]store.File
 	order []string // relative paths in the order mapped, for closing
-	blobs map[blobKey]*blob
+	// last is the relative path and full path of the file an entry last named: one
+	// string for the 300 000 items of one data file, not one each.
+	last, lastPath string
+	head           []byte // an item's first bytes (chunk)
+	blobs          map[blobKey]*blob
 	// shards are the chunks each tensor was read from, with the rank whose file stores
 	// them; ranks the ranks seen (Checkpoint.Shards when the files are several ranks').
 	// Both are nil when the data files are one rank's (severalRanks): nothing to record.
@@ -272,7 +276,10 @@ func (r *reader) slice(e *StorageEntry) ([]byte, string, error) {
 // file opens the entry's file (once per file: mapped, or an object read in ranges) and
 // checks the entry's bytes lie inside it.
 func (r *reader) file(e *StorageEntry) (store.File, string, error) {
-	path := store.Join(r.dir, e.RelativePath)
+	if e.RelativePath != r.last || r.lastPath == "" {
+		r.last, r.lastPath = e.RelativePath, store.Join(r.dir, e.RelativePath)
+	}
+	path := r.lastPath
 	fail := func(off int64, format string, args ...any) error {
 		return &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: off, Err: fmt.Errorf(format, args...)}
 	}
@@ -385,7 +392,10 @@ func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta, e *Storag
 	}
 	// The item's first bytes say what it is: an archive, or a safetensors blob whose header
 	// length and JSON start follow.
-	head := make([]byte, min(f.Size()-e.Offset, 512))
+	if r.head == nil {
+		r.head = make([]byte, 512)
+	}
+	head := r.head[:min(f.Size()-e.Offset, 512)]
 	if n, err := f.ReadAt(head, e.Offset); n < len(head) {
 		return nil, fail(fmt.Errorf("reading the item: %w", err))
 	}
