@@ -390,6 +390,20 @@ func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta, e *Storag
 		// Inflated when read: the metadata says what the item holds.
 		return r.zstdTensor(fqn, path, e, f, dtype, c.Sizes), nil
 	}
+	if _, mapped := store.Bytes(f); !mapped && e.Length <= torchzip.SmallArchive {
+		// Read with pread: a small archive is read once, for its kind and its directory.
+		b, err := store.ReadRange(f, e.Offset, e.Length)
+		if err != nil {
+			return nil, fail(fmt.Errorf("reading the item: %w", err))
+		}
+		if bytes.HasPrefix(b, torchzip.Magic) {
+			t, err := archiveTensor(torchzip.DecodeRead(f, e.Offset, b, e.Length, path))
+			if err != nil {
+				return nil, fail(err)
+			}
+			return matching(t, dtype, c, fail)
+		}
+	}
 	// The item's first bytes say what it is: an archive, or a safetensors blob whose header
 	// length and JSON start follow.
 	if r.head == nil {
@@ -402,13 +416,8 @@ func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta, e *Storag
 	var t *statedict.Tensor
 	switch {
 	case bytes.HasPrefix(head, torchzip.Magic):
-		v, err := torchzip.DecodeAt(f, e.Offset, e.Length, path)
-		if err != nil {
+		if t, err = archiveTensor(torchzip.DecodeAt(f, e.Offset, e.Length, path)); err != nil {
 			return nil, fail(err)
-		}
-		var ok bool
-		if t, ok = v.(*statedict.Tensor); !ok {
-			return nil, fail(fmt.Errorf("the embedded archive holds a %T, not a tensor", v))
 		}
 	case looksLikeSafetensorsAt(f, e.Offset, head):
 		if t, err = r.safetensorsChunk(e, path); err != nil {
@@ -417,6 +426,23 @@ func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta, e *Storag
 	default:
 		return nil, fail(errors.New("stored bytes are neither a torch.save archive nor a safetensors blob"))
 	}
+	return matching(t, dtype, c, fail)
+}
+
+// archiveTensor is the tensor an embedded archive holds.
+func archiveTensor(v statedict.Value, err error) (*statedict.Tensor, error) {
+	if err != nil {
+		return nil, err
+	}
+	t, ok := v.(*statedict.Tensor)
+	if !ok {
+		return nil, fmt.Errorf("the embedded archive holds a %T, not a tensor", v)
+	}
+	return t, nil
+}
+
+// matching returns t if it has the dtype and shape the metadata gives its chunk.
+func matching(t *statedict.Tensor, dtype statedict.DType, c ChunkMeta, fail func(error) error) (*statedict.Tensor, error) {
 	if t.DType != dtype || !slices.Equal(t.Shape, c.Sizes) {
 		return nil, fail(fmt.Errorf("stored tensor is %s %v, the metadata says %s %v", t.DType, t.Shape, dtype, c.Sizes))
 	}

@@ -95,22 +95,31 @@ func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, er
 		}
 		return Decode(d[base:base+size], file, base)
 	}
-	src := source{r: r, base: base, size: size}
-	if size <= smallArchive {
+	var small []byte
+	if size <= SmallArchive {
 		// One read instead of one per structure (end record, directory, local headers,
 		// data.pkl): a DCP data file read with pread holds 300 000 such archives.
-		b, err := store.ReadRange(r, base, size)
-		if err != nil {
+		var err error
+		if small, err = store.ReadRange(r, base, size); err != nil {
 			return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: reading the %d-byte archive: %v", statedict.ErrCorrupt, size, err)}
 		}
-		src.small = b
 	}
-	return decode(src, file)
+	return DecodeRead(r, base, small, size, file)
 }
 
-// smallArchive is the size up to which an archive not in memory is read whole before its
+// DecodeRead is DecodeAt of an archive whose bytes the caller has already read from r at
+// base (small, all size of them; nil if not read): the directory and the small records
+// come from small, the storages read from r when a tensor is read.
+func DecodeRead(r io.ReaderAt, base int64, small []byte, size int64, file string) (statedict.Value, error) {
+	if small != nil && int64(len(small)) != size {
+		return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: %d bytes read of the %d-byte archive", statedict.ErrCorrupt, len(small), size)}
+	}
+	return decode(source{r: r, base: base, size: size, small: small}, file)
+}
+
+// SmallArchive is the size up to which an archive not in memory is read whole before its
 // directory is parsed; its storages still read their bytes from the file when read.
-const smallArchive = 64 << 10
+const SmallArchive = 64 << 10
 
 // source is an archive's bytes: data in memory, or size bytes at base in r — of which
 // small, when set, is a copy read up front for the directory and the small records
