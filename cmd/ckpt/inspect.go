@@ -102,9 +102,13 @@ not fit its model or cannot be mapped unambiguously.`,
 // printReport writes the human-readable form of a report.
 func printReport(w io.Writer, r *inspect.Report) error {
 	fmt.Fprintf(w, "%s  (%s)\n\n", r.Path, r.Format)
-	tw := newTable(w, 0)
-	fmt.Fprintln(tw, "NAME\tDTYPE\tSHAPE\tLOCATION\tBYTES\tNOTE")
-	for _, t := range r.Tensors {
+	header := []string{"NAME", "DTYPE", "SHAPE", "LOCATION", "BYTES", "NOTE"}
+	cells := make([]string, len(header))
+	err := writeColumns(w, len(r.Tensors)+1, func(i int) []string {
+		if i == 0 {
+			return header
+		}
+		t := &r.Tensors[i-1]
 		note := ""
 		if t.SharesStorageWith != "" {
 			note = "shares storage with " + t.SharesStorageWith
@@ -115,9 +119,10 @@ func printReport(w io.Writer, r *inspect.Report) error {
 		if t.SHA256 != "" {
 			note = strings.TrimSpace(note + " sha256:" + t.SHA256[:16])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", t.Name, t.DType, t.Shape, t.Location, humanBytes(t.NBytes), note)
-	}
-	if err := tw.Flush(); err != nil {
+		cells[0], cells[1], cells[2], cells[3], cells[4], cells[5] = t.Name, t.DType, fmt.Sprint(t.Shape), t.Location, humanBytes(t.NBytes), note
+		return cells
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\n%s, %s\n", plural(len(r.Tensors), "tensor"), humanBytes(r.TotalBytes))

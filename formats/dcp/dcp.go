@@ -179,7 +179,11 @@ type reader struct {
 	md    *Metadata
 	files map[string]store.File
 	order []string // relative paths in the order mapped, for closing
-	blobs map[blobKey]*blob
+	// last is the relative path and full path of the file an entry last named: one
+	// string for the 300 000 items of one data file, not one each.
+	last, lastPath string
+	head           []byte // an item's first bytes (chunk)
+	blobs          map[blobKey]*blob
 	// shards are the chunks each tensor was read from, with the rank whose file stores
 	// them; ranks the ranks seen (Checkpoint.Shards when the files are several ranks').
 	// Both are nil when the data files are one rank's (severalRanks): nothing to record.
@@ -272,7 +276,10 @@ func (r *reader) slice(e *StorageEntry) ([]byte, string, error) {
 // file opens the entry's file (once per file: mapped, or an object read in ranges) and
 // checks the entry's bytes lie inside it.
 func (r *reader) file(e *StorageEntry) (store.File, string, error) {
-	path := store.Join(r.dir, e.RelativePath)
+	if e.RelativePath != r.last || r.lastPath == "" {
+		r.last, r.lastPath = e.RelativePath, store.Join(r.dir, e.RelativePath)
+	}
+	path := r.lastPath
 	fail := func(off int64, format string, args ...any) error {
 		return &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: off, Err: fmt.Errorf(format, args...)}
 	}
@@ -383,22 +390,34 @@ func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta, e *Storag
 		// Inflated when read: the metadata says what the item holds.
 		return r.zstdTensor(fqn, path, e, f, dtype, c.Sizes), nil
 	}
+	if _, mapped := store.Bytes(f); !mapped && e.Length <= torchzip.SmallArchive {
+		// Read with pread: a small archive is read once, for its kind and its directory.
+		b, err := store.ReadRange(f, e.Offset, e.Length)
+		if err != nil {
+			return nil, fail(fmt.Errorf("reading the item: %w", err))
+		}
+		if bytes.HasPrefix(b, torchzip.Magic) {
+			t, err := archiveTensor(torchzip.DecodeRead(f, e.Offset, b, e.Length, path))
+			if err != nil {
+				return nil, fail(err)
+			}
+			return matching(t, dtype, c, fail)
+		}
+	}
 	// The item's first bytes say what it is: an archive, or a safetensors blob whose header
 	// length and JSON start follow.
-	head := make([]byte, min(f.Size()-e.Offset, 512))
+	if r.head == nil {
+		r.head = make([]byte, 512)
+	}
+	head := r.head[:min(f.Size()-e.Offset, 512)]
 	if n, err := f.ReadAt(head, e.Offset); n < len(head) {
 		return nil, fail(fmt.Errorf("reading the item: %w", err))
 	}
 	var t *statedict.Tensor
 	switch {
 	case bytes.HasPrefix(head, torchzip.Magic):
-		v, err := torchzip.DecodeAt(f, e.Offset, e.Length, path)
-		if err != nil {
+		if t, err = archiveTensor(torchzip.DecodeAt(f, e.Offset, e.Length, path)); err != nil {
 			return nil, fail(err)
-		}
-		var ok bool
-		if t, ok = v.(*statedict.Tensor); !ok {
-			return nil, fail(fmt.Errorf("the embedded archive holds a %T, not a tensor", v))
 		}
 	case looksLikeSafetensorsAt(f, e.Offset, head):
 		if t, err = r.safetensorsChunk(e, path); err != nil {
@@ -407,6 +426,23 @@ func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta, e *Storag
 	default:
 		return nil, fail(errors.New("stored bytes are neither a torch.save archive nor a safetensors blob"))
 	}
+	return matching(t, dtype, c, fail)
+}
+
+// archiveTensor is the tensor an embedded archive holds.
+func archiveTensor(v statedict.Value, err error) (*statedict.Tensor, error) {
+	if err != nil {
+		return nil, err
+	}
+	t, ok := v.(*statedict.Tensor)
+	if !ok {
+		return nil, fmt.Errorf("the embedded archive holds a %T, not a tensor", v)
+	}
+	return t, nil
+}
+
+// matching returns t if it has the dtype and shape the metadata gives its chunk.
+func matching(t *statedict.Tensor, dtype statedict.DType, c ChunkMeta, fail func(error) error) (*statedict.Tensor, error) {
 	if t.DType != dtype || !slices.Equal(t.Shape, c.Sizes) {
 		return nil, fail(fmt.Errorf("stored tensor is %s %v, the metadata says %s %v", t.DType, t.Shape, dtype, c.Sizes))
 	}

@@ -308,11 +308,15 @@ func (i fileInfo) ModTime() time.Time { return time.Time{} }
 func (i fileInfo) IsDir() bool        { return i.dir }
 func (i fileInfo) Sys() any           { return nil }
 
-// local is the local file system: files are memory-mapped, or read when the process has
-// no address space left to map them (under ulimit -v the Go runtime reserves most of it).
+// local is the local file system: files are memory-mapped, or read with pread when the
+// process has no address space left to map them (under ulimit -v the Go runtime reserves
+// most of it) or the mapping would take what the heap counts on (mapFits).
 type local struct{}
 
 func (local) Open(name string) (File, error) {
+	if st, err := os.Stat(name); err == nil && st.Mode().IsRegular() && !mapFits(st.Size()) {
+		return openUnmapped(name)
+	}
 	f, err := mmap.Open(name)
 	if errors.Is(err, syscall.ENOMEM) {
 		return openUnmapped(name)

@@ -109,12 +109,14 @@ func TestDeflatedStorages(t *testing.T) {
 		}
 		return nil
 	})
-	z, err := zip.NewReader(bytes.NewReader(arch), int64(len(arch)))
+	z, err := readZipDir(bytes.NewReader(arch), arch, int64(len(arch)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range z.File {
-		if f.Name != key {
+	defer z.release()
+	for i := range z.File {
+		f := &z.File[i]
+		if f.name() != key {
 			continue
 		}
 		raw, off, err := rawRecord(source{data: arch, size: int64(len(arch))}, f, func(_ int64, err error) error { return err })

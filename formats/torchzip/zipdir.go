@@ -1,0 +1,378 @@
+package torchzip
+
+import (
+	"archive/zip"
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"slices"
+	"sync"
+)
+
+// The zip directory of an archive, read the way archive/zip's NewReader reads it — the same
+// end-record search, zip64 records, base offset, header loop and entry-count check, the
+// same errors (zip.ErrFormat, io.ErrUnexpectedEOF, "zip: invalid comment length") — but
+// into buffers recycled from archive to archive. A DCP data file embeds one torch.save
+// archive per tensor; with archive/zip each of them cost a 4 KiB bufio reader, a 1 KiB
+// end-record buffer, a File and a name per record and a map (~7 KiB, 2.1 GB of garbage
+// over the 300 001 archives of a 300 000-tensor checkpoint), and under an address-space
+// limit the collector, running near its memory limit, spent most of `ckpt check`'s time
+// on that garbage. FuzzZipDir checks this reader against archive/zip on arbitrary bytes.
+
+// Zip layout constants (APPNOTE.TXT), as archive/zip names them.
+const (
+	fileHeaderSignature      = 0x04034b50
+	directoryHeaderSignature = 0x02014b50
+	directoryEndSignature    = 0x06054b50
+	directory64LocSignature  = 0x07064b50
+	directory64EndSignature  = 0x06064b50
+	fileHeaderLen            = 30
+	directoryHeaderLen       = 46
+	directoryEndLen          = 22
+	directory64LocLen        = 20
+	directory64EndLen        = 56
+	zip64ExtraID             = 0x0001
+)
+
+// zipFile is one central-directory record: what decode uses of a zip.File.
+type zipFile struct {
+	Name               []byte // in the directory's scratch buffer; copy it to keep it
+	Method             uint16
+	CompressedSize64   uint64
+	UncompressedSize64 uint64
+	headerOffset       int64
+	dir                *zipDir
+}
+
+// name is the record's name as a string (for errors and messages).
+func (f *zipFile) name() string { return string(f.Name) }
+
+// DataOffset is where the record's (possibly compressed) bytes start in the archive, read
+// from its local header as zip.File.DataOffset reads it.
+func (f *zipFile) DataOffset() (int64, error) {
+	buf := f.dir.scratch[:fileHeaderLen]
+	if _, err := f.dir.zipr.ReadAt(buf, f.headerOffset); err != nil {
+		return 0, err
+	}
+	if binary.LittleEndian.Uint32(buf) != fileHeaderSignature {
+		return 0, zip.ErrFormat
+	}
+	filenameLen := int64(binary.LittleEndian.Uint16(buf[26:]))
+	extraLen := int64(binary.LittleEndian.Uint16(buf[28:]))
+	return f.headerOffset + fileHeaderLen + filenameLen + extraLen, nil
+}
+
+// zipDir is a parsed directory and the buffers it is parsed into, reused through dirPool.
+type zipDir struct {
+	File   []zipFile
+	sorted []int32 // indexes of File by name, then by position (find)
+	names  []byte
+	spans  []int // [start, end) of each name in names
+	end    []byte
+	d      []byte
+	br     *bufio.Reader
+	zipr   io.ReaderAt // the archive
+	// scratch holds a fixed-size header while it is parsed (a local array passed to an
+	// io.Reader would escape to the heap).
+	scratch [directory64EndLen]byte
+	sr      sectionReader
+	bytesR  bytes.Reader
+}
+
+var dirPool = sync.Pool{New: func() any { return &zipDir{br: bufio.NewReaderSize(nil, 4096)} }}
+
+// readZipDir reads the directory of the zip archive of size bytes in r (data, when not
+// nil, is the same archive in memory). Release the result with release when its names are
+// no longer needed.
+func readZipDir(r io.ReaderAt, data []byte, size int64) (*zipDir, error) {
+	z := dirPool.Get().(*zipDir)
+	z.File, z.names, z.spans, z.sorted = z.File[:0], z.names[:0], z.spans[:0], z.sorted[:0]
+	z.zipr = r
+	if err := z.init(r, data, size); err != nil {
+		z.release()
+		return nil, err
+	}
+	return z, nil
+}
+
+// release returns z's buffers for the next archive; z and its names are not to be used
+// after.
+func (z *zipDir) release() {
+	if cap(z.names) > 1<<20 || cap(z.File) > 1<<12 {
+		return // a hostile directory's buffers are not kept
+	}
+	for i := range z.File {
+		z.File[i] = zipFile{}
+	}
+	z.br.Reset(nil)
+	z.zipr = nil
+	z.sr = sectionReader{}
+	z.bytesR.Reset(nil)
+	dirPool.Put(z)
+}
+
+// find returns the record named name (the last one of that name, as a map filled in
+// directory order would hold), or nil.
+func (z *zipDir) find(name string) *zipFile {
+	i, ok := slices.BinarySearchFunc(z.sorted, name, func(k int32, name string) int {
+		return bytes.Compare(z.File[k].Name, []byte(name))
+	})
+	if !ok {
+		return nil
+	}
+	for i+1 < len(z.sorted) && string(z.File[z.sorted[i+1]].Name) == name {
+		i++
+	}
+	return &z.File[z.sorted[i]]
+}
+
+type directoryEnd struct {
+	directoryRecords uint64
+	directorySize    uint64
+	directoryOffset  uint64
+}
+
+// init is archive/zip's Reader.init.
+func (z *zipDir) init(r io.ReaderAt, data []byte, size int64) error {
+	end, baseOffset, err := z.readDirectoryEnd(r, data, size)
+	if err != nil {
+		return err
+	}
+	start := baseOffset + int64(end.directoryOffset)
+	var rd io.Reader
+	if data != nil {
+		z.bytesR.Reset(data[start:size])
+		rd = &z.bytesR
+	} else {
+		z.sr = sectionReader{r: r, off: start, limit: size}
+		z.br.Reset(&z.sr)
+		rd = z.br
+	}
+	// As archive/zip: headers are read until a bad one, and the count is compared modulo
+	// 65536 only.
+	for {
+		f := zipFile{dir: z}
+		err = z.readDirectoryHeader(&f, rd)
+		if err == zip.ErrFormat || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		f.headerOffset += baseOffset
+		z.File = append(z.File, f)
+	}
+	if uint16(len(z.File)) != uint16(end.directoryRecords) {
+		return err
+	}
+	for i := range z.File {
+		z.File[i].Name = z.names[z.spans[2*i]:z.spans[2*i+1]:z.spans[2*i+1]]
+		z.sorted = append(z.sorted, int32(i))
+	}
+	slices.SortStableFunc(z.sorted, func(a, b int32) int { return bytes.Compare(z.File[a].Name, z.File[b].Name) })
+	return nil
+}
+
+// readDirectoryEnd is archive/zip's: the end record in the last 1 KiB, else the last
+// 65 KiB; the zip64 records when its fields are saturated; the base offset of data
+// prepended to the archive.
+func (z *zipDir) readDirectoryEnd(r io.ReaderAt, data []byte, size int64) (directoryEnd, int64, error) {
+	var buf []byte
+	var directoryEndOffset int64
+	for i, bLen := range []int64{1024, 65 * 1024} {
+		bLen = min(bLen, size)
+		if data != nil {
+			buf = data[size-bLen : size]
+		} else {
+			if int64(cap(z.end)) < bLen {
+				z.end = make([]byte, bLen)
+			}
+			buf = z.end[:bLen]
+			if _, err := r.ReadAt(buf, size-bLen); err != nil && err != io.EOF {
+				return directoryEnd{}, 0, err
+			}
+		}
+		if p := findSignatureInBlock(buf); p >= 0 {
+			buf = buf[p:]
+			directoryEndOffset = size - bLen + int64(p)
+			break
+		}
+		if i == 1 || bLen == size {
+			return directoryEnd{}, 0, zip.ErrFormat
+		}
+	}
+	b := buf[4:]
+	d := directoryEnd{
+		directoryRecords: uint64(binary.LittleEndian.Uint16(b[6:])),
+		directorySize:    uint64(binary.LittleEndian.Uint32(b[8:])),
+		directoryOffset:  uint64(binary.LittleEndian.Uint32(b[12:])),
+	}
+	if l := int(binary.LittleEndian.Uint16(b[16:])); l > len(b)-18 {
+		return directoryEnd{}, 0, errors.New("zip: invalid comment length")
+	}
+	if d.directoryRecords == 0xffff || d.directorySize == 0xffff || d.directoryOffset == 0xffffffff {
+		p, err := z.findDirectory64End(r, directoryEndOffset)
+		if err == nil && p >= 0 {
+			directoryEndOffset = p
+			err = z.readDirectory64End(r, p, &d)
+		}
+		if err != nil {
+			return directoryEnd{}, 0, err
+		}
+	}
+	const maxInt64 = uint64(1<<63 - 1)
+	if d.directorySize > maxInt64 || d.directoryOffset > maxInt64 {
+		return directoryEnd{}, 0, zip.ErrFormat
+	}
+	baseOffset := directoryEndOffset - int64(d.directorySize) - int64(d.directoryOffset)
+	if o := baseOffset + int64(d.directoryOffset); o < 0 || o >= size {
+		return directoryEnd{}, 0, zip.ErrFormat
+	}
+	// A directory end that asks for a base offset, where one of 0 finds a valid header,
+	// gets 0 (archive/zip has seen files with a wrong base offset).
+	if baseOffset > 0 {
+		off := int64(d.directoryOffset)
+		var f zipFile
+		mark := len(z.names)
+		z.sr = sectionReader{r: r, off: off, limit: size}
+		err := z.readDirectoryHeader(&f, &z.sr)
+		z.names, z.spans = z.names[:mark], z.spans[:0]
+		if err == nil {
+			baseOffset = 0
+		}
+	}
+	return d, baseOffset, nil
+}
+
+func findSignatureInBlock(b []byte) int {
+	for i := len(b) - directoryEndLen; i >= 0; i-- {
+		if b[i] == 'P' && b[i+1] == 'K' && b[i+2] == 0x05 && b[i+3] == 0x06 {
+			n := int(b[i+directoryEndLen-2]) | int(b[i+directoryEndLen-1])<<8
+			if n+directoryEndLen+i > len(b) {
+				return -1 // a truncated comment
+			}
+			return i
+		}
+	}
+	return -1
+}
+
+func (z *zipDir) findDirectory64End(r io.ReaderAt, directoryEndOffset int64) (int64, error) {
+	locOffset := directoryEndOffset - directory64LocLen
+	if locOffset < 0 {
+		return -1, nil
+	}
+	buf := z.scratch[:directory64LocLen]
+	if _, err := r.ReadAt(buf, locOffset); err != nil {
+		return -1, err
+	}
+	if binary.LittleEndian.Uint32(buf) != directory64LocSignature || binary.LittleEndian.Uint32(buf[4:]) != 0 || binary.LittleEndian.Uint32(buf[16:]) != 1 {
+		return -1, nil
+	}
+	return int64(binary.LittleEndian.Uint64(buf[8:])), nil
+}
+
+func (z *zipDir) readDirectory64End(r io.ReaderAt, offset int64, d *directoryEnd) error {
+	buf := z.scratch[:directory64EndLen]
+	if _, err := r.ReadAt(buf, offset); err != nil {
+		return err
+	}
+	if binary.LittleEndian.Uint32(buf) != directory64EndSignature {
+		return zip.ErrFormat
+	}
+	d.directoryRecords = binary.LittleEndian.Uint64(buf[32:])
+	d.directorySize = binary.LittleEndian.Uint64(buf[40:])
+	d.directoryOffset = binary.LittleEndian.Uint64(buf[48:])
+	return nil
+}
+
+// readDirectoryHeader is archive/zip's, keeping only what decode uses; the name is
+// appended to z.names (its span to z.spans).
+func (z *zipDir) readDirectoryHeader(f *zipFile, r io.Reader) error {
+	buf := z.scratch[:directoryHeaderLen]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return err
+	}
+	le := binary.LittleEndian
+	if le.Uint32(buf) != directoryHeaderSignature {
+		return zip.ErrFormat
+	}
+	f.Method = le.Uint16(buf[10:])
+	compressed, uncompressed := le.Uint32(buf[20:]), le.Uint32(buf[24:])
+	f.CompressedSize64, f.UncompressedSize64 = uint64(compressed), uint64(uncompressed)
+	filenameLen := int(le.Uint16(buf[28:]))
+	extraLen := int(le.Uint16(buf[30:]))
+	commentLen := int(le.Uint16(buf[32:]))
+	f.headerOffset = int64(le.Uint32(buf[42:]))
+	n := filenameLen + extraLen + commentLen
+	if cap(z.d) < n {
+		z.d = make([]byte, n)
+	}
+	d := z.d[:n]
+	if _, err := io.ReadFull(r, d); err != nil {
+		return err
+	}
+	z.spans = append(z.spans, len(z.names), len(z.names)+filenameLen)
+	z.names = append(z.names, d[:filenameLen]...)
+	needUSize := uncompressed == ^uint32(0)
+	needCSize := compressed == ^uint32(0)
+	needHeaderOffset := f.headerOffset == int64(^uint32(0))
+	for extra := d[filenameLen : filenameLen+extraLen]; len(extra) >= 4; {
+		tag, fieldSize := le.Uint16(extra), int(le.Uint16(extra[2:]))
+		extra = extra[4:]
+		if len(extra) < fieldSize {
+			break
+		}
+		field := extra[:fieldSize]
+		extra = extra[fieldSize:]
+		if tag != zip64ExtraID {
+			continue
+		}
+		if needUSize {
+			needUSize = false
+			if len(field) < 8 {
+				return zip.ErrFormat
+			}
+			f.UncompressedSize64, field = le.Uint64(field), field[8:]
+		}
+		if needCSize {
+			needCSize = false
+			if len(field) < 8 {
+				return zip.ErrFormat
+			}
+			f.CompressedSize64, field = le.Uint64(field), field[8:]
+		}
+		if needHeaderOffset {
+			needHeaderOffset = false
+			if len(field) < 8 {
+				return zip.ErrFormat
+			}
+			f.headerOffset, field = int64(le.Uint64(field)), field[8:]
+		}
+	}
+	if needCSize || needHeaderOffset {
+		return zip.ErrFormat
+	}
+	return nil
+}
+
+// sectionReader reads r sequentially from off to limit, as io.SectionReader does; a value,
+// so that it lives in zipDir rather than in an allocation of its own.
+type sectionReader struct {
+	r          io.ReaderAt
+	off, limit int64
+}
+
+func (s *sectionReader) Read(p []byte) (int, error) {
+	if s.off >= s.limit {
+		return 0, io.EOF
+	}
+	if max := s.limit - s.off; int64(len(p)) > max {
+		p = p[:max]
+	}
+	n, err := s.r.ReadAt(p, s.off)
+	s.off += int64(n)
+	return n, err
+}
