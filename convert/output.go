@@ -351,18 +351,28 @@ func (o *output) inPieces(b []byte, write func([]byte) (int, error)) (int, error
 	return done, nil
 }
 
-// WriteRange passes file ranges on, for fastcopy to read them from the file.
+// WriteRange passes ranges on, for fastcopy to read them from their file or reader, in
+// pieces as inPieces does: a reader's range may read through a mapping (a cast of a mapped
+// source), whose pages must be released as they go.
 func (s *stream) WriteRange(r statedict.Range) (int64, error) {
-	if err := s.o.ctx.Err(); err != nil {
-		return 0, err
-	}
 	if s.file != nil {
 		r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], s.file)
 	}
-	n, err := s.fc.WriteRange(r)
-	s.n += n
-	s.o.streamed(n)
-	return n, err
+	var done int64
+	for total := r.Len(); done < total; {
+		if err := s.o.ctx.Err(); err != nil {
+			return done, err
+		}
+		k := min(total-done, releaseEvery/4)
+		n, err := s.fc.WriteRange(r.Slice(done, done+k))
+		done += n
+		s.n += n
+		s.o.streamed(n)
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, s.o.ctx.Err()
 }
 
 // Close finishes the file (it is fsynced when the output commits).

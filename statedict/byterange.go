@@ -49,6 +49,18 @@ func (r Range) Len() int64 {
 	return int64(len(r.Data))
 }
 
+// Slice is the part [from, to) of r (offsets relative to r's start), with r's sums.
+func (r Range) Slice(from, to int64) Range {
+	if r.Data != nil {
+		r.Data = r.Data[from:to]
+	}
+	r.Off += from
+	if r.Src != nil {
+		r.N = to - from
+	}
+	return r
+}
+
 // ReadAt reads the range's bytes at off (relative to the range's start) into p, which must
 // lie within the range, from Data or from Src.
 func (r Range) ReadAt(p []byte, off int64) error {

@@ -57,3 +57,20 @@ func TestWriteRangeSrc(t *testing.T) {
 		t.Errorf("a reader short of the range: %v", err)
 	}
 }
+
+// TestRangeSlice: a part of a range holds the same bytes as the range at the same offsets,
+// whether in memory, in a file or in a reader, and keeps its sums.
+func TestRangeSlice(t *testing.T) {
+	data := []byte("0123456789abcdef")
+	sums := []hash.Hash{crc32.NewIEEE()}
+	for _, r := range []Range{
+		{Data: data[2:], Path: "f", Off: 2, Sums: sums},
+		{Src: bytes.NewReader(data), Off: 2, N: 14, Sums: sums},
+	} {
+		s := r.Slice(3, 9)
+		got := make([]byte, s.Len())
+		if err := s.ReadAt(got, 0); err != nil || string(got) != "56789a" || s.Off != 5 || len(s.Sums) != 1 {
+			t.Errorf("%+v: slice reads %q (%v) at offset %d", r, got, err, s.Off)
+		}
+	}
+}
