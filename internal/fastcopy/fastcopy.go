@@ -29,7 +29,7 @@
 // kernel copy between offsets that differ modulo the page size — a tensor's place in a torch
 // zip and in a safetensors file almost always do — dirties every page of the output in two
 // partial writes, whose writeback took 1.9-2.1 s for 2.1 GB where whole pages took 1.4-1.5 s
-// (BENCHMARKS.md, "Write path", 2026-12-02).
+// (BENCHMARKS.md, "14:55 the same day").
 package fastcopy
 
 import (
@@ -72,7 +72,7 @@ const (
 	// allocations tend to land on guest memory the host has not touched yet, whose first
 	// touch costs a host fault per page. Written from 4 MiB chunks in one call, 2.1 GB took
 	// 2.4-7.7 s of system time, erratically; in 64 KiB pieces 0.82-0.84 s, run after run,
-	// and its writeback was as fast (BENCHMARKS.md, "Write path", 2026-12-02).
+	// and its writeback was as fast (BENCHMARKS.md, "14:55 the same day").
 	cachedPiece = 64 << 10
 	// defaultFlushEvery is how many bytes of the stream lie between flushes. A sync_file_range
 	// writeback reaches the device, not stable storage: on a VM whose disk is a file in the
