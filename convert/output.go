@@ -234,13 +234,10 @@ func (r *replayed) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// WriteRange feeds the range's sums (the manifest's digests) as a file writer would.
+// WriteRange hashes the range's bytes (from memory or read from its reader) and feeds its
+// sums (the manifest's digests) as a file writer would.
 func (r *replayed) WriteRange(rg statedict.Range) (int64, error) {
-	n, err := r.Write(rg.Data)
-	for _, s := range rg.Sums {
-		s.Write(rg.Data)
-	}
-	return int64(n), err
+	return statedict.WriteRange(struct{ io.Writer }{r}, rg) // Write only: no recursion
 }
 
 // Close checks that this run produced exactly the file the interrupted one finished.
