@@ -348,9 +348,10 @@ func (o *output) inPieces(b []byte, write func([]byte) (int, error)) (int, error
 	return done, nil
 }
 
-// WriteRange passes ranges on, for fastcopy to read them from their file or reader, in
-// pieces as inPieces does: a reader's range may read through a mapping (a cast of a mapped
-// source), whose pages must be released as they go.
+// WriteRange passes ranges on, for fastcopy to read them from their file or reader; a
+// reader's range in pieces as inPieces does, since it may read through a mapping (a cast of
+// a mapped source), whose pages must be released as they go. A file range goes whole:
+// fastcopy reads it with pread, and every piece would end in a wait for its checksums.
 func (s *stream) WriteRange(r statedict.Range) (int64, error) {
 	if s.file != nil {
 		r.Sums = append(r.Sums[:len(r.Sums):len(r.Sums)], s.file)
@@ -360,7 +361,10 @@ func (s *stream) WriteRange(r statedict.Range) (int64, error) {
 		if err := s.o.ctx.Err(); err != nil {
 			return done, err
 		}
-		k := min(total-done, releaseEvery/4)
+		k := total - done
+		if r.Src != nil { // a file range is read with pread, never through the mapping
+			k = min(k, releaseEvery/4)
+		}
 		n, err := s.fc.WriteRange(r.Slice(done, done+k))
 		done += n
 		s.n += n
