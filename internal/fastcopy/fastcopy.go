@@ -117,12 +117,10 @@ func measuredChoice() bool { return os.Getenv("CKPT_DIRECT_IO") != "on" }
 // so the times compare what the two paths would take; the faster one writes the rest of the
 // file and every later file on the same device (choices).
 //
-// A stream whose direct window held no source file range — its bytes come from memory: a
-// bucket's reads, a cast — keeps direct I/O without measuring the page cache, and records
-// no choice for the device. Such a stream's page-cache cost did not show in 32 MiB: the
-// window measured it cheaper, yet for the whole 2 GiB it took 5× the system time of direct
-// writes and twice the wall time (GCS → local, BENCHMARKS.md "Buckets"; a float32 →
-// bfloat16 cast likewise 3.5-4.5 s of system time against 0.8-1.0 s).
+// A stream whose bytes come from memory (a bucket's reads, a cast) measures the same way:
+// since the page cache is written in cachedPiece pieces, it is the faster path for those
+// too on the VM where direct I/O had been kept for them (GCS → local and a float32 →
+// bfloat16 cast, BENCHMARKS.md "Buckets").
 const calWindow = 32 << 20
 
 // now is the clock calibration reads; tests move it to make one path slow without waiting.
@@ -139,7 +137,6 @@ type calibration struct {
 	begin  int64     // stream offset the running window began at
 	t0     time.Time // when it began; zero until the first byte
 	direct time.Duration
-	ranges bool // the direct window held a source file range
 }
 
 // calibrate ends a measurement window once calWindow bytes of it have been handed on: it
@@ -156,10 +153,6 @@ func (f *File) calibrate() {
 		return
 	}
 	if !c.cached {
-		if !c.ranges { // bytes from memory: see calWindow
-			f.calib = nil
-			return
-		}
 		c.direct = now().Sub(c.t0)
 		c.cached, c.begin, c.t0 = true, f.off, now()
 		f.useDirect.Store(false)
@@ -314,9 +307,6 @@ func (f *File) Write(p []byte) (int, error) {
 func (f *File) WriteRange(r statedict.Range) (int64, error) {
 	put := r.ReadAt
 	if r.Path != "" {
-		if f.calib != nil {
-			f.calib.ranges = true
-		}
 		src, err := f.source(r.Path)
 		if err != nil {
 			return 0, err

@@ -354,8 +354,9 @@ func BenchmarkFile(b *testing.B) {
 // whichever wins. Each case makes one path slow: every write on it moves the calibration
 // clock on by 10 s (a real sleep would compete with the other path's writeback, which on a
 // machine busy with other tests' writes took seconds, so the case could not fail for the
-// right reason only). The stream mixes small writes with source ranges of odd lengths, so
-// the page-cache window ends at an unaligned offset, from which direct I/O must take over.
+// right reason only). The stream mixes small writes with ranges of odd lengths — of a source
+// file, or of memory (a bucket's reads, a cast), which measures the same way — so the
+// page-cache window ends at an unaligned offset, from which direct I/O must take over.
 func TestFileMeasuresPaths(t *testing.T) {
 	var skew atomic.Int64
 	now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
@@ -372,7 +373,11 @@ func TestFileMeasuresPaths(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		slowDirect bool
-	}{{"direct slow", true}, {"page cache slow", false}} {
+		fromMemory bool
+	}{
+		{"direct slow", true, false}, {"page cache slow", false, false},
+		{"from memory, direct slow", true, true}, {"from memory, page cache slow", false, true},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			srcPath, src := randomFile(t, dir, 3*calWindow)
@@ -401,7 +406,11 @@ func TestFileMeasuresPaths(t *testing.T) {
 				}
 				want = append(want, hdr...)
 				n := min(len(src)-off, piece+i*7919%chunkSize)
-				if _, err := f.WriteRange(statedict.Range{Data: src[off : off+n], Path: srcPath, Off: int64(off)}); err != nil {
+				r := statedict.Range{Data: src[off : off+n], Path: srcPath, Off: int64(off)}
+				if c.fromMemory {
+					r = statedict.Range{Data: src[off : off+n]}
+				}
+				if _, err := f.WriteRange(r); err != nil {
 					t.Fatal(err)
 				}
 				want = append(want, src[off:off+n]...)
@@ -426,56 +435,6 @@ func TestFileMeasuresPaths(t *testing.T) {
 				t.Fatal("a later file measured again or ignored the choice")
 			}
 		})
-	}
-}
-
-// TestFileMemoryStaysDirect: a stream whose bytes come from memory (a bucket's reads,
-// which wait for the network between writes) keeps direct I/O although its page-cache
-// window would measure faster — here every direct write costs 10 s of the calibration
-// clock and the page cache nothing — and records no choice for the device, so that a
-// later stream of file ranges still measures both paths.
-func TestFileMemoryStaysDirect(t *testing.T) {
-	var skew atomic.Int64
-	now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	t.Cleanup(func() { now = time.Now })
-	orig := writeDirect
-	var direct atomic.Int32
-	writeDirect = func(d *os.File, b []byte, off int64) (int, error) {
-		direct.Add(1)
-		skew.Add(int64(10 * time.Second))
-		return orig(d, b, off)
-	}
-	t.Cleanup(func() { writeDirect = orig })
-	dir := t.TempDir()
-	_, src := randomFile(t, dir, 3*calWindow)
-	out, err := os.Create(filepath.Join(dir, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	choices.Clear()
-	defer choices.Clear()
-	f := NewFile(out)
-	if f.calib == nil {
-		t.Skipf("the filesystem of %s refuses O_DIRECT at open: nothing to choose between", dir)
-	}
-	dev := f.calib.dev
-	for off := 0; off < len(src); off += piece {
-		if _, err := f.Write(src[off:min(len(src), off+piece)]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, src) {
-		t.Fatalf("output differs (%d bytes, want %d)", len(got), len(src))
-	}
-	if n := direct.Load(); n < 3*calWindow/chunkSize || f.noDirect.Load() {
-		t.Fatalf("%d direct writes of %d chunks (direct refused: %v): the stream left direct I/O", n, 3*calWindow/chunkSize, f.noDirect.Load())
-	}
-	if v, ok := choices.Load(dev); ok {
-		t.Fatalf("a stream from memory recorded direct=%v for the device", v)
 	}
 }
 
