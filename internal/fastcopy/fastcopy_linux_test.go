@@ -474,3 +474,42 @@ func TestInPieces(t *testing.T) {
 		t.Errorf("failing write: %d bytes, %v after %d calls", n, err, calls)
 	}
 }
+
+// TestCachedWritesOneAtATime: the page-cache path writes one chunk at a time (cachedMu),
+// although two writers take chunks; every byte still lands in place.
+func TestCachedWritesOneAtATime(t *testing.T) {
+	t.Setenv("CKPT_DIRECT_IO", "off")
+	var in, most atomic.Int32
+	orig := writeCached
+	writeCached = func(f *os.File, b []byte, off int64) (int, error) {
+		n := in.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(2 * time.Millisecond) // long enough for the other writer to arrive
+		defer in.Add(-1)
+		return orig(f, b, off)
+	}
+	t.Cleanup(func() { writeCached = orig })
+	dir := t.TempDir()
+	_, src := randomFile(t, dir, 10*chunkSize+123)
+	out, err := os.Create(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	f := NewFile(out)
+	for off := 0; off < len(src); off += piece {
+		if _, err := f.Write(src[off:min(len(src), off+piece)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, src) {
+		t.Fatalf("output differs (%d bytes, want %d)", len(got), len(src))
+	}
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d page-cache writes at once, want 1", m)
+	}
+}
