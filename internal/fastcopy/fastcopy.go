@@ -248,13 +248,20 @@ type chunk struct {
 	off   int64
 	limit int  // how many bytes it takes: it ends on a block boundary of the file
 	final bool // the stream's last chunk, which direct I/O may pad
-	refs  atomic.Int32
-	f     *File
+	// lent gives the buffer back to the source that lent it (lendRange); nil for a buffer
+	// of the pool.
+	lent func()
+	refs atomic.Int32
+	f    *File
 }
 
 func (c *chunk) release() {
 	if c.refs.Add(-1) == 0 {
-		buffers.Put(c.buf)
+		if c.lent != nil {
+			c.lent()
+		} else {
+			buffers.Put(c.buf)
+		}
 		<-c.f.slots
 	}
 }
@@ -310,6 +317,9 @@ func (f *File) Write(p []byte) (int, error) {
 // WriteRange reads r from its file (else from r.Data or r.Src) into the output stream,
 // feeding r.Sums as it goes.
 func (f *File) WriteRange(r statedict.Range) (int64, error) {
+	if r.Path == "" && r.Src != nil && f.calib == nil && !f.useDirect.Load() {
+		return f.lendRange(r)
+	}
 	put := r.ReadAt
 	if r.Path != "" {
 		src, err := f.source(r.Path)
@@ -371,6 +381,64 @@ func (f *File) fill(n int64, sums []hash.Hash, put func(dst []byte, done int64) 
 			f.submit()
 			f.calibrate()
 		}
+	}
+	if last != nil {
+		<-last
+	}
+	return done, nil
+}
+
+// lendRange writes a reader range from the memory its source lends (statedict.Lender: a
+// bucket stream's prefetched blocks), in place: each lent piece goes to the writers as a
+// chunk of its own and back to the source once written and checksummed — one copy of
+// every byte fewer than reading it into a chunk. Only the page-cache path takes such
+// chunks: direct I/O needs aligned memory and offsets. What the source does not lend is
+// read into chunks as fill does.
+func (f *File) lendRange(r statedict.Range) (int64, error) {
+	n := r.Len()
+	var done int64
+	var last chan struct{}
+	for done < n {
+		if err := f.failed(); err != nil {
+			return done, err
+		}
+		b, release, ok, err := r.Lend(done, min(n-done, chunkSize)) // as much as a chunk holds
+		if err != nil {
+			return done, err
+		}
+		if ok && len(b) == 0 {
+			release()
+			ok = false
+		}
+		if !ok {
+			from := done
+			m, err := f.fill(n-done, r.Sums, func(dst []byte, d int64) error { return r.ReadAt(dst, from+d) })
+			return done + m, err
+		}
+		if f.cur != nil { // its bytes come first
+			if len(*f.cur.buf) > 0 {
+				f.submit()
+			} else {
+				f.cur.release()
+				f.cur = nil
+			}
+		}
+		f.slots <- struct{}{}
+		c := &chunk{buf: &b, off: f.off, limit: len(b), lent: release, f: f}
+		c.refs.Store(1)
+		done += int64(len(b))
+		for p := 0; p < len(b) && len(r.Sums) > 0; p += piece {
+			q := min(len(b), p+piece)
+			c.refs.Add(1)
+			job := sumJob{data: b[p:q], c: c, sums: r.Sums}
+			if done == n && q == len(b) {
+				last = make(chan struct{})
+				job.done = last
+			}
+			f.sums <- job
+		}
+		f.cur = c
+		f.submit()
 	}
 	if last != nil {
 		<-last
@@ -469,7 +537,7 @@ func (f *File) flushLoop() {
 // Close truncates the padding away.
 func (f *File) writeChunk(c *chunk) error {
 	b, off := *c.buf, c.off
-	if f.useDirect.Load() && off%blockSize == 0 && (len(b)%blockSize == 0 || c.final) {
+	if f.useDirect.Load() && c.lent == nil && off%blockSize == 0 && (len(b)%blockSize == 0 || c.final) {
 		padded := (len(b) + blockSize - 1) / blockSize * blockSize
 		clear(b[len(b):padded])
 		_, err := writeDirect(f.direct, b[:padded], off)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -511,5 +512,97 @@ func TestCachedWritesOneAtATime(t *testing.T) {
 	}
 	if m := most.Load(); m != 1 {
 		t.Fatalf("%d page-cache writes at once, want 1", m)
+	}
+}
+
+// pieceLender lends copies of data's bytes in pieces of irregular sizes (refusing from
+// refuseFrom on), poisoning each piece when it is given back, so that a byte written after
+// its release shows in the output.
+type pieceLender struct {
+	data       []byte
+	refuseFrom int64
+	mu         sync.Mutex
+	lent, back int
+}
+
+func (l *pieceLender) ReadAt(p []byte, off int64) (int, error) { return copy(p, l.data[off:]), nil }
+
+func (l *pieceLender) Lend(off, n int64) ([]byte, func(), bool, error) {
+	if off >= l.refuseFrom {
+		return nil, nil, false, nil
+	}
+	l.mu.Lock()
+	l.lent++
+	k := min(n, int64(100<<10+l.lent*777_777%(5<<20)))
+	l.mu.Unlock()
+	b := append([]byte(nil), l.data[off:off+k]...)
+	var once sync.Once
+	return b, func() {
+		once.Do(func() {
+			for i := range b {
+				b[i] = 0xee
+			}
+			l.mu.Lock()
+			l.back++
+			l.mu.Unlock()
+		})
+	}, true, nil
+}
+
+// TestFileLends: through the page cache, a range whose source lends its bytes is written
+// from the lent memory (each piece given back once, after it is written and checksummed),
+// interleaved with small writes, and read where the source stops lending; direct I/O
+// never borrows.
+func TestFileLends(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		io         string
+		refuseFrom int64
+		lends      bool
+	}{
+		{"page cache", "off", 1 << 40, true},
+		{"page cache, lending stops", "off", 9<<20 + 5, true},
+		{"direct", "on", 1 << 40, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("CKPT_DIRECT_IO", c.io)
+			dir := t.TempDir()
+			_, src := randomFile(t, dir, 3*chunkSize+4321)
+			l := &pieceLender{data: src, refuseFrom: c.refuseFrom}
+			out, err := os.Create(filepath.Join(dir, "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			f := NewFile(out)
+			sum, want := crc32.NewIEEE(), crc32.NewIEEE()
+			var expect []byte
+			for off, i := 0, 0; off < len(src); i++ {
+				hdr := []byte("header")[:1+i%6]
+				if _, err := f.Write(hdr); err != nil {
+					t.Fatal(err)
+				}
+				expect = append(expect, hdr...)
+				n := min(len(src)-off, 3<<20+i*7919)
+				if k, err := f.WriteRange(statedict.Range{Src: l, Off: int64(off), N: int64(n), Sums: []hash.Hash{sum}}); err != nil || k != int64(n) {
+					t.Fatalf("range of %d at %d: wrote %d, %v", n, off, k, err)
+				}
+				want.Write(src[off : off+n])
+				if sum.Sum32() != want.Sum32() {
+					t.Fatalf("range at %d: its sum was not fed all of it when WriteRange returned", off)
+				}
+				expect = append(expect, src[off:off+n]...)
+				off += n
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, expect) {
+				t.Fatalf("output differs (%d bytes, want %d)", len(got), len(expect))
+			}
+			if (l.lent > 0) != c.lends || l.back != l.lent {
+				t.Fatalf("%d pieces lent, %d given back (lending expected: %v)", l.lent, l.back, c.lends)
+			}
+		})
 	}
 }
