@@ -79,3 +79,74 @@ func TestBucketSweep(t *testing.T) {
 		})
 	}
 }
+
+// TestBucketEveryCommand: every command that reads a checkpoint takes a gs:// source and
+// prints (or writes) what it does for the local copy: inspect, plan, forward,
+// convert, check, and verify — tensor by tensor and with --forward — between a bucket
+// source and a local or bucket output.
+func TestBucketEveryCommand(t *testing.T) {
+	buckettest.Start(t, "ckpt")
+	ctx := context.Background()
+	tmp := t.TempDir()
+	local := "../../testdata/hf/mistral_sharded"
+	src := "gs://ckpt/every/mistral"
+	if err := buckettest.PutTree(ctx, local, src); err != nil {
+		t.Fatal(err)
+	}
+	same := func(what string, args ...string) {
+		t.Helper()
+		at := func(p string) []string {
+			out := make([]string, len(args))
+			for i, a := range args {
+				out[i] = strings.ReplaceAll(a, "SRC", p)
+			}
+			return out
+		}
+		want, err := run(t, at(local)...)
+		if err != nil {
+			t.Fatalf("%s, local: %v", what, err)
+		}
+		got, err := run(t, at(src)...)
+		if err != nil {
+			t.Fatalf("%s from the bucket: %v", what, err)
+		}
+		if strings.HasPrefix(strings.TrimSpace(want), "{") || strings.HasPrefix(strings.TrimSpace(want), "[") {
+			if !sameJSON(want, got) {
+				t.Errorf("%s: from the bucket\n%s\nlocally\n%s", what, got, want)
+			}
+		} else if strings.ReplaceAll(got, src, local) != want {
+			t.Errorf("%s: from the bucket\n%s\nlocally\n%s", what, got, want)
+		}
+	}
+	same("inspect", "inspect", "--json", "--hash", "SRC")
+	same("plan", "plan", "--json", "--topology", "v5e-4", "SRC")
+	logits := func(model, name string) []byte {
+		t.Helper()
+		p := filepath.Join(tmp, name)
+		if _, err := run(t, "forward", model, "--tokens", "1,2,3", "--out", p); err != nil {
+			t.Fatalf("forward %s: %v", model, err)
+		}
+		b, _ := os.ReadFile(p)
+		return b
+	}
+	if a, b := logits(local, "local.safetensors"), logits(src, "gcs.safetensors"); len(a) == 0 || string(a) != string(b) {
+		t.Errorf("forward: logits from the bucket (%d bytes) differ from the local ones (%d bytes)", len(b), len(a))
+	}
+	out := filepath.Join(tmp, "out")
+	if _, err := run(t, "convert", "--to", "tpu", "--dtype", "bfloat16", src, out); err != nil {
+		t.Fatal(err)
+	}
+	dst := "gs://ckpt/every/out"
+	if _, err := run(t, "convert", "--to", "tpu", "--dtype", "bfloat16", src, dst); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"check", out}, {"check", dst},
+		{"verify", src, out}, {"verify", src, dst}, {"verify", local, dst},
+		{"verify", "--forward", src, dst},
+	} {
+		if got, err := run(t, args...); err != nil {
+			t.Errorf("%s: %v\n%s", strings.Join(args, " "), err, got)
+		}
+	}
+}
