@@ -62,6 +62,13 @@ row() { # row LABEL NAME
 }
 
 rm -f .bench/*.times .bench/*.rss .bench/*.cpu
+# One untimed conversion of each kind first: the emulator has just handed gigabytes of heap
+# back to the system, and on a VM the first page-cache writes into such memory cost a host
+# fault per page (local → local took 8-15 s with 13 CPU-seconds right after the emulator
+# started, 2 s a minute later).
+for s in "$src" gs://bench/llama-2g.pt; do
+  rm -rf .bench/out*; .bench/ckpt convert -q --to tpu --format safetensors "$s" .bench/out.safetensors
+done
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for i in $(seq "$reps"); do
   cat "$src" >/dev/null
