@@ -11,7 +11,8 @@
 # discarded (scripts/bench/rangeget), and the same bytes uploaded to the same S3 server by
 # the same client as one multipart upload (scripts/bench/putobject) — so that all see the
 # same (shared, loaded) machine. Each row: median seconds, [min–max], GB/s of the median,
-# peak RSS median [min–max], CPU seconds (user+system) median. REPS (default 3) runs each.
+# peak RSS median [min–max], CPU seconds (user+system) median, and the CPU seconds the
+# emulators' process used meanwhile (median; it shares the 2 cores). REPS (default 3) runs each.
 # With .bench/llama-1g.pt (make_llama.py with 8 layers) present, the peak RSS of GCS → local
 # and GCS → S3 for it too: RSS against size.
 # The `--select` of one layer is a --drop of everything else (the flat file has no
@@ -47,21 +48,27 @@ run() { # run NAME CMD...: time CMD once (output removed first), appending to .b
   local name=$1; shift
   rm -rf .bench/out*; sync
   local t0 t1
+  local s0 s1
+  s0=$(servercpu)
   t0=$(now); /usr/bin/time -v -o ".bench/$name.time" "$@" >/dev/null; t1=$(now)
+  s1=$(servercpu)
   awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}' >>".bench/$name.times"
+  awk -v a="$s0" -v b="$s1" -v hz="$(getconf CLK_TCK)" 'BEGIN{print (b-a)/hz}' >>".bench/$name.scpu"
   rss ".bench/$name.time" >>".bench/$name.rss"; echo >>".bench/$name.rss"
   cpu ".bench/$name.time" >>".bench/$name.cpu"
 }
+servercpu() { awk '{print $14 + $15}' /proc/$server/stat; } # the emulators' user + system ticks
 cpu() { awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$1"; }
 row() { # row LABEL NAME
   read -r med lo hi < <(stats <".bench/$2.times")
   read -r rmed rlo rhi < <(stats <".bench/$2.rss")
   read -r cmed _ _ < <(stats <".bench/$2.cpu")
-  awk -v n="$1" -v s="$med" -v lo="$lo" -v hi="$hi" -v b="$bytes" -v r="$rmed" -v rlo="$rlo" -v rhi="$rhi" -v c="$cmed" \
-    'BEGIN { printf "| %s | %.2f [%.2f–%.2f] | %.2f | %d [%d–%d] | %.1f |\n", n, s, lo, hi, b / s / 1e9, r, rlo, rhi, c }'
+  read -r smed _ _ < <(stats <".bench/$2.scpu")
+  awk -v n="$1" -v s="$med" -v lo="$lo" -v hi="$hi" -v b="$bytes" -v r="$rmed" -v rlo="$rlo" -v rhi="$rhi" -v c="$cmed" -v sc="$smed" \
+    'BEGIN { printf "| %s | %.2f [%.2f–%.2f] | %.2f | %d [%d–%d] | %.1f | %.1f |\n", n, s, lo, hi, b / s / 1e9, r, rlo, rhi, c, sc }'
 }
 
-rm -f .bench/*.times .bench/*.rss .bench/*.cpu
+rm -f .bench/*.times .bench/*.rss .bench/*.cpu .bench/*.scpu
 # One untimed conversion of each kind first: the emulator has just handed gigabytes of heap
 # back to the system, and on a VM the first page-cache writes into such memory cost a host
 # fault per page (local → local took 8-15 s with 13 CPU-seconds right after the emulator
@@ -80,8 +87,8 @@ for i in $(seq "$reps"); do
 done
 echo "load average before: $load0; after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| run (2.11 GB bf16 torch.save → safetensors, $reps reps, paired) | seconds median [range] | GB/s | peak RSS MiB median [range] | CPU s |"
-echo "|---|---|---|---|---|"
+echo "| run (2.11 GB bf16 torch.save → safetensors, $reps reps, paired) | seconds median [range] | GB/s | peak RSS MiB median [range] | CPU s | emulators' CPU s |"
+echo "|---|---|---|---|---|---|"
 row "local → local" local
 row "GCS emulator → local" gcs2loc
 row "GCS emulator → S3 server" gcs2s3
