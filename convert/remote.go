@@ -8,6 +8,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // createRemote starts the file name of an output in object storage: a manifest is held
@@ -51,5 +52,36 @@ type remoteStream struct {
 }
 
 func (s *remoteStream) Write(b []byte) (int, error) { return s.o.inPieces(b, s.w.Write) }
+
+// WriteRange uploads a reader's range from the bytes its source lends (statedict.Lender: a
+// bucket stream's blocks, bucket → bucket), copied once, into the upload's part, instead
+// of through a buffer first; other ranges go as statedict.WriteRange writes them.
+func (s *remoteStream) WriteRange(r statedict.Range) (int64, error) {
+	var done int64
+	for n := r.Len(); done < n; {
+		if err := s.o.ctx.Err(); err != nil {
+			return done, err
+		}
+		b, release, ok, err := r.Lend(done, min(n-done, releaseEvery/4))
+		if err != nil {
+			return done, err
+		}
+		if !ok {
+			m, err := statedict.WriteRange(struct{ io.Writer }{s}, r.Slice(done, n)) // Write only: no recursion
+			return done + m, err
+		}
+		m, err := s.w.Write(b)
+		for _, h := range r.Sums {
+			h.Write(b[:m])
+		}
+		release()
+		done += int64(m)
+		s.o.streamed(int64(m))
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
 
 func (s *remoteStream) Close() error { return s.w.Close() }

@@ -278,7 +278,8 @@ func writeLlama(t *testing.T, path string) {
 // of a Llama-shaped checkpoint (dropping the rest) reads under 10% of the object, and the
 // output equals the local conversion's; `ckpt scan` and `ckpt inspect` read the zip
 // directory, local headers and pickles only — under 1%. The whole checkpoint, written
-// through the page cache from the bytes the bucket lends, equals the local conversion too.
+// through the page cache from the bytes the bucket lends, or uploaded from them to GCS and
+// S3, equals the local conversion too.
 func TestBucketReadsWhatItNeeds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes and serves a 123 MB checkpoint")
@@ -347,5 +348,18 @@ func TestBucketReadsWhatItNeeds(t *testing.T) {
 	b, _ = os.ReadFile(gotAll)
 	if len(a) < 100<<20 || !bytes.Equal(a, b) {
 		t.Errorf("the whole checkpoint from the bucket through the page cache: %d bytes, differing from the local conversion's %d", len(b), len(a))
+	}
+	// And into a bucket, uploaded from the bytes the source's streams lend.
+	for _, dst := range []string{"gs://ckpt/llama/all.safetensors", "s3://ckpt/llama/all.safetensors"} {
+		if _, err := run(t, "convert", "--to", "tpu", src, dst); err != nil {
+			t.Fatal(err)
+		}
+		got := filepath.Join(tmp, strings.ReplaceAll(dst, "/", "_"))
+		if _, err := buckettest.GetTree(context.Background(), dst, got); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ = os.ReadFile(got); !bytes.Equal(a, b) {
+			t.Errorf("the whole checkpoint from GCS to %s: %d bytes, differing from the local conversion's %d", dst, len(b), len(a))
+		}
 	}
 }
