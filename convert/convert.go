@@ -93,7 +93,12 @@ type Options struct {
 	// Resume continues a folder output whose conversion was killed: the files it finished
 	// are checked against their journaled checksums and kept, the rest written, and the
 	// output ends byte-identical to an uninterrupted run. Without Resume the leftovers of a
-	// killed run are removed (and the summary says so).
+	// killed run are removed (and the summary says so). Into a bucket prefix the files are
+	// kept without being uploaded again, and a resume whose source or options differ from
+	// the killed run's is refused before anything is touched; as a bucket has no lock, a
+	// killed run's leftovers there are taken over only with Resume or Force (see
+	// newOutput). A file output is never resumed; with nothing to resume, Resume changes
+	// nothing.
 	Resume bool
 	// Progress, if set, is told how many tensor bytes were written so far, of how many:
 	// done never exceeds total, and the last call has done == total.
