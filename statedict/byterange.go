@@ -78,6 +78,26 @@ func (r Range) ReadAt(p []byte, off int64) error {
 	return err
 }
 
+// A Lender is a reader that holds bytes already (a bucket stream's prefetched blocks) and
+// can lend them in place instead of copying them out: a writer that writes from borrowed
+// memory (internal/fastcopy through the page cache) saves a copy of every byte.
+type Lender interface {
+	// Lend returns the bytes at off: at least one and at most n of them (fewer where the
+	// buffer holding them ends), valid until release is called, once. ok is false when it
+	// has nothing to lend there (the caller reads with ReadAt); the error is a read's.
+	Lend(off, n int64) (b []byte, release func(), ok bool, err error)
+}
+
+// Lend borrows up to n of the range's bytes from off on (relative to the range's start)
+// when its Src lends them (Lender); ok is false when it does not, and ReadAt copies them.
+func (r Range) Lend(off, n int64) (b []byte, release func(), ok bool, err error) {
+	l, can := r.Src.(Lender)
+	if !can {
+		return nil, nil, false, nil
+	}
+	return l.Lend(r.Off+off, min(n, r.N-off))
+}
+
 // copySrc writes a reader's range to w through a bounded buffer, feeding its sums.
 func (r Range) copySrc(w io.Writer) (int64, error) {
 	buf := make([]byte, min(r.N, copyBuf))

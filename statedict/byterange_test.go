@@ -3,6 +3,7 @@ package statedict
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"hash"
 	"hash/crc32"
 	"io"
@@ -72,5 +73,72 @@ func TestRangeSlice(t *testing.T) {
 		if err := s.ReadAt(got, 0); err != nil || string(got) != "56789a" || s.Off != 5 || len(s.Sums) != 1 {
 			t.Errorf("%+v: slice reads %q (%v) at offset %d", r, got, err, s.Off)
 		}
+	}
+}
+
+// lender is a statedict.Lender over data that lends at most most bytes at a time and
+// records what it was asked.
+type lender struct {
+	data   []byte
+	most   int64
+	asked  [][2]int64
+	leased int
+	err    error
+}
+
+func (l *lender) ReadAt(p []byte, off int64) (int, error) { return copy(p, l.data[off:]), nil }
+
+func (l *lender) Lend(off, n int64) ([]byte, func(), bool, error) {
+	l.asked = append(l.asked, [2]int64{off, n})
+	if l.err != nil {
+		return nil, nil, false, l.err
+	}
+	l.leased++
+	return l.data[off : off+min(n, l.most)], func() { l.leased-- }, true, nil
+}
+
+// TestLend: a range lends through a Storage whose reader lends, with offsets moved by the
+// range's and the storage's, and never past either's end; a storage or a source that does
+// not lend says so, and a lender's error names the storage and the byte.
+func TestLend(t *testing.T) {
+	data := []byte("0123456789abcdefghij")
+	l := &lender{data: data, most: 4}
+	st := NewReaderStorage("s0", "cpu", Uint8, l, 3, 15) // "3456789abcdefgh"
+	r := Range{Src: st, Off: 2, N: 13}.Slice(1, 9)       // storage bytes 3..11: "6789abcd"
+	var got []byte
+	for done := int64(0); done < r.Len(); {
+		b, release, ok, err := r.Lend(done, r.Len()-done)
+		if !ok || err != nil || len(b) == 0 {
+			t.Fatalf("lend at %d: %q ok %v %v", done, b, ok, err)
+		}
+		got = append(got, b...)
+		release()
+		done += int64(len(b))
+	}
+	if string(got) != "6789abcd" || l.leased != 0 {
+		t.Errorf("lent %q, %d not released", got, l.leased)
+	}
+	// Asked at the storage's offset in the object, for no more than the range holds.
+	if want := [][2]int64{{6, 8}, {10, 4}}; fmt.Sprint(l.asked) != fmt.Sprint(want) {
+		t.Errorf("asked %v, want %v", l.asked, want)
+	}
+	if _, _, ok, err := st.Lend(14, 100); !ok || err != nil || fmt.Sprint(l.asked[len(l.asked)-1]) != "[17 1]" {
+		t.Errorf("lend of the storage's last byte: ok %v %v, asked %v", ok, err, l.asked[len(l.asked)-1])
+	}
+	for _, c := range []struct {
+		name string
+		r    Range
+	}{
+		{"reader that does not lend", Range{Src: bytes.NewReader(data), N: 5}},
+		{"mapped storage", Range{Src: NewMappedStorage("m", "cpu", Uint8, data), N: 5}},
+		{"past the storage", Range{Src: st, Off: 15, N: 1}},
+	} {
+		if b, _, ok, err := c.r.Lend(0, 5); ok || err != nil || b != nil {
+			t.Errorf("%s: lent %q ok %v %v", c.name, b, ok, err)
+		}
+	}
+	l.err = io.ErrUnexpectedEOF
+	if _, _, _, err := (Range{Src: st, Off: 4, N: 2}).Lend(0, 2); err == nil || !strings.Contains(err.Error(), `storage "s0" at byte 7`) {
+		t.Errorf("lender's error: %v", err)
 	}
 }

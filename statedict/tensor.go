@@ -124,6 +124,20 @@ func (s *Storage) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// Lend lends up to n of the storage's bytes at off in place when its reader does
+// (Lender: a remote object's window); ok is false otherwise.
+func (s *Storage) Lend(off, n int64) (b []byte, release func(), ok bool, err error) {
+	l, can := s.ra.(Lender)
+	if !can || s.data != nil || off < 0 || off >= s.Size {
+		return nil, nil, false, nil
+	}
+	b, release, ok, err = l.Lend(s.Offset+off, min(n, s.Size-off))
+	if err != nil {
+		err = fmt.Errorf("%s: storage %q at byte %d: %w", s.File, s.Key, s.Offset+off, err)
+	}
+	return b, release, ok, err
+}
+
 // WriteTo streams the storage's bytes as stored: as a file range for a writer that reads
 // files itself (fastcopy), from the mapping without copying when the bytes are
 // memory-resident, else through a bounded buffer.

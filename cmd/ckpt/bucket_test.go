@@ -60,8 +60,8 @@ func sameTree(t *testing.T, what, want, got string) {
 }
 
 // TestBucketConversions: every fixture family in GCS and S3 inspects as it does locally
-// and converts bucket → local and bucket → bucket to exactly the bytes a local conversion
-// writes; `ckpt check` passes on the bucket output and no marker is left.
+// and converts bucket → local (by either write path) and bucket → bucket to exactly the
+// bytes a local conversion writes; `ckpt check` passes on the bucket output and no marker is left.
 func TestBucketConversions(t *testing.T) {
 	buckettest.Start(t, "ckpt")
 	ctx := context.Background()
@@ -89,13 +89,17 @@ func TestBucketConversions(t *testing.T) {
 			if !sameJSON(wantInspect, got) {
 				t.Errorf("inspect %s differs from the local inspection:\n%s\n%s", src, got, wantInspect)
 			}
-			// bucket → local
-			r2l := filepath.Join(tmp, scheme+"-local", fam.src)
-			os.MkdirAll(r2l, 0o755)
-			if _, err := run(t, "convert", "--to", "tpu", src, filepath.Join(r2l, fam.out)); err != nil {
-				t.Fatalf("convert %s → local: %v", src, err)
+			// bucket → local, by the write path ckpt measures and through the page cache,
+			// which writes the bytes the bucket stream lends in place
+			for _, path := range []string{"", "off"} {
+				t.Setenv("CKPT_DIRECT_IO", path)
+				r2l := filepath.Join(tmp, scheme+"-local"+path, fam.src)
+				os.MkdirAll(r2l, 0o755)
+				if _, err := run(t, "convert", "--to", "tpu", src, filepath.Join(r2l, fam.out)); err != nil {
+					t.Fatalf("convert %s → local (CKPT_DIRECT_IO=%s): %v", src, path, err)
+				}
+				sameTree(t, src+" → local (CKPT_DIRECT_IO="+path+")", ref, r2l)
 			}
-			sameTree(t, src+" → local", ref, r2l)
 			// bucket → bucket
 			dst := scheme + "://ckpt/out/" + string(rune('a'+i)) + "/" + fam.out
 			if _, err := run(t, "convert", "--to", "tpu", src, dst); err != nil {
@@ -273,7 +277,8 @@ func writeLlama(t *testing.T, path string) {
 // TestBucketReadsWhatItNeeds counts the bytes the GCS emulator sends: converting one layer
 // of a Llama-shaped checkpoint (dropping the rest) reads under 10% of the object, and the
 // output equals the local conversion's; `ckpt scan` and `ckpt inspect` read the zip
-// directory, local headers and pickles only — under 1%.
+// directory, local headers and pickles only — under 1%. The whole checkpoint, written
+// through the page cache from the bytes the bucket lends, equals the local conversion too.
 func TestBucketReadsWhatItNeeds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes and serves a 123 MB checkpoint")
@@ -327,5 +332,20 @@ func TestBucketReadsWhatItNeeds(t *testing.T) {
 	gotInspect := served("inspect", 0.01, "inspect", "--json", src)
 	if !sameJSON(wantInspect, gotInspect) {
 		t.Errorf("inspect of the object differs from the local inspection")
+	}
+	// The whole checkpoint through the page cache, which writes the bytes the bucket's
+	// streams lend in place, equals the local conversion.
+	t.Setenv("CKPT_DIRECT_IO", "off")
+	wantAll, gotAll := filepath.Join(tmp, "all-want.safetensors"), filepath.Join(tmp, "all-got.safetensors")
+	if _, err := run(t, "convert", "--to", "tpu", local, wantAll); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "convert", "--to", "tpu", src, gotAll); err != nil {
+		t.Fatal(err)
+	}
+	a, _ = os.ReadFile(wantAll)
+	b, _ = os.ReadFile(gotAll)
+	if len(a) < 100<<20 || !bytes.Equal(a, b) {
+		t.Errorf("the whole checkpoint from the bucket through the page cache: %d bytes, differing from the local conversion's %d", len(b), len(a))
 	}
 }

@@ -260,17 +260,18 @@ func FileRank(rel string) (int, bool) {
 	return n, true
 }
 
-// slice returns the entry's bytes: a slice of its mapped file, or read from an object.
-func (r *reader) slice(e *StorageEntry) ([]byte, string, error) {
+// slice returns the entry's bytes — a slice of its mapped file (mapped), or read from an
+// object — and its file's path.
+func (r *reader) slice(e *StorageEntry) (b []byte, mapped bool, path string, err error) {
 	f, path, err := r.file(e)
 	if err != nil {
-		return nil, path, err
+		return nil, false, path, err
 	}
-	b, err := store.ReadRange(f, e.Offset, e.Length)
-	if err != nil {
-		return nil, path, &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: e.Offset, Err: err}
+	_, mapped = store.Bytes(f)
+	if b, err = store.ReadRange(f, e.Offset, e.Length); err != nil {
+		return nil, false, path, &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: e.Offset, Err: err}
 	}
-	return b, path, nil
+	return b, mapped, path, nil
 }
 
 // file opens the entry's file (once per file: mapped, or an object read in ranges) and
@@ -312,14 +313,19 @@ func (r *reader) file(e *StorageEntry) (store.File, string, error) {
 // bytesItem decodes a non-tensor value: a torch.save archive of the Python object.
 func (r *reader) bytesItem(i int, fqn string) (statedict.Value, error) {
 	e, _ := r.md.ChunkEntry(i, 0)
-	b, path, err := r.slice(e)
+	b, mapped, path, err := r.slice(e)
 	if err != nil {
 		return nil, err
 	}
+	raw := b
 	if b, err = r.md.Inflate(e, b); err != nil {
 		return nil, &Error{File: path, FQN: fqn, Offset: e.Offset, Err: err}
 	}
-	v, err := torchzip.Decode(b, path, e.Offset)
+	decode := torchzip.DecodeBytes // inflated, or read from a bucket: memory only
+	if mapped && len(b) > 0 && &b[0] == &raw[0] {
+		decode = torchzip.Decode // the local file's bytes as stored
+	}
+	v, err := decode(b, path, e.Offset)
 	if err != nil {
 		return nil, &Error{File: path, FQN: fqn, Offset: e.Offset, Err: err}
 	}

@@ -150,7 +150,7 @@ func (z *zstdChunk) inflate() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := torchzip.Decode(b, z.path, z.off)
+	v, err := torchzip.DecodeBytes(b, z.path, z.off) // inflated: memory only
 	if err != nil {
 		return nil, err
 	}

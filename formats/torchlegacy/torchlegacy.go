@@ -86,7 +86,7 @@ func Open(path string) (*statedict.Checkpoint, error) {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	root, err := Decode(data, path)
+	root, err := decode(data, path, ok)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -94,8 +94,15 @@ func Open(path string) (*statedict.Checkpoint, error) {
 	return &statedict.Checkpoint{Format: Format, Path: path, Root: root, Closers: []io.Closer{f}}, nil
 }
 
-// Decode reads a legacy stream held in data; tensors alias data.
-func Decode(data []byte, file string) (statedict.Value, error) {
+// Decode reads a legacy stream held in data, the bytes of the local file named file (the
+// storages are file-backed: writers and hashing may read them from the file); tensors
+// alias data.
+func Decode(data []byte, file string) (statedict.Value, error) { return decode(data, file, true) }
+
+// decode is Decode for data that is the file's bytes as stored on disk (fileBacked) or
+// that was read into memory from an object in a bucket, which no one can open as a file:
+// its storages are memory only, and file names the object in errors.
+func decode(data []byte, file string, fileBacked bool) (statedict.Value, error) {
 	fail := func(what string, off int64, err error) error {
 		return &Error{File: file, What: what, Offset: off, Err: err}
 	}
@@ -188,7 +195,7 @@ func Decode(data []byte, file string) (statedict.Value, error) {
 			return nil, fail("storage "+key, off, fmt.Errorf("record holds %d elements, the pickle says %d", n, req.NumEl))
 		}
 		st := statedict.NewMappedStorage(key, req.Location, req.DType, data[off+8:off+8+n*es])
-		st.File, st.Offset, st.FileBacked = file, off+8, true
+		st.File, st.Offset, st.FileBacked = file, off+8, fileBacked
 		storages[key] = st
 		off += 8 + n*es
 	}

@@ -76,10 +76,19 @@ func Open(path string) (*statedict.Checkpoint, error) {
 	return &statedict.Checkpoint{Format: Format, Path: path, Root: root, Closers: []io.Closer{f}}, nil
 }
 
-// Decode reads a torch zip archive held in data (for example a slice of a mapped file, as
-// torch.distributed.checkpoint embeds one archive per tensor). file and base name the
-// enclosing file and the archive's position in it, for error messages. Tensors alias data.
+// Decode reads a torch zip archive held in data, a slice of the mapped local file named
+// file at base (torch.distributed.checkpoint embeds one archive per tensor): its storages
+// are file-backed, so writers and hashing may read their bytes from the file. Tensors
+// alias data.
 func Decode(data []byte, file string, base int64) (statedict.Value, error) {
+	return decode(source{data: data, base: base, size: int64(len(data)), inFile: true}, file)
+}
+
+// DecodeBytes reads a torch zip archive held in data that are not the bytes of any file as
+// stored — inflated, or read into memory from a bucket object — so its storages are
+// memory only. file and base name where the archive came from, for error messages.
+// Tensors alias data.
+func DecodeBytes(data []byte, file string, base int64) (statedict.Value, error) {
 	return decode(source{data: data, base: base, size: int64(len(data))}, file)
 }
 
@@ -130,6 +139,9 @@ type source struct {
 	small []byte
 	base  int64
 	size  int64
+	// inFile says data are the bytes of file at base as stored: storages made from them
+	// are file-backed.
+	inFile bool
 }
 
 // inMemory is the archive's bytes when they are in memory (data or small).
@@ -297,7 +309,7 @@ func decode(data source, file string) (statedict.Value, error) {
 		}
 		st := statedict.NewMappedStorage(req.Key, req.Location, req.DType, b[:nbytes])
 		st.File, st.Offset, st.BigEndian = file, base+off, bigEndian
-		st.FileBacked = true
+		st.FileBacked = data.inFile
 		return st, nil
 	}
 	root, _, err := torchpickle.Load(pkl, resolve, torchpickle.Options{})

@@ -117,12 +117,10 @@ func measuredChoice() bool { return os.Getenv("CKPT_DIRECT_IO") != "on" }
 // so the times compare what the two paths would take; the faster one writes the rest of the
 // file and every later file on the same device (choices).
 //
-// A stream whose direct window held no source file range — its bytes come from memory: a
-// bucket's reads, a cast — keeps direct I/O without measuring the page cache, and records
-// no choice for the device. Such a stream's page-cache cost did not show in 32 MiB: the
-// window measured it cheaper, yet for the whole 2 GiB it took 5× the system time of direct
-// writes and twice the wall time (GCS → local, BENCHMARKS.md "Buckets"; a float32 →
-// bfloat16 cast likewise 3.5-4.5 s of system time against 0.8-1.0 s).
+// A stream whose bytes come from memory (a bucket's reads, a cast) measures the same way:
+// since the page cache is written in cachedPiece pieces, it is the faster path for those
+// too on the VM where direct I/O had been kept for them (GCS → local and a float32 →
+// bfloat16 cast, BENCHMARKS.md "Buckets").
 const calWindow = 32 << 20
 
 // now is the clock calibration reads; tests move it to make one path slow without waiting.
@@ -139,7 +137,6 @@ type calibration struct {
 	begin  int64     // stream offset the running window began at
 	t0     time.Time // when it began; zero until the first byte
 	direct time.Duration
-	ranges bool // the direct window held a source file range
 }
 
 // calibrate ends a measurement window once calWindow bytes of it have been handed on: it
@@ -156,10 +153,6 @@ func (f *File) calibrate() {
 		return
 	}
 	if !c.cached {
-		if !c.ranges { // bytes from memory: see calWindow
-			f.calib = nil
-			return
-		}
 		c.direct = now().Sub(c.t0)
 		c.cached, c.begin, c.t0 = true, f.off, now()
 		f.useDirect.Store(false)
@@ -221,6 +214,11 @@ type File struct {
 	// choice is made already, or there is none to make).
 	start int64
 	calib *calibration
+	// cachedMu lets one writer at a time write through the page cache. The file system
+	// serializes buffered writes to a file anyway (ext4 takes the inode lock), and a
+	// second writer waiting there spins on a core the stream's producer needs: on a VM whose
+	// page-cache copies were slow, 20% of the samples of a 2 GiB conversion were that spin.
+	cachedMu sync.Mutex
 	// pending counts chunks handed to the writers and not yet written.
 	pending sync.WaitGroup
 	// srcs are the source files open for reading, most recently used last; at most
@@ -250,13 +248,20 @@ type chunk struct {
 	off   int64
 	limit int  // how many bytes it takes: it ends on a block boundary of the file
 	final bool // the stream's last chunk, which direct I/O may pad
-	refs  atomic.Int32
-	f     *File
+	// lent gives the buffer back to the source that lent it (lendRange); nil for a buffer
+	// of the pool.
+	lent func()
+	refs atomic.Int32
+	f    *File
 }
 
 func (c *chunk) release() {
 	if c.refs.Add(-1) == 0 {
-		buffers.Put(c.buf)
+		if c.lent != nil {
+			c.lent()
+		} else {
+			buffers.Put(c.buf)
+		}
 		<-c.f.slots
 	}
 }
@@ -312,11 +317,11 @@ func (f *File) Write(p []byte) (int, error) {
 // WriteRange reads r from its file (else from r.Data or r.Src) into the output stream,
 // feeding r.Sums as it goes.
 func (f *File) WriteRange(r statedict.Range) (int64, error) {
+	if r.Path == "" && r.Src != nil && f.calib == nil && !f.useDirect.Load() {
+		return f.lendRange(r)
+	}
 	put := r.ReadAt
 	if r.Path != "" {
-		if f.calib != nil {
-			f.calib.ranges = true
-		}
 		src, err := f.source(r.Path)
 		if err != nil {
 			return 0, err
@@ -376,6 +381,64 @@ func (f *File) fill(n int64, sums []hash.Hash, put func(dst []byte, done int64) 
 			f.submit()
 			f.calibrate()
 		}
+	}
+	if last != nil {
+		<-last
+	}
+	return done, nil
+}
+
+// lendRange writes a reader range from the memory its source lends (statedict.Lender: a
+// bucket stream's prefetched blocks), in place: each lent piece goes to the writers as a
+// chunk of its own and back to the source once written and checksummed — one copy of
+// every byte fewer than reading it into a chunk. Only the page-cache path takes such
+// chunks: direct I/O needs aligned memory and offsets. What the source does not lend is
+// read into chunks as fill does.
+func (f *File) lendRange(r statedict.Range) (int64, error) {
+	n := r.Len()
+	var done int64
+	var last chan struct{}
+	for done < n {
+		if err := f.failed(); err != nil {
+			return done, err
+		}
+		b, release, ok, err := r.Lend(done, min(n-done, chunkSize)) // as much as a chunk holds
+		if err != nil {
+			return done, err
+		}
+		if ok && len(b) == 0 {
+			release()
+			ok = false
+		}
+		if !ok {
+			from := done
+			m, err := f.fill(n-done, r.Sums, func(dst []byte, d int64) error { return r.ReadAt(dst, from+d) })
+			return done + m, err
+		}
+		if f.cur != nil { // its bytes come first
+			if len(*f.cur.buf) > 0 {
+				f.submit()
+			} else {
+				f.cur.release()
+				f.cur = nil
+			}
+		}
+		f.slots <- struct{}{}
+		c := &chunk{buf: &b, off: f.off, limit: len(b), lent: release, f: f}
+		c.refs.Store(1)
+		done += int64(len(b))
+		for p := 0; p < len(b) && len(r.Sums) > 0; p += piece {
+			q := min(len(b), p+piece)
+			c.refs.Add(1)
+			job := sumJob{data: b[p:q], c: c, sums: r.Sums}
+			if done == n && q == len(b) {
+				last = make(chan struct{})
+				job.done = last
+			}
+			f.sums <- job
+		}
+		f.cur = c
+		f.submit()
 	}
 	if last != nil {
 		<-last
@@ -474,7 +537,7 @@ func (f *File) flushLoop() {
 // Close truncates the padding away.
 func (f *File) writeChunk(c *chunk) error {
 	b, off := *c.buf, c.off
-	if f.useDirect.Load() && off%blockSize == 0 && (len(b)%blockSize == 0 || c.final) {
+	if f.useDirect.Load() && c.lent == nil && off%blockSize == 0 && (len(b)%blockSize == 0 || c.final) {
 		padded := (len(b) + blockSize - 1) / blockSize * blockSize
 		clear(b[len(b):padded])
 		_, err := writeDirect(f.direct, b[:padded], off)
@@ -487,7 +550,10 @@ func (f *File) writeChunk(c *chunk) error {
 		f.noDirect.Store(true)
 		f.useDirect.Store(false) // this chunk, and every later one, through the page cache
 	}
-	if _, err := writeCached(f.f, b, off); err != nil {
+	f.cachedMu.Lock()
+	_, err := writeCached(f.f, b, off)
+	f.cachedMu.Unlock()
+	if err != nil {
 		return err
 	}
 	f.settle(off, int64(len(b)))

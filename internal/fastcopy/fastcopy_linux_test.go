@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -354,8 +355,9 @@ func BenchmarkFile(b *testing.B) {
 // whichever wins. Each case makes one path slow: every write on it moves the calibration
 // clock on by 10 s (a real sleep would compete with the other path's writeback, which on a
 // machine busy with other tests' writes took seconds, so the case could not fail for the
-// right reason only). The stream mixes small writes with source ranges of odd lengths, so
-// the page-cache window ends at an unaligned offset, from which direct I/O must take over.
+// right reason only). The stream mixes small writes with ranges of odd lengths — of a source
+// file, or of memory (a bucket's reads, a cast), which measures the same way — so the
+// page-cache window ends at an unaligned offset, from which direct I/O must take over.
 func TestFileMeasuresPaths(t *testing.T) {
 	var skew atomic.Int64
 	now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
@@ -372,7 +374,11 @@ func TestFileMeasuresPaths(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		slowDirect bool
-	}{{"direct slow", true}, {"page cache slow", false}} {
+		fromMemory bool
+	}{
+		{"direct slow", true, false}, {"page cache slow", false, false},
+		{"from memory, direct slow", true, true}, {"from memory, page cache slow", false, true},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			srcPath, src := randomFile(t, dir, 3*calWindow)
@@ -401,7 +407,11 @@ func TestFileMeasuresPaths(t *testing.T) {
 				}
 				want = append(want, hdr...)
 				n := min(len(src)-off, piece+i*7919%chunkSize)
-				if _, err := f.WriteRange(statedict.Range{Data: src[off : off+n], Path: srcPath, Off: int64(off)}); err != nil {
+				r := statedict.Range{Data: src[off : off+n], Path: srcPath, Off: int64(off)}
+				if c.fromMemory {
+					r = statedict.Range{Data: src[off : off+n]}
+				}
+				if _, err := f.WriteRange(r); err != nil {
 					t.Fatal(err)
 				}
 				want = append(want, src[off:off+n]...)
@@ -426,56 +436,6 @@ func TestFileMeasuresPaths(t *testing.T) {
 				t.Fatal("a later file measured again or ignored the choice")
 			}
 		})
-	}
-}
-
-// TestFileMemoryStaysDirect: a stream whose bytes come from memory (a bucket's reads,
-// which wait for the network between writes) keeps direct I/O although its page-cache
-// window would measure faster — here every direct write costs 10 s of the calibration
-// clock and the page cache nothing — and records no choice for the device, so that a
-// later stream of file ranges still measures both paths.
-func TestFileMemoryStaysDirect(t *testing.T) {
-	var skew atomic.Int64
-	now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	t.Cleanup(func() { now = time.Now })
-	orig := writeDirect
-	var direct atomic.Int32
-	writeDirect = func(d *os.File, b []byte, off int64) (int, error) {
-		direct.Add(1)
-		skew.Add(int64(10 * time.Second))
-		return orig(d, b, off)
-	}
-	t.Cleanup(func() { writeDirect = orig })
-	dir := t.TempDir()
-	_, src := randomFile(t, dir, 3*calWindow)
-	out, err := os.Create(filepath.Join(dir, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	choices.Clear()
-	defer choices.Clear()
-	f := NewFile(out)
-	if f.calib == nil {
-		t.Skipf("the filesystem of %s refuses O_DIRECT at open: nothing to choose between", dir)
-	}
-	dev := f.calib.dev
-	for off := 0; off < len(src); off += piece {
-		if _, err := f.Write(src[off:min(len(src), off+piece)]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, src) {
-		t.Fatalf("output differs (%d bytes, want %d)", len(got), len(src))
-	}
-	if n := direct.Load(); n < 3*calWindow/chunkSize || f.noDirect.Load() {
-		t.Fatalf("%d direct writes of %d chunks (direct refused: %v): the stream left direct I/O", n, 3*calWindow/chunkSize, f.noDirect.Load())
-	}
-	if v, ok := choices.Load(dev); ok {
-		t.Fatalf("a stream from memory recorded direct=%v for the device", v)
 	}
 }
 
@@ -513,5 +473,136 @@ func TestInPieces(t *testing.T) {
 	}, make([]byte, 4*cachedPiece), 0)
 	if n != 2*cachedPiece+10 || err != io.ErrShortWrite || calls != 3 {
 		t.Errorf("failing write: %d bytes, %v after %d calls", n, err, calls)
+	}
+}
+
+// TestCachedWritesOneAtATime: the page-cache path writes one chunk at a time (cachedMu),
+// although two writers take chunks; every byte still lands in place.
+func TestCachedWritesOneAtATime(t *testing.T) {
+	t.Setenv("CKPT_DIRECT_IO", "off")
+	var in, most atomic.Int32
+	orig := writeCached
+	writeCached = func(f *os.File, b []byte, off int64) (int, error) {
+		n := in.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(2 * time.Millisecond) // long enough for the other writer to arrive
+		defer in.Add(-1)
+		return orig(f, b, off)
+	}
+	t.Cleanup(func() { writeCached = orig })
+	dir := t.TempDir()
+	_, src := randomFile(t, dir, 10*chunkSize+123)
+	out, err := os.Create(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	f := NewFile(out)
+	for off := 0; off < len(src); off += piece {
+		if _, err := f.Write(src[off:min(len(src), off+piece)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, src) {
+		t.Fatalf("output differs (%d bytes, want %d)", len(got), len(src))
+	}
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d page-cache writes at once, want 1", m)
+	}
+}
+
+// pieceLender lends copies of data's bytes in pieces of irregular sizes (refusing from
+// refuseFrom on), poisoning each piece when it is given back, so that a byte written after
+// its release shows in the output.
+type pieceLender struct {
+	data       []byte
+	refuseFrom int64
+	mu         sync.Mutex
+	lent, back int
+}
+
+func (l *pieceLender) ReadAt(p []byte, off int64) (int, error) { return copy(p, l.data[off:]), nil }
+
+func (l *pieceLender) Lend(off, n int64) ([]byte, func(), bool, error) {
+	if off >= l.refuseFrom {
+		return nil, nil, false, nil
+	}
+	l.mu.Lock()
+	l.lent++
+	k := min(n, int64(100<<10+l.lent*777_777%(5<<20)))
+	l.mu.Unlock()
+	b := append([]byte(nil), l.data[off:off+k]...)
+	var once sync.Once
+	return b, func() {
+		once.Do(func() {
+			for i := range b {
+				b[i] = 0xee
+			}
+			l.mu.Lock()
+			l.back++
+			l.mu.Unlock()
+		})
+	}, true, nil
+}
+
+// TestFileLends: through the page cache, a range whose source lends its bytes is written
+// from the lent memory (each piece given back once, after it is written and checksummed),
+// interleaved with small writes, and read where the source stops lending; direct I/O
+// never borrows.
+func TestFileLends(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		io         string
+		refuseFrom int64
+		lends      bool
+	}{
+		{"page cache", "off", 1 << 40, true},
+		{"page cache, lending stops", "off", 9<<20 + 5, true},
+		{"direct", "on", 1 << 40, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("CKPT_DIRECT_IO", c.io)
+			dir := t.TempDir()
+			_, src := randomFile(t, dir, 3*chunkSize+4321)
+			l := &pieceLender{data: src, refuseFrom: c.refuseFrom}
+			out, err := os.Create(filepath.Join(dir, "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			f := NewFile(out)
+			sum, want := crc32.NewIEEE(), crc32.NewIEEE()
+			var expect []byte
+			for off, i := 0, 0; off < len(src); i++ {
+				hdr := []byte("header")[:1+i%6]
+				if _, err := f.Write(hdr); err != nil {
+					t.Fatal(err)
+				}
+				expect = append(expect, hdr...)
+				n := min(len(src)-off, 3<<20+i*7919)
+				if k, err := f.WriteRange(statedict.Range{Src: l, Off: int64(off), N: int64(n), Sums: []hash.Hash{sum}}); err != nil || k != int64(n) {
+					t.Fatalf("range of %d at %d: wrote %d, %v", n, off, k, err)
+				}
+				want.Write(src[off : off+n])
+				if sum.Sum32() != want.Sum32() {
+					t.Fatalf("range at %d: its sum was not fed all of it when WriteRange returned", off)
+				}
+				expect = append(expect, src[off:off+n]...)
+				off += n
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, expect) {
+				t.Fatalf("output differs (%d bytes, want %d)", len(got), len(expect))
+			}
+			if (l.lent > 0) != c.lends || l.back != l.lent {
+				t.Fatalf("%d pieces lent, %d given back (lending expected: %v)", l.lent, l.back, c.lends)
+			}
+		})
 	}
 }

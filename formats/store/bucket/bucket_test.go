@@ -222,21 +222,76 @@ func TestStreamsStayInTheirRange(t *testing.T) {
 			}
 		}
 	}
+	// lend reads [from, to) of r as fastcopy does through the page cache: lent in place
+	// where r lends (each piece checked when lent and again when given back, three held at
+	// a time), read where it does not.
+	lend := func(r io.ReaderAt, from, to int64) {
+		t.Helper()
+		type held struct {
+			b       []byte
+			off     int64
+			release func()
+		}
+		var hold []held
+		var lent int64
+		giveBack := func(h held) {
+			if !bytes.Equal(h.b, data[h.off:h.off+int64(len(h.b))]) {
+				t.Fatalf("lent bytes at %d changed before they were given back", h.off)
+			}
+			h.release()
+		}
+		for off := from; off < to; {
+			b, release, ok, err := r.(statedict.Lender).Lend(off, to-off)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				p := make([]byte, min(1<<20, to-off))
+				if _, err := r.ReadAt(p, off); err != nil && err != io.EOF {
+					t.Fatal(err)
+				}
+				b, release = p, func() {}
+			} else {
+				lent += int64(len(b))
+			}
+			if len(b) == 0 || !bytes.Equal(b, data[off:off+int64(len(b))]) {
+				t.Fatalf("%d bytes lent at %d differ", len(b), off)
+			}
+			if hold = append(hold, held{b, off, release}); len(hold) > 3 {
+				giveBack(hold[0])
+				hold = hold[1:]
+			}
+			off += int64(len(b))
+		}
+		for _, h := range hold {
+			giveBack(h)
+		}
+		if lent < to-from-1<<20 { // all but a first read of the object, which is no stream
+			t.Fatalf("%d of %d bytes lent", lent, to-from)
+		}
+	}
+	before := bucket.OutstandingBuffers()
 	for _, c := range []struct {
 		name           string
 		lo, hi, readTo int64 // the window, and how far the reader goes
 		most           int64 // bytes the server may send
 		prefetch       bool  // Prefetch is called before reading
 		least          int64 // bytes the server must send, when more than the reader reads
+		lent           bool  // read through Lend
 	}{
-		{"whole window", 3<<20 + 17, 29 << 20, 29 << 20, 29<<20 - (3<<20 + 17), false, 0},
-		{"small window", 1 << 20, 1<<20 + 300<<10, 1<<20 + 300<<10, 300 << 10, false, 0},
-		{"to the object's end", 30 << 20, size, size, size - 30<<20, false, 0},
-		{"stopped at 5 MiB", 2 << 20, 38 << 20, 7 << 20, 3 * 5 << 20, false, 0},
+		{"whole window", 3<<20 + 17, 29 << 20, 29 << 20, 29<<20 - (3<<20 + 17), false, 0, false},
+		{"small window", 1 << 20, 1<<20 + 300<<10, 1<<20 + 300<<10, 300 << 10, false, 0, false},
+		{"to the object's end", 30 << 20, size, size, size - 30<<20, false, 0, false},
+		{"stopped at 5 MiB", 2 << 20, 38 << 20, 7 << 20, 3 * 5 << 20, false, 0, false},
 		// A prefetched window's first block is fetched once, read or not.
-		{"prefetched, read", 3<<20 + 17, 29 << 20, 29 << 20, 29<<20 - (3<<20 + 17), true, 0},
-		{"prefetched, never read", 3 << 20, 29 << 20, 3 << 20, bucket.BlockSize, true, bucket.BlockSize},
-		{"prefetched small window", 1 << 20, 1<<20 + 300<<10, 1 << 20, 300 << 10, true, 300 << 10},
+		{"prefetched, read", 3<<20 + 17, 29 << 20, 29 << 20, 29<<20 - (3<<20 + 17), true, 0, false},
+		{"prefetched, never read", 3 << 20, 29 << 20, 3 << 20, bucket.BlockSize, true, bucket.BlockSize, false},
+		{"prefetched small window", 1 << 20, 1<<20 + 300<<10, 1 << 20, 300 << 10, true, 300 << 10, false},
+		// Lent in place, a window costs what reading it does.
+		{"whole window, lent", 3<<20 + 17, 29 << 20, 29 << 20, 29<<20 - (3<<20 + 17), false, 0, true},
+		{"small window, lent", 1 << 20, 1<<20 + 300<<10, 1<<20 + 300<<10, 300 << 10, false, 0, true},
+		{"to the object's end, lent", 30 << 20, size, size, size - 30<<20, false, 0, true},
+		{"prefetched, lent", 3<<20 + 17, 29 << 20, 29 << 20, 29<<20 - (3<<20 + 17), true, 0, true},
 	} {
 		srv.Served.Store(0)
 		r := w.Window(c.lo, c.hi-c.lo)
@@ -244,17 +299,28 @@ func TestStreamsStayInTheirRange(t *testing.T) {
 			r.(statedict.Prefetcher).Prefetch()
 			time.Sleep(50 * time.Millisecond)
 		}
-		stream(r, c.lo, c.readTo)
+		if c.lent {
+			lend(r, c.lo, c.readTo)
+		} else {
+			stream(r, c.lo, c.readTo)
+		}
 		f.(io.Closer).Close() // drops what was prefetched and not read
 		time.Sleep(50 * time.Millisecond)
 		if got := srv.Served.Load(); got < max(c.readTo-c.lo, c.least) || got > c.most {
 			t.Errorf("%s: the server sent %d bytes for a read of %d (at most %d)", c.name, got, c.readTo-c.lo, c.most)
 		}
 	}
-	srv.Served.Store(0)
-	stream(f, 0, size)
+	for _, read := range []func(io.ReaderAt, int64, int64){stream, lend} {
+		srv.Served.Store(0)
+		read(f, 0, size)
+		time.Sleep(50 * time.Millisecond)
+		if got := srv.Served.Load(); got != size {
+			t.Errorf("streaming the object: the server sent %d bytes of %d", got, size)
+		}
+	}
+	f.(io.Closer).Close()
 	time.Sleep(50 * time.Millisecond)
-	if got := srv.Served.Load(); got != size {
-		t.Errorf("streaming the object: the server sent %d bytes of %d", got, size)
+	if n := bucket.OutstandingBuffers(); n != before {
+		t.Errorf("%d buffers not given back", n-before)
 	}
 }

@@ -90,6 +90,9 @@ func (o *object) Close() error {
 // ReadAt reads len(p) bytes at off, as io.ReaderAt does.
 func (o *object) ReadAt(p []byte, off int64) (int, error) { return o.whole.ReadAt(p, off) }
 
+// Lend lends the object's bytes at off as its streams do (statedict.Lender).
+func (o *object) Lend(off, n int64) ([]byte, func(), bool, error) { return o.whole.Lend(off, n) }
+
 // Window returns a reader of the object (offsets are the object's) for a caller that will
 // read [off, off+n) and nothing else — a tensor's storage (statedict.Windower): its stream
 // prefetches within that range only.
@@ -248,6 +251,61 @@ func (s *stream) ReadAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("%s: reading %d bytes at byte %d: %w", o.l, len(p), off, err)
 	}
 	return len(p), eof
+}
+
+// Lend lends the stream's prefetched bytes at off in place (statedict.Lender): up to n of
+// them, as far as the block holding off goes, valid until release. A writer that writes
+// from borrowed memory (fastcopy through the page cache) takes a tensor's bytes so, one
+// copy fewer than ReadAt: copying blocks out had been 8% of the CPU samples of a 2 GiB
+// GCS → local conversion (BENCHMARKS.md "Buckets"). It lends only where ReadAt would
+// stream (ok is false elsewhere: the caller reads), and moves the stream on as a read does.
+func (s *stream) Lend(off, n int64) (b []byte, release func(), ok bool, err error) {
+	o := s.o
+	if off < 0 || n <= 0 || off >= o.size {
+		return nil, nil, false, nil
+	}
+	end := min(off+n, o.size)
+	s.mu.Lock()
+	fetched := len(s.chunks) > 0 && s.chunks[0].start <= off && end <= s.issued
+	if off != s.next || (end-off < minStream && !fetched) || off < s.lo || end > s.hi {
+		s.mu.Unlock()
+		return nil, nil, false, nil
+	}
+	needed := s.plan(off, end)
+	c := needed[0]
+	for _, d := range needed[1:] { // lent: the first block's part only
+		d.refs--
+		d.release()
+	}
+	end = min(end, c.end)
+	s.next = end
+	s.streamed += end - off
+	s.mu.Unlock()
+	touch(s)
+	<-c.done
+	s.mu.Lock()
+	if err = c.err; err != nil {
+		c.refs--
+		c.release()
+		forget(s.chunks) // fetched again by the next read
+		s.chunks, s.streamed, s.issued = nil, 0, 0
+		s.mu.Unlock()
+		return nil, nil, false, fmt.Errorf("%s: reading %d bytes at byte %d: %w", o.l, end-off, off, err)
+	}
+	for len(s.chunks) > 0 && s.chunks[0].end <= end {
+		forget(s.chunks[:1]) // c stays until released
+		s.chunks = s.chunks[1:]
+	}
+	s.mu.Unlock()
+	var once sync.Once
+	return c.data[off-c.start : end-c.start], func() {
+		once.Do(func() {
+			s.mu.Lock()
+			c.refs--
+			c.release()
+			s.mu.Unlock()
+		})
+	}, true, nil
 }
 
 // plan starts the fetches a stream's read of [off, end) needs and the prefetch after it,
