@@ -93,7 +93,12 @@ type Options struct {
 	// Resume continues a folder output whose conversion was killed: the files it finished
 	// are checked against their journaled checksums and kept, the rest written, and the
 	// output ends byte-identical to an uninterrupted run. Without Resume the leftovers of a
-	// killed run are removed (and the summary says so).
+	// killed run are removed (and the summary says so). Into a bucket prefix the files are
+	// kept without being uploaded again, and a resume whose source or options differ from
+	// the killed run's is refused before anything is touched; as a bucket has no lock, a
+	// killed run's leftovers there are taken over only with Resume or Force (see
+	// newOutput). A file output is never resumed; with nothing to resume, Resume changes
+	// nothing.
 	Resume bool
 	// Progress, if set, is told how many tensor bytes were written so far, of how many:
 	// done never exceeds total, and the last call has done == total.
@@ -243,17 +248,28 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Hosts.Count > 1 {
 		return runHost(ctx, opts, p, start)
 	}
-	out, err := newOutput(ctx, opts.Dst, formats.Writers[lay].Folder, opts.Force, opts.Resume, opts.Progress)
+	folder := formats.Writers[lay].Folder
+	var run string
+	if folder && store.IsRemote(opts.Dst) {
+		if run, err = runKey(p, opts); err != nil {
+			return nil, err
+		}
+	}
+	out, err := newOutput(ctx, opts, folder, run)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case out.dir != nil && out.dir.CleanedUp, out.file != nil && out.file.CleanedUp:
-		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
-	case out.dir != nil && out.dir.Resumed != nil:
-		p.sum.Resumed = len(out.dir.Resumed)
-	}
 	defer out.abort()
+	if out.dir != nil || out.share != nil {
+		switch cleaned, resumed := out.leftovers(); {
+		case resumed != nil: // (a bucket's files the killed run had not finished are removed)
+			p.sum.Resumed = len(resumed)
+		case cleaned:
+			p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
+		}
+	} else if out.file != nil && out.file.CleanedUp {
+		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
+	}
 	out.total = p.total
 	if err := write(out.root(), p, opts); err != nil {
 		return nil, err

@@ -333,18 +333,31 @@ func hostBytes(p *planned, ranks []int) int64 {
 	return total
 }
 
-// runKey identifies a multi-host conversion, so that host 0 finishes only an output whose
-// shares all come from the same one: ckpt's version, the layout, the hosts, the source's
-// size, and every written tensor's name, dtype, shape, device tag and pieces. (The bytes
-// themselves are not compared: hosts may each read their own copy of the source.)
+// runKey identifies a conversion writing into a bucket prefix — a multi-host one, so that
+// host 0 finishes only an output whose shares all come from the same one, or a single
+// process's, so that a resume continues only the same conversion: ckpt's version, the
+// layout, the hosts, the options that shape the files beyond the tensors (shard size,
+// compression, plain data), the source's size, and every written tensor's name, dtype,
+// shape, device tag and pieces. (The bytes themselves are not compared: hosts may each read
+// their own copy of the source. A single process, which reads one copy, also keys the
+// source files' modification times.)
 func runKey(p *planned, opts Options) (string, error) {
 	h := xxhash.New()
 	enc := json.NewEncoder(h)
-	size, err := sourceSize(opts.Src)
+	alone := opts.Hosts.Count <= 1
+	size, mtimes, err := sourceStamp(opts.Src, alone)
 	if err != nil {
 		return "", err
 	}
-	if err := enc.Encode([]any{opts.ToolVersion, p.lay, opts.Hosts.Count, size, opts.Target.Mesh.String(), p.sharding.Ranks}); err != nil {
+	mesh, ranks := "", 0
+	if opts.Target != nil && opts.Target.Mesh != nil {
+		mesh = opts.Target.Mesh.String()
+	}
+	if p.sharding != nil {
+		ranks = p.sharding.Ranks
+	}
+	if err := enc.Encode([]any{opts.ToolVersion, p.lay, max(opts.Hosts.Count, 1), size, mesh, ranks,
+		opts.MaxShardSize, opts.Compress, opts.WeightsOnly, opts.Remap.PlainData, mtimes}); err != nil {
 		return "", err
 	}
 	tensors, err := p.ck.Tensors()
@@ -357,36 +370,52 @@ func runKey(p *planned, opts Options) (string, error) {
 		if t.Storage != nil {
 			loc = t.Storage.Location
 		}
-		if err := enc.Encode([]any{nt.Name, t.DTypeName(), t.Shape, loc, p.sharding.Of(t)}); err != nil {
+		var pieces any
+		if p.sharding != nil {
+			pieces = p.sharding.Of(t)
+		}
+		if err := enc.Encode([]any{nt.Name, t.DTypeName(), t.Shape, loc, pieces}); err != nil {
 			return "", err
 		}
 	}
 	return fmt.Sprintf("%016x", h.Sum64()), nil
 }
 
-// sourceSize is the size of the source file, or of the files of a source folder (links
-// followed; a bucket source's objects).
-func sourceSize(src string) (int64, error) {
+// sourceStamp is the size of the source file, or of the files of a source folder (links
+// followed; a bucket source's objects), and with times their modification times by name
+// (nil otherwise; a bucket source reports none).
+func sourceStamp(src string, times bool) (int64, map[string]int64, error) {
+	var mtimes map[string]int64
+	if times {
+		mtimes = map[string]int64{}
+	}
+	stamp := func(name string, mod time.Time) {
+		if times {
+			mtimes[name] = mod.UnixNano()
+		}
+	}
 	if store.IsRemote(src) {
 		var n int64
-		err := store.WalkDir(src, func(_ string, d fs.DirEntry, err error) error {
+		err := store.WalkDir(src, func(name string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
 			}
 			info, err := d.Info()
 			if err == nil {
 				n += info.Size()
+				stamp(name, info.ModTime())
 			}
 			return err
 		})
-		return n, err
+		return n, mtimes, err
 	}
 	st, err := os.Stat(src)
 	if err != nil || !st.IsDir() {
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
-		return st.Size(), nil
+		stamp("", st.ModTime())
+		return st.Size(), mtimes, nil
 	}
 	var n int64
 	err = filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
@@ -395,8 +424,10 @@ func sourceSize(src string) (int64, error) {
 		}
 		if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() {
 			n += st.Size()
+			rel, _ := filepath.Rel(src, path)
+			stamp(filepath.ToSlash(rel), st.ModTime())
 		}
 		return nil
 	})
-	return n, err
+	return n, mtimes, err
 }

@@ -59,12 +59,34 @@ type output struct {
 // they are dropped (they remain in the page cache): it bounds the process's memory.
 const releaseEvery = 32 << 20
 
-func newOutput(ctx context.Context, dst string, folder, force, resume bool, progress func(done, total int64)) (*output, error) {
-	o := &output{ctx: ctx, dst: dst, folder: folder, force: force, progress: progress, created: map[string]bool{}, sums: map[any]*xxhash.Digest{}}
+// newOutput starts a single process's output at opts.Dst, a folder or a file; run is the
+// conversion's key (runKey) for a folder in a bucket.
+//
+// Locally, atomicfile writes a folder under a temporary name beside it, journaled and
+// locked, and Resume keeps what a killed run finished. A folder in a bucket prefix is
+// written as host 0 of 1 of the multi-host protocol (store.JoinOutput, run's Hosts), every
+// time and not only with Resume: a run killed with SIGKILL runs no cleanup, so only what it
+// journaled as it went can be resumed. That protocol was chosen over a journal of its own
+// because it already holds every rule a resume needs — the marker and each object carry
+// run, so a resume whose source or options differ is refused before anything is touched
+// and no object another run uploaded is ever adopted or removed; a file is kept only when
+// its object has the journaled size and run, and what this run would write must hash to
+// the journal (resumedRemote) — at the cost of a small journal upload before and after
+// each file. A bucket has no lock, so a marker of this run is taken over only with Resume
+// or Force (formats/store/bucket's hosts.go, "One host").
+//
+// A single file in a bucket is not resumed: its object appears only once its upload
+// completes, so a killed run left nothing to keep (at most, in the instant between the
+// object and its manifest, a whole object, which the manifest would have to hash again);
+// its marker is refused unless Force, and with nothing there Resume changes nothing, as
+// for a local file.
+func newOutput(ctx context.Context, opts Options, folder bool, run string) (*output, error) {
+	dst, force := opts.Dst, opts.Force
+	o := &output{ctx: ctx, dst: dst, folder: folder, force: force, progress: opts.Progress, created: map[string]bool{}, sums: map[any]*xxhash.Digest{}}
 	var err error
 	if store.IsRemote(dst) {
-		if resume {
-			return nil, fmt.Errorf("%s: %w: resuming an interrupted single-process conversion into object storage (convert again with --force; a --num-hosts conversion resumes there)", dst, statedict.ErrUnsupported)
+		if folder {
+			return o, o.joinRemote(opts, 0, 1, run)
 		}
 		o.remote, err = store.CreateOutput(ctx, dst, store.OutputOptions{Folder: folder, Force: force, Owned: manifest.Owned, Companions: []string{"." + manifest.Name}, Manifest: manifest.Name})
 		if err != nil {
@@ -73,7 +95,7 @@ func newOutput(ctx context.Context, dst string, folder, force, resume bool, prog
 		return o, nil
 	}
 	if folder {
-		o.dir, err = atomicfile.CreateDir(dst, atomicfile.DirOptions{Force: force, Owner: manifest.Owned, Resume: resume})
+		o.dir, err = atomicfile.CreateDir(dst, atomicfile.DirOptions{Force: force, Owner: manifest.Owned, Resume: opts.Resume})
 		return o, err
 	}
 	if o.file, err = atomicfile.Create(dst, force); err != nil {

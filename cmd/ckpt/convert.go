@@ -63,6 +63,12 @@ prefix, each object carrying the conversion's run — reading only the source by
 hold, and seals its share; host 0 waits for the others (--host-wait), checks their shares,
 writes the index and the manifest last (moving a local DST into place). A host killed
 midway is run again with --resume to keep what it finished.
+A folder DST killed midway (SIGKILL, a lost VM) is continued with --resume: the files
+the killed run finished are checked and kept, the rest written. Into a gs:// or s3://
+prefix the kept objects are not uploaded again, a resume whose source or options differ
+from the killed run's is refused, and since a bucket has no lock a killed run's leftovers
+there are taken over only with --resume or --force. A single-file DST in a bucket cannot
+be resumed: its object appears only once complete, so a killed run left nothing to keep.
 The output is written under a temporary name, fsynced and renamed when complete; an
 existing DST is replaced only with --force. A manifest (DST.ckpt-manifest.json, or
 ckpt-manifest.json inside a folder) records the source, options, version and an xxhash64 of
@@ -283,7 +289,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.BoolVar(&noStrip, "no-strip-wrappers", false, "keep DDP module. and torch.compile _orig_mod. prefixes")
 	f.StringVar(&maxShard, "max-shard-size", "", "largest safetensors shard in a folder output, e.g. 5GB, 500MB (default 5GB)")
 	f.BoolVar(&force, "force", false, "replace an existing DST (a file, or a folder an earlier conversion wrote)")
-	f.BoolVar(&resume, "resume", false, "continue a folder output whose conversion was killed, keeping the files it finished (checked against their checksums); into a bucket, a host's share of a --num-hosts conversion")
+	f.BoolVar(&resume, "resume", false, "continue a folder output whose conversion was killed, keeping the files it finished (checked against their checksums), locally or in a bucket; with --num-hosts, this host's share")
 	f.BoolVar(&asJSON, "json", false, "print a machine-readable summary")
 	f.BoolVarP(&verbose, "verbose", "v", false, "list every value or file a warning concerns")
 	f.String("progress", "auto", "progress on stderr: auto (a bar on a terminal, plain lines otherwise), always, never")

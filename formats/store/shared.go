@@ -8,7 +8,9 @@ import (
 )
 
 // SharedOutput is one host's share of a folder output that several hosts write at once —
-// the hosts of a multi-host conversion into a bucket prefix, which share no file system.
+// the hosts of a multi-host conversion into a bucket prefix, which share no file system —
+// or, as host 0 of 1, a single process's folder output journaled so that a killed run can
+// be resumed.
 // Each host uploads its own files (Create) and seals its share (Seal) with a record of
 // them; host 0, the finisher, waits for every share (Parts), then Commit checks them and
 // writes the files given last (the manifest). Abort removes this host's unsealed files;
@@ -42,7 +44,9 @@ type Finished struct {
 // SharedOptions say which share of which conversion a SharedOutput is.
 type SharedOptions struct {
 	OutputOptions
-	// Host is this host, 0 to Hosts-1; host 0 finishes the output.
+	// Host is this host, 0 to Hosts-1; host 0 finishes the output. Hosts 1 is a single
+	// process, which seals no share and takes over an interrupted run's files only with
+	// Resume or Force.
 	Host, Hosts int
 	// Run identifies the conversion, the same on every host (derived from what the hosts
 	// share: the source's structure, the options, the host count).

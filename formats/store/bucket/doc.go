@@ -51,6 +51,11 @@
 // and removes the objects this output completed; a manifest was never written, so nothing
 // left can pass `ckpt check`.
 //
+// A folder output that must survive SIGKILL — which runs no cleanup — to be resumed is
+// written as host 0 of 1 of a shared output (JoinOutput; hosts.go, "One host"): it is
+// journaled as it goes, its run is the conversion's key rather than a random one, and
+// store.SharedOptions.Resume keeps what a killed run of the same conversion finished.
+//
 // A destination prefix holding objects is refused unless Force is set and ckpt wrote every
 // one of them: the ckpt manifest there lists them all, or a PartialMarker names a run and
 // every object beside it carries that run in its metadata (RunMetadata) — an unfinished

@@ -57,6 +57,17 @@ import (
 // carrying the run, which a later --force removes.
 //
 // A bucket has no lock: run each host index once at a time (a Job controller does).
+//
+// One host. A single process writing a folder output into a bucket joins as host 0 of 1
+// (convert does, for every such output, so that a run killed by SIGKILL — which runs no
+// cleanup — can be resumed): the protocol is the same, with no part to seal (Commit, on
+// the host that wrote them, needs none). It differs where no other host exists to explain
+// a marker (alone): a marker naming this run is an interrupted run's, taken over only with
+// Resume (its finished files kept) or Force (removed), never by a plain rerun, since the
+// run that left it may still be going; a marker naming another run is refused with Resume
+// — the source or options differ, so nothing could be kept — before anything is touched.
+// Abort removes the marker too, and a manifest an interrupted run uploaded in Commit is
+// removed before anything else it left.
 
 // hostControl starts the names of the hosts' control objects.
 const hostControl = ".ckpt-host-"
@@ -86,7 +97,7 @@ type member struct {
 // JoinOutput starts host opts.Host's share of the multi-host folder output at url (see
 // above).
 func (f *FS) JoinOutput(ctx context.Context, url string, opts store.SharedOptions) (store.SharedOutput, error) {
-	if opts.Hosts < 2 || opts.Host < 0 || opts.Host >= opts.Hosts {
+	if opts.Hosts < 1 || opts.Host < 0 || opts.Host >= opts.Hosts {
 		return nil, fmt.Errorf("%s: host %d of %d", url, opts.Host, opts.Hosts)
 	}
 	if !opts.Folder || opts.Run == "" || strings.ContainsAny(opts.Run, " \t\r\n") {
@@ -127,6 +138,9 @@ func (m *member) join() error {
 	for {
 		run, found, err := m.markerRun()
 		if err != nil {
+			return err
+		}
+		if err := m.alone(run, found); err != nil {
 			return err
 		}
 		if found && run == m.run {
@@ -188,6 +202,27 @@ func (m *member) join() error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// alone applies a single process's rules (Hosts 1) to the marker it found naming run:
+// no other host makes a marker, so one naming this run was left by an interrupted run of
+// this conversion — or made by one still going, which a bucket, having no lock, cannot
+// tell apart — and is taken over only with Resume (keeping what it finished) or Force
+// (starting over); one naming another run is another conversion's, which only Force
+// replaces (clear's rules), so a resume whose source or options differ is refused before
+// anything is touched.
+func (m *member) alone(run string, found bool) error {
+	switch {
+	case m.opts.Hosts != 1 || !found || m.opts.Force:
+		return nil
+	case run == m.run && !m.opts.Resume:
+		return fmt.Errorf("%s: %w: holds the unfinished output of an interrupted run of this conversion: --resume keeps the files it finished (make sure that run is not still going)", m.l, store.ErrExists)
+	case run != m.run && m.opts.Resume:
+		return fmt.Errorf("%s: %w: cannot resume: it holds the unfinished output of another conversion (run %s, this one's is %s): the source or the options differ from the interrupted run's; resume with the same ones", m.l, store.ErrExists, run, m.run)
+	case run != m.run:
+		return fmt.Errorf("%s: %w: holds the unfinished output of another conversion (run %s)", m.l, store.ErrExists, run)
+	}
+	return nil
 }
 
 // markerRun reads the run the prefix's marker names; found is false without a marker.
@@ -313,6 +348,18 @@ func (m *member) leftovers() error {
 	}
 	if m.opts.Resume {
 		m.resumed = map[string]store.Finished{}
+	}
+	if m.opts.Hosts == 1 && m.manifest != "" {
+		// A single process killed in Commit, after its manifest: the manifest goes first,
+		// so that nothing removed below leaves a complete-looking output behind.
+		key := m.key(m.manifest)
+		if mine, _, _, err := m.ours(m.ctx, key); err != nil {
+			return err
+		} else if mine {
+			if err := m.remove(m.ctx, key); err != nil {
+				return err
+			}
+		}
 	}
 	var kept []store.Finished
 	for _, e := range j {
@@ -535,7 +582,9 @@ func (m *member) Commit(last []store.NamedBytes) error {
 	var control []string
 	for h := range m.opts.Hosts {
 		control = append(control, m.control(h, "journal"), m.control(h, "part"))
-		if part, err := m.readPart(h); err != nil || part == nil {
+		// This host's own files are all closed (open is 0): its share needs no part,
+		// which a single process (Hosts 1) never writes.
+		if part, err := m.readPart(h); err != nil || part == nil && h != m.opts.Host {
 			if err == nil {
 				err = fmt.Errorf("%s: host %d has not sealed its share", m.l, h)
 			}
@@ -596,7 +645,8 @@ func (m *member) Commit(last []store.NamedBytes) error {
 
 // Abort stops this host's uploads; unless its share is sealed (kept for the finisher) it
 // removes the files it started that carry the run, and its journal. The marker stays for
-// the other hosts.
+// the other hosts; a single process (Hosts 1) removes it last, as CreateOutput's Abort
+// does, when everything else went.
 func (m *member) Abort() {
 	m.cancel()
 	m.mu.Lock()
@@ -618,5 +668,10 @@ func (m *member) Abort() {
 			return
 		}
 	}
-	m.remove(ctx, m.control(m.opts.Host, "journal"))
+	if m.remove(ctx, m.control(m.opts.Host, "journal")) != nil || m.opts.Hosts != 1 {
+		return
+	}
+	if mine, _, _, err := m.ours(ctx, m.key(PartialMarker)); err == nil && mine {
+		m.remove(ctx, m.key(PartialMarker))
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"gocloud.dev/blob"
+
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
@@ -133,5 +135,102 @@ func TestSharedOutput(t *testing.T) {
 		if _, err := join(ctx, url, "run3", 1, false, false); !errors.Is(err, store.ErrExists) {
 			t.Errorf("%s: host 1 beside a finished output: %v", scheme, err)
 		}
+	}
+}
+
+// TestSharedOutputOneHost walks a single process's output (host 0 of 1): killed after
+// one upload (no Abort, as SIGKILL), a plain rerun and a resume of another run are refused
+// and touch nothing; a resume keeps the finished file and commits with no part; a run
+// killed after uploading its manifest leaves it removed first by the next run; Abort
+// leaves nothing, marker included; --force replaces another run's leftovers.
+func TestSharedOutputOneHost(t *testing.T) {
+	buckettest.Start(t, "ckpt")
+	ctx := context.Background()
+	one := func(url, run string, resume, force bool) (store.SharedOutput, error) {
+		return store.JoinOutput(ctx, url, store.SharedOptions{
+			OutputOptions: store.OutputOptions{Folder: true, Force: force, Manifest: "manifest.json"},
+			Host:          0, Hosts: 1, Run: run, Resume: resume,
+		})
+	}
+	for _, scheme := range []string{"gs", "s3"} {
+		url := scheme + "://ckpt/one/out"
+		out, err := one(url, "run1", false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		upload(t, out, "a.bin", "finished")
+		if _, err := out.Create("b.bin"); err != nil {
+			t.Fatal(err)
+		}
+		killed := keys(t, scheme, "one/out/")
+		for _, c := range []struct {
+			run    string
+			resume bool
+			msg    string
+		}{{"run1", false, "--resume keeps"}, {"run2", true, "differ"}, {"run2", false, "another conversion"}} {
+			if _, err := one(url, c.run, c.resume, false); !errors.Is(err, store.ErrExists) || !strings.Contains(err.Error(), c.msg) {
+				t.Errorf("%s: %s (resume %v) beside a killed run: %v", scheme, c.run, c.resume, err)
+			}
+		}
+		if got := keys(t, scheme, "one/out/"); !slices.Equal(got, killed) {
+			t.Fatalf("%s: a refused run changed %v to %v", scheme, killed, got)
+		}
+		again, err := one(url, "run1", true, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := again.Resumed(); len(r) != 1 || r["a.bin"].Size != int64(len("finished")) {
+			t.Fatalf("%s: resumed %v", scheme, r)
+		}
+		upload(t, again, "b.bin", "second")
+		// Killed in Commit, after the manifest: the next run removes it first.
+		putObjectRun(t, scheme, "one/out/manifest.json", "{}", "run1")
+		again2, err := one(url, "run1", true, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := keys(t, scheme, "one/out/"); slices.Contains(got, "one/out/manifest.json") {
+			t.Fatalf("%s: the killed run's manifest stays: %v", scheme, got)
+		}
+		if err := again2.Commit([]store.NamedBytes{{Name: "manifest.json", Data: []byte("{}")}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := keys(t, scheme, "one/out/"); !slices.Equal(got, []string{"one/out/a.bin", "one/out/b.bin", "one/out/manifest.json"}) {
+			t.Fatalf("%s: after commit: %v", scheme, got)
+		}
+		// Aborted: nothing is left, the marker included.
+		url = scheme + "://ckpt/one/aborted"
+		out, err = one(url, "run1", true, false) // nothing to resume
+		if err != nil || out.Resumed() == nil || len(out.Resumed()) != 0 {
+			t.Fatalf("%s: resume of nothing: %v %v", scheme, out, err)
+		}
+		upload(t, out, "a.bin", "x")
+		out.Abort()
+		if got := keys(t, scheme, "one/aborted/"); len(got) != 0 {
+			t.Fatalf("%s: an aborted output left %v", scheme, got)
+		}
+		// --force replaces another run's leftovers.
+		out, _ = one(url, "run1", false, false)
+		upload(t, out, "a.bin", "x")
+		out, err = one(url, "run2", false, true)
+		if err != nil || out.CleanedUp() {
+			t.Fatalf("%s: --force over another run: %v", scheme, err)
+		}
+		if got := keys(t, scheme, "one/aborted/"); !slices.Equal(got, []string{"one/aborted/" + bucket.PartialMarker}) {
+			t.Fatalf("%s: after --force: %v", scheme, got)
+		}
+		out.Abort()
+	}
+}
+
+// putObjectRun writes the object key carrying run, as an output of that run uploads it.
+func putObjectRun(t *testing.T, scheme, key, data, run string) {
+	t.Helper()
+	b, err := bucket.Default.Bucket(context.Background(), bucket.Location{Scheme: scheme, Bucket: "ckpt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteAll(context.Background(), key, []byte(data), &blob.WriterOptions{Metadata: map[string]string{bucket.RunMetadata: run}}); err != nil {
+		t.Fatal(err)
 	}
 }

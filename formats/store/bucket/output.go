@@ -168,10 +168,13 @@ func (o *output) clear(opts store.OutputOptions) error {
 		}
 		return strings.TrimPrefix(k, o.l.Key)
 	}
+	partial := slices.Contains(there, o.key(PartialMarker))
+	if !opts.Force && partial && !o.folder {
+		return fmt.Errorf("%s: %w: holds what an interrupted conversion left (%s); it cannot be resumed: the object appears only once its upload completes, so an interrupted single-file upload leaves nothing to keep", o.l, store.ErrExists, Location{o.l.Scheme, o.l.Bucket, o.key(PartialMarker)})
+	}
 	if !opts.Force {
 		return fmt.Errorf("%s: %w: holds %d object(s) (%s…)", o.l, store.ErrExists, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
 	}
-	partial := slices.Contains(there, o.key(PartialMarker))
 	if partial {
 		if err := o.unfinished(there); err != nil {
 			return err
