@@ -94,8 +94,10 @@ row "GCS emulator → local" gcs2loc
 row "GCS emulator → S3 server" gcs2s3
 row "floor: ranged GETs of the object, bytes dropped (rangeget -p 2)" readfloor
 row "floor: the file uploaded, nothing else (putobject)" putfloor
-paste .bench/local.times .bench/gcs2loc.times .bench/gcs2s3.times |
-  awk '{print $2/$1, $3/$1}' | sort -g | awk '{a[NR]=$1; b[NR]=$2} END {i=int((NR+1)/2); printf "\nmedian time ratio to local → local: GCS → local %.2f×, GCS → S3 %.2f×\n", a[i], b[i]}'
+ratio() { paste .bench/local.times ".bench/$1.times" | awk '{print $2/$1}' | stats; } # per rep
+read -r rl rllo rlhi < <(ratio gcs2loc)
+read -r rs rslo rshi < <(ratio gcs2s3)
+printf "\nmedian of the per-rep time ratios to local → local: GCS → local %.2f× [%.2f–%.2f], GCS → S3 %.2f× [%.2f–%.2f]\n" "$rl" "$rllo" "$rlhi" "$rs" "$rslo" "$rshi"
 
 if [ -f "$small" ]; then
   for to in .bench/out.safetensors s3://bench/out/llama.safetensors; do
