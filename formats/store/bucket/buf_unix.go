@@ -12,6 +12,7 @@ func mapBuf(n int64) []byte {
 	if err != nil {
 		return make([]byte, n, n+1) // a capacity of no size class: putBuf leaves it to the collector
 	}
+	adviseHuge(b)
 	return b
 }
 
