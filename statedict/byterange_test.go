@@ -142,3 +142,31 @@ func TestLend(t *testing.T) {
 		t.Errorf("lender's error: %v", err)
 	}
 }
+
+// planner is an io.ReaderAt that records what it is told will be read (ReadPlanner).
+type planner struct {
+	*bytes.Reader
+	told [][2]int64
+}
+
+func (p *planner) WillRead(off, n int64) { p.told = append(p.told, [2]int64{off, n}) }
+
+// TestWriteToPlans: writing a contiguous tensor of a storage read from a reader tells the
+// reader which bytes it is about to read whole, at their offsets in the reader, whether
+// they pass as they are or are converted (a byte-swap); a mapped storage tells no one.
+func TestWriteToPlans(t *testing.T) {
+	data := []byte("0123456789abcdefghijklmnopqrstuv")
+	for _, bigEndian := range []bool{false, true} {
+		p := &planner{Reader: bytes.NewReader(data)}
+		st := NewReaderStorage("s", "cpu", Int16, p, 4, 24) // bytes 4..27
+		st.BigEndian = bigEndian
+		tt := &Tensor{Shape: []int64{5}, Strides: []int64{1}, Offset: 3, Storage: st, DType: Int16}
+		var sink bytes.Buffer
+		if n, err := tt.WriteTo(&sink); err != nil || n != 10 {
+			t.Fatalf("big-endian %v: wrote %d, %v", bigEndian, n, err)
+		}
+		if fmt.Sprint(p.told) != "[[10 10]]" {
+			t.Errorf("big-endian %v: told %v, want [[10 10]]", bigEndian, p.told)
+		}
+	}
+}

@@ -87,6 +87,21 @@ func (t *Tensor) Prefetch() {
 	}
 }
 
+// A ReadPlanner is a storage's reader (a remote object's window) that can be told which
+// bytes its reader is about to read whole: it then fetches ahead at full depth from the
+// first read, instead of ramping up as it must for a reader that may stop early.
+type ReadPlanner interface {
+	WillRead(off, n int64)
+}
+
+// willRead tells the storage's reader, when it plans (ReadPlanner), that the n bytes at off
+// are about to be read whole: a tensor being written.
+func (s *Storage) willRead(off, n int64) {
+	if p, ok := s.ra.(ReadPlanner); ok && s.data == nil {
+		p.WillRead(s.Offset+off, n)
+	}
+}
+
 // Mapped returns the storage bytes without copying when they are memory-resident.
 func (s *Storage) Mapped() ([]byte, bool) {
 	if s.data != nil {
@@ -381,6 +396,7 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 	fix := t.fixup()
 	if t.IsContiguous() {
 		start := t.Offset * es
+		t.Storage.willRead(start, total)
 		if fix == nil {
 			if d, ok := t.Storage.Mapped(); ok {
 				return t.Storage.writeMapped(w, d[start:start+total], start)

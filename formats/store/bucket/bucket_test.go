@@ -310,6 +310,28 @@ func TestStreamsStayInTheirRange(t *testing.T) {
 			t.Errorf("%s: the server sent %d bytes for a read of %d (at most %d)", c.name, got, c.readTo-c.lo, c.most)
 		}
 	}
+	// A reader that says it reads a range whole has it prefetched Ahead blocks deep from
+	// its first read (a ramping stream has 3 MiB fetched then), and never past the window.
+	for _, plan := range []bool{false, true} {
+		lo, hi := int64(2<<20), int64(34<<20)
+		r := w.Window(lo, hi-lo)
+		srv.Served.Store(0)
+		if plan {
+			r.(statedict.ReadPlanner).WillRead(lo, hi-lo)
+		}
+		stream(r, lo, lo+1<<20)
+		time.Sleep(100 * time.Millisecond)
+		got, want := srv.Served.Load(), int64(1<<20+bucket.Ahead*bucket.BlockSize)
+		if plan && got < want || !plan && got >= want {
+			t.Errorf("WillRead %v: %d bytes fetched after a first read of 1 MiB (Ahead blocks: %d)", plan, got, want)
+		}
+		stream(r, lo+1<<20, hi)
+		time.Sleep(50 * time.Millisecond)
+		if got := srv.Served.Load(); got != hi-lo {
+			t.Errorf("WillRead %v: the server sent %d bytes for a window of %d", plan, got, hi-lo)
+		}
+		f.(io.Closer).Close()
+	}
 	for _, read := range []func(io.ReaderAt, int64, int64){stream, lend} {
 		srv.Served.Store(0)
 		read(f, 0, size)

@@ -109,6 +109,7 @@ type stream struct {
 	lo, hi int64
 
 	mu       sync.Mutex
+	want     int64    // the end of the bytes the reader said it reads whole (WillRead)
 	next     int64    // where the last read ended
 	streamed int64    // bytes read by the reads of the current stream
 	chunks   []*chunk // fetched or in flight, contiguous and in order, ending at issued
@@ -323,8 +324,12 @@ func (s *stream) plan(off, end int64) []*chunk {
 		s.issue(min(BlockSize, end-s.issued))
 	}
 	// Prefetch twice as far ahead as the stream will have read, up to Ahead blocks, in
-	// requests of a quarter of that; never past the range.
+	// requests of a quarter of that; never past the range. Bytes the reader said it reads
+	// whole (WillRead) are prefetched Ahead blocks deep from the first read.
 	ahead := min(max(2*(s.streamed+end-off), minStream), Ahead*BlockSize)
+	if s.want > end {
+		ahead = max(ahead, min(Ahead*BlockSize, s.want-end))
+	}
 	size := min(max(ahead/Ahead, minStream), BlockSize)
 	target := min(s.hi, end+ahead)
 	for s.issued < target {
@@ -343,6 +348,20 @@ func (s *stream) plan(off, end int64) []*chunk {
 		needed = append(needed, c)
 	}
 	return needed
+}
+
+// WillRead tells the stream its reader is about to read the n bytes at off whole
+// (statedict.ReadPlanner: a tensor being written), so reads from off on prefetch Ahead
+// blocks deep at once instead of ramping up from 64 KiB. Ramping up costs a round trip
+// per doubling, and the first tensor of a conversion had no Prefetch to hide them behind:
+// its first 32 MiB took ten times as long to read as any later 32 MiB. Bytes outside
+// the window are never asked for.
+func (s *stream) WillRead(off, n int64) {
+	s.mu.Lock()
+	if off >= s.lo && off < s.hi {
+		s.want = min(off+max(n, 0), s.hi)
+	}
+	s.mu.Unlock()
 }
 
 // Prefetch starts fetching the window's first bytes (up to a block) before its reader
