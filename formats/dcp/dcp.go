@@ -317,12 +317,11 @@ func (r *reader) bytesItem(i int, fqn string) (statedict.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw := b
 	if b, err = r.md.Inflate(e, b); err != nil {
 		return nil, &Error{File: path, FQN: fqn, Offset: e.Offset, Err: err}
 	}
 	decode := torchzip.DecodeBytes // inflated, or read from a bucket: memory only
-	if mapped && len(b) > 0 && &b[0] == &raw[0] {
+	if z, _ := compressed(e.TransformDescriptors); mapped && !z {
 		decode = torchzip.Decode // the local file's bytes as stored
 	}
 	v, err := decode(b, path, e.Offset)
