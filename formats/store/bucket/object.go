@@ -224,21 +224,15 @@ func (s *stream) ReadAt(p []byte, off int64) (int, error) {
 		p, eof = p[:rem], io.EOF
 	}
 	end := off + int64(len(p))
-	// A reader streaming through the range reads piece after piece, each starting where
-	// the last ended; small reads (headers, zip records' local headers scattered over the
-	// object) never start prefetching, but the short last piece of a stream is served
-	// from what was prefetched for it.
 	s.mu.Lock()
-	fetched := len(s.chunks) > 0 && s.chunks[0].start <= off && end <= s.issued
-	cont := off == s.next && (len(p) >= minStream || fetched) && off >= s.lo && end <= s.hi
+	cont := s.continues(off, end)
 	s.next = end
 	var needed []*chunk
 	if cont {
 		needed = s.plan(off, end)
 		s.streamed += int64(len(p))
 	} else {
-		forget(s.chunks)
-		s.streamed, s.chunks = 0, nil
+		s.reset()
 	}
 	s.mu.Unlock()
 	var err error
@@ -267,8 +261,7 @@ func (s *stream) Lend(off, n int64) (b []byte, release func(), ok bool, err erro
 	}
 	end := min(off+n, o.size)
 	s.mu.Lock()
-	fetched := len(s.chunks) > 0 && s.chunks[0].start <= off && end <= s.issued
-	if off != s.next || (end-off < minStream && !fetched) || off < s.lo || end > s.hi {
+	if !s.continues(off, end) {
 		s.mu.Unlock()
 		return nil, nil, false, nil
 	}
@@ -288,15 +281,11 @@ func (s *stream) Lend(off, n int64) (b []byte, release func(), ok bool, err erro
 	if err = c.err; err != nil {
 		c.refs--
 		c.release()
-		forget(s.chunks) // fetched again by the next read
-		s.chunks, s.streamed, s.issued = nil, 0, 0
+		s.reset() // fetched again by the next read
 		s.mu.Unlock()
 		return nil, nil, false, fmt.Errorf("%s: reading %d bytes at byte %d: %w", o.l, end-off, off, err)
 	}
-	for len(s.chunks) > 0 && s.chunks[0].end <= end {
-		forget(s.chunks[:1]) // c stays until released
-		s.chunks = s.chunks[1:]
-	}
+	s.readTo(end) // c stays until released
 	s.mu.Unlock()
 	var once sync.Once
 	return c.data[off-c.start : end-c.start], func() {
@@ -312,10 +301,7 @@ func (s *stream) Lend(off, n int64) (b []byte, release func(), ok bool, err erro
 // plan starts the fetches a stream's read of [off, end) needs and the prefetch after it,
 // and returns the chunks holding [off, end). s.mu is held.
 func (s *stream) plan(off, end int64) []*chunk {
-	for len(s.chunks) > 0 && s.chunks[0].end <= off {
-		forget(s.chunks[:1]) // read past
-		s.chunks = s.chunks[1:]
-	}
+	s.readTo(off) // read past
 	if len(s.chunks) == 0 || s.chunks[0].start > off {
 		forget(s.chunks)
 		s.chunks, s.issued = nil, off
@@ -418,22 +404,42 @@ func (s *stream) copyOut(p []byte, off int64, needed []*chunk) error {
 		c.release()
 	}
 	if err != nil {
-		forget(s.chunks) // fetched again by the next read
-		s.chunks, s.streamed, s.issued = nil, 0, 0
+		s.reset() // fetched again by the next read
 		return err
 	}
+	s.readTo(end)
+	return nil
+}
+
+// continues reports whether a read of [off, end) continues the stream — ReadAt and Lend
+// then serve it from what is fetched and prefetch after it. A reader streaming through the
+// range reads piece after piece, each starting where the last ended; small reads (headers,
+// zip records' local headers scattered over the object) never start prefetching, but the
+// short last piece of a stream is served from what was prefetched for it. s.mu is held.
+func (s *stream) continues(off, end int64) bool {
+	fetched := len(s.chunks) > 0 && s.chunks[0].start <= off && end <= s.issued
+	return off == s.next && (end-off >= minStream || fetched) && off >= s.lo && end <= s.hi
+}
+
+// readTo lets go of the chunks a read ending at end has read to their end. s.mu is held.
+func (s *stream) readTo(end int64) {
 	for len(s.chunks) > 0 && s.chunks[0].end <= end {
 		forget(s.chunks[:1])
 		s.chunks = s.chunks[1:]
 	}
-	return nil
 }
 
-// drop forgets the stream's prefetched bytes (fetches in flight finish unread).
-func (s *stream) drop() {
-	s.mu.Lock()
+// reset forgets the stream's prefetched bytes (fetches in flight finish unread). s.mu is
+// held.
+func (s *stream) reset() {
 	forget(s.chunks)
 	s.chunks, s.streamed, s.issued = nil, 0, 0
+}
+
+// drop forgets the stream's prefetched bytes.
+func (s *stream) drop() {
+	s.mu.Lock()
+	s.reset()
 	s.mu.Unlock()
 }
 
