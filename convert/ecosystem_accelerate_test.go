@@ -11,7 +11,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/verify"
 )
 
@@ -98,7 +98,7 @@ func TestAccelerateConvertTrainingState(t *testing.T) {
 			} else {
 				dst += "/"
 			}
-			sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(folders, name), Dst: dst, Format: format, Remap: remap.Options{PlainData: true}})
+			sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(folders, name), Dst: dst, Format: format, Plan: plan.Options{PlainData: true}})
 			if err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}

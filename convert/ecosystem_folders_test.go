@@ -11,11 +11,11 @@ import (
 
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/manifest"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -80,7 +80,7 @@ func TestTrainerFolderEveryFormat(t *testing.T) {
 	src := filepath.Join(folders, "trainer", "checkpoint-2")
 	run := func(dst string, format convert.Format) *convert.Summary {
 		t.Helper()
-		sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: format, Remap: remap.Options{PlainData: true}})
+		sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: format, Plan: plan.Options{PlainData: true}})
 		if err != nil {
 			t.Fatalf("%s: %v", format, err)
 		}
@@ -247,7 +247,7 @@ func TestDiffusersPipeline(t *testing.T) {
 	}
 	// A cast rewrites the dtype of the configs that name one (the text encoder's).
 	dst := filepath.Join(host, "bf16")
-	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, Remap: remap.Options{DType: statedict.BFloat16}})
+	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, Plan: plan.Options{DType: statedict.BFloat16}})
 	if err != nil {
 		t.Fatal(err)
 	}

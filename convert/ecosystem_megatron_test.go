@@ -14,7 +14,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -178,7 +178,7 @@ func TestMegatronConvertLoadsInTorch(t *testing.T) {
 				dst += ".safetensors"
 			}
 			_, err := convert.Run(t.Context(), convert.Options{Src: megatronDir + name, Dst: dst, Format: format,
-				Remap: remap.Options{PlainData: true, KeepCUDARNG: true}})
+				Plan: plan.Options{PlainData: true, KeepCUDARNG: true}})
 			if err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}

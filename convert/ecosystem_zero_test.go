@@ -13,6 +13,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -180,7 +181,7 @@ func TestZeROOptimizerState(t *testing.T) {
 			t.Errorf("%s: model %v optimizer %v\nwant %v %v", name, model, optim, want.Tensors.Names, want.Optimizer.Names)
 		}
 	}
-	if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/zstd", Dst: filepath.Join(t.TempDir(), "x.pt"), Format: convert.Torch, ZeROOptimizer: true}); !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "not one") {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/zstd", Dst: filepath.Join(t.TempDir(), "x.pt"), Format: convert.Torch, Plan: plan.Options{ZeROOptimizer: true}}); !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "not one") {
 		t.Errorf("ZeROOptimizer on a DCP folder: %v", err)
 	}
 	o := oracle.Require(t)
@@ -193,7 +194,7 @@ func TestZeROOptimizerState(t *testing.T) {
 			if format == convert.Torch {
 				dst += ".pt"
 			}
-			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format, ZeROOptimizer: true}); err != nil {
+			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format, Plan: plan.Options{ZeROOptimizer: true}}); err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
 			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {

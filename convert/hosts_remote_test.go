@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
@@ -195,7 +195,7 @@ func TestMultiHostBucketShares(t *testing.T) {
 		// Host 0 of another conversion (float16 moments): its run differs, so it refuses
 		// the prefix holding this one's shares, with or without --force.
 		other := options(dst, 0, 2)
-		other.Remap.OptimizerDType = statedict.Float16
+		other.Plan.OptimizerDType = statedict.Float16
 		if _, err := Run(context.Background(), other); !errors.Is(err, store.ErrExists) {
 			t.Fatalf("host 0 of another conversion: %v", err)
 		}
@@ -228,7 +228,7 @@ func TestMultiHostBucketShares(t *testing.T) {
 		// A foreign object beside a finished output: --force refuses to replace it.
 		putForeign(t, dst+"/notes.txt", "mine")
 		o = options(dst, 0, 2)
-		o.Force, o.Remap.OptimizerDType = true, statedict.Float16
+		o.Force, o.Plan.OptimizerDType = true, statedict.Float16
 		if _, err := Run(context.Background(), o); !errors.Is(err, store.ErrForeign) {
 			t.Fatalf("--force beside a foreign object: %v", err)
 		}
@@ -248,8 +248,7 @@ func TestMultiHostBucketLoadsInTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ms = "tp=2,fsdp=2"
-	mesh, _ := runtime.ParseMesh(ms)
-	target, err := runtime.NewTarget("cpu", nil, nil, mesh, nil)
+	target, err := runtime.NewTarget(runtime.Spec{Device: "cpu", Mesh: ms})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +292,7 @@ func TestMultiHostBucketLoadsInTorch(t *testing.T) {
 		t.Error(e)
 	}
 	// 21 parameters with 3 optimizer tensors each, plus the param-group values.
-	if len(res.Ranks) != mesh.Size() || res.SingleProcess < 21*4 || !res.OK {
+	if len(res.Ranks) != target.Ranks() || res.SingleProcess < 21*4 || !res.OK {
 		t.Fatalf("%d ranks checked, %d values reassembled: %s", len(res.Ranks), res.SingleProcess, out)
 	}
 }

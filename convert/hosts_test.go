@@ -18,8 +18,8 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/dcp"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
@@ -159,11 +159,8 @@ func newHostsFixture(t *testing.T, device, ms string) *hostsFixture {
 	dir := t.TempDir()
 	f := &hostsFixture{dir: dir, src: filepath.Join(dir, "train.pt")}
 	trainingSource(t, f.src)
-	mesh, err := runtime.ParseMesh(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f.target, err = runtime.NewTarget(device, nil, nil, mesh, nil); err != nil {
+	var err error
+	if f.target, err = runtime.NewTarget(runtime.Spec{Device: device, Mesh: ms}); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -241,7 +238,7 @@ func TestMultiHost(t *testing.T) {
 			}
 			// Host 0 of another conversion (float16 moments) refuses the others' shares.
 			o := options(multi, 0, 4)
-			o.Remap.OptimizerDType = statedict.Float16
+			o.Plan.OptimizerDType = statedict.Float16
 			o.Hosts.Wait = 1
 			if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "another conversion") {
 				t.Fatalf("host 0 of another conversion: %v", err)

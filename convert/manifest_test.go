@@ -9,8 +9,9 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/convert"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/manifest"
+	"github.com/ckpt-dev/ckpt/plan"
+	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -40,14 +41,14 @@ func TestManifestHashesOutput(t *testing.T) {
 				continue // a training checkpoint's optimizer state has no safetensors form
 			}
 			t.Run(filepath.Base(src)+"/"+v.name, func(t *testing.T) {
-				checkManifest(t, convert.Options{Src: src, Format: v.format, Remap: remap.Options{DType: v.dtype}}, v.dst)
+				checkManifest(t, convert.Options{Src: src, Format: v.format, Plan: plan.Options{DType: v.dtype}}, v.dst)
 			})
 		}
 	}
 	for _, name := range []string{"fp8_block", "mxfp4", "nvfp4_ct"} {
 		t.Run(name+"/dequantize", func(t *testing.T) {
 			checkManifest(t, convert.Options{Src: filepath.Join(quantizedDir, name), Format: convert.Safetensors,
-				Dequantize: convert.DequantizeAll}, "out")
+				Plan: plan.Options{Dequantize: quant.DequantizeAll}}, "out")
 		})
 	}
 }

@@ -13,7 +13,9 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -111,21 +113,21 @@ func TestConvertLoadsInTorch(t *testing.T) {
 		for _, v := range variants {
 			base := strings.TrimSuffix(filepath.Base(src), ".pt")
 			name := base + "/" + v.name
-			loc, err := remap.ParseMapLocation(v.mapLoc)
+			target, err := runtime.NewTarget(runtime.Spec{Device: "tpu", MapLocation: v.mapLoc})
 			if err != nil {
 				t.Fatal(err)
 			}
 			out := strings.ReplaceAll(name, "/", "_") + v.ext
-			opts := convert.Options{Src: src, Dst: filepath.Join(host, out), Format: v.format, MaxShardSize: 4096,
-				Remap: remap.Options{Place: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
+			opts := convert.Options{Src: src, Dst: filepath.Join(host, out), Format: v.format, MaxShardSize: 4096, Target: target,
+				Plan: plan.Options{StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
 			if v.dtype != "keep" {
-				opts.Remap.DType, _ = statedict.ParseDType(v.dtype)
+				opts.Plan.DType, _ = statedict.ParseDType(v.dtype)
 			}
 			var dropped []string
 			if v.format != convert.Torch {
 				dropped = unrepresentable(t, src, v.format)
 				for _, n := range dropped {
-					opts.Remap.Drop = append(opts.Remap.Drop, regexp.MustCompile("^"+regexp.QuoteMeta(n)+"$"))
+					opts.Plan.Drop = append(opts.Plan.Drop, regexp.MustCompile("^"+regexp.QuoteMeta(n)+"$"))
 				}
 			}
 			sum, err := convert.Run(t.Context(), opts)
@@ -151,14 +153,14 @@ func TestConvertFoldersLoadInTorch(t *testing.T) {
 		ext    string
 	}{{convert.Torch, ".pt"}, {convert.Safetensors, ""}, {convert.DCP, ""}}
 	host, chroot := oracle.TempDir(t)
-	loc, _ := remap.ParseMapLocation("tpu")
+	target, _ := runtime.NewTarget(runtime.Spec{Device: "tpu"})
 	var jobs []checkJob
 	for _, src := range sources {
 		for _, f := range formats {
 			name := src + "/" + string(f.format)
 			out := strings.ReplaceAll(name, "/", "_") + f.ext
-			opts := convert.Options{Src: "../testdata/" + src, Dst: filepath.Join(host, out), Format: f.format, MaxShardSize: 8192,
-				Remap: remap.Options{Place: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
+			opts := convert.Options{Src: "../testdata/" + src, Dst: filepath.Join(host, out), Format: f.format, MaxShardSize: 8192, Target: target,
+				Plan: plan.Options{StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
 			sum, err := convert.Run(t.Context(), opts)
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
@@ -212,7 +214,7 @@ func TestConvertRefusesOverwrite(t *testing.T) {
 	}
 	// A rename rule that matches nothing fails before anything is written.
 	_, err = convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/views.pt", Dst: filepath.Join(dir, "new.pt"), Format: convert.Torch,
-		Remap: remap.Options{Renames: []remap.Rename{{Pattern: regexp.MustCompile("^nothing$"), Repl: "x"}}}})
+		Plan: plan.Options{Renames: []remap.Rename{{Pattern: regexp.MustCompile("^nothing$"), Repl: "x"}}}})
 	if err == nil {
 		t.Fatal("a rename hitting nothing was accepted")
 	}
@@ -255,10 +257,10 @@ func TestTrainerFolderLoadsInTorch(t *testing.T) {
 		os.WriteFile(filepath.Join(src, name), b, 0o644)
 	}
 	os.WriteFile(filepath.Join(src, "trainer_state.json"), []byte(`{"global_step": 500}`), 0o644)
-	loc, _ := remap.ParseMapLocation("tpu")
+	target, _ := runtime.NewTarget(runtime.Spec{Device: "tpu"})
 	dst := filepath.Join(host, "out")
-	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors,
-		Remap: remap.Options{Place: loc, PlainData: true, KeepCUDARNG: true}})
+	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, Target: target,
+		Plan: plan.Options{PlainData: true, KeepCUDARNG: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,12 @@ var Writers = map[Layout]LayoutWriter{
 	SafetensorsRanks: {Write: safetensors.WriteRanks, Folder: true, Finish: safetensors.FinishRanks},
 }
 
+// Valid reports whether l is a layout ckpt writes.
+func (l Layout) Valid() bool {
+	_, ok := Writers[l]
+	return ok
+}
+
 // components makes a folder layout's writer write a checkpoint made of components
 // (statedict.Checkpoint.Components: a diffusers pipeline) one component per folder, each
 // in the layout with its own weights name and metadata, then the checkpoint's extras (the

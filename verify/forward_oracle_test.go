@@ -13,6 +13,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -125,14 +126,14 @@ func convertCase(t *testing.T, src, dst string, c conversion) {
 		for i := 0; i < len(c.args); i++ {
 			switch a := c.args[i]; {
 			case a == "--dtype":
-				o.Remap.DType, _ = statedict.ParseDType(c.args[i+1])
+				o.Plan.DType, _ = statedict.ParseDType(c.args[i+1])
 			case a == "--dequantize":
-				o.Dequantize = convert.DequantizeAll
+				o.Plan.Dequantize = quant.DequantizeAll
 			case a == "--dequantize=auto":
-				o.Dequantize = convert.DequantizeAuto
+				o.Plan.Dequantize = quant.DequantizeAuto
 				o.Target.Generation = mustGen(t, c.gen)
 			case a == "--rename":
-				o.Remap.Renames = append(o.Remap.Renames, mustRename(t, c.args[i+1]))
+				o.Plan.Renames = append(o.Plan.Renames, mustRename(t, c.args[i+1]))
 			}
 		}
 	})

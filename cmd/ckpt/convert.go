@@ -13,6 +13,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -103,11 +104,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			}
 			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, WeightsOnly: weightsOnly, ToolVersion: toolVersion(),
 				Args: recordedArgs(cmd, args, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, compressChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype"))}
-			to, err := targetChoice.parse(to)
-			if err != nil {
+			if to, err = targetChoice.parse(to); err != nil {
 				return err
 			}
-			opts.Target = &runtime.Target{Device: to}
 			if format != "" {
 				if format, err = formatChoice.parse(format); err != nil {
 					return err
@@ -127,59 +126,56 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 					return usage(fmt.Errorf("--compress applies to DCP outputs (--format dcp); this one is %s", opts.Format))
 				}
 			}
-			if cmd.Flags().Changed("map-location") {
-				if opts.Remap.Place, err = remap.ParseMapLocation(mapLoc); err != nil {
-					return usage(err)
-				}
-			}
-			if opts.Remap.DType, err = parseDType(dtypeChoice("dtype"), dtype); err != nil {
+			if opts.Plan.DType, err = parseDType(dtypeChoice("dtype"), dtype); err != nil {
 				return err
 			}
-			if opts.Remap.OptimizerDType, err = parseDType(dtypeChoice("optimizer-dtype"), optimDType); err != nil {
+			if opts.Plan.OptimizerDType, err = parseDType(dtypeChoice("optimizer-dtype"), optimDType); err != nil {
 				return err
 			}
-			if opts.Remap.OptimizerNames, err = parseOptimizerNames(optimNames); err != nil {
+			if opts.Plan.OptimizerNames, err = parseOptimizerNames(optimNames); err != nil {
 				return err
 			}
-			opts.Remap.KeepCUDARNG = keepCUDARNG
-			opts.ZeROOptimizer = zeroOptimizer
+			opts.Plan.KeepCUDARNG = keepCUDARNG
+			opts.Plan.ZeROOptimizer = zeroOptimizer
 			if dequantize != "" {
 				d, err := dequantizeChoice.parse(dequantize)
 				if err != nil {
 					return err
 				}
-				opts.Dequantize = convert.DequantizeMode(d)
+				opts.Plan.Dequantize = quant.Mode(d)
 			}
-			if opts.Dequantize == convert.DequantizeAuto && tpuGen == "" && shard.topology == "" {
-				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v4, v5e, v5p, v6e or tpu7x) or --topology"))
+			if opts.Plan.Dequantize == quant.DequantizeAuto && tpuGen == "" && shard.topology == "" {
+				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (%s) or --topology", runtime.GenerationNames()))
 			}
-			if tpuGen != "" {
-				if opts.Dequantize != convert.DequantizeAuto {
-					return usage(fmt.Errorf("--tpu-gen applies to --dequantize=auto only"))
+			if tpuGen != "" && opts.Plan.Dequantize != quant.DequantizeAuto {
+				return usage(fmt.Errorf("--tpu-gen applies to --dequantize=auto only"))
+			}
+			spec := runtime.Spec{Device: to, Generation: tpuGen}
+			if cmd.Flags().Changed("map-location") {
+				spec.MapLocation = mapLoc
+				if spec.MapLocation == "" {
+					return usage(fmt.Errorf("--map-location: empty"))
 				}
-				if opts.Target.Generation, err = runtime.LookupGeneration(tpuGen); err != nil {
-					return usage(fmt.Errorf("--tpu-gen: %w", err))
-				}
 			}
-			if err := shard.apply(cmd.Flags(), &opts, os.Getenv); err != nil {
+			if err := shard.apply(cmd.Flags(), &opts, spec, os.Getenv); err != nil {
 				return err
 			}
-			opts.Remap.StripWrappers = !noStrip
-			opts.Remap.PlainData = true
-			opts.Remap.Select = sel
+			opts.Plan.StripWrappers = !noStrip
+			opts.Plan.PlainData = true
+			opts.Plan.Select = sel
 			for _, r := range renames {
 				rr, err := remap.ParseRename(r)
 				if err != nil {
 					return err
 				}
-				opts.Remap.Renames = append(opts.Remap.Renames, rr)
+				opts.Plan.Renames = append(opts.Plan.Renames, rr)
 			}
 			for _, d := range drops {
 				re, err := regexp.Compile(d)
 				if err != nil {
 					return usage(fmt.Errorf("--drop %q: %w", d, err))
 				}
-				opts.Remap.Drop = append(opts.Remap.Drop, re)
+				opts.Plan.Drop = append(opts.Plan.Drop, re)
 			}
 			if maxShard != "" {
 				if opts.MaxShardSize, err = parseSize(maxShard); err != nil {
@@ -224,7 +220,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				fmt.Fprintf(out, "storages tagged %s → %s\n", from, to)
 			}
 			if sum.Remap.Cast > 0 {
-				fmt.Fprintf(out, "cast %s to %s\n", plural(sum.Remap.Cast, "tensor"), opts.Remap.DType)
+				fmt.Fprintf(out, "cast %s to %s\n", plural(sum.Remap.Cast, "tensor"), opts.Plan.DType)
 			}
 			if sum.ConfigDType != "" {
 				fmt.Fprintf(out, "config.json dtype %s\n", sum.ConfigDType)
@@ -280,7 +276,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.BoolVar(&keepCUDARNG, "keep-cuda-rng", false, "keep CUDA RNG states (as CPU byte tensors) instead of dropping them")
 	f.BoolVar(&zeroOptimizer, "zero-optimizer", false, "read a DeepSpeed ZeRO folder with its optimizer state consolidated for resume: the output holds {\"model\": weights, \"optimizer\": state by parameter name}")
 	f.StringVar(&dequantize, "dequantize", "", "unpack quantized tensors to --dtype (default bfloat16): --dequantize (all) or --dequantize=auto (with --tpu-gen)")
-	f.Lookup("dequantize").NoOptDefVal = string(convert.DequantizeAll)
+	f.Lookup("dequantize").NoOptDefVal = string(quant.DequantizeAll)
 	shard.register(f)
 	f.StringVar(&tpuGen, "tpu-gen", "", "target TPU generation for --dequantize=auto: v4, v5e, v5p, v6e or tpu7x (v7x)")
 	f.StringArrayVar(&renames, "rename", nil, "REGEX=REPL applied to tensor names, in order (repeatable)")

@@ -112,8 +112,8 @@ func TestShardFlags(t *testing.T) {
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatal(err)
 		}
-		opts := convert.Options{Target: &runtime.Target{Device: "tpu"}}
-		err := s.apply(fs, &opts, func(k string) string { return c.env[k] })
+		var opts convert.Options
+		err := s.apply(fs, &opts, runtime.Spec{Device: "tpu"}, func(k string) string { return c.env[k] })
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%v %v: %v, want %q", c.args, c.env, err, c.err)

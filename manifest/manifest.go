@@ -1,6 +1,6 @@
 // Package manifest reads and writes ckpt-manifest.json, the record ckpt convert leaves
-// with every output: how it was produced (tool, version, command line, source, options)
-// and what it holds (every tensor's name, dtype, shape, device tag, size and the xxhash64 of
+// with every output: how it was produced (tool, version, the conversion's options as a
+// typed record, the command line for people, the source) and what it holds (every tensor's name, dtype, shape, device tag, size and the xxhash64 of
 // its contiguous little-endian bytes). `ckpt check` compares an output with it; a later
 // forced conversion replaces only the files it lists.
 package manifest
@@ -36,6 +36,9 @@ type Manifest struct {
 	Args    []string `json:"args,omitempty"`
 	Source  Source   `json:"source"`
 	Output  Output   `json:"output"`
+	// Conversion is what the conversion was asked to do, typed and versioned: the options
+	// `ckpt verify` replays. nil in manifests of ckpt versions before it was recorded.
+	Conversion *Conversion `json:"conversion,omitempty"`
 	// Remap is the conversion's report of what it changed, as it chose to record it.
 	Remap   any      `json:"remap"`
 	Tensors []Tensor `json:"tensors"`
