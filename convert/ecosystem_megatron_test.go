@@ -169,12 +169,12 @@ func TestMegatronConvertLoadsInTorch(t *testing.T) {
 	var runs []run
 	var jobs []ecosystemJob
 	for name := range fx {
-		for _, format := range []convert.Format{convert.Torch, convert.Safetensors, convert.DCP} {
+		for _, format := range []formats.Layout{formats.TorchFile, formats.SafetensorsFile, formats.DCPFolder} {
 			dst := filepath.Join(host, strings.NewReplacer("/", "_", ".", "_").Replace(name)+"-"+string(format))
 			switch format {
-			case convert.Torch:
+			case formats.TorchFile:
 				dst += ".pt"
-			case convert.Safetensors:
+			case formats.SafetensorsFile:
 				dst += ".safetensors"
 			}
 			_, err := convert.Run(t.Context(), convert.Options{Src: megatronDir + name, Dst: dst, Format: format,
@@ -185,7 +185,7 @@ func TestMegatronConvertLoadsInTorch(t *testing.T) {
 			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
 				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
 			}
-			if format == convert.DCP && strings.HasPrefix(name, "nemo") {
+			if format == formats.DCPFolder && strings.HasPrefix(name, "nemo") {
 				carried := "model_config.yaml"
 				if name == "nemo2" {
 					carried = "context/model.yaml"

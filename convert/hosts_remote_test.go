@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
@@ -102,7 +103,7 @@ func TestMultiHostBucket(t *testing.T) {
 	buckettest.Start(t, "ckpt")
 	f := newHostsFixture(t, "cpu", "tp=2,fsdp=4")
 	dir := f.dir
-	for _, format := range []Format{DCP, Safetensors} {
+	for _, format := range []formats.Layout{formats.DCPFolder, formats.SafetensorsFile} {
 		options := f.options(format, time.Minute)
 		single := f.single(t, string(format)+"-single", options)
 		shared := filepath.Join(dir, string(format)+"-shared")
@@ -166,7 +167,7 @@ func runHosts(t *testing.T, opts func(host int) Options) []*Summary {
 func TestMultiHostBucketShares(t *testing.T) {
 	buckettest.Start(t, "ckpt")
 	f := newHostsFixture(t, "cpu", "fsdp=8")
-	dir, options := f.dir, f.options(DCP, 2*time.Second)
+	dir, options := f.dir, f.options(formats.DCPFolder, 2*time.Second)
 	single := f.single(t, "single", options)
 	for _, scheme := range []string{"gs", "s3"} {
 		dst := scheme + "://ckpt/shares"
@@ -258,7 +259,7 @@ func TestMultiHostBucketLoadsInTorch(t *testing.T) {
 	for h := range 2 {
 		wg.Go(func() {
 			opts := DefaultOptions(src, dst)
-			opts.Format, opts.Target = DCP, target
+			opts.Format, opts.Target = formats.DCPFolder, target
 			opts.Hosts = Hosts{Index: h, Count: 2, Wait: time.Minute}
 			_, errs[h] = Run(context.Background(), opts)
 		})

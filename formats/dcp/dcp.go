@@ -38,6 +38,13 @@ const Format = "dcp"
 // MetadataFile is the name of the metadata pickle in a DCP folder.
 const MetadataFile = ".metadata"
 
+// IsCheckpoint reports whether the folder dir is a torch.distributed.checkpoint directory:
+// it holds a .metadata file.
+func IsCheckpoint(dir string) bool {
+	st, err := store.Stat(store.Join(dir, MetadataFile))
+	return err == nil && st.Mode().IsRegular()
+}
+
 // ErrUnsupported is matched by errors.Is for valid DCP features ckpt cannot read (stream
 // transforms other than torch's ZStandard extension, non-strided layouts).
 var ErrUnsupported = statedict.ErrUnsupported

@@ -34,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -108,7 +109,7 @@ func Detect(dir string) bool {
 // IsDist reports whether dir is a Megatron-core dist_checkpointing folder: a DCP .metadata
 // beside common.pt and metadata.json.
 func IsDist(dir string) bool {
-	return store.IsFile(store.Join(dir, ".metadata")) && store.IsFile(store.Join(dir, CommonFile)) && store.IsFile(store.Join(dir, MetadataJSON))
+	return dcp.IsCheckpoint(dir) && store.IsFile(store.Join(dir, CommonFile)) && store.IsFile(store.Join(dir, MetadataJSON))
 }
 
 // ranks lists dir's rank folders (mp_rank_*), in rank order.
@@ -295,7 +296,7 @@ func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Che
 	}
 	for _, e := range entries {
 		n := e.Name()
-		if n != ".metadata" && n != CommonFile && n != MetadataJSON && !strings.HasSuffix(n, ".distcp") {
+		if n != dcp.MetadataFile && n != CommonFile && n != MetadataJSON && !strings.HasSuffix(n, ".distcp") {
 			out.Ignored = append(out.Ignored, path.Join(iter, n))
 		}
 	}
