@@ -196,7 +196,7 @@ func TestStreamsStayInTheirRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.WriteAll(context.Background(), l.Key, data, nil); err != nil {
+	if err := b.Put(context.Background(), l.Key, data, bucket.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f, err := store.Open(url)

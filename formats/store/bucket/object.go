@@ -6,8 +6,6 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
-
-	"gocloud.dev/blob"
 )
 
 // Reading objects: every read is a ranged GET of exactly the bytes asked for, so opening a
@@ -51,13 +49,13 @@ const (
 
 // object is an open object: a store.File.
 type object struct {
-	b     *blob.Bucket
+	b     *Bucket
 	l     Location
 	size  int64
 	whole *stream // reads through the object itself
 }
 
-func newObject(b *blob.Bucket, l Location, size int64) *object {
+func newObject(b *Bucket, l Location, size int64) *object {
 	o := &object{b: b, l: l, size: size}
 	o.whole = &stream{o: o, lo: 0, hi: size, next: -1} // a first read at 0 (a header) is no stream
 	return o
@@ -374,7 +372,7 @@ func (s *stream) issue(n int64) {
 	go func() {
 		requests <- struct{}{}
 		data := getBuf(c.end - c.start)
-		err := readRange(context.Background(), s.o.b, s.o.l.Key, data, c.start)
+		err := s.o.b.ReadRange(context.Background(), s.o.l.Key, data, c.start)
 		<-requests
 		s.mu.Lock()
 		c.data, c.err, c.fetched = data, err, true
@@ -502,5 +500,5 @@ func (o *object) readDirect(p []byte, off int64) error {
 func (o *object) fetch(p []byte, off int64) error {
 	requests <- struct{}{}
 	defer func() { <-requests }()
-	return readRange(context.Background(), o.b, o.l.Key, p, off)
+	return o.b.ReadRange(context.Background(), o.l.Key, p, off)
 }

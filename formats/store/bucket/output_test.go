@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"gocloud.dev/blob"
-
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
@@ -25,18 +23,15 @@ func keys(t *testing.T, scheme, prefix string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	objs, err := b.List(context.Background(), prefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []string
-	it := b.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		o, err := it.Next(context.Background())
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, o := range objs {
 		out = append(out, o.Key)
 	}
+	return out
 }
 
 // putObject uploads data to key in the bucket "ckpt" of scheme, as anyone but ckpt would.
@@ -46,7 +41,7 @@ func putObject(t *testing.T, scheme, key, data string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.WriteAll(context.Background(), key, []byte(data), nil); err != nil {
+	if err := b.Put(context.Background(), key, []byte(data), bucket.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"os/signal"
@@ -19,12 +18,12 @@ import (
 	"strings"
 	"syscall"
 
-	"cloud.google.com/go/storage"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
+	"github.com/ckpt-dev/ckpt/internal/mmap"
 )
 
 func main() {
@@ -90,28 +89,21 @@ func main() {
 }
 
 // upload sends the file local to url in one request (the emulator rewrites a file for
-// every chunk of a resumable upload, which is slow for gigabytes).
+// every chunk of a resumable upload, which is slow for gigabytes), from its mapping.
 func upload(local, url string) error {
 	l, err := bucket.Parse(url)
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
-	c, err := storage.NewClient(ctx)
+	b, err := bucket.Default.Bucket(ctx, l)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	f, err := os.Open(local)
+	m, err := mmap.Open(local)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	w := c.Bucket(l.Bucket).Object(l.Key).NewWriter(ctx)
-	w.ChunkSize = 0
-	if _, err := io.Copy(w, f); err != nil {
-		w.Close()
-		return err
-	}
-	return w.Close()
+	defer m.Close()
+	return b.Put(ctx, l.Key, m.Bytes(), bucket.PutOptions{})
 }
