@@ -24,10 +24,9 @@ reps=${REPS:-3}
 mkdir -p .bench
 src=.bench/llama-2g.pt
 [ -f "$src" ] || scripts/oracle python scripts/bench/make_llama.py "/repo/$src" >&2
-go build -o .bench/ckpt ./cmd/ckpt
-go build -o .bench/bucketserver ./scripts/bench/bucketserver
-go build -o .bench/rangeget ./scripts/bench/rangeget
-go build -o .bench/putobject ./scripts/bench/putobject
+CGO_ENABLED=0 go build -trimpath -o .bench/ckpt ./cmd/ckpt
+# The bench programs are their own module (scripts/bench/go.mod).
+(cd scripts/bench && for p in bucketserver rangeget putobject; do CGO_ENABLED=0 go build -trimpath -o "../../.bench/$p" "./$p"; done)
 bytes=$(stat -c %s "$src")
 small=.bench/llama-1g.pt
 puts=(-put "$src=gs://bench/llama-2g.pt")

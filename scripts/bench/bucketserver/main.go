@@ -11,13 +11,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"strings"
 	"syscall"
 
+	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
@@ -41,7 +44,16 @@ func main() {
 	if err := os.MkdirAll(*root, 0o755); err != nil {
 		log.Fatal(err)
 	}
-	srv, err := buckettest.GCSIn(*root, *bucket)
+	srv, err := buckettest.Serve(func(url string) (http.Handler, error) {
+		fake, err := fakestorage.NewServerWithOptions(fakestorage.Options{
+			NoListener: true, Scheme: "http", ExternalURL: url, PublicHost: strings.TrimPrefix(url, "http://"), Writer: io.Discard, StorageRoot: *root,
+		})
+		if err != nil {
+			return nil, err
+		}
+		fake.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: *bucket})
+		return fake.HTTPHandler(), nil
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -65,7 +77,12 @@ func main() {
 	if *keep {
 		backend = s3mem.New()
 	}
-	s3, err := buckettest.S3On(backend, *bucket)
+	if err := backend.CreateBucket(*bucket); err != nil {
+		log.Fatal(err)
+	}
+	s3, err := buckettest.Serve(func(string) (http.Handler, error) {
+		return gofakes3.New(backend, gofakes3.WithLogger(gofakes3.DiscardLog())).Server(), nil
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
