@@ -64,11 +64,14 @@ func (f *FS) Bucket(ctx context.Context, l Location) (*Bucket, error) {
 	return b, nil
 }
 
-// Close forgets the opened buckets: the next use opens them again, with the environment
-// then in force.
+// Close closes the opened buckets' idle connections and forgets them: the next use opens
+// them again, with the environment then in force.
 func (f *FS) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for _, b := range f.buckets {
+		b.api.closeIdle()
+	}
 	clear(f.buckets)
 	return nil
 }

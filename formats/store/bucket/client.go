@@ -35,6 +35,8 @@ type objectAPI interface {
 	put(ctx context.Context, key string, data []byte, opts PutOptions) error
 	// writer starts the upload of key (see Writer).
 	writer(ctx context.Context, key string, opts PutOptions) Writer
+	// closeIdle closes the client's idle connections.
+	closeIdle()
 }
 
 // Attributes describe an object.
@@ -211,6 +213,14 @@ func transient(err error) bool {
 	}
 	return true // a network error: refused, reset, EOF, timed out
 }
+
+// credentialsError is a failure to find or refresh credentials: the chain has looked in
+// every place it knows, so asking again at once finds nothing more.
+type credentialsError struct{ err error }
+
+func (e credentialsError) Error() string { return "credentials: " + e.err.Error() }
+func (e credentialsError) Unwrap() error { return e.err }
+func (credentialsError) final() bool     { return true }
 
 // Retries is how many times a request is tried; the waits between tries double from
 // 50 ms up to 2 s, so a request that keeps failing is given up after about 5 s of waiting.

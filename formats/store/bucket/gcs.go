@@ -272,6 +272,8 @@ type gcsUpload struct {
 	once    sync.Once
 }
 
+func (g *gcsAPI) closeIdle() { g.c.CloseIdleConnections() }
+
 func (g *gcsAPI) writer(ctx context.Context, key string, opts PutOptions) Writer {
 	u := &gcsUpload{g: g, key: key, opts: opts}
 	u.ctx, u.cancel = context.WithCancel(ctx)

@@ -129,7 +129,7 @@ func (a *s3API) do(ctx context.Context, method, u string, body []byte, hdr http.
 	req.Header.Set("X-Amz-Content-Sha256", hash)
 	creds, err := a.creds.Retrieve(ctx)
 	if err != nil {
-		return nil, err
+		return nil, credentialsError{err}
 	}
 	if err := a.signer.SignHTTP(ctx, creds, req, hash, "s3", a.region, time.Now(), func(o *v4.SignerOptions) {
 		o.DisableURIPathEscaping = true // the path is escaped once, as S3 expects
@@ -265,6 +265,8 @@ func (a *s3API) remove(ctx context.Context, key string) error {
 func (a *s3API) put(ctx context.Context, key string, data []byte, opts PutOptions) error {
 	return a.putObject(ctx, key, data, opts)
 }
+
+func (a *s3API) closeIdle() { a.c.CloseIdleConnections() }
 
 func (a *s3API) writer(ctx context.Context, key string, opts PutOptions) Writer {
 	return newS3Upload(ctx, a, key, opts)
