@@ -15,8 +15,9 @@ import (
 // The client layer: each cloud's object calls behind one interface (objectAPI), every call
 // taking a context, so cancelling a conversion cancels the request in flight. GCS goes
 // through its JSON API over net/http with golang.org/x/oauth2/google credentials (gcs.go),
-// S3 through the AWS SDK's S3 client with the SDK's default credential chain (s3.go). No
-// other cloud library is linked: the rest of the package works over Bucket.
+// S3 through its REST API over net/http, signed by the AWS SDK's SigV4 signer with the
+// SDK's default credential chain (s3.go, s3put.go). No other cloud library is linked: the
+// rest of the package works over Bucket.
 
 // objectAPI is one bucket's object calls. Each is tried once: Bucket retries them.
 type objectAPI interface {

@@ -147,7 +147,8 @@ func (c *chunk) release() {
 // Buffers come by size class (powers of two from minStream to BlockSize) from anonymous
 // memory outside the Go heap (mapBuf) and are kept for reuse up to keptBytes, so that
 // streaming gigabytes maps a few buffers and the heap stays as small as for a local file.
-// The pool serves the upload side's parts too (s3put.go): a conversion from a bucket into
+// The pool serves the upload side too (S3 parts, s3put.go; GCS chunks, gcs.go — two of
+// UploadBuffer, as many bytes as UploadParallel+1 parts): a conversion from a bucket into
 // one keeps the blocks of its reads and the parts of its uploads, which a fresh mapping
 // would otherwise cost a page fault per 4 KiB to fill (a third of the CPU time of the
 // 2 GiB conversion, BENCHMARKS.md).

@@ -28,9 +28,7 @@ import (
 // one kind whichever client wrote it (gofakes3 keeps an object's checksum header when
 // another client overwrites it with another kind's). Every request is retried by retry: a
 // part's bytes stay in hand until it is stored. An object smaller than a part is one
-// PutObject when it is closed. (The SDK's transfer manager, which gocloud.dev/blob used,
-// allocated its part buffers on the Go heap for every object, copied every byte through a
-// pipe and, over plain HTTP, hashed every part twice: BENCHMARKS.md "Buckets".)
+// PutObject when it is closed.
 const (
 	// UploadPart is the size of an S3 part while an object has fewer than partsPerSize
 	// parts; each further partsPerSize parts double it, so the 10 000 parts S3 allows
