@@ -23,11 +23,10 @@ import (
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
-	"gocloud.dev/blob"
 )
 
 // openBucket opens the bucket of the object (or prefix) url and returns its key there.
-func openBucket(t *testing.T, url string) (*blob.Bucket, string) {
+func openBucket(t *testing.T, url string) (*bucket.Bucket, string) {
 	t.Helper()
 	l, err := bucket.Parse(url)
 	if err != nil {
@@ -44,7 +43,7 @@ func openBucket(t *testing.T, url string) (*blob.Bucket, string) {
 func putForeign(t *testing.T, url, data string) {
 	t.Helper()
 	b, key := openBucket(t, url)
-	if err := b.WriteAll(context.Background(), key, []byte(data), nil); err != nil {
+	if err := b.Put(context.Background(), key, []byte(data), bucket.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -53,15 +52,15 @@ func putForeign(t *testing.T, url, data string) {
 func objectNames(t *testing.T, url string) []string {
 	t.Helper()
 	b, key := openBucket(t, url)
+	objs, err := b.List(context.Background(), key+"/", "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []string
-	it := b.List(&blob.ListOptions{Prefix: key + "/"})
-	for {
-		o, err := it.Next(context.Background())
-		if err != nil {
-			return out
-		}
+	for _, o := range objs {
 		out = append(out, strings.TrimPrefix(o.Key, key+"/"))
 	}
+	return out
 }
 
 // sameFiles compares every file of want (a local output) with got, manifests aside, and
