@@ -161,7 +161,7 @@ func parseTokens(s string) ([]int, error) {
 // writeLogits writes logits [1, T, vocab] as the float32 tensor "logits" of a safetensors
 // file, atomically.
 func writeLogits(path string, logits []float32, T, vocab int, force bool) error {
-	f, err := atomicfile.Create(path, force)
+	f, err := atomicfile.Create(path, atomicfile.FileOptions{Force: force})
 	if err != nil {
 		return err
 	}
