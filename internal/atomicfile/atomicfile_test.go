@@ -353,3 +353,182 @@ func TestMissingParent(t *testing.T) {
 		t.Errorf("CreateDir: %v", err)
 	}
 }
+
+// TestRemovePendingKeepsPlanted: an interrupted output removes only what it made: a link
+// planted beside its files, a file put in place of one of its own and a folder made where
+// it would write stay, and what the links lead to is untouched (issue 29, class 2).
+func TestRemovePendingKeepsPlanted(t *testing.T) {
+	restart(t)
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim.txt")
+	os.WriteFile(victim, []byte("VICTIM"), 0o644)
+	d, err := CreateDir(filepath.Join(base, "out"), DirOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, d, "a.safetensors", "a")
+	writeFile(t, d, "sub/b.safetensors", "b")
+	writeFile(t, d, "c.safetensors", "c")
+	os.Symlink(victim, filepath.Join(d.Path, "link"))
+	os.Remove(filepath.Join(d.Path, "c.safetensors"))
+	os.Link(victim, filepath.Join(d.Path, "c.safetensors"))
+	os.Mkdir(filepath.Join(d.Path, "sub", "planted"), 0o755)
+	f, err := Create(filepath.Join(base, "f.pt"), FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("half")
+	os.Symlink(victim, filepath.Join(base, ".f.pt.partial", "beside"))
+	if n := RemovePending(); n != 2 {
+		t.Errorf("RemovePending removed %d outputs, want 2", n)
+	}
+	if got := entries(t, d.Path); strings.Join(got, " ") != "c.safetensors link sub" {
+		t.Errorf("left in the partial folder: %v, want the plants alone", got)
+	}
+	if got := entries(t, filepath.Join(d.Path, "sub")); strings.Join(got, " ") != "planted" {
+		t.Errorf("left in sub: %v", got)
+	}
+	if got := entries(t, filepath.Join(base, ".f.pt.partial")); strings.Join(got, " ") != "beside" {
+		t.Errorf("left in the file's partial folder: %v", got)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "VICTIM" {
+		t.Errorf("the victim changed: %q", b)
+	}
+}
+
+// TestLeftoverProven: a killed run's partial folder is resumed or removed only as far as
+// its journal proves ckpt made each entry; a link, hard link, FIFO or folder in the place
+// of a file it made, or anything beside, makes the next run refuse with nothing touched.
+func TestLeftoverProven(t *testing.T) {
+	kill := func(t *testing.T, dst string) *Dir {
+		d, err := CreateDir(dst, DirOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, d, "a.safetensors", "aaaa")
+		writeFile(t, d, "sub/b.safetensors", "bb")
+		f, _ := d.Create("c.safetensors")
+		f.WriteString("c")
+		f.Close()
+		// Killed: the lock goes with the process, everything else stays.
+		d.p.fo.close()
+		d.p.j.close()
+		untrack(d.key)
+		return d
+	}
+	t.Run("removed", func(t *testing.T) {
+		dst := filepath.Join(t.TempDir(), "out")
+		kill(t, dst)
+		d, err := CreateDir(dst, DirOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.CleanedUp || len(entries(t, d.Path)) != 1 {
+			t.Fatalf("cleaned %v, left %v", d.CleanedUp, entries(t, d.Path))
+		}
+		d.Abort()
+	})
+	t.Run("resumed", func(t *testing.T) {
+		dst := filepath.Join(t.TempDir(), "out")
+		kill(t, dst)
+		d, err := CreateDir(dst, DirOptions{Resume: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Resumed) != 2 || d.Resumed["sub/b.safetensors"].Size != 2 {
+			t.Fatalf("resumed %v", d.Resumed)
+		}
+		if got := entries(t, d.Path); strings.Join(got, " ") != ".ckpt-journal a.safetensors sub" {
+			t.Fatalf("left %v", got)
+		}
+		f, err := d.Open("a.safetensors")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		d.Abort()
+	})
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim.txt")
+	os.WriteFile(victim, []byte("VICTIM"), 0o644)
+	for _, c := range []struct {
+		name  string
+		plant func(t *testing.T, partial string)
+	}{
+		{"link in place of a finished file", func(t *testing.T, p string) {
+			os.Remove(filepath.Join(p, "a.safetensors"))
+			os.Symlink(victim, filepath.Join(p, "a.safetensors"))
+		}},
+		{"hard link in place of a finished file", func(t *testing.T, p string) {
+			os.Remove(filepath.Join(p, "a.safetensors"))
+			os.Link(victim, filepath.Join(p, "a.safetensors"))
+		}},
+		{"link in place of a file being written", func(t *testing.T, p string) {
+			os.Remove(filepath.Join(p, "c.safetensors"))
+			os.Symlink(victim, filepath.Join(p, "c.safetensors"))
+		}},
+		{"FIFO in place of a file", func(t *testing.T, p string) {
+			os.Remove(filepath.Join(p, "c.safetensors"))
+			mkfifo(t, filepath.Join(p, "c.safetensors"))
+		}},
+		{"link in place of a subfolder", func(t *testing.T, p string) {
+			os.RemoveAll(filepath.Join(p, "sub"))
+			os.Symlink(base, filepath.Join(p, "sub"))
+		}},
+		{"a file beside", func(t *testing.T, p string) { os.WriteFile(filepath.Join(p, "notes.txt"), []byte("x"), 0o644) }},
+		{"a link in a subfolder", func(t *testing.T, p string) { os.Symlink(victim, filepath.Join(p, "sub", "x")) }},
+		{"journal is a link", func(t *testing.T, p string) {
+			os.Rename(filepath.Join(p, journalName), filepath.Join(base, "moved-journal"))
+			os.Symlink(filepath.Join(base, "moved-journal"), filepath.Join(p, journalName))
+		}},
+		{"journal is a copy", func(t *testing.T, p string) {
+			b, _ := os.ReadFile(filepath.Join(p, journalName))
+			os.WriteFile(filepath.Join(p, "copy"), b, 0o600) // a new inode, while the old one lives
+			os.Rename(filepath.Join(p, "copy"), filepath.Join(p, journalName))
+		}},
+	} {
+		for _, resume := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/resume=%v", c.name, resume), func(t *testing.T) {
+				dst := filepath.Join(t.TempDir(), "out")
+				d := kill(t, dst)
+				c.plant(t, d.Path)
+				before := tree(t, filepath.Dir(dst))
+				victimBefore := tree(t, base)
+				_, err := CreateDir(dst, DirOptions{Resume: resume})
+				if !errors.Is(err, ErrForeign) {
+					t.Fatalf("CreateDir: %v, want ErrForeign", err)
+				}
+				if after := tree(t, filepath.Dir(dst)); after != before {
+					t.Errorf("the partial folder changed:\n%s\n→\n%s", before, after)
+				}
+				if after := tree(t, base); after != victimBefore {
+					t.Errorf("outside changed:\n%s\n→\n%s", victimBefore, after)
+				}
+			})
+		}
+	}
+}
+
+// tree describes every entry under root (not following links) with its inode and bytes.
+func tree(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		st, err := os.Lstat(p)
+		if err != nil {
+			return nil
+		}
+		id, _ := lstatPath(p)
+		fmt.Fprintf(&b, "%s %v %d", p, st.Mode(), id.ino)
+		if st.Mode().IsRegular() {
+			c, _ := os.ReadFile(p)
+			fmt.Fprintf(&b, " %q", c)
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	return b.String()
+}
