@@ -366,7 +366,7 @@ func plan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*planned,
 	}
 	if len(ck.Outside) > 0 {
 		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "links_outside", Items: ck.Outside,
-			Message: fmt.Sprintf("left out %s: links leading outside the checkpoint folder, never read", remap.Summarize(ck.Outside))})
+			Message: fmt.Sprintf("left out %s: links leading outside the checkpoint folder or not regular files, never read", remap.Summarize(ck.Outside))})
 	}
 	if len(left) > 0 {
 		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "files_left_out", Items: left, Dropped: true,

@@ -68,16 +68,11 @@ func ParseTracker(b []byte) (string, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
-		return "", fmt.Errorf("%w: %s holds %q, not an iteration number or \"release\"", statedict.ErrCorrupt, TrackerFile, truncate(s))
+		// What it holds is not repeated: a tracker that is not one may be anything (a link
+		// to a secret).
+		return "", fmt.Errorf("%w: %s holds %d bytes that are not an iteration number or \"release\"", statedict.ErrCorrupt, TrackerFile, len(b))
 	}
 	return fmt.Sprintf("iter_%07d", n), nil
-}
-
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
 }
 
 // ParseBackend reads a dist_checkpointing metadata.json and returns its sharded backend

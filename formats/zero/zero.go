@@ -29,10 +29,14 @@ import (
 // Format is the statedict.Checkpoint.Format of consolidated ZeRO checkpoints.
 const Format = "deepspeed-zero"
 
+// maxLatest bounds the `latest` file: a tag name ("global_step1000").
+const maxLatest = 4096
+
 // Detect returns the tag folder of a ZeRO checkpoint at dir: the folder `latest` names, or
-// dir itself when it holds the ranks' *_optim_states.pt files.
+// dir itself when it holds the ranks' *_optim_states.pt files. A `latest` that is not a
+// small regular file (a FIFO, a device, a folder) names nothing.
 func Detect(dir string) (string, bool) {
-	if b, err := store.ReadFile(store.Join(dir, "latest"), -1); err == nil {
+	if b, err := store.ReadFile(store.Join(dir, "latest"), maxLatest); err == nil {
 		tag := strings.TrimSpace(string(b))
 		if tag != "" && filepath.Base(tag) == tag && tag != ".." && tag != "." && len(files(store.Join(dir, tag), optimFile)) > 0 {
 			return store.Join(dir, tag), true
