@@ -301,6 +301,17 @@ func TestPlantedPartial(t *testing.T) {
 				})
 			})
 		}
+		// The destination itself is something else (an earlier output's place taken).
+		for _, pl := range plants {
+			t.Run(c.name+"/destination is a "+pl.name, func(t *testing.T) {
+				c.check(t, func(t *testing.T, s sentinel, partial string) []string {
+					dst := filepath.Join(filepath.Dir(partial), c.dst)
+					must(t, os.RemoveAll(dst))
+					pl.make(t, s, dst)
+					return []string{c.dst}
+				})
+			})
+		}
 		// Something where a replaced output is moved aside.
 		if c.before != nil && c.dst == "out" {
 			for _, pl := range plants {
@@ -330,7 +341,7 @@ func (c hostileCase) check(t *testing.T, plantAll func(t *testing.T, s sentinel,
 	planted := map[string]map[string]string{}
 	for _, n := range names {
 		p := filepath.Join(partial, n)
-		if n == filepath.Base(partial) || strings.HasSuffix(n, ".old") {
+		if n == filepath.Base(partial) || strings.HasSuffix(n, ".old") || n == c.dst {
 			p = filepath.Join(base, n)
 		}
 		planted[p] = describe(t, p)
