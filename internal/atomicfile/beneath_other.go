@@ -28,12 +28,10 @@ type ident struct {
 	nlink uint64
 	size  int64
 	mtime int64
-	uid   uint32
 }
 
-func (i ident) isReg() bool  { return i.mode.IsRegular() }
-func (i ident) isDir() bool  { return i.mode.IsDir() }
-func (i ident) isLink() bool { return i.mode&fs.ModeSymlink != 0 }
+func (i ident) isReg() bool { return i.mode.IsRegular() }
+func (i ident) isDir() bool { return i.mode.IsDir() }
 
 func (i ident) kind() string {
 	switch {
@@ -41,7 +39,7 @@ func (i ident) kind() string {
 		return "a file"
 	case i.isDir():
 		return "a folder"
-	case i.isLink():
+	case i.mode&fs.ModeSymlink != 0:
 		return "a link"
 	case i.mode&fs.ModeNamedPipe != 0:
 		return "a FIFO"

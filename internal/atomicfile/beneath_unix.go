@@ -25,7 +25,7 @@ type folder struct {
 }
 
 // ident is what identifies a file ckpt made: its inode (within the folder's file system),
-// kind, link count, size, modification time and owner, read without following links.
+// kind, link count, size and modification time, read without following links.
 type ident struct {
 	ino   uint64
 	dev   uint64
@@ -33,12 +33,10 @@ type ident struct {
 	nlink uint64
 	size  int64
 	mtime int64
-	uid   uint32
 }
 
-func (i ident) isReg() bool  { return i.mode == unix.S_IFREG }
-func (i ident) isDir() bool  { return i.mode == unix.S_IFDIR }
-func (i ident) isLink() bool { return i.mode == unix.S_IFLNK }
+func (i ident) isReg() bool { return i.mode == unix.S_IFREG }
+func (i ident) isDir() bool { return i.mode == unix.S_IFDIR }
 
 // kind names what a file is, for messages.
 func (i ident) kind() string {
@@ -71,7 +69,7 @@ func (i ident) sameFile(want ident) bool {
 
 func identOf(st *unix.Stat_t) ident {
 	return ident{ino: uint64(st.Ino), dev: uint64(st.Dev), mode: uint32(st.Mode) & unix.S_IFMT,
-		nlink: uint64(st.Nlink), size: st.Size, mtime: st.Mtim.Nano(), uid: st.Uid}
+		nlink: uint64(st.Nlink), size: st.Size, mtime: st.Mtim.Nano()}
 }
 
 // lstatPath identifies the file at path without following a final link.
