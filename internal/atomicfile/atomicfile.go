@@ -212,7 +212,7 @@ func proveFile(path string, id ident, owner Owner) (ident, error) {
 			return proveOpen(path, c, func() (*os.File, ident, error) { return openNoFollow(path) })
 		}
 	}
-	return ident{}, fmt.Errorf("%s: %w: the ckpt manifest beside it does not list it", path, ErrForeign)
+	return ident{}, fmt.Errorf("%s: %w: the ckpt manifest beside it does not record its size and xxhash64 (one written before ckpt recorded them proves nothing: remove the file yourself)", path, ErrForeign)
 }
 
 // Commit fsyncs the file, moves it to its final name and fsyncs the folder.
@@ -597,7 +597,7 @@ func proveFolder(fo *folder, path string, force bool, owner Owner) (map[string]i
 		proof[n] = got
 	}
 	if len(foreign) > 0 {
-		return nil, fmt.Errorf("%s: %w: %s (not listed by the ckpt manifest there, or not what it records)", path, ErrForeign, listNames(foreign))
+		return nil, fmt.Errorf("%s: %w: %s (not recorded by the ckpt manifest there with its size and xxhash64, or not what it records)", path, ErrForeign, listNames(foreign))
 	}
 	return proof, nil
 }
