@@ -49,9 +49,11 @@ func copyTree(t *testing.T, from, to string) {
 	}
 }
 
-// TestForceNeverDeletesForeign: --force replaces only a file or what an earlier conversion
-// wrote; a folder holding anything else, a destination containing the source or inside it
-// and the source itself are refused, and nothing on disk changes (issue 14, item 1).
+// TestForceNeverDeletesForeign: --force replaces only what an earlier conversion wrote, as
+// its manifest proves it (each file's size and xxhash64); a folder holding anything else, a
+// forged manifest, a file edited since, a user's file, a destination containing the source
+// or inside it and the source itself are refused, and nothing on disk changes (issue 14,
+// item 1; issue 29, class 2).
 func TestForceNeverDeletesForeign(t *testing.T) {
 	pt, err := os.ReadFile("../testdata/torch/training_cuda.pt")
 	if err != nil {
@@ -96,6 +98,39 @@ func TestForceNeverDeletesForeign(t *testing.T) {
 			os.WriteFile(filepath.Join(base, "out", "NOTES.md"), []byte("mine"), 0o644)
 			return setup{filepath.Join(base, "hf"), filepath.Join(base, "out"), base}
 		}, formats.SafetensorsFile, "NOTES.md"},
+		{"a forged manifest naming the user's files", func(t *testing.T, base string) setup {
+			copyTree(t, "../testdata/hf/mistral_sharded", filepath.Join(base, "hf"))
+			os.MkdirAll(filepath.Join(base, "out"), 0o755)
+			os.WriteFile(filepath.Join(base, "out", "NOTES.md"), []byte("mine"), 0o644)
+			os.WriteFile(filepath.Join(base, "out", "ckpt-manifest.json"), []byte(`{"tool":"ckpt","output":{"files":["NOTES.md"]},"tensors":[]}`), 0o644)
+			return setup{filepath.Join(base, "hf"), filepath.Join(base, "out"), base}
+		}, formats.SafetensorsFile, "NOTES.md"},
+		{"a forged manifest with sums of other bytes", func(t *testing.T, base string) setup {
+			copyTree(t, "../testdata/hf/mistral_sharded", filepath.Join(base, "hf"))
+			os.MkdirAll(filepath.Join(base, "out"), 0o755)
+			os.WriteFile(filepath.Join(base, "out", "NOTES.md"), []byte("mine"), 0o644)
+			os.WriteFile(filepath.Join(base, "out", "ckpt-manifest.json"), []byte(`{"tool":"ckpt","output":{"files":["NOTES.md"],"sums":{"NOTES.md":{"size":4,"xxhash64":"0123456789abcdef"}}},"tensors":[]}`), 0o644)
+			return setup{filepath.Join(base, "hf"), filepath.Join(base, "out"), base}
+		}, formats.SafetensorsFile, "NOTES.md"},
+		{"an earlier output with a file edited since", func(t *testing.T, base string) setup {
+			copyTree(t, "../testdata/hf/mistral_sharded", filepath.Join(base, "hf"))
+			if _, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(base, "hf"), Dst: filepath.Join(base, "out"), Format: formats.SafetensorsFile}); err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(base, "out", "config.json"), []byte(`{"edited": true}`), 0o644)
+			return setup{filepath.Join(base, "hf"), filepath.Join(base, "out"), base}
+		}, formats.SafetensorsFile, "config.json"},
+		{"a user's file with a forged manifest beside it", func(t *testing.T, base string) setup {
+			os.WriteFile(filepath.Join(base, "in.pt"), pt, 0o644)
+			os.WriteFile(filepath.Join(base, "out.pt"), []byte("my own checkpoint"), 0o644)
+			os.WriteFile(filepath.Join(base, "out.pt.ckpt-manifest.json"), []byte(`{"tool":"ckpt","output":{"files":["out.pt"]},"tensors":[]}`), 0o644)
+			return setup{filepath.Join(base, "in.pt"), filepath.Join(base, "out.pt"), base}
+		}, formats.TorchFile, "out.pt"},
+		{"a user's file", func(t *testing.T, base string) setup {
+			os.WriteFile(filepath.Join(base, "in.pt"), pt, 0o644)
+			os.WriteFile(filepath.Join(base, "out.pt"), []byte("my own checkpoint"), 0o644)
+			return setup{filepath.Join(base, "in.pt"), filepath.Join(base, "out.pt"), base}
+		}, formats.TorchFile, "no ckpt manifest beside it"},
 		// A file output into an existing folder goes inside it, as cp does
 		// (formats.ChooseLayout): here onto a folder of that name.
 		{"a file output onto a folder", func(t *testing.T, base string) setup {

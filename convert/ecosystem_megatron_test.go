@@ -140,7 +140,7 @@ func TestMegatronRefusals(t *testing.T) {
 		says []string
 	}{
 		{"a", statedict.ErrCorrupt, []string{"latest_checkpointed_iteration.txt names iter_0000300", "iter_0000100"}},
-		{"b", statedict.ErrCorrupt, []string{`"latest"`, "not an iteration number"}},
+		{"b", statedict.ErrCorrupt, []string{"holds 6 bytes", "not an iteration number"}},
 		{"c", statedict.ErrCorrupt, []string{"mp_rank_00 has no model_optim_rng.pt"}},
 		{"d.nemo", statedict.ErrUnsupported, []string{"gzip-compressed .nemo", "tar xzf"}},
 	} {

@@ -207,6 +207,12 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		return nil, err
 	}
 	rep.Waited = time.Since(waited).Seconds()
+	if out.dir != nil {
+		// Nothing in the shared folder is read back before every entry is proven a host's.
+		if err := out.dir.Verify(); err != nil {
+			return nil, err
+		}
+	}
 	if err := finishHosts(out, p, opts, parts, run); err != nil {
 		return nil, err
 	}

@@ -357,7 +357,7 @@ func (p *Plan) files(ck *statedict.Checkpoint, folderOut bool) {
 	}
 	if len(ck.Outside) > 0 {
 		p.warn(Warning{Kind: "links_outside", Items: ck.Outside,
-			Message: fmt.Sprintf("left out %s: links leading outside the checkpoint folder, never read", Summarize(ck.Outside))})
+			Message: fmt.Sprintf("left out %s: links leading outside the checkpoint folder or not regular files, never read", Summarize(ck.Outside))})
 	}
 	if len(left) > 0 {
 		p.warn(Warning{Kind: "files_left_out", Items: left, Dropped: true,

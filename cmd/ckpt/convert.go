@@ -69,10 +69,13 @@ prefix the kept objects are not uploaded again, a resume whose source or options
 from the killed run's is refused, and since a bucket has no lock a killed run's leftovers
 there are taken over only with --resume or --force. A single-file DST in a bucket cannot
 be resumed: its object appears only once complete, so a killed run left nothing to keep.
-The output is written under a temporary name, fsynced and renamed when complete; an
-existing DST is replaced only with --force. A manifest (DST.ckpt-manifest.json, or
-ckpt-manifest.json inside a folder) records the source, options, version and an xxhash64 of
-every tensor.
+The output is written in a partial folder beside it (.DST.partial), fsynced and moved into
+place when complete; ckpt removes or keeps only what that folder's journal proves it made
+there, and refuses, naming it, anything else it finds. An existing DST is replaced only
+with --force, and only when its manifest proves every file an earlier conversion's (each
+file's size and xxhash64). A manifest (DST.ckpt-manifest.json, or ckpt-manifest.json
+inside a folder) records the source, options, version, each file's xxhash64 and an xxhash64
+of every tensor.
 
 SRC may also be a DeepSpeed ZeRO folder (consolidated as zero_to_fp32.py does), a diffusers
 pipeline (written as a folder of components), a PEFT adapter folder, or an HF Trainer
@@ -275,7 +278,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.StringArrayVar(&drops, "drop", nil, "drop entries whose flattened name matches REGEX (repeatable)")
 	f.BoolVar(&noStrip, "no-strip-wrappers", false, "keep DDP module. and torch.compile _orig_mod. prefixes")
 	f.StringVar(&maxShard, "max-shard-size", "", "largest safetensors shard in a folder output, e.g. 5GB, 500MB (default 5GB)")
-	f.BoolVar(&force, "force", false, "replace an existing DST (a file, or a folder an earlier conversion wrote)")
+	f.BoolVar(&force, "force", false, "replace an existing DST that an earlier conversion wrote (its manifest records every file's size and xxhash64)")
 	f.BoolVar(&resume, "resume", false, "continue a folder output whose conversion was killed, keeping the files it finished (checked against their checksums), locally or in a bucket; with --num-hosts, this host's share")
 	f.BoolVar(&asJSON, "json", false, "print a machine-readable summary")
 	f.BoolVarP(&verbose, "verbose", "v", false, "list every value or file a warning concerns")

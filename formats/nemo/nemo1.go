@@ -28,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ckpt-dev/ckpt/formats/megatron"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -364,6 +365,16 @@ func Open(file string, decode func(r io.ReaderAt, base, size int64, file string)
 	}
 	if len(weights) == 0 {
 		return nil, fmt.Errorf("%s: %w: a .nemo archive without %s (it holds %s)", file, statedict.ErrCorrupt, WeightsMember, names(members))
+	}
+	if len(weights) > 1 || weights[0].Name != WeightsMember {
+		// The rank folders must be every rank of the model-parallel grid, once each.
+		var ranks []string
+		for _, m := range weights {
+			ranks = append(ranks, path.Dir(m.Name))
+		}
+		if err := megatron.CheckNeMoRanks(ranks); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
 	}
 	root := statedict.NewDict("")
 	for _, m := range weights {
