@@ -131,12 +131,10 @@ func TestForceNeverDeletesForeign(t *testing.T) {
 			os.WriteFile(filepath.Join(base, "out.pt"), []byte("my own checkpoint"), 0o644)
 			return setup{filepath.Join(base, "in.pt"), filepath.Join(base, "out.pt"), base}
 		}, formats.TorchFile, "no ckpt manifest beside it"},
-		// A file output into an existing folder goes inside it, as cp does
-		// (formats.ChooseLayout): here onto a folder of that name.
 		{"a file output onto a folder", func(t *testing.T, base string) setup {
 			os.WriteFile(filepath.Join(base, "in.pt"), pt, 0o644)
-			os.MkdirAll(filepath.Join(base, "out.pt", "in.pt"), 0o755)
-			os.WriteFile(filepath.Join(base, "out.pt", "in.pt", "x"), []byte("x"), 0o644)
+			os.MkdirAll(filepath.Join(base, "out.pt"), 0o755)
+			os.WriteFile(filepath.Join(base, "out.pt", "x"), []byte("x"), 0o644)
 			return setup{filepath.Join(base, "in.pt"), filepath.Join(base, "out.pt"), base}
 		}, formats.TorchFile, "folder"},
 	}

@@ -3,6 +3,7 @@ package formats
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -115,8 +116,10 @@ var ErrLayout = errors.New("output layout")
 // is, "" to let the source and destination decide; perRank is set for an output written
 // per device (one file per rank).
 //
-//   - DST ending in .safetensors, .pt, .pth or .bin names a file of that format.
-//   - A folder source, a DST ending in "/" or an existing folder give a folder output:
+//   - DST ending in .safetensors, .pt, .pth or .bin names a file of that format (a folder
+//     there is refused, not written into).
+//   - A folder source, a DST ending in "/" or an existing folder (not a link to one) give a
+//     folder output:
 //     with safetensors or without a format a Hugging Face folder (a DCP source, a DCP
 //     folder), with dcp a DCP folder — at DST itself, the configuration and tokenizer files
 //     carried along.
@@ -135,15 +138,14 @@ func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, e
 	}
 	st, err := store.Stat(src)
 	srcDir := err == nil && st.IsDir()
-	dstSt, err := store.Stat(dst)
-	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || err == nil && dstSt.IsDir()
+	ext := strings.ToLower(path.Ext(filepath.ToSlash(strings.TrimRight(dst, "/"+string(filepath.Separator)))))
+	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || !fileExt[ext] && isFolder(dst)
 	if dstDir {
 		dst = strings.TrimRight(dst, "/"+string(filepath.Separator))
 		if dst == "" {
 			dst = "/"
 		}
 	}
-	ext := strings.ToLower(path.Ext(filepath.ToSlash(dst)))
 	inside := func(l Layout) (string, Layout, error) {
 		base := strings.TrimSuffix(store.Base(src), path.Ext(store.Base(src)))
 		return store.Join(dst, base+l.Ext()), l, nil
@@ -179,6 +181,21 @@ func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, e
 		return inside(TorchFile)
 	}
 	return dst, TorchFile, nil
+}
+
+// fileExt are the extensions that make a DST name a file, even where a folder of that
+// name exists (which the conversion then refuses to replace, never writing into it).
+var fileExt = map[string]bool{".safetensors": true, ".pt": true, ".pth": true, ".bin": true}
+
+// isFolder reports whether dst is an existing folder — a folder itself, not a link to one:
+// a link planted at DST never leads the output somewhere else.
+func isFolder(dst string) bool {
+	if store.IsRemote(dst) {
+		st, err := store.Stat(dst)
+		return err == nil && st.IsDir()
+	}
+	st, err := os.Lstat(dst)
+	return err == nil && st.IsDir()
 }
 
 // chooseRanks is ChooseLayout for a per-rank output.

@@ -13,6 +13,10 @@ func TestChooseLayout(t *testing.T) {
 	dir := t.TempDir()
 	existing := filepath.Join(dir, "existing")
 	os.Mkdir(existing, 0o755)
+	folderPT := filepath.Join(dir, "folder.pt")
+	os.Mkdir(folderPT, 0o755)
+	link := filepath.Join(dir, "link")
+	os.Symlink(existing, link)
 	hf := "../testdata/hf/mistral_sharded"
 	dcp := "../testdata/dcp/model"
 	file := "../testdata/torch/training_cuda.pt"
@@ -36,6 +40,10 @@ func TestChooseLayout(t *testing.T) {
 		{file, "out/", SafetensorsFile, false, "out", HFFolder, false},
 		{file, "x", "", false, "x", TorchFile, false},
 		{file, "x", DCPFolder, false, "x", DCPFolder, false},
+		// A file name stays a file where a folder is (the conversion then refuses it), and a
+		// link to a folder is no folder to write into.
+		{file, folderPT, "", false, folderPT, TorchFile, false},
+		{file, link, "", false, link, TorchFile, false},
 		// Per rank: a folder, dcp by default, safetensors one file per rank.
 		{file, "out/", "", true, "out", DCPFolder, false},
 		{file, "out", SafetensorsFile, true, "out", SafetensorsRanks, false},
