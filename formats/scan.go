@@ -137,14 +137,23 @@ func (r *ScanResult) Refused() []Finding {
 	return out
 }
 
-// SortedGlobals lists the distinct globals of all pickles, worst class first, then by name.
+// SortedGlobals lists the distinct globals of all pickles, worst class first, then by name;
+// findings that name no global (pickle.ScannedGlobal) are listed once per opcode and reason.
 func (r *ScanResult) SortedGlobals() []pickle.ScannedGlobal {
-	seen := map[pickle.Global]bool{}
+	type key struct {
+		g       pickle.Global
+		op, why string
+	}
+	seen := map[key]bool{}
 	var out []pickle.ScannedGlobal
 	for _, s := range r.Pickles {
 		for _, g := range s.Report.Globals {
-			if !seen[g.Global] {
-				seen[g.Global] = true
+			k := key{g: g.Global}
+			if g.Global == (pickle.Global{}) {
+				k.op, k.why = g.Opcode, g.Why
+			}
+			if !seen[k] {
+				seen[k] = true
 				out = append(out, g)
 			}
 		}
@@ -360,6 +369,10 @@ func (s *scanner) pickleProblem(ps PickleScan) {
 	var pe *pickle.Error
 	if errors.As(ps.Err, &pe) && !ps.Inflated {
 		off = ps.Base + pe.Offset
+	}
+	if errors.Is(ps.Err, pickle.ErrLimit) {
+		s.problem(ps.File, off, statedict.ErrUnsupported, "%s: pickle beyond the scanner's limits: %v", ps.Where, ps.Err)
+		return
 	}
 	s.problem(ps.File, off, statedict.ErrCorrupt, "%s: malformed pickle: %v", ps.Where, ps.Err)
 }

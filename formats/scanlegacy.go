@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -34,11 +35,12 @@ func decodeValue(data []byte) (pickle.Value, error) {
 }
 
 // isPickle reports whether a first pickle scan shows a pickle rather than bytes that only
-// start like one. A complete pickle is one; a broken one counts when it reached a global
-// (Python imported it before failing) — when lenient, only a global shaped like a Python
-// dotted name, so that a text file whose first letter is an opcode is not taken for one.
+// start like one. A complete pickle is one, and so is one beyond the scanner's limits
+// (Python reads on); a broken one counts when it reached a global (Python imported it
+// before failing) — when lenient, only a global shaped like a Python dotted name, so that
+// a text file whose first letter is an opcode is not taken for one.
 func isPickle(ps PickleScan, lenient bool) bool {
-	if ps.Err == nil {
+	if ps.Err == nil || errors.Is(ps.Err, pickle.ErrLimit) {
 		return true
 	}
 	for _, g := range ps.Report.Globals {

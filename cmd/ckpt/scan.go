@@ -160,8 +160,12 @@ func printScan(out io.Writer, res *formats.ScanResult) {
 	}
 	for _, g := range res.SortedGlobals() {
 		line := fmt.Sprintf("  %-10s %s", g.Class, g.Global)
-		if g.Opcode == "STACK_GLOBAL" && g.Global.Module == "" && g.Global.Name == "" {
-			line = fmt.Sprintf("  %-10s (dynamic STACK_GLOBAL)", g.Class)
+		if g.Global.Module == "" && g.Global.Name == "" {
+			what := g.Opcode
+			if what == "STACK_GLOBAL" {
+				what = "dynamic STACK_GLOBAL"
+			}
+			line = fmt.Sprintf("  %-10s (%s)", g.Class, what)
 		}
 		if sev := g.Class.Severity(); sev != "" {
 			line += "  — " + sev

@@ -74,7 +74,8 @@ func FuzzScan(f *testing.F) {
 			}
 		}
 		for _, g := range rep.Globals {
-			if g.Offset < 0 || g.Offset >= int64(len(data)) || (g.Class == Unsafe) != (g.Why != "") {
+			named := g.Global != (Global{}) || g.Opcode == "STACK_GLOBAL"
+			if g.Offset < 0 || g.Offset >= int64(len(data)) || named && (g.Class == Unsafe) != (g.Why != "") || !named && (g.Class < Unknown || g.Why == "") {
 				t.Fatalf("bad global %+v", g)
 			}
 		}
