@@ -88,7 +88,7 @@ func IndexAt(r io.ReaderAt, size int64) ([]Member, error) {
 		}
 		clean, err := cleanName(m.Name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: tar member at byte %d: %w (NeMo's restore skips it)", statedict.ErrCorrupt, m.Offset, err)
+			return nil, fmt.Errorf("%w: tar member %q at byte %d: its name is absolute or climbs out of the archive (NeMo's restore skips it)", statedict.ErrCorrupt, m.Name, m.Offset)
 		}
 		if m.Size != m.HeaderSize {
 			return nil, fmt.Errorf("%w: tar member %q at byte %d: its PAX record gives %d bytes, its header %d", statedict.ErrCorrupt, m.Name, m.Offset, m.Size, m.HeaderSize)
@@ -125,6 +125,16 @@ func IsArchive(members []Member) bool {
 		}
 	}
 	return false
+}
+
+// IsTarArchive reports whether a member list as Python's tarfile reads it is a .nemo
+// archive's (IsArchive of the normalized names, whatever their types).
+func IsTarArchive(a *pytar.Archive) bool {
+	ms := make([]Member, len(a.Members))
+	for i, m := range a.Members {
+		ms[i].Name = strings.TrimPrefix(path.Clean(m.Name), "./")
+	}
+	return IsArchive(ms)
 }
 
 // IsGzipArchive reports whether head, the start of a gzip stream, inflates to the start of

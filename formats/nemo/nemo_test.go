@@ -98,8 +98,8 @@ func TestIndexRefuses(t *testing.T) {
 	}{
 		"truncated":  {good[:900], `"./model_weights.ckpt" at byte 0: 1000 bytes at byte 512 run past the end of the 900-byte archive`},
 		"checksum":   {badSum, "bad checksum"},
-		"escape":     {archive(t, tar.FormatGNU, file{"../../etc/x", "y", 0}), `member name "../../etc/x" is not a file inside the archive (NeMo's restore skips it)`},
-		"absolute":   {archive(t, tar.FormatGNU, file{"/etc/x", "y", 0}), `tar member at byte 0: member name "/etc/x"`},
+		"escape":     {archive(t, tar.FormatGNU, file{"../../etc/x", "y", 0}), `tar member "../../etc/x" at byte 0: its name is absolute or climbs out of the archive (NeMo's restore skips it)`},
+		"absolute":   {archive(t, tar.FormatGNU, file{"/etc/x", "y", 0}), `tar member "/etc/x" at byte 0: its name is absolute`},
 		"lying PAX":  {lie, `tar member "model_weights.ckpt" at byte 1024: its PAX record gives 1200 bytes, its header 1000`},
 		"short head": {good[:100], "truncated header"},
 	} {

@@ -163,6 +163,18 @@ func Read(r io.ReaderAt, size int64) (*Archive, error) {
 	}
 }
 
+// IsHeader reports whether head (a file's first bytes) starts with a block tarfile takes
+// for a header: not all zero, its checksum a number matching the block's. Read says what
+// it makes of it; IsHeader is the cheap test before reading more.
+func IsHeader(head []byte) bool {
+	if len(head) < block {
+		return false
+	}
+	_, err := frombuf(head[:block], 0, true)
+	var h *hdrErr
+	return !errors.As(err, &h) || h.kind != invalidHeader && h.kind != eofHeader
+}
+
 // reader is tarfile's TarFile state while reading: offset (where the next header is) and
 // tell (the file position its reads left).
 type reader struct {
