@@ -1,0 +1,79 @@
+package formats
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/formats/pickle"
+)
+
+// TestScanLoaderParity scans the committed fixtures of testdata/hostile/round3.py (issue
+// 29; cmd/ckpt's TestScanRound3 shows in the oracle that each loader runs the payloads):
+// what a loader would run is refused, from where the loader reads it, and each reading a
+// file is given is listed.
+func TestScanLoaderParity(t *testing.T) {
+	const dir = "../testdata/hostile/round3/"
+	for _, c := range []struct {
+		name    string
+		where   string // a refused finding's location contains it
+		class   pickle.Safety
+		layouts []string // the file's layouts (files of a folder: any of them)
+	}{
+		{"torch_tar_v7_prefix.pt", `tar member "pickle"`, pickle.Unsafe, []string{layoutTar}},
+		{"torch_tar_python_rejects.pt", "pickle", pickle.Unsafe, []string{layoutPickle}},
+		{"torch_tar_listing_fails.pt", "read from byte 0", pickle.Unsafe, []string{layoutTar}},
+		{"torch_nemo_and_tar.nemo", `tar member "pickle"`, pickle.Unsafe, []string{layoutNemo, layoutTar}},
+		{"torch_zip_upper.pt", "evil/DATA.PKL", pickle.Unsafe, []string{layoutZip}},
+		{"torch_zip_both.pt", "clean/DATA.PKL", pickle.Unsafe, []string{layoutZip}},
+		{"torch_deep.pkl", "pickle 1 (magic number)", pickle.Unknown, []string{layoutPickle}},
+		{"trainer_deep", "pickle 1 (magic number)", pickle.Unknown, []string{layoutPickle, layoutZip}},
+		{"oldpy_frame_straddle.pt", "data.pkl", pickle.Unsafe, []string{layoutZip}},
+		{"numpy_object.npy", "array of objects", pickle.Unsafe, []string{layoutNpy}},
+		{"numpy_object.npz", `npz member "arr_1.npy"`, pickle.Unsafe, []string{layoutNpz}},
+		{"numpy_pickle.npy", "neither .npy nor .npz", pickle.Unsafe, []string{layoutPickle}},
+		{"numpy_structured.npy", "array of objects", pickle.Unsafe, []string{layoutNpy}},
+		{"numpy_folder", "array of objects", pickle.Unsafe, []string{layoutNpy, layoutZip}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := Scan(dir + c.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := res.Refused()
+			if len(bad) == 0 || bad[0].Class != c.class || !slices.ContainsFunc(bad, func(f Finding) bool { return strings.Contains(f.Where, c.where) }) {
+				t.Errorf("refused %+v, want %v at %q", bad, c.class, c.where)
+			}
+			var layouts []string
+			for _, f := range res.Files {
+				layouts = append(layouts, f.Layout)
+			}
+			for _, l := range c.layouts {
+				if !slices.Contains(layouts, l) {
+					t.Errorf("layouts %q, want %q among them", layouts, l)
+				}
+			}
+		})
+	}
+}
+
+// TestScanNemoBadTars: a .nemo archive with a member NeMo's restore skips (".." or an
+// absolute name), a lying PAX size or a size past the end cannot be vouched for, and the
+// problem names the member and its byte offset.
+func TestScanNemoBadTars(t *testing.T) {
+	for name, says := range map[string]string{
+		"nemo_dotdot.nemo":   `tar member "../escaped.txt" at byte 7168`,
+		"nemo_absolute.nemo": `tar member "/tmp/ckpt-absolute.txt" at byte 7168`,
+		"nemo_pax_size.nemo": `tar member "./tokenizer.model" at byte 7168: its PAX record gives 1024 bytes, its header 3`,
+		"nemo_huge.nemo":     `tar member "./vocab.txt" at byte 7168: 17179869184 bytes at byte 7680 run past the end`,
+	} {
+		res, err := Scan(filepath.Join("../testdata/hostile/round3", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Refused()) > 0 || !slices.ContainsFunc(res.Problems, func(p Problem) bool { return strings.Contains(p.Error(), says) }) {
+			t.Errorf("%s: problems %v, refused %v; want a problem naming %s", name, res.Problems, res.Refused(), says)
+		}
+	}
+}
