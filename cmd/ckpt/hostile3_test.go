@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -154,5 +155,39 @@ func TestNemoBadTars(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHostileZstd: DCP folders torch wrote with its ZStandard extension whose tensor's
+// item became a 192 KiB zstd frame inflating to 6 GiB of zeros (issue 29, class 6), with
+// a metadata saying the tensor holds 4 TiB, or 6 GiB, or an item that starts as a zip
+// record named data.pkl: scan, inspect --hash and convert each fail in a second with an
+// error naming the item, in bounded memory — no out-of-memory crash (before, each inflated
+// until it ran out).
+func TestHostileZstd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command and runs it under resource limits")
+	}
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		t.Skip("prlimit not installed")
+	}
+	o := oracle.Require(t)
+	host, chroot := oracle.TempDir(t)
+	if out, err := o.Python("testdata/hostile/round3.py", "gen", chroot, "--resources"); err != nil {
+		t.Fatalf("round3.py gen: %v\n%s", err, out)
+	}
+	out := t.TempDir()
+	for name, says := range map[string]string{
+		"res_dcp_zstd_claim":  "regenerate at most",
+		"res_dcp_zstd_zeros":  "not a torch.save archive",
+		"res_dcp_zstd_forged": "data.pkl",
+	} {
+		p := filepath.Join(host, name)
+		for _, args := range [][]string{{"scan", p}, {"inspect", "--hash", p}, {"convert", "--to", "tpu", p, filepath.Join(out, name)}} {
+			stderr, code, rss := limited(t, 1<<30, args...)
+			if crashed(stderr) || code != 1 || !strings.Contains(stderr, says) || !strings.Contains(stderr, `"w"`) || rss > 256<<10 {
+				t.Errorf("ckpt %s %s: exit %d, peak RSS %d MiB\n%.1500s\nwant exit 1 naming item \"w\" and %q", args[0], name, code, rss>>10, stderr, says)
+			}
+		}
 	}
 }

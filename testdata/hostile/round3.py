@@ -2,7 +2,7 @@
 """Hostile fixtures of issue 29 (round 3) — loader parity — written and checked with the
 oracle's real torch, tarfile and numpy:
 
-    scripts/oracle python testdata/hostile/round3.py gen OUTDIR
+    scripts/oracle python testdata/hostile/round3.py gen OUTDIR [--resources]
     scripts/oracle python testdata/hostile/round3.py check PATH...
 
 `check` loads each path the way its loader does — the loader is in the file name's
@@ -19,6 +19,8 @@ Loaders (the prefix of a fixture's name):
   numpy_      np.load(path, allow_pickle=True), every array of an .npz read
   trainer_    a folder: torch.load of each *.bin / *.pth / *.pt file in it, as
               transformers' Trainer resumes from a checkpoint-N folder
+  res_        (--resources, not committed) resource bombs: not loaded, read by ckpt
+              under a memory limit
 """
 
 import io
@@ -262,6 +264,62 @@ def numpys(out):
     torch.save({"w": torch.arange(4.0)}, os.path.join(d, "pytorch_model.bin"))
 
 
+# --- DCP items compressed with torch's ZStandard extension ----------------------------
+
+def rle_frame(blocks, raw=b""):
+    """A zstd frame of RLE blocks of 128 KiB of zeros: 4 bytes each, the most zstd
+    regenerates per byte (49152 blocks: 192 KiB inflating to 6 GiB), after a raw block of
+    raw bytes."""
+    b = bytearray(b"\x28\xb5\x2f\xfd\x00\x38")
+    if raw:
+        b += struct.pack("<I", len(raw) << 3)[:3] + raw
+    for i in range(blocks):
+        h = 1 << 1 | (128 << 10) << 3 | (1 if i == blocks - 1 else 0)
+        b += struct.pack("<I", h)[:3] + b"\x00"
+    return bytes(b)
+
+
+def dcp_zstd_lie(path, numel, item):
+    """A DCP folder torch writes with its ZStandard extension, whose tensor "w" is then
+    rewritten: its item's bytes replaced by item, its size in the metadata by numel."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._extension import ZStandard
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, TensorStorageMetadata
+    dcp.save({"w": torch.arange(4.0), "step": 3}, storage_writer=dcp.FileSystemWriter(path, _extensions=[ZStandard()]), no_dist=True)
+    with open(os.path.join(path, ".metadata"), "rb") as f:
+        md = pickle.load(f)
+    for rel in {i.relative_path for i in md.storage_data.values()}:
+        with open(os.path.join(path, rel), "rb") as f:
+            data = f.read()
+        out = bytearray()
+        for idx, info in sorted(md.storage_data.items(), key=lambda kv: kv[1].offset):
+            if info.relative_path != rel:
+                continue
+            b = item if idx.fqn == "w" else data[info.offset:info.offset + info.length]
+            md.storage_data[idx] = _StorageInfo(rel, len(out), len(b), info.transform_descriptors)
+            out += b
+        write(os.path.join(path, rel), bytes(out))
+    w = md.state_dict_metadata["w"]
+    md.state_dict_metadata["w"] = TensorStorageMetadata(w.properties, torch.Size([numel]),
+                                                        [ChunkStorageMetadata(torch.Size([0]), torch.Size([numel]))])
+    with open(os.path.join(path, ".metadata"), "wb") as f:
+        pickle.dump(md, f)
+
+
+def resources(out):
+    """Small files that make a naive reader inflate 6 GiB (cmd/ckpt's TestHostileZstd)."""
+    bomb = rle_frame(49152)
+    # The metadata says w holds 2**40 floats (4 TiB): more than 192 KiB of zstd regenerate.
+    dcp_zstd_lie(os.path.join(out, "res_dcp_zstd_claim"), 1 << 40, bomb)
+    # The metadata says 6 GiB, and the item inflates to 6 GiB of zeros: no archive.
+    dcp_zstd_lie(os.path.join(out, "res_dcp_zstd_zeros"), (6 << 30) // 4, bomb)
+    # A zip record named data.pkl, then zeros.
+    head = b"PK\x03\x04" + bytes(22) + struct.pack("<HH", 16, 0) + b"archive/data.pkl"
+    dcp_zstd_lie(os.path.join(out, "res_dcp_zstd_forged"), (6 << 30) // 4, rle_frame(49152, head))
+
+
 # --- the older CPython reading -------------------------------------------------------
 
 class _OldCReader:
@@ -420,6 +478,8 @@ def main():
         zips(out)
         pickles(out)
         numpys(out)
+        if "--resources" in sys.argv:
+            resources(out)
     else:
         check(sys.argv[2:])
 
