@@ -77,3 +77,28 @@ func TestScanNemoBadTars(t *testing.T) {
 		}
 	}
 }
+
+// TestIsPickleLenient: in a folder, a broken pickle counts when it reached a global Python
+// imported before failing — a dotted name, or a finding standing for one the scanner cannot
+// name (here a STACK_GLOBAL whose module is a 2000-byte string, past what the scanner
+// tracks) — while text whose first letter is an opcode does not.
+func TestIsPickleLenient(t *testing.T) {
+	long := append([]byte{0x80, 0x04, 0x58}, 0xd0, 0x07, 0, 0)
+	long = append(long, strings.Repeat("a", 2000)...)
+	long = append(long, 0x8c, 1, 'x', 0x93, 0xff) // STACK_GLOBAL, then a byte no opcode is
+	for name, c := range map[string]struct {
+		data []byte
+		want bool
+	}{
+		"dynamic STACK_GLOBAL then broken":  {long, true},
+		"dotted GLOBAL then broken":         {[]byte("cos\nsystem\n\xff"), true},
+		"text":                              {[]byte("Some notes about the model\n"), false},
+		"GLOBAL of empty names then broken": {[]byte("c\n\n\xff"), false},
+	} {
+		ps := PickleScan{}
+		ps.Report, ps.Err = pickle.ScanOne(c.data)
+		if got := isPickle(ps, true); got != c.want {
+			t.Errorf("%s: isPickle %v, want %v (%+v, %v)", name, got, c.want, ps.Report.Globals, ps.Err)
+		}
+	}
+}

@@ -33,14 +33,17 @@ func decodeValue(data []byte) (pickle.Value, error) {
 // isPickle reports whether a first pickle scan shows a pickle rather than bytes that only
 // start like one. A complete pickle is one, and so is one beyond the scanner's limits
 // (Python reads on); a broken one counts when it reached a global (Python imported it
-// before failing) — when lenient, only a global shaped like a Python dotted name, so that
-// a text file whose first letter is an opcode is not taken for one.
+// before failing) — when lenient, only a global shaped like a Python dotted name, or a
+// finding standing for globals the scanner cannot name (a dynamic STACK_GLOBAL, a FRAME
+// the CPython versions read differently: no text reaches them), so that a text file whose
+// first letter is an opcode is not taken for one.
 func isPickle(ps PickleScan, lenient bool) bool {
 	if ps.Err == nil || errors.Is(ps.Err, pickle.ErrLimit) {
 		return true
 	}
 	for _, g := range ps.Report.Globals {
-		if !lenient || (pyDotted(g.Global.Module) && pyDotted(g.Global.Name)) {
+		named := g.Global != (pickle.Global{})
+		if !lenient || named && pyDotted(g.Global.Module) && pyDotted(g.Global.Name) || !named && g.Class.Refused() && g.Why != "" {
 			return true
 		}
 	}
