@@ -16,15 +16,21 @@ import (
 // Scanning
 //
 // Scan answers one question: would loading this checkpoint the way its producer loads it —
-// torch.load(weights_only=False), or DCP's loader, which unpickles .metadata with
-// pickle.load and every bytes item with torch.load(weights_only=False) — import or call
-// anything beyond pure data? It finds the pickles where those loaders find them, not by
-// guessing: a torch.save zip's data.pkl (and every other .pkl record), the sequence of
-// pickles of a legacy stream as torch.serialization._legacy_load reads it (any protocol,
-// any spelling of the magic number), the members of a legacy tar archive, a bare pickle,
-// a DCP folder's .metadata and each item its storage entries locate. Bytes that no archive
-// record, pickle or item accounts for, members torch refuses, and layouts torch does not
-// load are problems: the scan then cannot vouch for the file.
+// torch.load(weights_only=False), DCP's loader (which unpickles .metadata with pickle.load
+// and every bytes item with torch.load(weights_only=False)), NeMo's restore_from,
+// np.load(allow_pickle=True) — import or call anything beyond pure data? It finds the
+// pickles where those loaders find them, not by guessing: a torch.save zip's data.pkl (and
+// every other .pkl record, names matched without case as torch's miniz matches them), the
+// sequence of pickles of a legacy stream as torch.serialization._legacy_load reads it (any
+// protocol, any spelling of the magic number), the members of a legacy tar archive and of a
+// .nemo archive as Python's tarfile reads them (scantar.go), a bare pickle, the object
+// arrays of .npy and .npz files (scannpy.go), a DCP folder's .metadata and each item its
+// storage entries locate. A file more than one loader reads, or that a loader reads
+// differently across the CPython versions torch runs on, is scanned in every reading; the
+// worst verdict wins. Bytes that no archive record, pickle or item accounts for, members
+// torch refuses, and layouts torch does not load are problems: the scan then cannot vouch
+// for the file. What the scanner cannot follow — a pickle beyond its limits — is refused as
+// unknown code, never passed over.
 //
 // The policy is default-deny. Allowed are torch's weights_only allowlist (pickle.Allowed)
 // and the pure-data reconstructors ckpt models (pickle.IsModeled, and the DCP metadata
