@@ -1,6 +1,10 @@
 package formats
 
 import (
+	"archive/zip"
+	"bytes"
+	"encoding/binary"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -100,5 +104,30 @@ func TestIsPickleLenient(t *testing.T) {
 		if got := isPickle(ps, true); got != c.want {
 			t.Errorf("%s: isPickle %v, want %v (%+v, %v)", name, got, c.want, ps.Report.Globals, ps.Err)
 		}
+	}
+}
+
+// TestScanDeflatedBeyondLimits: a deflated data.pkl inflating past what the scanner
+// inflates (here 100× its compressed size) is refused as unknown code — torch inflates and
+// unpickles it — not passed over as a broken record.
+func TestScanDeflatedBeyondLimits(t *testing.T) {
+	pkl := append([]byte{0x80, 0x02, 'B'}, binary.LittleEndian.AppendUint32(nil, 8<<20)...)
+	pkl = append(append(pkl, make([]byte, 8<<20)...), 'c', 'o', 's', '\n', 's', 'y', 's', 't', 'e', 'm', '\n', '.')
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	w, _ := zw.CreateHeader(&zip.FileHeader{Name: "archive/data.pkl", Method: zip.Deflate})
+	w.Write(pkl)
+	w, _ = zw.CreateHeader(&zip.FileHeader{Name: "archive/byteorder", Method: zip.Store})
+	w.Write([]byte("little"))
+	zw.Close()
+	p := filepath.Join(t.TempDir(), "model.pt")
+	os.WriteFile(p, buf.Bytes(), 0o644)
+	res, err := Scan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := res.Refused()
+	if len(bad) != 1 || bad[0].Class != pickle.Unknown || !strings.Contains(bad[0].Why, "beyond the scanner's limits") {
+		t.Errorf("refused %+v, problems %v", bad, res.Problems)
 	}
 }

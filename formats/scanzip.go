@@ -15,6 +15,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -405,11 +406,12 @@ var errBeyondLimits = errors.New("beyond the scanner's limits")
 
 // inflateRecord inflates a deflated record the scanner reads whole — exactly the size its
 // directory entry gives, as torch's and Python's zip readers check — up to
-// maxPickleRecord bytes: a larger one is beyond the scanner's limits (errBeyondLimits),
-// not a broken record. Memory is bounded by that, not by a ratio to the compressed size.
+// maxPickleRecord bytes and torchzip.MaxInflateRatio times its compressed size (beyond
+// torchzip.InflateRatioFloor): a larger one is beyond the scanner's limits
+// (errBeyondLimits), not a broken record — the loader inflates and unpickles it.
 func inflateRecord(raw []byte, size uint64) ([]byte, error) {
-	if size > maxPickleRecord {
-		return nil, fmt.Errorf("a deflated record of %d bytes is %w (it inflates at most %d): what the loader unpickles from it is unknown", size, errBeyondLimits, int64(maxPickleRecord))
+	if bound := uint64(max(int64(len(raw))*torchzip.MaxInflateRatio, torchzip.InflateRatioFloor)); size > maxPickleRecord || size > bound {
+		return nil, fmt.Errorf("a deflated record of %d bytes inflating to %d is %w (it inflates at most %d, and %d× its size): what the loader unpickles from it is unknown", len(raw), size, errBeyondLimits, int64(maxPickleRecord), torchzip.MaxInflateRatio)
 	}
 	w := bytes.NewBuffer(make([]byte, 0, min(size, 1<<20)))
 	n, err := io.Copy(w, io.LimitReader(flate.NewReader(bytes.NewReader(raw)), int64(size)+1))
