@@ -130,7 +130,9 @@ func TestFindWithoutCase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	upper := renamed(t, data, func(n string) string { return strings.ReplaceAll(strings.ToUpper(n), strings.ToUpper(n[:strings.IndexByte(n, '/')]), n[:strings.IndexByte(n, '/')]) }, nil)
+	upper := renamed(t, data, func(n string) string {
+		return strings.ReplaceAll(strings.ToUpper(n), strings.ToUpper(n[:strings.IndexByte(n, '/')]), n[:strings.IndexByte(n, '/')])
+	}, nil)
 	got, err := DecodeBytes(upper, "upper.pt", 0)
 	if err != nil {
 		t.Fatalf("records in upper case: %v", err)
