@@ -294,6 +294,9 @@ func (s *scanner) file(path string, inFolder bool) {
 	}
 	if isNumpy(path, data) {
 		s.layout(path, s.numpyLoad(path, data))
+		// The same bytes handed to torch.load (an .npz is a zip, an .npy may be anything):
+		// what that reading would run is refused too.
+		s.secondary(func(sub *scanner) { sub.loaders(path, data, true) })
 		return
 	}
 	if s.loaders(path, data, inFolder) {

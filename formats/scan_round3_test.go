@@ -131,3 +131,22 @@ func TestScanDeflatedBeyondLimits(t *testing.T) {
 		t.Errorf("refused %+v, problems %v", bad, res.Problems)
 	}
 }
+
+// TestScanNumpyAsTorch: a file named .npz that is a torch.save zip is read by np.load
+// (members that are not arrays: nothing unpickled) and by torch.load (its data.pkl): what
+// torch.load would run is refused.
+func TestScanNumpyAsTorch(t *testing.T) {
+	b, err := os.ReadFile("../testdata/hostile/round3/torch_zip_upper.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "arrays.npz")
+	os.WriteFile(p, b, 0o644)
+	res, err := Scan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := res.Refused(); len(bad) == 0 || bad[0].Class != pickle.Unsafe || res.Files[0].Layout != layoutNpz {
+		t.Errorf("files %v, refused %+v", res.Files, bad)
+	}
+}
