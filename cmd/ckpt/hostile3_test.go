@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,5 +192,33 @@ func TestHostileZstd(t *testing.T) {
 				t.Errorf("ckpt %s %s: exit %d, peak RSS %d MiB\n%.1500s\nwant exit 1 naming item \"w\" and %q", args[0], name, code, rss>>10, stderr, says)
 			}
 		}
+	}
+}
+
+// TestScanZstdEnds: a DCP item torch's ZStandard extension would compress, inflating past
+// what the scan keeps of it (24 MiB: its first and last 16 MiB are kept), scans clean —
+// the archive's headers, pickle and directory are in its ends — and reads whole.
+func TestScanZstdEnds(t *testing.T) {
+	const n = 6 << 20 // float32 zeros: 24 MiB
+	hdr := []byte(fmt.Sprintf(`{"w":{"dtype":"F32","shape":[%d],"data_offsets":[0,%d]}}`, n, 4*n))
+	hdr = append(hdr, bytes.Repeat([]byte(" "), (8-len(hdr)%8)%8)...)
+	src := filepath.Join(t.TempDir(), "big.safetensors")
+	f, err := os.Create(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(hdr))))
+	f.Write(hdr)
+	f.Write(make([]byte, 4*n))
+	f.Close()
+	dst := filepath.Join(t.TempDir(), "dcp")
+	if _, err := run(t, "convert", "--to", "tpu", "--format", "dcp", "--compress", "zstd", src, dst); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "scan", dst); err != nil {
+		t.Errorf("scan: %v\n%s", err, out)
+	}
+	if out, err := run(t, "inspect", "--hash", dst); err != nil || !strings.Contains(out, "24.0 MiB") {
+		t.Errorf("inspect --hash: %v\n%s", err, out)
 	}
 }
