@@ -32,10 +32,13 @@ func (s *scanner) loaders(file string, data []byte, lenient bool) bool {
 		return true
 	}
 	read := false
-	if a, err := pytar.Read(bytes.NewReader(data), int64(len(data))); err == nil && nemo.IsTarArchive(a) {
-		s.layout(file, layoutNemo)
-		s.nemoArchive(file, data, a)
-		read = true
+	// (pytar.IsHeader first: most files are no tar, and reading one costs a window.)
+	if pytar.IsHeader(data) {
+		if a, err := pytar.Read(bytes.NewReader(data), int64(len(data))); err == nil && nemo.IsTarArchive(a) {
+			s.layout(file, layoutNemo)
+			s.nemoArchive(file, data, a)
+			read = true
+		}
 	}
 	if layout := s.torchLoad(file, data, 0, "", true, lenient); layout != "" {
 		s.layout(file, layout)
@@ -72,6 +75,11 @@ var legacyTarMembers = []string{"storages", "tensors", "pickle"}
 // a pickle stream from byte 0 instead; so may other CPython versions: that reading is
 // scanned too.
 func (s *scanner) tarLoad(file string, data []byte, base int64, where string, lenient bool) (layout string, isTar bool) {
+	if !pytar.IsHeader(data) {
+		// tarfile refuses the first block (torch then unpickles the file from byte 0), or
+		// opens an archive of no members (torch.load then fails finding "storages").
+		return "", len(data) >= 512 && allZero(data[:512])
+	}
 	a, err := pytar.Read(bytes.NewReader(data), int64(len(data)))
 	fromZero := func() {
 		s.secondary(func(sub *scanner) {
@@ -107,6 +115,15 @@ func (s *scanner) tarLoad(file string, data []byte, base int64, where string, le
 		s.secondary(func(sub *scanner) { sub.tarArchive(file, data, base, where, a) })
 	}
 	return layout, true
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // tarMember is a member's bytes (cut at the end of data: tarfile raises there, after the
