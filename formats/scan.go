@@ -308,7 +308,7 @@ func (s *scanner) file(path string, inFolder bool) {
 	}
 	s.layout(path, layoutNone)
 	if !inFolder {
-		s.problem(path, -1, statedict.ErrUnsupported, "not a checkpoint: neither a torch.save zip, legacy stream or tar, a pickle, a DCP folder nor safetensors")
+		s.problem(path, -1, statedict.ErrUnsupported, "not a checkpoint: neither a torch.save zip, legacy stream or tar, a .nemo archive, a pickle, a numpy array, a DCP folder nor safetensors")
 	}
 }
 
