@@ -1,6 +1,7 @@
 package formats
 
 import (
+	"archive/tar"
 	"archive/zip"
 	"bytes"
 	"encoding/binary"
@@ -148,5 +149,34 @@ func TestScanNumpyAsTorch(t *testing.T) {
 	}
 	if bad := res.Refused(); len(bad) == 0 || bad[0].Class != pickle.Unsafe || res.Files[0].Layout != layoutNpz {
 		t.Errorf("files %v, refused %+v", res.Files, bad)
+	}
+}
+
+// TestScanTarLinks: the "pickle" member torch's legacy loader reads through
+// tar.extractfile may be a hard link to another member: that member is read as the object
+// pickle, its globals refused where torch reads them (round3.py's torch_tar_hardlink.pt
+// shows torch.load running the target's payload).
+func TestScanTarLinks(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(h *tar.Header, b []byte) {
+		h.Mode, h.Size = 0o644, int64(len(b))
+		tw.WriteHeader(h)
+		tw.Write(b)
+	}
+	add(&tar.Header{Name: "storages"}, []byte("\x80\x02K\x00.\x80\x02].")) // count 0, views []
+	add(&tar.Header{Name: "tensors"}, []byte("\x80\x02K\x00."))
+	add(&tar.Header{Name: "object"}, []byte("cposix\nsystem\n(S'true'\ntR."))
+	tw.WriteHeader(&tar.Header{Name: "pickle", Linkname: "object", Typeflag: tar.TypeLink, Mode: 0o644})
+	tw.Close()
+	p := filepath.Join(t.TempDir(), "old.pt")
+	os.WriteFile(p, buf.Bytes(), 0o644)
+	res, err := Scan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := res.Refused()
+	if len(bad) == 0 || bad[0].Class != pickle.Unsafe || !strings.Contains(bad[0].Where, `tar member "pickle" (linked to "object")`) || len(res.Problems) != 0 {
+		t.Errorf("refused %+v, problems %v", bad, res.Problems)
 	}
 }

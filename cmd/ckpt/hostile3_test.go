@@ -27,6 +27,7 @@ var round3Payloads = map[string]string{
 	"torch_tar_python_rejects.pt": "posix.system",        // tarfile refuses the header: torch unpickles byte 0
 	"torch_tar_listing_fails.pt":  "byte 0",              // tarfile cannot list it: torch unpickles byte 0
 	"torch_nemo_and_tar.nemo":     `tar member "pickle"`, // a .nemo archive that is a legacy torch tar too
+	"torch_tar_hardlink.pt":       `tar member "pickle" (linked to "object")`,
 	// torch finds zip records whatever their case.
 	"torch_zip_upper.pt": "DATA.PKL",
 	"torch_zip_both.pt":  "DATA.PKL",

@@ -56,10 +56,11 @@ def op_str(s):
 
 # --- tar -----------------------------------------------------------------------------
 
-def tar_header(name, size, typ=b"0", prefix=b"", magic=b"ustar\x0000", devmajor=b"0000000\x00"):
+def tar_header(name, size, typ=b"0", prefix=b"", magic=b"ustar\x0000", devmajor=b"0000000\x00", linkname=b""):
     """One 512-byte tar header, checksum filled in."""
     h = bytearray(512)
     h[0:len(name)] = name
+    h[157:157 + len(linkname)] = linkname
     h[100:108] = b"0000644\x00"
     h[108:116] = b"0000000\x00"
     h[116:124] = b"0000000\x00"
@@ -114,6 +115,10 @@ def tars(out):
     # unpickles the file from byte 0.
     write(os.path.join(out, "torch_tar_listing_fails.pt"),
           tar_member(P0, b"x") + tar_header(b"pickle", 1 << 20) + clean)
+    # The "pickle" member a hard link to another member: tar.extractfile reads the target.
+    write(os.path.join(out, "torch_tar_hardlink.pt"),
+          legacy_tar_members(clean)[:-(512 + len(clean) + (-len(clean) % 512))] + tar_member(b"object", evil)
+          + tar_header(b"pickle", 0, typ=b"1", linkname=b"object") + bytes(1024))
     # Both a .nemo archive (its restore loads a clean model_weights.ckpt) and a legacy
     # torch tar (torch.load runs the payload of its "pickle" member).
     weights = torch_bytes({"w": torch.arange(4.0)})
