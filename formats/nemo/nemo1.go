@@ -106,11 +106,12 @@ func IndexAt(r io.ReaderAt, size int64) ([]Member, error) {
 	return out, nil
 }
 
-// cleanName is a member's name relative to the archive root: "./a/b" → "a/b"; absolute
-// names and names climbing out are refused.
+// cleanName is a member's name relative to the archive root, normalized as the path
+// NeMo's extraction writes ("./a/b" and ".//a//b" → "a/b"); absolute names and names with
+// a ".." component are refused.
 func cleanName(name string) (string, error) {
-	c := path.Clean(strings.TrimPrefix(name, "./"))
-	if c == "." || c == "" || path.IsAbs(name) || c == ".." || strings.HasPrefix(c, "../") || slices.Contains(strings.Split(name, "/"), "..") {
+	c := path.Clean(name)
+	if c == "." || path.IsAbs(c) || slices.Contains(strings.Split(name, "/"), "..") {
 		return "", fmt.Errorf("member name %q is not a file inside the archive", name)
 	}
 	return c, nil
