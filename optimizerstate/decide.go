@@ -27,8 +27,12 @@ type Decisions struct {
 	// RNG are the tree's RNG states (see FindRNG).
 	RNG RNG
 	// Models are the tree's model state dicts: dicts of parameter names to tensors outside
-	// any optimizer state (whose per-parameter dicts look alike).
+	// any optimizer state (whose per-parameter dicts look alike), and the dicts whose tensor
+	// entries are a model's (Inline).
 	Models map[*statedict.Dict]bool
+	// Inline are the dicts of Models of which only the tensor entries are the model's: a
+	// model flattened into a dict of training state (InlineModel), as torchtitan saves it.
+	Inline map[*statedict.Dict]bool
 	// Schedulers and Scalers are the LR scheduler and GradScaler state dicts, with where
 	// they are.
 	Schedulers, Scalers []Located
@@ -71,7 +75,7 @@ func Decide(root statedict.Value, opts Options) (*Decisions, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Decisions{Found: found, States: map[*statedict.Tensor]State{}, RNG: FindRNG(root), Models: map[*statedict.Dict]bool{},
+	d := &Decisions{Found: found, States: map[*statedict.Tensor]State{}, RNG: FindRNG(root), Models: map[*statedict.Dict]bool{}, Inline: map[*statedict.Dict]bool{},
 		Policies: statedict.Policies{}, Drop: map[string]string{}, OnCPU: map[string]bool{}}
 	inOptimizer := map[*statedict.Dict]bool{}
 	for _, f := range found {
@@ -142,6 +146,9 @@ func (d *Decisions) findDicts(v statedict.Value, path string, inOptimizer, seen 
 		if IsModelStateDict(c) {
 			d.Models[c] = true
 			return
+		}
+		if InlineModel(c) != nil {
+			d.Models[c], d.Inline[c] = true, true
 		}
 		if kind, ok := SchedulerKind(c); ok {
 			d.Schedulers = append(d.Schedulers, Located{Path: path, Dict: c, Kind: kind})

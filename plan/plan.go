@@ -330,8 +330,11 @@ func (d decider) Policy(name string, v statedict.Value) statedict.Policy {
 	return pol
 }
 
-// Model reports whether d is one of the tree's model state dicts.
-func (d decider) Model(dict *statedict.Dict) bool { return d.p.decisions.Models[dict] }
+// Model reports whether d is one of the tree's model state dicts, or holds one in its
+// tensor entries.
+func (d decider) Model(dict *statedict.Dict) (bool, bool) {
+	return d.p.decisions.Models[dict], d.p.decisions.Inline[dict]
+}
 
 // files decides what becomes of the files of a source folder that are not the weights: an
 // HF Trainer checkpoint's training state converted alongside into a folder output

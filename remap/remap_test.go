@@ -44,13 +44,13 @@ func (d decisions) Policy(_ string, v statedict.Value) statedict.Policy {
 	return d[t]
 }
 
-func (decisions) Model(d *statedict.Dict) bool {
+func (decisions) Model(d *statedict.Dict) (bool, bool) {
 	for _, e := range d.Entries() {
 		if _, ok := e.Value.(*statedict.Tensor); !ok {
-			return false
+			return false, false
 		}
 	}
-	return d.Len() > 0
+	return d.Len() > 0, false
 }
 
 func TestApplyNames(t *testing.T) {
