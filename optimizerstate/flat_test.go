@@ -194,7 +194,7 @@ func TestFlatForms(t *testing.T) {
 	})
 	t.Run("not flat", func(t *testing.T) {
 		for _, d := range []*statedict.Dict{
-			dict("state.a.exp_avg", tensor(2)),                      // no param_groups key
+			dict("state.a.exp_avg", tensor(2)),                         // no param_groups key
 			dict("state.a.exp_avg", tensor(2), "param_groups", list()), // a nested form's key
 			dict("param_groups.a.lr", 0.1, "other", 1.0),
 			dict(int64(1), 0.1),
