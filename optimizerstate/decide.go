@@ -15,6 +15,10 @@ type Options struct {
 	MomentDType statedict.DType
 	// KeepCUDARNG keeps CUDA RNG states, as CPU byte tensors, instead of dropping them.
 	KeepCUDARNG bool
+	// DataParallel is, for an output split over a mesh, the data-parallel degree of the
+	// run that loads it (runtime.Mesh.DataParallel): the training state beside the model is
+	// carried for it (Decisions.Carried). 0 for an output that is not per device.
+	DataParallel int
 }
 
 // Decisions is what a tree's training state is and what a conversion must do with it.
@@ -46,6 +50,10 @@ type Decisions struct {
 	Drop map[string]string
 	// OnCPU lists, by flattened name, the RNG states kept as CPU tensors.
 	OnCPU map[string]bool
+	// Carried says, for an output split over a mesh (Options.DataParallel), what becomes of
+	// each piece of training state that is not a parameter's, by path; the ones dropped are
+	// in Drop too.
+	Carried []Carried
 }
 
 // State locates a per-parameter optimizer state tensor.
@@ -125,6 +133,7 @@ func Decide(root statedict.Value, opts Options) (*Decisions, error) {
 			d.Drop[n] = "a CUDA RNG state means nothing on a TPU"
 		}
 	}
+	d.carry(root, opts.DataParallel, opts.KeepCUDARNG)
 	statedict.Walk(root, "", func(name string, v statedict.Value) error {
 		if t, ok := v.(*statedict.Tensor); ok && d.OnCPU[name] {
 			d.Policies[t] = statedict.Policy{NoCast: true, Host: true, Why: "RNG state"}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats"
@@ -174,7 +175,11 @@ func (p *Plan) remap(q *quant.Prepared) (statedict.Value, error) {
 		}
 		p.host = plain.Host
 	}
-	dec, err := optimizerstate.Decide(root, optimizerstate.Options{Names: opts.OptimizerNames, MomentDType: opts.OptimizerDType, KeepCUDARNG: opts.KeepCUDARNG})
+	oo := optimizerstate.Options{Names: opts.OptimizerNames, MomentDType: opts.OptimizerDType, KeepCUDARNG: opts.KeepCUDARNG}
+	if p.Target.Sharding() != nil {
+		oo.DataParallel = p.Target.Mesh.DataParallel()
+	}
+	dec, err := optimizerstate.Decide(root, oo)
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +208,19 @@ func (p *Plan) remap(q *quant.Prepared) (statedict.Value, error) {
 			p.Report.RNG = append(p.Report.RNG, n)
 		}
 	}
-	p.Report.DroppedRNG = rep.PolicyDropped // the only entries a policy drops
+	cuda := map[string]bool{}
+	for _, n := range dec.RNG.CUDAEntries {
+		cuda[n] = true
+	}
+	var carriedDropped []string
+	for _, n := range rep.PolicyDropped {
+		if cuda[n] {
+			p.Report.DroppedRNG = append(p.Report.DroppedRNG, n)
+		} else {
+			carriedDropped = append(carriedDropped, n)
+		}
+	}
+	p.Report.Carried = dec.Carried
 	if err := p.followModels(); err != nil {
 		return nil, err
 	}
@@ -214,6 +231,16 @@ func (p *Plan) remap(q *quant.Prepared) (statedict.Value, error) {
 		}
 		p.Report.Warnings = append(p.Report.Warnings, Warning{Kind: "cuda_rng_dropped", Items: p.Report.DroppedRNG, Dropped: true,
 			Message: fmt.Sprintf("dropped %s (%s): they mean nothing on %s", plural.Of(n, "CUDA RNG state"), Summarize(p.Report.DroppedRNG), where)})
+	}
+	if n := len(carriedDropped); n > 0 {
+		var why []string
+		for _, c := range dec.Carried {
+			if slices.Contains(carriedDropped, c.Path) {
+				why = append(why, c.Path+": "+c.Why)
+			}
+		}
+		p.Report.Warnings = append(p.Report.Warnings, Warning{Kind: "training_state_dropped", Items: carriedDropped, Dropped: true,
+			Message: fmt.Sprintf("dropped %s: %s", plural.Of(n, "per-rank training state"), strings.Join(why, "; "))})
 	}
 	p.warn(p.Report.Warnings...)
 	return out, nil

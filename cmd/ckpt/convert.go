@@ -231,6 +231,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			for _, o := range sum.Remap.Optimizers {
 				fmt.Fprintf(out, "optimizer state %s (%s): %s%s\n", label(o.Path), o.Kind, plural(o.Params, "parameter"), optimizerNote(o))
 			}
+			printCarried(out, sum.Remap.Carried)
 			if q := sum.Quantization; q != nil {
 				carried := slices.Contains(sum.Files, "config.json")
 				switch {

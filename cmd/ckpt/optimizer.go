@@ -129,6 +129,22 @@ func optimizerNote(o *optimizerstate.Report) string {
 	return "; " + strings.Join(parts, "; ")
 }
 
+// printCarried writes what a conversion for a mesh did with the training state beside
+// the model and its optimizer, a line per action (kept, replicated, dropped).
+func printCarried(w io.Writer, cs []optimizerstate.Carried) {
+	for _, action := range []string{optimizerstate.Kept, optimizerstate.Replicated, optimizerstate.Dropped} {
+		var items []string
+		for _, c := range cs {
+			if c.Action == action {
+				items = append(items, label(c.Path)+" ("+c.Kind+")")
+			}
+		}
+		if len(items) > 0 {
+			fmt.Fprintf(w, "training state %s: %s\n", action, strings.Join(items, ", "))
+		}
+	}
+}
+
 func label(path string) string {
 	if path == "" {
 		return "(root)"
