@@ -181,6 +181,18 @@ func InlineModel(d *statedict.Dict) *statedict.Dict {
 	return view
 }
 
+// TieCounts counts the optimizer's parameters whose state is tied to a model entry (all of
+// them when it is mapped onto its model, none otherwise) and those that are not.
+func (f *Found) TieCounts() (tied, notTied int) {
+	if f.Optimizer == nil {
+		return 0, 0
+	}
+	if f.Mapping != nil {
+		tied = len(f.Mapping.Params)
+	}
+	return tied, len(f.Optimizer.Params) - tied
+}
+
 // pair maps f's optimizer onto the first candidate model it fits.
 func (f *Found) pair(cands []located, names []string) {
 	var firstErr error

@@ -25,9 +25,16 @@ type Report struct {
 	Path string `json:"path"`
 	Kind string `json:"kind"`
 	Form Form   `json:"form"`
-	// Model is the path of the model state dict it was mapped onto, MappedBy how.
+	// Flat is set for the flattened FQN form (Optimizer.Flat).
+	Flat bool `json:"flattened,omitempty"`
+	// Model is the path of the model state dict it was mapped onto, MappedBy how (the
+	// Mapping's By: "fqn", "shapes", "names file", …).
 	Model    string `json:"model,omitempty"`
 	MappedBy string `json:"mapped_by,omitempty"`
+	// Tied and NotTied count the optimizer's parameters (as saved) whose state was and was
+	// not tied to a model entry.
+	Tied    int `json:"tied"`
+	NotTied int `json:"not_tied"`
 	// Params counts the parameters in the output.
 	Params int `json:"params"`
 	// Dropped lists the ids (as saved) of parameters removed with their model entries.
@@ -59,7 +66,8 @@ type Report struct {
 // out with its parameter, in state order.
 func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) (*Report, []Follows, error) {
 	o := f.Optimizer
-	rep := &Report{Path: f.Path, Kind: o.Kind, Form: o.Form, Model: f.ModelPath}
+	rep := &Report{Path: f.Path, Kind: o.Kind, Form: o.Form, Flat: o.Flat, Model: f.ModelPath}
+	rep.Tied, rep.NotTied = f.TieCounts()
 	n := len(o.Params)
 	kept := make([]bool, n)
 	ids := make([]statedict.Value, n)
