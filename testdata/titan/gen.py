@@ -112,7 +112,7 @@ def main():
     if mode == "single":
         train(0, 1, sys.argv[2], False)
     elif mode == "fsdp2":
-        fsdp2(sys.argv[2], sys.argv[3], flatten=sys.argv[4:] != ["nested"])
+        fsdp2(sys.argv[2], os.path.abspath(sys.argv[3]), flatten=sys.argv[4:] != ["nested"])
     elif mode == "fixtures":
         here = os.path.dirname(os.path.abspath(__file__))
         for name in ("single", "fsdp2"):
