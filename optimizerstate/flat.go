@@ -71,9 +71,9 @@ func splitStateKey(k string, params map[string]int) (fqn, key string, ok bool) {
 }
 
 // parseFlat reads a flattened optimizer state dict. Parameters are listed in the order
-// their first entry comes in (a DCP folder saved by several ranks keeps rank 0's entries
-// first, so that order is not the optimizer's); the groups are rebuilt as the sets of
-// parameters with the same options, in that order. Two groups with the same options
+// their first param_groups entry comes in (a DCP folder saved by several ranks lists each
+// rank's entries together, so that order need not be the optimizer's); the groups are
+// rebuilt as the sets of parameters with the same options, in that order. Two groups with the same options
 // become one, which changes nothing torch loads: it takes each live group's options from
 // its parameters' entries.
 func parseFlat(d *statedict.Dict) (*Optimizer, error) {
@@ -96,10 +96,7 @@ func parseFlat(d *statedict.Dict) (*Optimizer, error) {
 			o.Params = append(o.Params, Param{ID: fqn, Name: fqn})
 			opts = append(opts, statedict.NewDict(""))
 		}
-		if _, dup := opts[i].Get(opt); dup {
-			return nil, fmt.Errorf("key %q: option %s of %q twice", k, opt, fqn)
-		}
-		opts[i].Set(opt, e.Value)
+		opts[i].Append(opt, e.Value) // a dict's keys are distinct, and so are their splits
 	}
 	for i := range o.Params {
 		g := slices.IndexFunc(o.Groups, func(g Group) bool { return sameOptions(g.Options, opts[i]) })
@@ -129,10 +126,7 @@ func parseFlat(d *statedict.Dict) (*Optimizer, error) {
 		if p.State == nil {
 			p.State = statedict.NewDict("")
 		}
-		if _, dup := p.State.Get(key); dup {
-			return nil, fmt.Errorf("key %q: state %s of %q twice", k, key, fqn)
-		}
-		p.State.Set(key, e.Value)
+		p.State.Append(key, e.Value)
 	}
 	o.Kind = kindOf(o)
 	return o, nil
