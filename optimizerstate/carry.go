@@ -22,7 +22,13 @@ type Carried struct {
 	// Action is Kept, Replicated or Dropped.
 	Action string `json:"action"`
 	Why    string `json:"why"`
+	// tensors is set when the entry is or holds a tensor.
+	tensors bool
 }
+
+// HoldsTensors reports whether the entry is or holds a tensor: what a layout of tensors
+// alone carries of it.
+func (c Carried) HoldsTensors() bool { return c.tensors }
 
 // What a conversion for a mesh does with a piece of training state.
 const (
@@ -50,28 +56,29 @@ func (d *Decisions) carry(root statedict.Value, dataParallel int, keepCUDA bool)
 		return
 	}
 	covered := map[string]bool{}
-	add := func(c Carried) {
+	add := func(c Carried, v statedict.Value) {
 		if !covered[c.Path] {
 			covered[c.Path] = true
+			c.tensors = holdsTensor(v)
 			d.Carried = append(d.Carried, c)
 		}
 	}
 	for _, s := range d.Schedulers {
-		add(Carried{Path: s.Path, Kind: s.Kind, Action: Kept, Why: "a scheduler steps alike on every rank"})
+		add(Carried{Path: s.Path, Kind: s.Kind, Action: Kept, Why: "a scheduler steps alike on every rank"}, s.Dict)
 	}
 	for _, s := range d.Scalers {
-		add(Carried{Path: s.Path, Kind: "grad scaler", Action: Kept, Why: "the loss scale is the same on every rank"})
+		add(Carried{Path: s.Path, Kind: "grad scaler", Action: Kept, Why: "the loss scale is the same on every rank"}, s.Dict)
 	}
 	for _, n := range d.RNG.CPU {
 		add(Carried{Path: n, Kind: "RNG state", Action: Replicated,
-			Why: fmt.Sprintf("the checkpoint holds one generator state: each of the %d ranks loads the same one, and ranks seeded alike draw alike", dataParallel)})
+			Why: fmt.Sprintf("the checkpoint holds one generator state: each of the %d ranks loads the same one, and ranks seeded alike draw alike", dataParallel)}, &statedict.Tensor{})
 	}
 	for _, n := range d.RNG.CUDAEntries {
 		c := Carried{Path: n, Kind: "CUDA RNG state", Action: Dropped, Why: d.Drop[n]}
 		if keepCUDA {
 			c.Action, c.Why = Replicated, "kept as CPU byte tensors (--keep-cuda-rng): every rank loads the same ones"
 		}
-		add(c)
+		add(c, &statedict.Tensor{})
 	}
 	inRNG := func(path string) bool {
 		return slices.ContainsFunc(slices.Concat(d.RNG.CPU, d.RNG.CUDAEntries), func(n string) bool {
@@ -94,7 +101,7 @@ func (d *Decisions) carry(root statedict.Value, dataParallel int, keepCUDA bool)
 				pc.Why = fmt.Sprintf("saved by %s, the output is for %d: a rank's place in the data does not carry to another split, nor may one rank's be given to all (resume with it excluded from loading — torchtitan: checkpoint.exclude_from_loading = [\"dataloader\"] — and the data order starts over)", plural.Of(ranks, "data-parallel rank"), dataParallel)
 				d.Drop[path] = pc.Why
 			}
-			add(pc)
+			add(pc, c)
 			return
 		}
 		holder := slices.ContainsFunc(c.Entries(), func(e statedict.Entry) bool { return IsOptimizerState(e.Value) })
@@ -107,11 +114,22 @@ func (d *Decisions) carry(root statedict.Value, dataParallel int, keepCUDA bool)
 			if ev, ok := e.Value.(*statedict.Dict); ok && (IsOptimizerState(ev) || d.Models[ev]) {
 				continue
 			}
-			add(Carried{Path: name, Kind: "training state", Action: Kept, Why: "values beside the optimizer state, not per-rank state: every rank loads them as saved"})
+			add(Carried{Path: name, Kind: "training state", Action: Kept, Why: "values beside the optimizer state, not per-rank state: every rank loads them as saved"}, e.Value)
 		}
 	}
 	visit(root, "")
 	slices.SortStableFunc(d.Carried, func(a, b Carried) int { return strings.Compare(a.Path, b.Path) })
+}
+
+// holdsTensor reports whether v is or holds a tensor.
+func holdsTensor(v statedict.Value) bool {
+	found := false
+	statedict.Walk(v, "", func(_ string, x statedict.Value) error {
+		_, t := x.(*statedict.Tensor)
+		found = found || t
+		return nil
+	})
+	return found
 }
 
 // PerRank reports whether d is the state of a data loader kept per data-parallel rank, as

@@ -72,6 +72,11 @@ func TestCarriedKinds(t *testing.T) {
 			if c.Path == "rng.cpu" && !strings.Contains(c.Why, "each of the 4 ranks loads the same one") {
 				t.Errorf("rng.cpu: %q", c.Why)
 			}
+			// What a layout of tensors alone carries: the generator states, not the scaler's
+			// numbers, the counter or the loader's bytes.
+			if tensors := strings.HasPrefix(c.Path, "rng."); c.HoldsTensors() != tensors {
+				t.Errorf("%s: holds tensors %v", c.Path, c.HoldsTensors())
+			}
 		}
 	}
 	for _, d := range []*statedict.Dict{

@@ -221,6 +221,11 @@ func (p *Plan) remap(q *quant.Prepared) (statedict.Value, error) {
 		}
 	}
 	p.Report.Carried = dec.Carried
+	if lw := formats.Writers[opts.Layout]; !lw.Tree {
+		// A layout of tensors alone carries the tensors of the training state; the rest is
+		// in the values_not_written warning, not kept.
+		p.Report.Carried = slices.DeleteFunc(slices.Clone(dec.Carried), func(c optimizerstate.Carried) bool { return !c.HoldsTensors() })
+	}
 	if err := p.followModels(); err != nil {
 		return nil, err
 	}

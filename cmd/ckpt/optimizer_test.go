@@ -121,6 +121,12 @@ func TestTorchTitanCLI(t *testing.T) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
 	}
+	// A per-device safetensors folder holds the tensors alone: nothing of the scheduler or
+	// train_state is said to be kept (a warning says they are not written).
+	out, err = run(t, "convert", "--to", "tpu", "--topology", "v5p-8", "--format", "safetensors", "--progress", "never", src, filepath.Join(t.TempDir(), "st"))
+	if err != nil || strings.Contains(out, "training state kept") {
+		t.Errorf("%v\n%s", err, out)
+	}
 	// verify replays the recorded plan, mesh included: the data-loader state it dropped is
 	// expected to be missing, every other value checked.
 	if out, err := run(t, "verify", src, dst); err != nil || !strings.Contains(out, "84 equal") {
