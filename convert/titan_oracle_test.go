@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/runtime"
@@ -66,7 +67,7 @@ func resumesOnMesh(t *testing.T, cases []resumeCase) {
 				t.Fatal(err)
 			}
 			opts := DefaultOptions(filepath.Join(host, "src", "step-2"), filepath.Join(host, "out"))
-			opts.Format, opts.Target = DCP, target
+			opts.Format, opts.Target = formats.DCPFolder, target
 			sum, err := Run(context.Background(), opts)
 			if err != nil {
 				t.Fatal(err)

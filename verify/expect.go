@@ -69,7 +69,7 @@ func expect(src *statedict.Checkpoint, c *Conversion, dstHas func(name string, d
 	var t *runtime.Target
 	if c.Target != nil {
 		tc := *c.Target
-		if lw, ok := formats.Writers[opts.Layout]; !ok || lw.Finish == nil {
+		if !opts.Layout.PerRank() {
 			tc.Mesh, tc.Plan = nil, nil
 		}
 		t = &tc
