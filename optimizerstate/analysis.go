@@ -37,16 +37,20 @@ type Entry struct {
 
 // OptimizerInfo describes one optimizer state and its mapping onto the model.
 type OptimizerInfo struct {
-	// Path, Kind and Form as in Found and Optimizer; Model and MappedBy as in Report.
-	Path     string      `json:"path"`
-	Kind     string      `json:"kind"`
-	Form     Form        `json:"form"`
-	Model    string      `json:"model,omitempty"`
-	MappedBy string      `json:"mapped_by,omitempty"`
-	Groups   []GroupInfo `json:"groups"`
-	Params   []ParamInfo `json:"params"`
-	Unused   []Skipped   `json:"unused,omitempty"`
-	Orphans  []string    `json:"orphans,omitempty"`
+	// Path, Kind, Form and Flat as in Found and Optimizer; Model and MappedBy as in Report.
+	Path     string `json:"path"`
+	Kind     string `json:"kind"`
+	Form     Form   `json:"form"`
+	Flat     bool   `json:"flattened,omitempty"`
+	Model    string `json:"model,omitempty"`
+	MappedBy string `json:"mapped_by,omitempty"`
+	// Tied and NotTied count the parameters tied to a model entry and not (Found.TieCounts).
+	Tied    int         `json:"tied"`
+	NotTied int         `json:"not_tied"`
+	Groups  []GroupInfo `json:"groups"`
+	Params  []ParamInfo `json:"params"`
+	Unused  []Skipped   `json:"unused,omitempty"`
+	Orphans []string    `json:"orphans,omitempty"`
 	// Error is why the parameters could not be mapped (a mismatch names the parameter and
 	// the model entry at fault).
 	Error string `json:"error,omitempty"`
@@ -168,7 +172,8 @@ func describeOptimizer(f *Found) OptimizerInfo {
 	if o == nil {
 		return info
 	}
-	info.Kind, info.Form, info.Orphans = o.Kind, o.Form, o.Orphans
+	info.Kind, info.Form, info.Flat, info.Orphans = o.Kind, o.Form, o.Flat, o.Orphans
+	info.Tied, info.NotTied = f.TieCounts()
 	if f.Mapping != nil {
 		info.MappedBy, info.Unused = f.Mapping.By, f.Mapping.Unused
 	}

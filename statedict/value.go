@@ -181,6 +181,14 @@ func (d *Dict) Delete(key Value) bool {
 	return true
 }
 
+// Clear removes every entry, keeping the class and attributes: for a rewrite that fills
+// the same dict (referenced from its parent) with other entries.
+func (d *Dict) Clear() {
+	d.mu.Lock()
+	d.entries, d.index, d.indexed, d.scans = nil, nil, 0, 0
+	d.mu.Unlock()
+}
+
 // List is a Python list. It is a pointer type so that a list referenced twice stays one list.
 type List struct{ Items []Value }
 

@@ -20,7 +20,7 @@ func TestInspectOptimizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 20 parameters", "mapped onto model by shapes",
+	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 20 parameters", "tied to model by shapes: 20 parameters, 0 not tied",
 		"15  1      model.layers.0.input_layernorm.weight", "not an optimizer parameter: lm_head.weight (tied to model.embed_tokens.weight)",
 		"LR scheduler scheduler: LambdaLR", "RNG states: CPU rng.cpu; CUDA rng.cuda.0"} {
 		if !strings.Contains(out, want) {
@@ -84,8 +84,53 @@ func TestInspectOptimizerMismatch(t *testing.T) {
 		!strings.Contains(err.Error(), `optimizer parameter 0 vs model entry "fc1.weight": exp_avg has shape [64 16], the parameter [16 8]`) {
 		t.Fatalf("exit %v", err)
 	}
-	if !strings.Contains(out, "MISMATCH with model") {
+	if !strings.Contains(out, "MISMATCH with model") || !strings.Contains(out, "not tied to a model: 20 parameters") {
 		t.Errorf("report:\n%s", out)
+	}
+	out, err = run(t, "convert", "--to", "tpu", "--progress", "never", path, filepath.Join(t.TempDir(), "out.pt"))
+	if err != nil || !strings.Contains(out, "optimizer state optimizer (AdamW, index form): 20 parameters; not tied to a model: 20 parameters (see warning)") {
+		t.Errorf("%v: %s", err, out)
+	}
+}
+
+// TestTorchTitanCLI: inspect --optimizer and convert say how a TorchTitan checkpoint's
+// flattened optimizer state is tied to the model at its top level, how many parameters are
+// not, and what becomes of the training state beside them on a 4-device mesh.
+func TestTorchTitanCLI(t *testing.T) {
+	const src = "../../testdata/titan/fsdp2/step-2"
+	out, err := run(t, "inspect", "--optimizer", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"optimizer state optimizer: AdamW, fqn (flattened) form, 1 group, 21 parameters", "tied to (root) by fqn: 21 parameters, 0 not tied",
+		"layers.1.feed_forward.w2.weight  0      layers.1.feed_forward.w2.weight  [16 44]", "LR scheduler lr_scheduler: LRScheduler"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	out, err = run(t, "convert", "--to", "tpu", "--topology", "v5p-8", "--format", "dcp", "--progress", "never", src, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"optimizer state optimizer (AdamW, fqn (flattened) form): 21 parameters; tied to (root) by fqn: 21 parameters, 0 not tied",
+		"training state kept: lr_scheduler (LRScheduler), train_state (training state)",
+		"training state dropped: dataloader (per-rank data-loader state of 2 ranks)",
+		"sharded 63 tensors over 4 ranks (mesh fsdp=4)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	// A per-device safetensors folder holds the tensors alone: nothing of the scheduler or
+	// train_state is said to be kept (a warning says they are not written).
+	out, err = run(t, "convert", "--to", "tpu", "--topology", "v5p-8", "--format", "safetensors", "--progress", "never", src, filepath.Join(t.TempDir(), "st"))
+	if err != nil || strings.Contains(out, "training state kept") {
+		t.Errorf("%v\n%s", err, out)
+	}
+	// verify replays the recorded plan, mesh included: the data-loader state it dropped is
+	// expected to be missing, every other value checked.
+	if out, err := run(t, "verify", src, dst); err != nil || !strings.Contains(out, "84 equal") {
+		t.Errorf("verify: %v\n%s", err, out)
 	}
 }
 
