@@ -11,17 +11,21 @@
 //     expert-parallel rank, each holding model_optim_rng.pt — a torch.save of args (an
 //     argparse.Namespace), checkpoint_version, iteration, model, optimizer,
 //     opt_param_scheduler, rng_state — and, with the distributed optimizer, distrib_optim.pt.
-//     One rank reads as its file's tree. Several ranks read as one tree keyed by rank folder
-//     ("mp_rank_01_000.model.…"): tensor-parallel shards are split along dimensions only
-//     the model's code knows, so they are never merged; each rank's file can be read on its
-//     own.
+//     One rank without the distributed optimizer reads as its file's tree. Several ranks,
+//     or the distributed optimizer's state, read as the one global model Megatron's own
+//     checkpoint converter merges them into (a dense GPT model: Megatron-core's GPTModel or
+//     megatron.legacy's): tensor-parallel slices joined as each layer splits them,
+//     pipeline stages' layers renumbered, the vocabulary padding dropped, replicas checked
+//     equal, and distrib_optim.pt's flat buffers cut back into each parameter's main copy
+//     and moments — {"model", "optimizer"} in torch.distributed.checkpoint's form by
+//     parameter name. A layout ckpt cannot prove it merges correctly is refused, naming the
+//     tensor or rank at fault; each rank's file can still be read on its own.
 //   - torch_dist (Megatron-core dist_checkpointing): a DCP folder of the sharded entries
 //     (.metadata, *.distcp) with common.pt (torch.save of every entry that is not sharded)
 //     and metadata.json naming the backend. It reads as dist_checkpointing.load merges them:
 //     common.pt's entries, then the DCP's.
 //
-// The distributed optimizer's distrib_optim.pt and other per-rank files are listed as
-// ignored (convert says it left them out).
+// Other per-rank files are listed as ignored (convert says it left them out).
 package megatron
 
 import (
@@ -178,6 +182,9 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 	at := store.Join(dir, iter)
 	if IsDist(at) {
 		return openDist(dir, iter, op, folder)
+	}
+	if needsMerge(at) {
+		return openMerged(dir, iter, op, folder)
 	}
 	rs := ranks(at)
 	if len(rs) == 0 {
