@@ -152,6 +152,9 @@ func openRank(dir, iter string, f rankFolder, op Openers, folder *hf.Folder, out
 		return nil, nil, err
 	}
 	out.Closers = append(out.Closers, ck.Closers...)
+	if err := statedict.CheckExpansion(ck.Root); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", k.file, err)
+	}
 	root, ok := ck.Root.(*statedict.Dict)
 	if !ok {
 		return nil, nil, fmt.Errorf("%s: %w: holds %s, not the dict Megatron saves", k.file, statedict.ErrCorrupt, describe(ck.Root))
@@ -178,7 +181,7 @@ func openRank(dir, iter string, f rankFolder, op Openers, folder *hf.Folder, out
 	if !ok {
 		return nil, nil, fmt.Errorf("%s: %w: model is %s, not a state dict", k.file, statedict.ErrCorrupt, describe(mv))
 	}
-	if err := flatten(md, "", 0, &k.model); err != nil {
+	if err := flatten(md, "", map[*statedict.Dict]bool{}, &k.model); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", k.file, err)
 	}
 	for _, e := range k.model {
@@ -193,6 +196,9 @@ func openRank(dir, iter string, f rankFolder, op Openers, folder *hf.Folder, out
 			return nil, nil, err
 		}
 		out.Closers = append(out.Closers, ck.Closers...)
+		if err := statedict.CheckExpansion(ck.Root); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", k.optim, err)
+		}
 		bufs, err := parseDistribOptim(ck.Root)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", k.optim, err)
@@ -215,11 +221,14 @@ func versionAtLeast2(v statedict.Value) bool {
 }
 
 // flatten lists a model state dict's entries by their dotted names, nested dicts (the
-// legacy model's language_model → embedding → word_embeddings) flattened.
-func flatten(d *statedict.Dict, prefix string, depth int, out *[]statedict.Entry) error {
-	if depth > 8 {
-		return fmt.Errorf("%w: model nested deeper than 8 dicts at %s", statedict.ErrCorrupt, prefix)
+// legacy model's language_model → embedding → word_embeddings) flattened. A dict met twice
+// (shared or containing itself, as a pickle can make it) is refused: a module's state dict
+// nests each of its children once.
+func flatten(d *statedict.Dict, prefix string, seen map[*statedict.Dict]bool, out *[]statedict.Entry) error {
+	if seen[d] || len(seen) > maxModelDicts {
+		return fmt.Errorf("%w: model: the dict at %q is met twice or the model nests more than %d dicts", statedict.ErrCorrupt, prefix, maxModelDicts)
 	}
+	seen[d] = true
 	for _, e := range d.Entries() {
 		k, ok := e.Key.(string)
 		if !ok {
@@ -227,7 +236,7 @@ func flatten(d *statedict.Dict, prefix string, depth int, out *[]statedict.Entry
 		}
 		name := statedict.JoinName(prefix, k)
 		if sub, ok := e.Value.(*statedict.Dict); ok {
-			if err := flatten(sub, name, depth+1, out); err != nil {
+			if err := flatten(sub, name, seen, out); err != nil {
 				return err
 			}
 			continue
@@ -236,6 +245,9 @@ func flatten(d *statedict.Dict, prefix string, depth int, out *[]statedict.Entry
 	}
 	return nil
 }
+
+// maxModelDicts bounds the dicts a rank's model nests (the legacy model nests a few).
+const maxModelDicts = 1 << 16
 
 // placeState ties each trainable parameter of the rank to its slices of the distributed
 // optimizer's flat buffers (bufferLayout): the parameters of each buffer's dtype, in model
@@ -585,7 +597,7 @@ func (m *merger) extraState(e entry) (statedict.Value, error) {
 	stage := m.grid[e.stage]
 	v0 := valueOf(stage[0], e.local)
 	for _, k := range stage[1:] {
-		eq, err := equalValue(v0, valueOf(k, e.local), 0)
+		eq, err := equalValue(v0, valueOf(k, e.local))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", m.at, e.name, err)
 		}
@@ -745,7 +757,7 @@ func (m *merger) paramGroups() ([]*statedict.Dict, error) {
 				}
 				continue
 			}
-			eq, err := equalValue(first, l, 0)
+			eq, err := equalValue(first, l)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", k.file, err)
 			}
@@ -841,7 +853,7 @@ func (m *merger) perRank(ranks []*rank, name string, get func(*rank) (statedict.
 		if !ok {
 			return nil, fmt.Errorf("%s: %w: %s holds no %s, %s does", m.at, statedict.ErrCorrupt, k.folder, name, ranks[0].folder)
 		}
-		eq, err := equalValue(v0, v, 0)
+		eq, err := equalValue(v0, v)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", k.file, name, err)
 		}

@@ -196,7 +196,7 @@ func (r *runArgs) agree(o *runArgs) (field string, mine, theirs statedict.Value)
 		if i >= len(o.fields) || o.fields[i].name != f.name {
 			return f.name, f.value, nil
 		}
-		if eq, _ := equalValue(f.value, o.fields[i].value, 0); !eq {
+		if eq, _ := equalValue(f.value, o.fields[i].value); !eq {
 			return f.name, f.value, o.fields[i].value
 		}
 	}

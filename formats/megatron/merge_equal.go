@@ -11,17 +11,48 @@ import (
 )
 
 // maxCompared bounds the bytes of a tensor equalValue compares (RNG states, scalars,
-// Transformer Engine extra state); larger tensors count as different.
-const maxCompared = 1 << 20
+// Transformer Engine extra state), maxComparedTotal those of one comparison; larger
+// tensors, and tensors past the total, count as different.
+const (
+	maxCompared      = 1 << 20
+	maxComparedTotal = 64 << 20
+)
 
-// maxDepth bounds the nesting equalValue descends.
-const maxDepth = 64
+// maxDepth bounds the nesting equalValue descends; maxVisits the containers one comparison
+// visits (pickles share and nest values without limit, and may contain themselves).
+const (
+	maxDepth  = 64
+	maxVisits = 1 << 20
+)
 
 // equalValue reports whether two values of the ranks' trees are the same data: same types,
 // same contents (floats bit for bit, tensors byte for byte up to maxCompared bytes).
-func equalValue(a, b statedict.Value, depth int) (bool, error) {
-	if depth > maxDepth {
+// Values too deep or too large to compare within the bounds count as different.
+func equalValue(a, b statedict.Value) (bool, error) {
+	c := comparer{seen: map[[2]any]bool{}}
+	return c.equal(a, b, 0)
+}
+
+// comparer compares two values, each pair of containers once (a pair met again, as in a
+// cycle, compares equal where it is met).
+type comparer struct {
+	seen   map[[2]any]bool
+	visits int
+	bytes  int64 // tensor bytes compared
+}
+
+func (c *comparer) equal(a, b statedict.Value, depth int) (bool, error) {
+	if depth > maxDepth || c.visits > maxVisits {
 		return false, nil
+	}
+	switch a.(type) {
+	case *statedict.Dict, *statedict.List, *statedict.Object:
+		pair := [2]any{a, b}
+		if c.seen[pair] {
+			return true, nil
+		}
+		c.seen[pair] = true
+		c.visits++
 	}
 	switch x := a.(type) {
 	case nil:
@@ -45,15 +76,15 @@ func equalValue(a, b statedict.Value, depth int) (bool, error) {
 		if !ok || x.Class != y.Class || x.Len() != y.Len() {
 			return false, nil
 		}
-		if eq, err := equalValue(x.Attrs, y.Attrs, depth+1); !eq || err != nil {
+		if eq, err := c.equal(x.Attrs, y.Attrs, depth+1); !eq || err != nil {
 			return false, err
 		}
 		ye := y.Entries()
 		for i, e := range x.Entries() {
-			if eq, err := equalValue(e.Key, ye[i].Key, depth+1); !eq || err != nil {
+			if eq, err := c.equal(e.Key, ye[i].Key, depth+1); !eq || err != nil {
 				return false, err
 			}
-			if eq, err := equalValue(e.Value, ye[i].Value, depth+1); !eq || err != nil {
+			if eq, err := c.equal(e.Value, ye[i].Value, depth+1); !eq || err != nil {
 				return false, err
 			}
 		}
@@ -63,26 +94,26 @@ func equalValue(a, b statedict.Value, depth int) (bool, error) {
 		if !ok {
 			return false, nil
 		}
-		return equalItems(x.Items, y.Items, depth)
+		return c.items(x.Items, y.Items, depth)
 	case statedict.Tuple:
 		y, ok := b.(statedict.Tuple)
 		if !ok {
 			return false, nil
 		}
-		return equalItems(x, y, depth)
+		return c.items(x, y, depth)
 	case *statedict.Object:
 		y, ok := b.(*statedict.Object)
 		if !ok || x.Class != y.Class || x.Call != y.Call || (x.Kwargs == nil) != (y.Kwargs == nil) || (x.DictItems == nil) != (y.DictItems == nil) {
 			return false, nil
 		}
-		if eq, err := equalItems(x.Args, y.Args, depth); !eq || err != nil {
+		if eq, err := c.items(x.Args, y.Args, depth); !eq || err != nil {
 			return false, err
 		}
-		if eq, err := equalItems(x.ListItems, y.ListItems, depth); !eq || err != nil {
+		if eq, err := c.items(x.ListItems, y.ListItems, depth); !eq || err != nil {
 			return false, err
 		}
 		for _, pair := range [][2]statedict.Value{{x.State, y.State}, {dictOrNil(x.Kwargs), dictOrNil(y.Kwargs)}, {dictOrNil(x.DictItems), dictOrNil(y.DictItems)}} {
-			if eq, err := equalValue(pair[0], pair[1], depth+1); !eq || err != nil {
+			if eq, err := c.equal(pair[0], pair[1], depth+1); !eq || err != nil {
 				return false, err
 			}
 		}
@@ -95,7 +126,7 @@ func equalValue(a, b statedict.Value, depth int) (bool, error) {
 		if !ok {
 			return false, nil
 		}
-		return equalTensor(x, y)
+		return c.tensors(x, y)
 	}
 	return false, nil
 }
@@ -107,24 +138,34 @@ func dictOrNil(d *statedict.Dict) statedict.Value {
 	return d
 }
 
-func equalItems(a, b []statedict.Value, depth int) (bool, error) {
+func (c *comparer) items(a, b []statedict.Value, depth int) (bool, error) {
 	if len(a) != len(b) {
 		return false, nil
 	}
 	for i := range a {
-		if eq, err := equalValue(a[i], b[i], depth+1); !eq || err != nil {
+		if eq, err := c.equal(a[i], b[i], depth+1); !eq || err != nil {
 			return false, err
 		}
 	}
 	return true, nil
 }
 
-// equalTensor compares two tensors' dtypes, shapes and values, byte for byte; tensors of
-// more than maxCompared bytes count as different.
-func equalTensor(x, y *statedict.Tensor) (bool, error) {
-	if x.DType != y.DType || x.DTypeName() != y.DTypeName() || !slices.Equal(x.Shape, y.Shape) || x.NBytes() > maxCompared {
+// tensors compares two tensors' dtypes, shapes and values, byte for byte.
+func (c *comparer) tensors(x, y *statedict.Tensor) (bool, error) {
+	if x.DType != y.DType || x.DTypeName() != y.DTypeName() || !slices.Equal(x.Shape, y.Shape) {
 		return false, nil
 	}
+	if err := x.Validate(); err != nil {
+		return false, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
+	}
+	if err := y.Validate(); err != nil {
+		return false, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
+	}
+	n := x.NBytes()
+	if n > maxCompared || c.bytes+2*n > maxComparedTotal {
+		return false, nil
+	}
+	c.bytes += 2 * n
 	bx, err := x.Bytes()
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
