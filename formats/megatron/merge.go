@@ -27,6 +27,9 @@ type rank struct {
 	// state maps a parameter's local name to its optimizer state tensors, in the buffer's
 	// key order ("param" first); nil without the distributed optimizer's file.
 	state map[string][]namedTensor
+	// steps are the parameters' step counters of an optimizer saved by id (without the
+	// distributed optimizer, whose step is its groups').
+	steps map[string]*statedict.Tensor
 	optim string // its distrib_optim.pt, "" when it has none
 }
 
@@ -656,10 +659,14 @@ func (m *merger) optimizer() (*statedict.Dict, error) {
 		return nil, nil
 	case withState == 0 && m.args.distributed:
 		return nil, fmt.Errorf("%s: %w: the distributed optimizer keeps its moments in %s, which no rank folder holds", m.at, statedict.ErrCorrupt, DistribOptimFile)
-	case withState == 0:
-		return nil, fmt.Errorf("%s: %w: the optimizer state of a run without the distributed optimizer (ids by position in %s) is not merged; convert each rank file on its own", m.at, statedict.ErrUnsupported, RankFile)
 	}
-	groups, err := m.paramGroups()
+	var groups []*statedict.Dict
+	var err error
+	if withState > 0 {
+		groups, err = m.paramGroups("optimizer", "optimizer", "param_groups")
+	} else {
+		groups, err = m.indexState()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -673,7 +680,13 @@ func (m *merger) optimizer() (*statedict.Dict, error) {
 			continue
 		}
 		ps := statedict.NewDict("")
-		if step, ok := groups[assigned[e.name]].Get("step"); ok {
+		if withState == 0 {
+			t, err := m.step(e)
+			if err != nil {
+				return nil, err
+			}
+			ps.Set("step", t)
+		} else if step, ok := groups[assigned[e.name]].Get("step"); ok {
 			t, err := scalarStep(e.name, step)
 			if err != nil {
 				return nil, fmt.Errorf("%s: param_groups[%d]: %w", r0.file, assigned[e.name], err)
@@ -733,31 +746,36 @@ func scalarStep(param string, v statedict.Value) (*statedict.Tensor, error) {
 	return &statedict.Tensor{DType: statedict.Float32, Shape: []int64{}, Strides: []int64{}, Storage: st}, nil
 }
 
-// paramGroups are the optimizer's param_groups as the distributed optimizer saves them in
-// each rank file (optimizer → optimizer → param_groups, without their params), the same on
-// every rank.
-func (m *merger) paramGroups() ([]*statedict.Dict, error) {
-	var first statedict.Value
+// paramGroups are the optimizer's param_groups at path in each rank file (for the
+// distributed optimizer optimizer → optimizer → param_groups, saved without their params),
+// the same on every rank but for their params, which are left out.
+func (m *merger) paramGroups(path ...string) ([]*statedict.Dict, error) {
 	var out []*statedict.Dict
 	for _, stage := range m.grid {
 		for _, k := range stage {
-			pg := fieldPath(k.root, "optimizer", "optimizer", "param_groups")
-			l, ok := pg.(*statedict.List)
+			l, ok := fieldPath(k.root, path...).(*statedict.List)
 			if !ok || len(l.Items) == 0 {
-				return nil, fmt.Errorf("%s: %w: no optimizer.optimizer.param_groups (the distributed optimizer's state_dict)", k.file, statedict.ErrCorrupt)
+				return nil, fmt.Errorf("%s: %w: no %s (the optimizer's state_dict)", k.file, statedict.ErrCorrupt, strings.Join(path, "."))
 			}
-			if first == nil {
-				first = l
-				for i, g := range l.Items {
-					d, ok := g.(*statedict.Dict)
-					if !ok {
-						return nil, fmt.Errorf("%s: %w: param_groups[%d] is %s", k.file, statedict.ErrCorrupt, i, describe(g))
-					}
-					out = append(out, d)
+			var groups []*statedict.Dict
+			for i, g := range l.Items {
+				d, ok := g.(*statedict.Dict)
+				if !ok {
+					return nil, fmt.Errorf("%s: %w: param_groups[%d] is %s", k.file, statedict.ErrCorrupt, i, describe(g))
 				}
+				opts := statedict.NewDict(d.Class)
+				for _, e := range d.Entries() {
+					if e.Key != "params" {
+						opts.Set(e.Key, e.Value)
+					}
+				}
+				groups = append(groups, opts)
+			}
+			if out == nil {
+				out = groups
 				continue
 			}
-			eq, err := equalValue(first, l)
+			eq, err := equalValue(&statedict.List{Items: dictItems(out)}, &statedict.List{Items: dictItems(groups)})
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", k.file, err)
 			}
@@ -767,6 +785,14 @@ func (m *merger) paramGroups() ([]*statedict.Dict, error) {
 		}
 	}
 	return out, nil
+}
+
+func dictItems(ds []*statedict.Dict) []statedict.Value {
+	out := make([]statedict.Value, len(ds))
+	for i, d := range ds {
+		out[i] = d
+	}
+	return out
 }
 
 // fieldPath is d[k0][k1]…, nil where a step is missing or not a dict.

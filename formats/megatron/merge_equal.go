@@ -45,15 +45,6 @@ func (c *comparer) equal(a, b statedict.Value, depth int) (bool, error) {
 	if depth > maxDepth || c.visits > maxVisits {
 		return false, nil
 	}
-	switch a.(type) {
-	case *statedict.Dict, *statedict.List, *statedict.Object:
-		pair := [2]any{a, b}
-		if c.seen[pair] {
-			return true, nil
-		}
-		c.seen[pair] = true
-		c.visits++
-	}
 	switch x := a.(type) {
 	case nil:
 		return b == nil, nil
@@ -76,6 +67,9 @@ func (c *comparer) equal(a, b statedict.Value, depth int) (bool, error) {
 		if !ok || x.Class != y.Class || x.Len() != y.Len() {
 			return false, nil
 		}
+		if c.met(x, y) {
+			return true, nil
+		}
 		if eq, err := c.equal(x.Attrs, y.Attrs, depth+1); !eq || err != nil {
 			return false, err
 		}
@@ -94,6 +88,9 @@ func (c *comparer) equal(a, b statedict.Value, depth int) (bool, error) {
 		if !ok {
 			return false, nil
 		}
+		if c.met(x, y) {
+			return true, nil
+		}
 		return c.items(x.Items, y.Items, depth)
 	case statedict.Tuple:
 		y, ok := b.(statedict.Tuple)
@@ -105,6 +102,9 @@ func (c *comparer) equal(a, b statedict.Value, depth int) (bool, error) {
 		y, ok := b.(*statedict.Object)
 		if !ok || x.Class != y.Class || x.Call != y.Call || (x.Kwargs == nil) != (y.Kwargs == nil) || (x.DictItems == nil) != (y.DictItems == nil) {
 			return false, nil
+		}
+		if c.met(x, y) {
+			return true, nil
 		}
 		if eq, err := c.items(x.Args, y.Args, depth); !eq || err != nil {
 			return false, err
@@ -136,6 +136,18 @@ func dictOrNil(d *statedict.Dict) statedict.Value {
 		return nil
 	}
 	return d
+}
+
+// met records that the containers a and b (pointers of one type) are being compared, and
+// reports whether they already were.
+func (c *comparer) met(a, b any) bool {
+	pair := [2]any{a, b}
+	if c.seen[pair] {
+		return true
+	}
+	c.seen[pair] = true
+	c.visits++
+	return false
 }
 
 func (c *comparer) items(a, b []statedict.Value, depth int) (bool, error) {

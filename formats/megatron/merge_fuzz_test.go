@@ -103,8 +103,9 @@ func mutate(root statedict.Value, file int, ops []byte) {
 	}
 }
 
-// FuzzMerge reads the TP=2 × PP=2 Llama save with its rank files' trees changed as the
-// fuzzer says (entries removed, replaced by numbers, strings, other entries, tensors
+// FuzzMerge reads a TP=2 × PP=2 save (the Llama one with the distributed optimizer, or
+// with the first byte's high bit the GPT one without) with its rank files' trees changed
+// as the fuzzer says (entries removed, replaced by numbers, strings, other entries, tensors
 // reshaped, retyped, moved): the merge must refuse with a corrupt or unsupported error, or
 // give a tree whose every tensor reads (or fails to read) without a panic and within its
 // storages (once formats.Open's expansion check has passed it, as for any tree).
@@ -113,13 +114,23 @@ func FuzzMerge(f *testing.F) {
 	f.Add([]byte{0, 1, 3, 7})                // an int somewhere in the first rank file
 	f.Add([]byte{1, 7, 40, 3, 2, 8, 10, 1})  // a reshaped and a retyped tensor
 	f.Add([]byte{4, 5, 200, 9, 5, 0, 17, 2}) // an entry copied, one removed
-	dir := fixtures + "llama_tp2pp2"
-	files, _ := filepath.Glob(dir + "/iter_0000003/*/*.pt")
-	sort.Strings(files)
-	if len(files) != 8 {
-		f.Fatalf("%d rank files", len(files))
+	f.Add([]byte{0x80, 1, 30, 3})            // the save without the distributed optimizer
+	var dirs [2]string
+	var files [2][]string
+	for i, name := range []string{"llama_tp2pp2", "gpt_tp2pp2_nodist"} {
+		dirs[i] = fixtures + name
+		files[i], _ = filepath.Glob(dirs[i] + "/iter_0000003/*/*.pt")
+		sort.Strings(files[i])
+		if len(files[i]) != 8/(i+1) {
+			f.Fatalf("%s: %d rank files", name, len(files[i]))
+		}
 	}
 	f.Fuzz(func(t *testing.T, ops []byte) {
+		which := 0
+		if len(ops) > 0 && ops[0]&0x80 != 0 {
+			which = 1
+		}
+		dir, files := dirs[which], files[which]
 		op := Openers{File: func(p string) (*statedict.Checkpoint, error) {
 			ck, err := torchzip.Open(p)
 			if err != nil {

@@ -125,15 +125,14 @@ func classify(name string) (entryOf, bool) {
 	return entryOf{split: s, layer: -1}, ok
 }
 
-// assignGroups says which of the saved param_groups each parameter of the merged model is
-// in, as Megatron's _get_param_groups builds them with its standard overrides: biases and
-// 1-D parameters (norms) in the group with wd_mult 0 — q/k layernorms excepted under
-// apply_wd_to_qk_layernorm — the others in the group with wd_mult 1. Groups the rule does
-// not account for (lr_mult, a decoupled learning rate, expert-parallel parameters, other
-// weight-decay multipliers) are refused: their parameters cannot be told from the saved
-// state.
-func assignGroups(groups []*statedict.Dict, m *merger) (map[string]int, error) {
-	decay, noDecay := -1, -1
+// groupRule finds, among the saved param_groups, the groups Megatron's _get_param_groups
+// builds with its standard overrides: the one with wd_mult 1 (weight decay) and the one
+// with wd_mult 0 (biases and 1-D parameters; q/k layernorms excepted under
+// apply_wd_to_qk_layernorm); -1 for a group not saved. Groups the rule does not account for
+// (lr_mult, a decoupled learning rate, expert-parallel parameters, other weight-decay
+// multipliers) are refused: their parameters cannot be told from the saved state.
+func groupRule(groups []*statedict.Dict) (decay, noDecay int, err error) {
+	decay, noDecay = -1, -1
 	for i, g := range groups {
 		wd, ok := number(g, "wd_mult", 1)
 		lr, ok2 := number(g, "lr_mult", 1)
@@ -141,14 +140,43 @@ func assignGroups(groups []*statedict.Dict, m *merger) (map[string]int, error) {
 		ep, _ := g.Get("is_expert_parallel")
 		switch {
 		case !ok || !ok2 || lr != 1 || (dec != nil && dec != false) || (ep != nil && ep != false):
-			return nil, fmt.Errorf("%w: param_groups[%d] (lr_mult, decoupled learning rate or expert parallel): ckpt cannot tell which parameters Megatron put in it", statedict.ErrUnsupported, i)
+			return 0, 0, fmt.Errorf("%w: param_groups[%d] (lr_mult, decoupled learning rate or expert parallel): ckpt cannot tell which parameters Megatron put in it", statedict.ErrUnsupported, i)
 		case wd == 1 && decay < 0:
 			decay = i
 		case wd == 0 && noDecay < 0:
 			noDecay = i
 		default:
-			return nil, fmt.Errorf("%w: param_groups[%d] has wd_mult %v: ckpt cannot tell which parameters Megatron put in it", statedict.ErrUnsupported, i, wd)
+			return 0, 0, fmt.Errorf("%w: param_groups[%d] has wd_mult %v: ckpt cannot tell which parameters Megatron put in it", statedict.ErrUnsupported, i, wd)
 		}
+	}
+	return decay, noDecay, nil
+}
+
+// groupOf is the group of the parameter called name (globally or on a rank: the rule reads
+// its last part and its rank only) of ndim dimensions.
+func groupOf(name string, ndim int, wdQKNorm bool, decay, noDecay int) (int, error) {
+	skip := strings.HasSuffix(name, ".bias") || ndim == 1
+	if wdQKNorm && (strings.Contains(name, "q_layernorm.") || strings.Contains(name, "k_layernorm.")) {
+		skip = false
+	}
+	if skip && noDecay < 0 {
+		return 0, fmt.Errorf("%w: %s takes no weight decay, but no param group has wd_mult 0", statedict.ErrCorrupt, name)
+	}
+	if !skip && decay < 0 {
+		return 0, fmt.Errorf("%w: %s takes weight decay, but no param group has wd_mult 1", statedict.ErrCorrupt, name)
+	}
+	if skip {
+		return noDecay, nil
+	}
+	return decay, nil
+}
+
+// assignGroups says which of the saved param_groups each parameter of the merged model is
+// in (groupRule).
+func assignGroups(groups []*statedict.Dict, m *merger) (map[string]int, error) {
+	decay, noDecay, err := groupRule(groups)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]int{}
 	for _, e := range m.entries {
@@ -159,22 +187,9 @@ func assignGroups(groups []*statedict.Dict, m *merger) (map[string]int, error) {
 		if err != nil {
 			return nil, err
 		}
-		skip := strings.HasSuffix(e.name, ".bias") || len(t.Shape) == 1
-		if m.args.wdQKNorm && (strings.Contains(e.name, "q_layernorm.") || strings.Contains(e.name, "k_layernorm.")) {
-			skip = false
+		if out[e.name], err = groupOf(e.name, len(t.Shape), m.args.wdQKNorm, decay, noDecay); err != nil {
+			return nil, err
 		}
-		g := decay
-		if skip {
-			g = noDecay
-		}
-		if g < 0 {
-			kind := "with"
-			if skip {
-				kind = "without"
-			}
-			return nil, fmt.Errorf("%w: %s takes weight decay %s, but no param group does", statedict.ErrCorrupt, e.name, kind)
-		}
-		out[e.name] = g
 	}
 	return out, nil
 }

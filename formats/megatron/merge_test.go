@@ -101,13 +101,14 @@ func digest(t *testing.T, x *statedict.Tensor) string {
 
 // TestMergeFixtures: a Llama-style Megatron-core model and a GPT-2-style legacy model (tied
 // embeddings), each saved by Megatron's legacy checkpointing at TP=1 and at TP=2 × PP=2
-// with the distributed optimizer (replicas of Megatron's layout, gen_megatron.py), merge to
+// with the distributed optimizer, and the GPT model at TP=2 × PP=2 without it (replicas of
+// Megatron's layout, gen_megatron.py), merge to
 // exactly the tensors torch computed for the TP=1 model: the weights at the real vocabulary
 // size, and every parameter's step, fp32 main parameter and Adam moments — same names, same
 // order, bit for bit — with the parameters in the groups Megatron built.
 func TestMergeFixtures(t *testing.T) {
 	want, _ := readExpected(t)
-	for _, name := range []string{"llama_tp1", "llama_tp2pp2", "gpt_tp1", "gpt_tp2pp2"} {
+	for _, name := range []string{"llama_tp1", "llama_tp2pp2", "gpt_tp1", "gpt_tp2pp2", "gpt_tp2pp2_nodist"} {
 		t.Run(name, func(t *testing.T) {
 			ck, err := Open(fixtures+name, openers)
 			if err != nil {

@@ -22,6 +22,9 @@ dicts and file layouts their source saves:
                            mp_rank_TT[_PPP]/model_optim_rng.pt and distrib_optim.pt, each rank
                            holding its slices of the same model (see megatron_tp.py, which cites
                            the Megatron source it follows)
+    megatron/gpt_tp2pp2_nodist/
+                           the GPT model at TP=2 × PP=2 without the distributed optimizer: each
+                           rank's AdamW state by position in its model_optim_rng.pt
     megatron/hostile/      TP=2 × PP=2 saves of the Llama model that do not merge: a replicated
                            norm that differs on one rank (replica/), args whose query groups do
                            not divide over the ranks (qkv_groups/), one rank whose args disagree
@@ -356,6 +359,8 @@ def parallel(expected):
         megatron_tp.save(os.path.join(OUT, name + "_tp2pp2"), cfg, truth, 2, 2, seed=seed + 200)
         expected[name] = {"tensors": listing(megatron_tp.expected(cfg, truth)), "groups": truth.groups}
         if name != "llama":
+            megatron_tp.save(os.path.join(OUT, name + "_tp2pp2_nodist"), cfg, truth, 2, 2, seed=seed + 300,
+                             distributed=False)
             continue
 
         def replica(rank, state):

@@ -202,6 +202,7 @@ class Truth:
                      "is_decoupled_lr": False, "max_lr": 3e-4, "min_lr": 3e-5},
                     {"wd_mult": 0.0, "lr_mult": 1.0, "is_expert_parallel": False, "default_config": True,
                      "is_decoupled_lr": False, "max_lr": 3e-4, "min_lr": 3e-5}]
+        self.megatron = megatron
         shards = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
         inner = torch.optim.AdamW([dict(m, params=[s]) for m, s in zip(megatron, shards)], lr=3e-4,
                                   betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
@@ -363,6 +364,27 @@ def distrib_optim(params, tensors, bucket_size, grad_dtype):
     return {"buckets_coalesced": True, 0: {(torch.bfloat16, grad_dtype): world}}
 
 
+def float16_optimizer(truth, params, tensors):
+    """Float16OptimizerWithFloat16Params.state_dict() (megatron/core/optimizer/optimizer.py),
+    the optimizer without --use-distributed-optimizer: the torch AdamW state over the rank's
+    fp32 main copies, its param groups as _get_param_groups builds them (each group's
+    parameters in model order, ids numbering them group after group), and the main copies
+    per group as fp32_from_fp16_params."""
+    groups = [[], []]
+    for local, _, _ in params:
+        groups[1 if no_decay(local, tensors[local]["param"].shape) else 0].append(local)
+    main = {n: torch.nn.Parameter(tensors[n]["param"].clone()) for n in tensors}
+    opt = torch.optim.AdamW([dict(m, params=[main[n] for n in g]) for m, g in zip(truth.megatron, groups)],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    for n, p in main.items():
+        opt.state[p] = {"step": torch.tensor(float(STEPS)), "exp_avg": tensors[n]["exp_avg"].clone(),
+                        "exp_avg_sq": tensors[n]["exp_avg_sq"].clone()}
+    sd = opt.state_dict()
+    for pg, wd in zip(sd["param_groups"], (0.1, 0.0)):
+        pg["weight_decay"] = wd  # as the scheduler sets it from wd_mult
+    return {"optimizer": sd, "fp32_from_fp16_params": [[main[n].detach() for n in g] for g in groups]}
+
+
 def args(cfg, tp, pp, rank, vocab_size=None, **override):
     a = argparse.Namespace(
         num_layers=cfg.layers, hidden_size=cfg.hidden, ffn_hidden_size=cfg.ffn, num_attention_heads=cfg.heads,
@@ -402,10 +424,13 @@ def scheduler():
             "lr_decay_steps": 1000, "min_lr": 3e-5, "start_wd": 0.1, "end_wd": 0.1, "wd_incr_style": "constant"}
 
 
-def save(root, cfg, truth, tp, pp, seed=5, tamper=None, **arg_override):
+def save(root, cfg, truth, tp, pp, seed=5, tamper=None, distributed=True, **arg_override):
     """Megatron's save_checkpoint at iteration STEPS for a TP × PP run of cfg's model, each
-    (TP, PP) rank written by its DP rank 0. tamper(rank_name, state) may alter a rank's state
-    before it is saved (hostile fixtures)."""
+    (TP, PP) rank written by its DP rank 0, with the distributed optimizer (distrib_optim.pt)
+    or without (the optimizer state in model_optim_rng.pt). tamper(rank_name, state) may alter
+    a rank's state before it is saved (hostile fixtures)."""
+    if not distributed:
+        arg_override["use_distributed_optimizer"] = False
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
     with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as f:
@@ -441,7 +466,10 @@ def save(root, cfg, truth, tp, pp, seed=5, tamper=None, **arg_override):
             state["checkpoint_version"] = 3.0
             state["iteration"] = STEPS
             state["model"] = model
-            state["optimizer"] = {"optimizer": {"param_groups": [dict(pg) for pg in truth.param_groups]}}
+            if distributed:
+                state["optimizer"] = {"optimizer": {"param_groups": [dict(pg) for pg in truth.param_groups]}}
+            else:
+                state["optimizer"] = float16_optimizer(truth, params, tensors)
             state["opt_param_scheduler"] = scheduler()
             state["rng_state"] = rng_state(1234 + p * 100, r)
             state["num_floating_point_operations_so_far"] = 123456789
@@ -450,7 +478,8 @@ def save(root, cfg, truth, tp, pp, seed=5, tamper=None, **arg_override):
             d = os.path.join(root, f"iter_{STEPS:07d}", rank_name)
             os.makedirs(d)
             torch.save(state, os.path.join(d, "model_optim_rng.pt"))
-            torch.save(distrib_optim(params, tensors, bucket, grad_dtype), os.path.join(d, "distrib_optim.pt"))
+            if distributed:
+                torch.save(distrib_optim(params, tensors, bucket, grad_dtype), os.path.join(d, "distrib_optim.pt"))
 
 
 def expected(cfg, truth):
