@@ -253,7 +253,7 @@ func TestMegatronDistCommonOutside(t *testing.T) {
 }
 
 // TestMegatronParallelOnTPU converts the tensor × pipeline parallel Megatron saves (TP=2 ×
-// PP=2, distributed optimizer) as `ckpt convert --to tpu --topology v5p-8 --format dcp`
+// PP=2, with and without the distributed optimizer) as `ckpt convert --to tpu --topology v5p-8 --format dcp`
 // does: the merged model's weights and every parameter's fp32 main copy and Adam moments are
 // split over the slice's 4 devices (each a piece of its own in its device's .distcp file,
 // the moments cut as their parameter), the step counters whole; torch reassembles the
@@ -281,11 +281,14 @@ func TestMegatronParallelOnTPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := []string{"llama", "gpt"}
+	srcs := []string{"llama_tp2pp2", "gpt_tp2pp2", "gpt_tp2pp2_nodist"}
+	var names []string
 	var jobs []ecosystemJob
-	for _, name := range names {
-		dst := filepath.Join(host, name)
-		opts := convert.DefaultOptions(megatronDir+name+"_tp2pp2", dst)
+	for _, src := range srcs {
+		name := strings.Split(src, "_")[0]
+		names = append(names, name)
+		dst := filepath.Join(host, src)
+		opts := convert.DefaultOptions(megatronDir+src, dst)
 		opts.Format, opts.Target = convert.DCP, target
 		sum, err := convert.Run(t.Context(), opts)
 		if err != nil {
