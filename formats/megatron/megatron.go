@@ -13,13 +13,15 @@
 //     opt_param_scheduler, rng_state — and, with the distributed optimizer, distrib_optim.pt.
 //     One rank without the distributed optimizer reads as its file's tree. Several ranks,
 //     or the distributed optimizer's state, read as the one global model Megatron's own
-//     checkpoint converter merges them into (a dense GPT model: Megatron-core's GPTModel or
-//     megatron.legacy's): tensor-parallel slices joined as each layer splits them,
-//     pipeline stages' layers renumbered, the vocabulary padding dropped, replicas checked
-//     equal, and distrib_optim.pt's flat buffers cut back into each parameter's main copy
-//     and moments — {"model", "optimizer"} in torch.distributed.checkpoint's form by
-//     parameter name. A layout ckpt cannot prove it merges correctly is refused, naming the
-//     tensor or rank at fault; each rank's file can still be read on its own.
+//     checkpoint converter merges them into (a dense GPT model: Megatron-core's GPTModel
+//     or megatron.legacy's): tensor-parallel slices joined as each layer splits them,
+//     pipeline stages' layers renumbered, the vocabulary padding dropped (down to
+//     args.vocab_size; kept when the args do not record it), replicas checked equal, and
+//     the optimizer state (distrib_optim.pt's flat buffers, or each rank's state by id)
+//     cut back into each parameter's main copy and moments — {"model", "optimizer"} in
+//     torch.distributed.checkpoint's form by parameter name. A layout ckpt cannot prove it
+//     merges correctly is refused, naming the tensor or rank at fault; each rank's file can
+//     still be read on its own.
 //   - torch_dist (Megatron-core dist_checkpointing): a DCP folder of the sharded entries
 //     (.metadata, *.distcp) with common.pt (torch.save of every entry that is not sharded)
 //     and metadata.json naming the backend. It reads as dist_checkpointing.load merges them:
