@@ -257,7 +257,9 @@ func TestMegatronDistCommonOutside(t *testing.T) {
 // does: the merged model's weights and every parameter's fp32 main copy and Adam moments are
 // split over the slice's 4 devices (each a piece of its own in its device's .distcp file,
 // the moments cut as their parameter), the step counters whole; torch reassembles the
-// folder to exactly the TP=1 model and optimizer state torch computed (megatron.json).
+// folder to exactly the TP=1 model and optimizer state torch computed (megatron.json), and
+// AdamW resumed from it with torch's own set_optimizer_state_dict steps exactly as the TP=1
+// model's optimizer does (check_megatron_resume.py).
 func TestMegatronParallelOnTPU(t *testing.T) {
 	o := oracle.Require(t)
 	b, err := os.ReadFile("../testdata/ecosystem/megatron.json")
@@ -341,5 +343,29 @@ func TestMegatronParallelOnTPU(t *testing.T) {
 			t.Fatalf("%s: %s", names[i], res.Error)
 		}
 		sameTensors(t, res.Tensors, truth[names[i]].Tensors, "")
+	}
+	// Training resumes: torch's set_optimizer_state_dict takes the merged state, and two
+	// more AdamW steps match the TP=1 model's own, bit for bit.
+	args := []string{"testdata/ecosystem/check_megatron_resume.py"}
+	for i, j := range jobs {
+		args = append(args, names[i], j.Out)
+	}
+	out, err := o.Python(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(jobs) {
+		t.Fatalf("%d results for %d conversions: %s", len(lines), len(jobs), out)
+	}
+	for i, l := range lines {
+		var res struct {
+			OK     bool     `json:"ok"`
+			Errors []string `json:"errors"`
+			Params int      `json:"params"`
+		}
+		if err := json.Unmarshal([]byte(l), &res); err != nil || !res.OK || res.Params == 0 {
+			t.Errorf("%s: resuming: %s", srcs[i], l)
+		}
 	}
 }

@@ -353,7 +353,7 @@ def parallel(expected):
     expected["layouts"] = layouts()
     root = os.path.join(OUT, "hostile")
     shutil.rmtree(root, ignore_errors=True)
-    for name, cfg, seed in (("llama", megatron_tp.LLAMA, 11), ("gpt", megatron_tp.GPT, 12)):
+    for name, (cfg, seed) in megatron_tp.MODELS.items():
         truth = megatron_tp.Truth(cfg, seed)
         megatron_tp.save(os.path.join(OUT, name + "_tp1"), cfg, truth, 1, 1, seed=seed + 100)
         megatron_tp.save(os.path.join(OUT, name + "_tp2pp2"), cfg, truth, 2, 2, seed=seed + 200)

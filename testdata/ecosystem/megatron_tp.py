@@ -81,6 +81,10 @@ GPT = Config("legacy", layers=2, hidden=16, ffn=32, heads=2, groups=2, vocab=50,
              bias=True, norm="LayerNorm", tied=True, qk_norm=False, position="learned_absolute", bucket=None)
 
 
+# The models of the fixtures, with the seeds their truth is drawn from.
+MODELS = {"llama": (LLAMA, 11), "gpt": (GPT, 12)}
+
+
 def layer_entries(cfg, i):
     """One transformer layer's entries in registration order (state_dict order): (name,
     kind, shape); kind says how tensor parallelism holds it."""
@@ -193,6 +197,7 @@ class Truth:
             for p in self.main.values():
                 p.grad = torch.randn(p.shape, generator=g)
             opt.step()
+        self.opt = opt
         self.state = {n: opt.state[p] for n, p in self.main.items()}
         self.groups = [[n for n, _, s in self.order if not no_decay(n, s)], [n for n, _, s in self.order if no_decay(n, s)]]
         # Megatron's param_groups as DistributedOptimizer.state_dict saves them: the inner
