@@ -26,7 +26,7 @@ type part struct {
 
 // concat returns the tensor called name whose elements along dim are the parts' slices,
 // one after the other, and whose other dimensions are the parts' own: read on demand from
-// the ranks' storages, never assembled in memory. Reading it also reads every replica of
+// the ranks' storages, never assembled in memory, and tagged with the first part's device. Reading it also reads every replica of
 // every part and fails, naming the tensor and both ranks, where a replica's bytes differ.
 func concat(name string, dim int, parts []part) (*statedict.Tensor, error) {
 	if len(parts) == 0 {
@@ -67,7 +67,7 @@ func concat(name string, dim int, parts []part) (*statedict.Tensor, error) {
 	for _, d := range shape[:dim] {
 		size *= d
 	}
-	st := statedict.NewReaderStorage(name, "cpu", first.DType, c, 0, size)
+	st := statedict.NewReaderStorage(name, first.Storage.Location, first.DType, c, 0, size)
 	st.File = first.Storage.File
 	return &statedict.Tensor{DType: first.DType, Shape: shape, Strides: statedict.ContiguousStrides(shape), Storage: st}, nil
 }

@@ -345,9 +345,13 @@ func values(t *testing.T, x *statedict.Tensor) []float32 {
 // dimension, in whole and at any offset; replicas are compared on every read.
 func TestConcat(t *testing.T) {
 	a, b := floats([]int64{2, 3}, 0), floats([]int64{2, 3}, 100)
+	a.Storage.Location, b.Storage.Location = "cuda:0", "cuda:1" // as each rank saved them
 	cat1, err := concat("w", 1, []part{{copyOf: copyOf{a, "r0"}, n: 3}, {copyOf: copyOf{b, "r1"}, n: 3}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cat1.Storage.Location != "cuda:0" {
+		t.Errorf("merged on %s, the first rank saved on cuda:0", cat1.Storage.Location)
 	}
 	if got, want := values(t, cat1), []float32{0, 1, 2, 100, 101, 102, 3, 4, 5, 103, 104, 105}; !slices.Equal(got, want) || !slices.Equal(cat1.Shape, []int64{2, 6}) {
 		t.Errorf("dim 1: %v %v, want %v", cat1.Shape, got, want)
