@@ -3,6 +3,7 @@ package megatron
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -125,13 +126,21 @@ func classify(name string) (entryOf, bool) {
 	return entryOf{split: s, layer: -1}, ok
 }
 
-// groupRule finds, among the saved param_groups, the groups Megatron's _get_param_groups
-// builds with its standard overrides: the one with wd_mult 1 (weight decay) and the one
-// with wd_mult 0 (biases and 1-D parameters; q/k layernorms excepted under
-// apply_wd_to_qk_layernorm); -1 for a group not saved. Groups the rule does not account for
-// (lr_mult, a decoupled learning rate, expert-parallel parameters, other weight-decay
-// multipliers) are refused: their parameters cannot be told from the saved state.
+// groupRule finds, among the saved param_groups, the groups Megatron builds for weight
+// decay: the one with wd_mult 1 (weight decay) and the one with wd_mult 0 (biases and 1-D
+// parameters; q/k layernorms excepted under apply_wd_to_qk_layernorm), as _get_param_groups
+// builds them with its standard overrides — or, from releases before wd_mult (2022),
+// _get_params_for_weight_decay_optimization's two groups, weight decay then none (weight_decay
+// 0). -1 for a group not saved. Groups the rule does not account for (lr_mult, a decoupled
+// learning rate, expert-parallel parameters, other weight-decay multipliers) are refused:
+// their parameters cannot be told from the saved state.
 func groupRule(groups []*statedict.Dict) (decay, noDecay int, err error) {
+	if !slices.ContainsFunc(groups, func(g *statedict.Dict) bool { _, ok := g.Get("wd_mult"); return ok }) {
+		if wd, ok := number(groups[len(groups)-1], "weight_decay", 0); len(groups) != 2 || !ok || wd != 0 {
+			return 0, 0, fmt.Errorf("%w: %d param_groups without wd_mult and not the weight-decay / no-weight-decay pair Megatron builds: ckpt cannot tell which parameters each holds", statedict.ErrUnsupported, len(groups))
+		}
+		return 0, 1, nil
+	}
 	decay, noDecay = -1, -1
 	for i, g := range groups {
 		wd, ok := number(g, "wd_mult", 1)

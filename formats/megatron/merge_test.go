@@ -401,3 +401,71 @@ func TestConcat(t *testing.T) {
 		}
 	}
 }
+
+// group is a saved param group's options.
+func group(kv ...any) *statedict.Dict {
+	d := statedict.NewDict("")
+	for i := 0; i < len(kv); i += 2 {
+		d.Set(kv[i], kv[i+1])
+	}
+	return d
+}
+
+// TestGroupRule: parameters go to the groups Megatron built for them — by wd_mult (either
+// order), or, before wd_mult, the weight-decay group then the one with weight_decay 0 —
+// biases and 1-D parameters without weight decay (q/k layernorms with it under
+// apply_wd_to_qk_layernorm); groups whose parameters the saved state cannot tell are
+// refused.
+func TestGroupRule(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		groups         []*statedict.Dict
+		decay, noDecay int
+		says           string
+	}{
+		{"core", []*statedict.Dict{group("wd_mult", 1.0, "lr_mult", 1.0, "is_expert_parallel", false), group("wd_mult", 0.0, "lr_mult", 1.0)}, 0, 1, ""},
+		{"reversed", []*statedict.Dict{group("wd_mult", 0.0), group("wd_mult", 1.0)}, 1, 0, ""},
+		{"decay only", []*statedict.Dict{group("wd_mult", 1.0)}, 0, -1, ""},
+		{"before wd_mult", []*statedict.Dict{group("weight_decay", 0.1), group("weight_decay", 0.0)}, 0, 1, ""},
+		{"lr_mult", []*statedict.Dict{group("wd_mult", 1.0), group("wd_mult", 1.0, "lr_mult", 0.5)}, 0, 0, "param_groups[1] (lr_mult"},
+		{"experts", []*statedict.Dict{group("wd_mult", 1.0, "is_expert_parallel", true)}, 0, 0, "param_groups[0] (lr_mult, decoupled learning rate or expert parallel)"},
+		{"decoupled", []*statedict.Dict{group("wd_mult", 1.0, "is_decoupled_lr", true)}, 0, 0, "param_groups[0]"},
+		{"other wd", []*statedict.Dict{group("wd_mult", 0.5)}, 0, 0, "wd_mult 0.5"},
+		{"two decay", []*statedict.Dict{group("wd_mult", 1.0), group("wd_mult", 1.0)}, 0, 0, "param_groups[1] has wd_mult 1"},
+		{"three old", []*statedict.Dict{group(), group(), group("weight_decay", 0.0)}, 0, 0, "3 param_groups without wd_mult"},
+		{"old, second decays", []*statedict.Dict{group("weight_decay", 0.1), group("weight_decay", 0.1)}, 0, 0, "without wd_mult"},
+	} {
+		d, n, err := groupRule(c.groups)
+		if c.says != "" {
+			if !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("%s: %v, want it to say %q", c.name, err, c.says)
+			}
+			continue
+		}
+		if err != nil || d != c.decay || n != c.noDecay {
+			t.Errorf("%s: %d %d %v, want %d %d", c.name, d, n, err, c.decay, c.noDecay)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		ndim int
+		qk   bool
+		want int
+	}{
+		{"decoder.layers.0.mlp.linear_fc1.weight", 2, false, 0},
+		{"decoder.layers.0.mlp.linear_fc1.bias", 1, false, 1},
+		{"language_model.encoder.layers.0.self_attention.dense.bias", 1, false, 1},
+		{"decoder.final_layernorm.weight", 1, false, 1},
+		{"decoder.layers.0.self_attention.q_layernorm.weight", 1, false, 1},
+		{"decoder.layers.0.self_attention.q_layernorm.weight", 1, true, 0},
+		{"decoder.layers.0.self_attention.k_layernorm.weight", 1, true, 0},
+		{"decoder.layers.0.input_layernorm.weight", 1, true, 1},
+	} {
+		if g, err := groupOf(c.name, c.ndim, c.qk, 0, 1); g != c.want || err != nil {
+			t.Errorf("%s (qk %v): group %d %v, want %d", c.name, c.qk, g, err, c.want)
+		}
+	}
+	if _, err := groupOf("decoder.final_layernorm.weight", 1, false, 0, -1); !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), "no param group has wd_mult 0") {
+		t.Errorf("a norm with no group for it: %v", err)
+	}
+}
