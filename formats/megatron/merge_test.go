@@ -469,3 +469,60 @@ func TestGroupRule(t *testing.T) {
 		t.Errorf("a norm with no group for it: %v", err)
 	}
 }
+
+// namespace is an argparse.Namespace as a pickle reads it, with Megatron's fields for a
+// TP=2 × PP=2 Llama-style run and the changes given.
+func namespace(changes ...any) *statedict.Object {
+	d := group("tensor_model_parallel_size", int64(2), "pipeline_model_parallel_size", int64(2), "num_layers", int64(4),
+		"hidden_size", int64(16), "ffn_hidden_size", int64(24), "num_attention_heads", int64(4), "group_query_attention", true,
+		"num_query_groups", int64(2), "kv_channels", nil, "swiglu", true, "padded_vocab_size", int64(64), "vocab_size", int64(50),
+		"use_distributed_optimizer", true, "world_size", int64(8), "ckpt_format", "torch")
+	for i := 0; i < len(changes); i += 2 {
+		d.Set(changes[i], changes[i+1])
+	}
+	return &statedict.Object{Class: "argparse.Namespace", Call: statedict.CallNew, State: d}
+}
+
+// TestParseArgs reads what the merge needs from a run's args and refuses the layouts it
+// does not merge, naming the argument.
+func TestParseArgs(t *testing.T) {
+	a, err := parseArgs(namespace())
+	if err != nil || a.tp != 2 || a.pp != 2 || a.groups != 2 || a.kv != 4 || !a.swiglu || !a.tied || a.vocab != 50 || a.dpcp != 2 {
+		t.Fatalf("%+v %v", a, err)
+	}
+	if a, _ := parseArgs(namespace("group_query_attention", false)); a.groups != 4 {
+		t.Errorf("without GQA, %d query groups, want one per head", a.groups)
+	}
+	for _, c := range []struct {
+		changes []any
+		kind    error
+		says    string
+	}{
+		{[]any{"virtual_pipeline_model_parallel_size", int64(2)}, statedict.ErrUnsupported, "virtual pipeline stages"},
+		{[]any{"expert_model_parallel_size", int64(4)}, statedict.ErrUnsupported, "expert parallelism"},
+		{[]any{"num_experts", int64(8)}, statedict.ErrUnsupported, "a mixture of experts"},
+		{[]any{"pipeline_model_parallel_layout", "Et|tL"}, statedict.ErrUnsupported, "pipeline_model_parallel_layout"},
+		{[]any{"ckpt_format", "torch_dist"}, statedict.ErrCorrupt, `args.ckpt_format is "torch_dist"`},
+		{[]any{"vocab_size", int64(65)}, statedict.ErrCorrupt, "vocab_size 65 exceeds args.padded_vocab_size 64"},
+		{[]any{"hidden_size", "16"}, statedict.ErrCorrupt, `args.hidden_size is "16"`},
+		{[]any{"tensor_model_parallel_size", int64(1 << 20)}, statedict.ErrCorrupt, "args.tensor_model_parallel_size is 1048576"},
+		{[]any{"num_layers", nil}, statedict.ErrCorrupt, "args.num_layers is None"},
+		{[]any{"swiglu", int64(1)}, statedict.ErrCorrupt, "args.swiglu is 1, not a bool"},
+	} {
+		_, err := parseArgs(namespace(c.changes...))
+		if !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%v: %v, want %v saying %q", c.changes, err, c.kind, c.says)
+		}
+	}
+	if _, err := parseArgs(statedict.NewDict("")); !errors.Is(err, statedict.ErrCorrupt) {
+		t.Errorf("args not a Namespace: %v", err)
+	}
+	x, _ := parseArgs(namespace())
+	y, _ := parseArgs(namespace("ffn_hidden_size", int64(32), "rank", int64(5)))
+	if f, a, b := x.agree(y); f != "ffn_hidden_size" || a != int64(24) || b != int64(32) {
+		t.Errorf("disagreement on %q (%v, %v), want ffn_hidden_size", f, a, b)
+	}
+	if f, _, _ := x.agree(x); f != "" {
+		t.Errorf("args disagree with themselves on %s", f)
+	}
+}
