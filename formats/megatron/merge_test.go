@@ -101,14 +101,14 @@ func digest(t *testing.T, x *statedict.Tensor) string {
 
 // TestMergeFixtures: a Llama-style Megatron-core model and a GPT-2-style legacy model (tied
 // embeddings), each saved by Megatron's legacy checkpointing at TP=1 and at TP=2 × PP=2
-// with the distributed optimizer, and the GPT model at TP=2 × PP=2 without it (replicas of
-// Megatron's layout, gen_megatron.py), merge to
+// with the distributed optimizer, the GPT model also at TP=2 alone and at TP=2 × PP=2
+// without it (replicas of Megatron's layout, gen_megatron.py), merge to
 // exactly the tensors torch computed for the TP=1 model: the weights at the real vocabulary
 // size, and every parameter's step, fp32 main parameter and Adam moments — same names, same
 // order, bit for bit — with the parameters in the groups Megatron built.
 func TestMergeFixtures(t *testing.T) {
 	want, _ := readExpected(t)
-	for _, name := range []string{"llama_tp1", "llama_tp2pp2", "gpt_tp1", "gpt_tp2pp2", "gpt_tp2pp2_nodist"} {
+	for _, name := range []string{"llama_tp1", "llama_tp2pp2", "gpt_tp1", "gpt_tp2", "gpt_tp2pp2", "gpt_tp2pp2_nodist"} {
 		t.Run(name, func(t *testing.T) {
 			ck, err := Open(fixtures+name, openers)
 			if err != nil {
@@ -524,5 +524,41 @@ func TestParseArgs(t *testing.T) {
 	}
 	if f, _, _ := x.agree(x); f != "" {
 		t.Errorf("args disagree with themselves on %s", f)
+	}
+}
+
+// TestCheckRankSet: the rank folders must be exactly the run's, named as Megatron's
+// get_checkpoint_name names them (no pipeline rank with one stage).
+func TestCheckRankSet(t *testing.T) {
+	set := func(names ...string) []rankFolder {
+		var out []rankFolder
+		for _, n := range names {
+			out = append(out, rankFolder{name: n})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		found  []rankFolder
+		tp, pp int64
+		says   string
+	}{
+		{set("mp_rank_00", "mp_rank_01"), 2, 1, ""},
+		{set("mp_rank_00_000", "mp_rank_01_000", "mp_rank_00_001", "mp_rank_01_001"), 2, 2, ""},
+		{set("mp_rank_00", "mp_rank_01"), 2, 2, "missing mp_rank_00_000, mp_rank_01_000, mp_rank_00_001, mp_rank_01_001; not ranks of this run: mp_rank_00, mp_rank_01"},
+		{set("mp_rank_00_000", "mp_rank_01_000"), 2, 1, "missing mp_rank_00, mp_rank_01; not ranks of this run: mp_rank_00_000, mp_rank_01_000"},
+		{set("mp_rank_00", "mp_rank_01", "mp_rank_02"), 2, 1, "not ranks of this run: mp_rank_02"},
+		{set("mp_rank_00"), 8, 1, "missing mp_rank_01, mp_rank_02, mp_rank_03, mp_rank_04, mp_rank_05, mp_rank_06, mp_rank_07"},
+		{set("mp_rank_00"), 16, 1, "missing mp_rank_01, mp_rank_02, mp_rank_03, mp_rank_04, mp_rank_05, mp_rank_06, mp_rank_07, mp_rank_08 and 7 more"},
+	} {
+		err := checkRankSet("it", c.found, c.tp, c.pp)
+		if c.says == "" {
+			if err != nil {
+				t.Errorf("%v as TP=%d PP=%d: %v", c.found, c.tp, c.pp, err)
+			}
+			continue
+		}
+		if !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%v as TP=%d PP=%d: %v, want it to say %q", c.found, c.tp, c.pp, err, c.says)
+		}
 	}
 }

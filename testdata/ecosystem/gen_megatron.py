@@ -25,6 +25,8 @@ dicts and file layouts their source saves:
     megatron/gpt_tp2pp2_nodist/
                            the GPT model at TP=2 × PP=2 without the distributed optimizer: each
                            rank's AdamW state by position in its model_optim_rng.pt
+    megatron/gpt_tp2/      the GPT model at TP=2 without pipeline parallelism (mp_rank_TT
+                           folders; the tied embeddings on one stage)
     megatron/hostile/      TP=2 × PP=2 saves of the Llama model that do not merge: a replicated
                            norm that differs on one rank (replica/), args whose query groups do
                            not divide over the ranks (qkv_groups/), one rank whose args disagree
@@ -361,6 +363,7 @@ def parallel(expected):
         if name != "llama":
             megatron_tp.save(os.path.join(OUT, name + "_tp2pp2_nodist"), cfg, truth, 2, 2, seed=seed + 300,
                              distributed=False)
+            megatron_tp.save(os.path.join(OUT, name + "_tp2"), cfg, truth, 2, 1, seed=seed + 400)
             continue
 
         def replica(rank, state):
