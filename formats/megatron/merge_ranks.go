@@ -76,9 +76,16 @@ func rankName(tp, pp, pps int64) string {
 	return fmt.Sprintf("mp_rank_%02d_%03d", tp, pp)
 }
 
+// maxMissing bounds the missing rank folders checkRankSet lists one by one.
+const maxMissing = 4096
+
 // checkRankSet refuses a set of rank folders that is not exactly the tp × pp ranks of the
-// run, naming what is missing and what does not belong.
+// run, naming what is missing and what does not belong (or, when far more are missing than
+// present, how many the args ask for).
 func checkRankSet(at string, found []rankFolder, tp, pp int64) error {
+	if tp*pp > int64(len(found))+maxMissing {
+		return fmt.Errorf("%s: %w: the args say tensor parallel %d × pipeline parallel %d (%d rank folders); the folder holds %d", at, statedict.ErrCorrupt, tp, pp, tp*pp, len(found))
+	}
 	have := map[string]bool{}
 	for _, r := range found {
 		have[r.name] = true

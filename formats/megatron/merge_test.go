@@ -549,6 +549,7 @@ func TestCheckRankSet(t *testing.T) {
 		{set("mp_rank_00", "mp_rank_01", "mp_rank_02"), 2, 1, "not ranks of this run: mp_rank_02"},
 		{set("mp_rank_00"), 8, 1, "missing mp_rank_01, mp_rank_02, mp_rank_03, mp_rank_04, mp_rank_05, mp_rank_06, mp_rank_07"},
 		{set("mp_rank_00"), 16, 1, "missing mp_rank_01, mp_rank_02, mp_rank_03, mp_rank_04, mp_rank_05, mp_rank_06, mp_rank_07, mp_rank_08 and 7 more"},
+		{set("mp_rank_00"), 1 << 16, 1 << 16, "tensor parallel 65536 × pipeline parallel 65536 (4294967296 rank folders); the folder holds 1"},
 	} {
 		err := checkRankSet("it", c.found, c.tp, c.pp)
 		if c.says == "" {
