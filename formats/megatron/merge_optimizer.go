@@ -9,12 +9,14 @@ import (
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// optimizer merges the distributed optimizer's state into the form
-// torch.distributed.checkpoint's get_optimizer_state_dict gives: "state" maps each
-// parameter's global name to its step (its group's, as a float32 scalar tensor as torch's
-// Adam keeps it), its fp32 main parameter ("fp32_param", Megatron's own name for it) and its
-// moments, merged exactly as the weights; "param_groups" are the saved groups with the
-// names of their parameters. nil when the run saved no optimizer.
+// optimizer merges the optimizer state — distrib_optim.pt's buffers, or each rank's state
+// by id (indexState) — into the form torch.distributed.checkpoint's get_optimizer_state_dict
+// gives: "state" maps each parameter's global name to its step (the distributed
+// optimizer's group step as the float32 scalar tensor torch's Adam keeps, or the
+// parameter's own), its fp32 main copy ("fp32_param", Megatron's own name for it; none when
+// the model's parameters are the optimizer's) and its moments, merged exactly as the
+// weights; "param_groups" are the saved groups with the names of their parameters. nil when
+// the run saved no optimizer.
 func (m *merger) optimizer() (*statedict.Dict, error) {
 	r0 := m.grid[0][0]
 	ov, saved := r0.root.Get("optimizer")
