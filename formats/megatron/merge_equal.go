@@ -164,6 +164,9 @@ func (c *comparer) items(a, b []statedict.Value, depth int) (bool, error) {
 
 // tensors compares two tensors' dtypes, shapes and values, byte for byte.
 func (c *comparer) tensors(x, y *statedict.Tensor) (bool, error) {
+	if x == nil || y == nil {
+		return x == y, nil
+	}
 	if x.DType != y.DType || x.DTypeName() != y.DTypeName() || !slices.Equal(x.Shape, y.Shape) {
 		return false, nil
 	}

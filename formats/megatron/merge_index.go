@@ -131,7 +131,11 @@ func (m *merger) step(e entry) (*statedict.Tensor, error) {
 		return nil, fmt.Errorf("%s: %w: no step counter for %s", stage[0].file, statedict.ErrCorrupt, e.local)
 	}
 	for _, k := range stage[1:] {
-		eq, err := equalValue(t, k.steps[e.local])
+		u := k.steps[e.local]
+		if u == nil {
+			return nil, fmt.Errorf("%s: %w: no step counter for %s", k.file, statedict.ErrCorrupt, e.local)
+		}
+		eq, err := equalValue(t, u)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k.file, err)
 		}
