@@ -542,6 +542,9 @@ func (m *merger) merge(e entry, key string, get tensorOf) (*statedict.Tensor, er
 			want = a.heads * a.kv
 		}
 		for i := range parts {
+			if len(parts[i].t.Shape) != 2 {
+				return nil, fail("a %d-dimensional row-parallel weight on %s", len(parts[i].t.Shape), parts[i].where)
+			}
 			parts[i].n = parts[i].t.Shape[1]
 			if parts[i].n != t.Shape[1] {
 				return nil, fail("%d columns on %s and %d on %s: tensor-parallel ranks hold equal slices", t.Shape[1], parts[0].where, parts[i].n, parts[i].where)
