@@ -67,8 +67,12 @@ func concat(name string, dim int, parts []part) (*statedict.Tensor, error) {
 	for _, d := range shape[:dim] {
 		size *= d
 	}
-	st := statedict.NewReaderStorage(name, first.Storage.Location, first.DType, c, 0, size)
-	st.File = first.Storage.File
+	location, file := "cpu", ""
+	if first.Storage != nil { // an empty tensor may have none
+		location, file = first.Storage.Location, first.Storage.File
+	}
+	st := statedict.NewReaderStorage(name, location, first.DType, c, 0, size)
+	st.File = file
 	return &statedict.Tensor{DType: first.DType, Shape: shape, Strides: statedict.ContiguousStrides(shape), Storage: st}, nil
 }
 

@@ -563,3 +563,16 @@ func TestCheckRankSet(t *testing.T) {
 		}
 	}
 }
+
+// TestConcatEmpty: parts without elements (and without storage, as an empty tensor may
+// be) merge into an empty tensor.
+func TestConcatEmpty(t *testing.T) {
+	e := &statedict.Tensor{DType: statedict.Float32, Shape: []int64{2, 0}, Strides: []int64{0, 1}}
+	x, err := concat("w", 0, []part{{copyOf: copyOf{e, "r0"}, n: 2}, {copyOf: copyOf{e, "r1"}, n: 2}})
+	if err != nil || !slices.Equal(x.Shape, []int64{4, 0}) {
+		t.Fatalf("%v %v", x, err)
+	}
+	if b, err := x.Bytes(); err != nil || len(b) != 0 {
+		t.Errorf("%d bytes, %v", len(b), err)
+	}
+}
