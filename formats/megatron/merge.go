@@ -2,13 +2,11 @@ package megatron
 
 import (
 	"fmt"
-	"io/fs"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -59,37 +57,27 @@ type merger struct {
 // Megatron's checkpoint converter (tools/checkpoint/loader_megatron.py) merges a tensor ×
 // pipeline parallel run: see Open. Layouts it cannot prove it merges correctly are refused,
 // naming the tensor or rank at fault.
-func openMerged(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Checkpoint, err error) {
+func openMerged(dir, iter string, found []rankFolder, files *rankFiles, op Openers) (_ *statedict.Checkpoint, err error) {
 	at := store.Join(dir, iter)
-	found, err := rankFolders(at)
-	if err != nil {
-		return nil, err
-	}
-	if len(found) == 0 {
-		return nil, fmt.Errorf("%s: %w: no mp_rank_* folder", at, statedict.ErrCorrupt)
-	}
 	out := &statedict.Checkpoint{Format: Legacy, Path: dir}
 	defer func() {
 		if err != nil {
 			out.Close()
 		}
 	}()
-	read := func(r rankFolder) (*rank, error) {
-		k, ignored, err := openRank(dir, iter, r, op, folder, out)
+	read := func(r rankFolder, first bool) (*rank, error) {
+		k, ignored, err := openRank(dir, iter, r, files, op, out, first, found)
 		if err != nil {
 			return nil, err
 		}
 		out.Ignored = append(out.Ignored, ignored...)
 		return k, nil
 	}
-	first, err := read(found[0])
+	first, err := read(found[0], true)
 	if err != nil {
 		return nil, err
 	}
 	a := first.args
-	if err := checkRankSet(at, found, a.tp, a.pp); err != nil {
-		return nil, err
-	}
 	m := &merger{at: at, args: a, grid: make([][]*rank, a.pp)}
 	for p := range a.pp {
 		m.grid[p] = make([]*rank, a.tp)
@@ -97,7 +85,7 @@ func openMerged(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.C
 	for _, f := range found {
 		k := first
 		if f.name != first.folder {
-			if k, err = read(f); err != nil {
+			if k, err = read(f, false); err != nil {
 				return nil, err
 			}
 		}
@@ -125,30 +113,29 @@ func openMerged(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.C
 
 // openRank reads one rank folder: its model_optim_rng.pt (its args parsed, its model
 // flattened) and its distrib_optim.pt; the folder's other files are returned as ignored.
-// Both files must be plain files of the checkpoint's tree.
-func openRank(dir, iter string, f rankFolder, op Openers, folder *hf.Folder, out *statedict.Checkpoint) (*rank, []string, error) {
+// Both files are checked by files. The first rank's args are the save's: the rank folders
+// found are checked against them (checkRankSet) before anything else is read.
+func openRank(dir, iter string, f rankFolder, files *rankFiles, op Openers, out *statedict.Checkpoint, first bool, found []rankFolder) (*rank, []string, error) {
 	at := store.Join(dir, iter, f.name)
 	entries, err := store.ReadDir(at)
 	if err != nil {
 		return nil, nil, err
 	}
-	files := map[string]fs.DirEntry{}
 	var ignored []string
+	hasOptim := false
 	for _, e := range entries {
 		switch e.Name() {
-		case RankFile, DistribOptimFile:
-			if !e.Type().IsRegular() || !folder.Confined(path.Join(iter, f.name, e.Name())) {
-				return nil, nil, fmt.Errorf("%s: %w: %s is not a plain file of the checkpoint folder (a link?): ckpt merges rank files it can tell apart", store.Join(at, e.Name()), statedict.ErrCorrupt, e.Name())
-			}
-			files[e.Name()] = e
+		case RankFile:
+		case DistribOptimFile:
+			hasOptim = true
 		default:
 			ignored = append(ignored, path.Join(iter, f.name, e.Name()))
 		}
 	}
-	if files[RankFile] == nil {
-		return nil, nil, fmt.Errorf("%s: %w: the rank folder %s has no %s", store.Join(dir, iter), statedict.ErrCorrupt, f.name, RankFile)
+	k := &rank{folder: f.name, tp: f.tp, pp: f.pp, byName: map[string]*statedict.Tensor{}}
+	if k.file, err = files.check(f.name, RankFile); err != nil {
+		return nil, nil, err
 	}
-	k := &rank{folder: f.name, tp: f.tp, pp: f.pp, file: store.Join(at, RankFile), byName: map[string]*statedict.Tensor{}}
 	ck, err := op.File(k.file)
 	if err != nil {
 		return nil, nil, err
@@ -162,6 +149,14 @@ func openRank(dir, iter string, f rankFolder, op Openers, folder *hf.Folder, out
 		return nil, nil, fmt.Errorf("%s: %w: holds %s, not the dict Megatron saves", k.file, statedict.ErrCorrupt, describe(ck.Root))
 	}
 	k.root = root
+	if first {
+		if err := checkRankSet(store.Join(dir, iter), found, root); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(f.id) > 2 {
+		return nil, nil, fmt.Errorf("%s: %w: %s is an expert-parallel rank (mp_rank_TT_PPP_EEE): ckpt merges dense GPT models only", store.Join(dir, iter), statedict.ErrUnsupported, f.name)
+	}
 	av, _ := root.Get("args")
 	if k.args, err = parseArgs(av); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", k.file, err)
@@ -191,8 +186,10 @@ func openRank(dir, iter string, f rankFolder, op Openers, folder *hf.Folder, out
 			k.byName[e.Key.(string)] = t
 		}
 	}
-	if files[DistribOptimFile] != nil {
-		k.optim = store.Join(at, DistribOptimFile)
+	if hasOptim {
+		if k.optim, err = files.check(f.name, DistribOptimFile); err != nil {
+			return nil, nil, err
+		}
 		ck, err := op.File(k.optim)
 		if err != nil {
 			return nil, nil, err
@@ -210,6 +207,15 @@ func openRank(dir, iter string, f rankFolder, op Openers, folder *hf.Folder, out
 		}
 	}
 	return k, ignored, nil
+}
+
+// names lists at most a few items.
+func names(items []string) string {
+	const most = 8
+	if len(items) > most {
+		return strings.Join(items[:most], ", ") + fmt.Sprintf(" and %d more", len(items)-most)
+	}
+	return strings.Join(items, ", ")
 }
 
 func versionAtLeast2(v statedict.Value) bool {

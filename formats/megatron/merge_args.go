@@ -7,9 +7,6 @@ import (
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// maxParallel bounds a parallel size read from args: more ranks than any cluster has.
-const maxParallel = 1 << 16
-
 // runArgs are the arguments of a Megatron run (its saved argparse.Namespace) that decide how
 // its ranks hold the model and its optimizer state.
 type runArgs struct {
@@ -124,8 +121,8 @@ func parseArgs(v statedict.Value) (*runArgs, error) {
 	}
 	a := &args{attrs: attrs}
 	r := &runArgs{}
-	r.tp = a.int("tensor_model_parallel_size", maxParallel)
-	r.pp = a.int("pipeline_model_parallel_size", maxParallel)
+	r.tp = a.int("tensor_model_parallel_size", maxRanks)
+	r.pp = a.int("pipeline_model_parallel_size", maxRanks)
 	r.layers = a.int("num_layers", maxLayerSize)
 	r.hidden = a.int("hidden_size", maxLayerSize)
 	r.ffn = a.int("ffn_hidden_size", maxLayerSize)
@@ -150,9 +147,9 @@ func parseArgs(v statedict.Value) (*runArgs, error) {
 	r.bucketSize, _ = a.optInt("ddp_bucket_size", maxLayerSize)
 	r.buckets, _ = a.optInt("ddp_num_buckets", maxLayerSize)
 	r.wdQKNorm = a.bool("apply_wd_to_qk_layernorm")
-	ws, hasWS := a.optInt("world_size", maxParallel*maxParallel)
-	dp, hasDP := a.optInt("data_parallel_size", maxParallel*maxParallel)
-	cp, hasCP := a.optInt("context_parallel_size", maxParallel)
+	ws, hasWS := a.optInt("world_size", maxRanks*maxRanks)
+	dp, hasDP := a.optInt("data_parallel_size", maxRanks*maxRanks)
+	cp, hasCP := a.optInt("context_parallel_size", maxRanks)
 	if !hasCP {
 		cp = 1
 	}
@@ -165,7 +162,7 @@ func parseArgs(v statedict.Value) (*runArgs, error) {
 		r.dpcp = 1
 	}
 	vpp := a.get("virtual_pipeline_model_parallel_size")
-	ep, hasEP := a.optInt("expert_model_parallel_size", maxParallel)
+	ep, hasEP := a.optInt("expert_model_parallel_size", maxRanks)
 	experts, hasExperts := a.optInt("num_experts", maxLayerSize)
 	layout := a.get("pipeline_model_parallel_layout")
 	format := a.get("ckpt_format")
