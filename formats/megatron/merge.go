@@ -505,8 +505,10 @@ func (m *merger) merge(e entry, key string, get tensorOf) (*statedict.Tensor, er
 		switch {
 		case a.groups <= 0 || a.heads%a.groups != 0:
 			return nil, fail("%d attention heads do not form %d query groups (args)", a.heads, a.groups)
-		case a.groups%tp != 0 && tp%a.groups != 0:
-			return nil, fail("%d query groups do not divide over %d tensor-parallel ranks (args)", a.groups, tp)
+		case a.groups%tp != 0:
+			// Megatron's attention divides the query groups over the tensor-parallel ranks
+			// (divide() asserts it): each rank holds whole groups.
+			return nil, fail("%d query groups do not divide over %d tensor-parallel ranks (args): Megatron gives each rank whole query groups", a.groups, tp)
 		case rows*tp != a.groups*heads*a.kv:
 			return nil, fail("%d rows on each of %d tensor-parallel ranks do not divide into the args' %d query groups of %d query heads, a key and a value head of %d channels each (%d rows)",
 				rows, tp, a.groups, perGroup, a.kv, a.groups*heads*a.kv)

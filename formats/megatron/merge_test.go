@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -537,5 +538,45 @@ func TestConcatEmpty(t *testing.T) {
 	}
 	if b, err := x.Bytes(); err != nil || len(b) != 0 {
 		t.Errorf("%d bytes, %v", len(b), err)
+	}
+}
+
+// TestMergeQKVGroups: the fused query-key-value rows merge rank after rank only when every
+// rank holds whole query groups — Megatron's attention divides num_query_groups by the
+// tensor-parallel size (divide() asserts it), so fewer groups than ranks (one key-value head
+// over two ranks) is no layout Megatron writes, and is refused naming the tensor even when
+// the rows add up.
+func TestMergeQKVGroups(t *testing.T) {
+	for _, c := range []struct {
+		groups int64
+		says   string
+	}{
+		{4, ""},
+		{2, ""},
+		{1, "1 query groups do not divide over 2 tensor-parallel ranks"},
+	} {
+		a, err := parseArgs(namespace("num_query_groups", c.groups))
+		if err != nil {
+			t.Fatal(err)
+		}
+		perGroup := a.heads / a.groups
+		rows := a.groups * (perGroup + 2) * a.kv / 2
+		var stage []*rank
+		for i := range 2 {
+			x := floats([]int64{rows, a.hidden}, float32(i))
+			stage = append(stage, &rank{folder: fmt.Sprintf("mp_rank_%02d_000", i), byName: map[string]*statedict.Tensor{"decoder.layers.0.self_attention.linear_qkv.weight": x}})
+		}
+		m := &merger{at: "it", args: a, grid: [][]*rank{stage, stage}}
+		e := entry{name: "decoder.layers.0.self_attention.linear_qkv.weight", local: "decoder.layers.0.self_attention.linear_qkv.weight", split: qkv}
+		x, err := m.merge(e, "", weightOf)
+		if c.says == "" {
+			if err != nil || !slices.Equal(x.Shape, []int64{2 * rows, a.hidden}) {
+				t.Errorf("%d groups: %v %v", c.groups, x, err)
+			}
+			continue
+		}
+		if !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), e.name) {
+			t.Errorf("%d groups: %v, want it to say %q", c.groups, err, c.says)
+		}
 	}
 }
