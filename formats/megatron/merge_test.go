@@ -580,3 +580,62 @@ func TestMergeQKVGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeThroughLinks: rank files that are links inside the checkpoint folder (as a hub
+// cache's snapshot links each file into blobs/) merge as the files themselves; a link
+// leading outside it is refused, naming the file.
+func TestMergeThroughLinks(t *testing.T) {
+	want, _ := readExpected(t)
+	at := filepath.Join(t.TempDir(), "llama_tp2pp2")
+	if err := os.CopyFS(at, os.DirFS(fixtures+"llama_tp2pp2")); err != nil {
+		t.Fatal(err)
+	}
+	it := filepath.Join(at, "iter_0000003")
+	blobs := filepath.Join(at, "blobs")
+	if err := os.Mkdir(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"mp_rank_00_000", "mp_rank_00_001", "mp_rank_01_000", "mp_rank_01_001"} {
+		for _, f := range []string{RankFile, DistribOptimFile} {
+			p, blob := filepath.Join(it, r, f), filepath.Join(blobs, r+"-"+f)
+			if err := os.Rename(p, blob); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join("..", "..", "blobs", r+"-"+f), p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ck, err := Open(at, openers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err = statedict.Walk(ck.Root, "", func(name string, v statedict.Value) error {
+		if w, ok := want["llama"].Tensors.Entries[name]; ok {
+			if digest(t, v.(*statedict.Tensor)) != w.SHA256 {
+				t.Errorf("%s differs from torch's TP=1 model", name)
+			}
+			n++
+		}
+		return nil
+	})
+	ck.Close()
+	if err != nil || n != len(want["llama"].Tensors.Names) {
+		t.Fatalf("%d of %d tensors, %v", n, len(want["llama"].Tensors.Names), err)
+	}
+	outside := filepath.Join(t.TempDir(), "elsewhere.pt")
+	p := filepath.Join(it, "mp_rank_01_001", DistribOptimFile)
+	if err := os.Rename(filepath.Join(blobs, "mp_rank_01_001-"+DistribOptimFile), outside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(at, openers); !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), "iter_0000003/mp_rank_01_001/distrib_optim.pt is a link leading outside") {
+		t.Errorf("a distrib_optim.pt leading outside: %v", err)
+	}
+}
