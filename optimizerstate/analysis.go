@@ -37,16 +37,18 @@ type Entry struct {
 
 // OptimizerInfo describes one optimizer state and its mapping onto the model.
 type OptimizerInfo struct {
-	// Path, Kind and Form as in Found and Optimizer; Model and MappedBy as in Report.
-	Path     string      `json:"path"`
-	Kind     string      `json:"kind"`
-	Form     Form        `json:"form"`
-	Model    string      `json:"model,omitempty"`
-	MappedBy string      `json:"mapped_by,omitempty"`
-	Groups   []GroupInfo `json:"groups"`
-	Params   []ParamInfo `json:"params"`
-	Unused   []Skipped   `json:"unused,omitempty"`
-	Orphans  []string    `json:"orphans,omitempty"`
+	// Path, Kind and Form as in Found and Optimizer; Model, MappedBy and ParamOrder as in
+	// Report.
+	Path       string      `json:"path"`
+	Kind       string      `json:"kind"`
+	Form       Form        `json:"form"`
+	Model      string      `json:"model,omitempty"`
+	MappedBy   string      `json:"mapped_by,omitempty"`
+	ParamOrder string      `json:"param_order,omitempty"`
+	Groups     []GroupInfo `json:"groups"`
+	Params     []ParamInfo `json:"params"`
+	Unused     []Skipped   `json:"unused,omitempty"`
+	Orphans    []string    `json:"orphans,omitempty"`
 	// Error is why the parameters could not be mapped (a mismatch names the parameter and
 	// the model entry at fault).
 	Error string `json:"error,omitempty"`
@@ -83,10 +85,11 @@ type StateTensor struct {
 	Value any `json:"value,omitempty"`
 }
 
-// Analyze describes the training state of root; names are names files as for Find.
-func Analyze(root statedict.Value, names map[string][]string) (*Analysis, error) {
+// Analyze describes the training state of root; opts.Names are names files as for Find,
+// opts.Config the checkpoint's config.json as for Decide.
+func Analyze(root statedict.Value, opts Options) (*Analysis, error) {
 	a := &Analysis{Optimizers: []OptimizerInfo{}, Schedulers: []Entry{}, Scalers: []Entry{}, Counters: []Entry{}, RNG: FindRNG(root)}
-	found, err := Find(root, names)
+	found, err := find(root, opts.Names, opts.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +173,7 @@ func describeOptimizer(f *Found) OptimizerInfo {
 	}
 	info.Kind, info.Form, info.Orphans = o.Kind, o.Form, o.Orphans
 	if f.Mapping != nil {
-		info.MappedBy, info.Unused = f.Mapping.By, f.Mapping.Unused
+		info.MappedBy, info.ParamOrder, info.Unused = f.Mapping.By, f.Mapping.Order, f.Mapping.Unused
 	}
 	for _, g := range o.Groups {
 		gi := GroupInfo{Params: len(g.Params), Options: map[string]any{}}

@@ -15,6 +15,11 @@ type Options struct {
 	MomentDType statedict.DType
 	// KeepCUDARNG keeps CUDA RNG states, as CPU byte tensors, instead of dropping them.
 	KeepCUDARNG bool
+	// Config is the checkpoint's config.json (a Hugging Face folder's), nil when it has
+	// none: its model_type says in which order the model registers its parameters, which
+	// ties an optimizer state saved by position (Optimizer.state_dict()) to a model state
+	// dict that lists them by name (see Map).
+	Config []byte
 }
 
 // Decisions is what a tree's training state is and what a conversion must do with it.
@@ -67,7 +72,7 @@ type Located struct {
 // from tensor names: a model weight called "….step" is a weight. It is the one place a
 // conversion learns what its training state is.
 func Decide(root statedict.Value, opts Options) (*Decisions, error) {
-	found, err := Find(root, opts.Names)
+	found, err := find(root, opts.Names, opts.Config)
 	if err != nil {
 		return nil, err
 	}

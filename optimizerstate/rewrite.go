@@ -23,9 +23,11 @@ type Report struct {
 	Path string `json:"path"`
 	Kind string `json:"kind"`
 	Form Form   `json:"form"`
-	// Model is the path of the model state dict it was mapped onto, MappedBy how.
-	Model    string `json:"model,omitempty"`
-	MappedBy string `json:"mapped_by,omitempty"`
+	// Model is the path of the model state dict it was mapped onto, MappedBy how, and
+	// ParamOrder where the order its parameters register in was read (Mapping.Order).
+	Model      string `json:"model,omitempty"`
+	MappedBy   string `json:"mapped_by,omitempty"`
+	ParamOrder string `json:"param_order,omitempty"`
 	// Params counts the parameters in the output.
 	Params int `json:"params"`
 	// Dropped lists the ids (as saved) of parameters removed with their model entries.
@@ -65,7 +67,7 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 	locs := make([]string, n)
 	params := make([]string, n) // the output name of each parameter's model entry
 	if f.Mapping != nil {
-		rep.MappedBy = f.Mapping.By
+		rep.MappedBy, rep.ParamOrder = f.Mapping.By, f.Mapping.Order
 	} else {
 		if f.Err != nil {
 			rep.Unmapped = f.Err.Error()

@@ -57,6 +57,8 @@ func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 			fmt.Fprintf(w, "  NOT MAPPED: %s\n", o.Error)
 		case o.MappedBy == "":
 			fmt.Fprintln(w, "  no model state dict in the checkpoint: ids are not tied to names")
+		case o.ParamOrder != "":
+			fmt.Fprintf(w, "  mapped onto %s by %s (parameter order: %s)\n", label(o.Model), o.MappedBy, o.ParamOrder)
 		default:
 			fmt.Fprintf(w, "  mapped onto %s by %s\n", label(o.Model), o.MappedBy)
 		}
@@ -111,6 +113,8 @@ func optimizerNote(o *optimizerstate.Report) string {
 	switch {
 	case o.Unmapped != "":
 		parts = append(parts, "not tied to the model (see warning)")
+	case o.ParamOrder != "":
+		parts = append(parts, "mapped onto "+label(o.Model)+" by "+o.MappedBy+" (parameter order: "+o.ParamOrder+")")
 	case o.MappedBy != "":
 		parts = append(parts, "mapped onto "+label(o.Model)+" by "+o.MappedBy)
 	}

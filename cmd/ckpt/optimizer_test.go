@@ -20,7 +20,7 @@ func TestInspectOptimizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 20 parameters", "mapped onto model by shapes",
+	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 20 parameters", "mapped onto model by trainer grouping",
 		"15  1      model.layers.0.input_layernorm.weight", "not an optimizer parameter: lm_head.weight (tied to model.embed_tokens.weight)",
 		"LR scheduler scheduler: LambdaLR", "RNG states: CPU rng.cpu; CUDA rng.cuda.0"} {
 		if !strings.Contains(out, want) {
@@ -45,7 +45,7 @@ func TestInspectOptimizer(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if o := rep.Training.Optimizers; len(o) != 1 || o[0].MappedBy != "shapes" || o[0].Params[19].Name != "model.norm.weight" || o[0].Params[19].ID != 19 {
+	if o := rep.Training.Optimizers; len(o) != 1 || o[0].MappedBy != "trainer grouping" || o[0].Params[19].Name != "model.norm.weight" || o[0].Params[19].ID != 19 {
 		t.Errorf("training %+v", rep.Training)
 	}
 }
