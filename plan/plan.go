@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats"
@@ -72,6 +73,8 @@ type Plan struct {
 	// unsharded are the optimizer states whose tensors cannot follow their parameters'
 	// sharding (not understood, not tied to a model, or their model not converted).
 	unsharded []string
+	// config is the source folder's config.json, nil when it has none.
+	config []byte
 }
 
 // Make plans the conversion of ck with opts for t (nil: device tags kept, nothing
@@ -95,6 +98,12 @@ func Make(ck *statedict.Checkpoint, opts Options, t *runtime.Target) (*Plan, err
 		return nil, err
 	}
 	p := &Plan{Options: opts, Target: t, Quantization: q.Report, Rewrite: q.Rewrite, policies: statedict.Policies{}, groups: q.Groups, kept: q.Policies}
+	if slices.Contains(ck.Extras, hf.ConfigFile) {
+		// The model's configuration says in which order it registers its parameters.
+		if p.config, err = hf.ReadConfig(ck.Files); err != nil {
+			return nil, fmt.Errorf("%s: %w", ck.Path, err)
+		}
+	}
 	if p.Rewrite == nil {
 		p.Rewrite = map[string][]byte{}
 	}
@@ -174,7 +183,8 @@ func (p *Plan) remap(q *quant.Prepared) (statedict.Value, error) {
 		}
 		p.host = plain.Host
 	}
-	dec, err := optimizerstate.Decide(root, optimizerstate.Options{Names: opts.OptimizerNames, MomentDType: opts.OptimizerDType, KeepCUDARNG: opts.KeepCUDARNG})
+	dec, err := optimizerstate.Decide(root, optimizerstate.Options{Names: opts.OptimizerNames, MomentDType: opts.OptimizerDType, KeepCUDARNG: opts.KeepCUDARNG,
+		Config: p.config})
 	if err != nil {
 		return nil, err
 	}
