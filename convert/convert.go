@@ -432,7 +432,7 @@ func convertAlongside(parent *subOutput, p *planned, opts Options, name string) 
 		return nil, err
 	}
 	defer ck.Close()
-	sub := Options{Src: src, Dst: store.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target, WeightsOnly: opts.WeightsOnly,
+	sub := Options{Src: src, Dst: store.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: plan.AlongsideTarget(opts.Target), WeightsOnly: opts.WeightsOnly,
 		Plan: opts.Plan.Alongside()}
 	sp, err := newPlan(ck, sub, formats.TorchFile)
 	if err != nil {

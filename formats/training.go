@@ -19,7 +19,8 @@ import (
 // "rng_state_1", "optimizer_0"), the names a training script resuming from one checkpoint
 // uses. The optimizer state can then be tied to the model as in any training checkpoint.
 // ck is returned as it is when its folder holds no training state; otherwise the returned
-// checkpoint's closers are the training-state files' only: both are to be closed.
+// checkpoint takes over ck's closers (closing ck does nothing more) and adds the
+// training-state files'.
 func WithTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) {
 	var files, rest []string
 	for _, f := range ck.Ignored {
@@ -42,11 +43,17 @@ func WithTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) 
 		}
 	}
 	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: extras, Ignored: rest, Outside: ck.Outside,
-		Files: ck.Files, Metadata: ck.Metadata, WeightsName: ck.WeightsName, Shards: ck.Shards}
+		Files: ck.Files, Metadata: ck.Metadata, WeightsName: ck.WeightsName, Shards: ck.Shards, Closers: ck.Closers}
+	own := len(ck.Closers)
+	ck.Closers = nil
 	for _, f := range files {
 		part, err := Open(store.Join(ck.Path, f))
 		if err != nil {
-			out.Close()
+			// ck keeps its own closers; the parts opened so far are closed.
+			ck.Closers = out.Closers[:own:own]
+			for _, c := range out.Closers[own:] {
+				c.Close()
+			}
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 		out.Closers = append(out.Closers, part.Closers...)

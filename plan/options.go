@@ -66,6 +66,16 @@ func (o Options) Alongside() Options {
 	return Options{Layout: formats.TorchFile, PlainData: o.PlainData, OptimizerDType: o.OptimizerDType, KeepCUDARNG: o.KeepCUDARNG}
 }
 
+// AlongsideTarget is the target of a training-state file converted alongside the weights
+// (Alongside): t itself, or for a per-device output t's device and generation without its
+// slice and mesh — a torch file holds whole tensors.
+func AlongsideTarget(t *runtime.Target) *runtime.Target {
+	if t.Sharding() == nil {
+		return t
+	}
+	return &runtime.Target{Device: t.Device, MapLocation: t.MapLocation, Generation: t.Generation}
+}
+
 // TrainingInTree reports whether a conversion into layout for t carries the training state
 // of a Trainer or accelerate folder inside the tree it writes (formats.WithTrainingState):
 // a torch file holds it whole, and a per-device DCP output shards each optimizer moment

@@ -361,6 +361,10 @@ func (p *Plan) files(ck *statedict.Checkpoint, folderOut bool) {
 			left = append(left, f)
 		}
 	}
+	if len(p.Alongside) > 0 && p.Target.Sharding() != nil {
+		p.warn(Warning{Kind: "training_state_whole", Items: p.Alongside,
+			Message: fmt.Sprintf("converted %s whole next to the per-device weights (each a torch file for every rank); a per-device dcp output shards the optimizer moments with their parameters", Summarize(p.Alongside))})
+	}
 	if len(training) > 0 {
 		p.warn(Warning{Kind: "training_state_left_out", Items: training, Dropped: true,
 			Message: fmt.Sprintf("left out the training state %s: a %s file holds tensors only; a folder, torch or DCP output keeps it", Summarize(training), p.Options.Layout)})
