@@ -50,6 +50,26 @@ func TestInspectOptimizer(t *testing.T) {
 	}
 }
 
+// TestInspectTrainerFolder: inspect --optimizer reads a Trainer checkpoint-N folder's
+// optimizer.pt, scheduler.pt and rng_state.pth with the weights (it listed them as not
+// read) and ties the optimizer by the Trainer's grouping, in the order config.json's
+// model_type registers the parameters in (model.safetensors lists them by name).
+func TestInspectTrainerFolder(t *testing.T) {
+	out, err := run(t, "inspect", "--optimizer", "../../testdata/ecosystem/folders/trainer/checkpoint-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 21 parameters",
+		"mapped onto model by trainer grouping (parameter order: model_type llama (config.json))",
+		"5   0      model.layers.0.mlp.gate_proj.weight", "15  0      lm_head.weight", "16  1      model.layers.0.input_layernorm.weight",
+		"LR scheduler scheduler: LambdaLR", "RNG states: CPU rng_state.cpu",
+		"not read (weights or pickles outside this hf-safetensors checkpoint): training_args.bin"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+}
+
 // TestInspectOptimizerMismatch: an optimizer state saved with another model is reported
 // with the parameter and the model entry at fault, and exit status 4.
 func TestInspectOptimizerMismatch(t *testing.T) {
