@@ -49,7 +49,7 @@ type OrderError struct {
 func (e *OrderError) Error() string {
 	var sa *paramorder.StoredApartError
 	if errors.As(e.Err, &sa) {
-		return fmt.Sprintf("the optimizer's parameters are the model's, and %v: they cannot be tied to the stored tensors", e.Err)
+		return fmt.Sprintf("%v, the parameters the optimizer state belongs to: it cannot be tied to the stored tensors", e.Err)
 	}
 	msg := fmt.Sprintf("the model state dict does not list its entries in the order the model registers them (which numbers the optimizer's parameters), and that order cannot be derived: %v", e.Err)
 	if e.Config != nil {

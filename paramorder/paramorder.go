@@ -161,7 +161,7 @@ type StoredApartError struct {
 }
 
 func (e *StoredApartError) Error() string {
-	return fmt.Sprintf("%s: not a parameter of a %s model: transformers loads it into %s, so the model's parameters are not the stored tensors", e.Key, e.Type, strings.Join(e.Into, " and "))
+	return fmt.Sprintf("%s is no parameter of a %s model: transformers loads it into %s", e.Key, e.Type, strings.Join(e.Into, " and "))
 }
 
 // node is a module path of the keys (or a key, leaf).
