@@ -68,9 +68,6 @@ type Model struct {
 	// Type is the model_type of a transformers family, "" for Structure.
 	Type string
 	fam  *family
-	// given keeps the order children are met in where the names do not say theirs
-	// (Follows), instead of failing.
-	given bool
 }
 
 // Structure orders by what the names say of any PyTorch model (see the package comment).
@@ -276,28 +273,17 @@ func (m *Model) sortKids(n *node, path []string) ([]string, error) {
 	case len(leaves) < 2:
 	case len(leaves) == 2 && slices.Contains(leaves, "weight") && slices.Contains(leaves, "bias"):
 		leaves = []string{"weight", "bias"}
-	case !m.given:
+	default:
 		return nil, fail(leaves)
 	}
 	switch {
 	case len(mods) < 2:
 	case !slices.ContainsFunc(mods, func(s string) bool { return !isNumber(s) }):
 		slices.SortFunc(mods, compareNumbers)
-	case !m.given:
+	default:
 		return nil, fail(mods)
 	}
 	return append(leaves, mods...), nil
-}
-
-// Follows reports whether keys, the entries of a model state dict in the order a file lists
-// them, can be in the order the model registers them as far as their names tell
-// (Structure): false when a module's bias comes before its weight, layer 10 before layer 2,
-// a submodule before the module's own parameter, or one module's entries are not
-// together. A safetensors file, listing tensors by name, is seldom in that order; a
-// torch.save of model.state_dict() always is.
-func Follows(keys []string) bool {
-	o, err := (&Model{given: true}).Order(keys)
-	return err == nil && slices.Equal(o.Params, keys)
 }
 
 // InLayerNorm reports whether key is a parameter of a torch.nn.LayerNorm module.

@@ -168,22 +168,3 @@ func TestDescribedUnknownChild(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-func TestFollows(t *testing.T) {
-	for _, tc := range []struct {
-		keys []string
-		want bool
-	}{
-		{[]string{"fc.weight", "fc.bias", "out.weight"}, true},
-		{[]string{"fc.bias", "fc.weight"}, false},
-		{[]string{"l.0.w", "l.10.w", "l.2.w"}, false},
-		{[]string{"l.0.w", "l.2.w", "l.10.w"}, true},
-		{[]string{"b.x.weight", "b.weight"}, false},
-		{[]string{"a.weight", "b.weight", "a.bias"}, false},
-		{[]string{"fc2.weight", "fc1.weight"}, true},
-	} {
-		if got := Follows(tc.keys); got != tc.want {
-			t.Errorf("%v: %v, want %v", tc.keys, got, tc.want)
-		}
-	}
-}
