@@ -1,7 +1,7 @@
 // Package convert is ckpt's main job as a library: open a checkpoint in any supported
 // format, decide what to do with each tensor (quant for quantized layers, optimizerstate for
 // training state), remap it (device tags, dtypes, names, selection), and write it in any
-// layout formats.Writers lists — a torch.save file, a safetensors file, a Hugging Face
+// layout formats.ChooseLayout decides — a torch.save file, a safetensors file, a Hugging Face
 // folder, a torch.distributed.checkpoint directory — with a manifest of what was written.
 // Tensors stream from the mapped source to the output; nothing is held whole in memory, and
 // the output appears under its final name only when complete.
@@ -34,25 +34,16 @@ import (
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// Format is an output format.
-type Format string
-
-// Output formats. Safetensors writes a single file when the destination ends in
-// ".safetensors" and a Hugging Face folder otherwise.
-const (
-	Torch       Format = "torch"
-	Safetensors Format = "safetensors"
-	DCP         Format = "dcp"
-)
-
 // Options describe one conversion. The zero value of each field changes nothing (device
 // tags kept, no cast, no renaming); DefaultOptions gives what `ckpt convert --to tpu` does.
 type Options struct {
 	Src, Dst string
-	// Format is the output format.
-	Format Format
+	// Format is the layout asked for: formats.TorchFile, SafetensorsFile or DCPFolder as
+	// formats, any other layout as it is, "" for the source and destination to decide
+	// (formats.ChooseLayout, which also decides where in Dst the output goes).
+	Format formats.Layout
 	// Plan are the conversion's decisions about values: casts, dequantization, names,
-	// training state (its Layout is decided from Format and Dst). The manifest records
+	// training state (its Layout is the one ChooseLayout decides). The manifest records
 	// them with the target, whatever the caller.
 	Plan plan.Options
 	// MaxShardSize splits a Hugging Face folder's weights into shards of at most this many
@@ -107,18 +98,15 @@ var ErrDataDropped = errors.New("the output would not hold all of the source's d
 
 // DefaultOptions returns the options of `ckpt convert --to tpu SRC DST`: every storage
 // tagged "tpu", DDP and torch.compile prefixes stripped, values torch.load(weights_only=True)
-// refuses turned into the data they hold, a torch.save file (a safetensors file for a DST
-// ending in .safetensors).
+// refuses turned into the data they hold, the layout the command chooses for SRC and DST
+// (formats.ChooseLayout: a safetensors file for a DST ending in .safetensors, a Hugging
+// Face or DCP folder for a folder source, a torch.save file otherwise).
 func DefaultOptions(src, dst string) Options {
-	format := Torch
-	if strings.HasSuffix(dst, ".safetensors") {
-		format = Safetensors
-	}
 	t, err := runtime.NewTarget(runtime.Spec{Device: runtime.TPU})
 	if err != nil {
 		panic(err) // the default target is valid
 	}
-	return Options{Src: src, Dst: dst, Format: format, Target: t, Plan: plan.Options{StripWrappers: true, PlainData: true}}
+	return Options{Src: src, Dst: dst, Target: t, Plan: plan.Options{StripWrappers: true, PlainData: true}}
 }
 
 // Summary reports what a conversion did; it is also the --json output.
@@ -126,7 +114,7 @@ type Summary struct {
 	Src       string            `json:"src"`
 	Dst       string            `json:"dst"`
 	SrcFormat string            `json:"src_format"`
-	Format    Format            `json:"format"`
+	Format    string            `json:"format"`
 	Files     []string          `json:"files"`
 	Manifest  string            `json:"manifest"`
 	Tensors   int               `json:"tensors"`
@@ -160,32 +148,6 @@ type ShardingReport struct {
 	Sharded int `json:"sharded"`
 }
 
-// layout resolves the output format and destination to the layout written: per device
-// (one file per rank) when sharded.
-func layout(f Format, dst string, sharded bool) (formats.Layout, error) {
-	switch f {
-	case Torch:
-		if sharded {
-			return "", fmt.Errorf("a torch.save file holds whole tensors: a per-device output is a dcp or safetensors folder")
-		}
-		return formats.TorchFile, nil
-	case Safetensors:
-		if sharded {
-			if strings.HasSuffix(dst, ".safetensors") {
-				return "", fmt.Errorf("%s: a per-device safetensors output is a folder (one file per rank), not a .safetensors file", dst)
-			}
-			return formats.SafetensorsRanks, nil
-		}
-		if strings.HasSuffix(dst, ".safetensors") {
-			return formats.SafetensorsFile, nil
-		}
-		return formats.HFFolder, nil
-	case DCP:
-		return formats.DCPFolder, nil
-	}
-	return "", fmt.Errorf("unknown output format %q (torch, safetensors, dcp)", f)
-}
-
 // openSource opens the checkpoint to convert (a test counts what is read through it).
 var openSource = formats.OpenWith
 
@@ -193,14 +155,13 @@ var openSource = formats.OpenWith
 // removes everything written so far; the destination is then as it was.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
 	start := time.Now()
-	if store.IsRemote(opts.Dst) {
-		opts.Dst = strings.TrimSuffix(opts.Dst, "/")
-	} else {
-		opts.Dst = filepath.Clean(opts.Dst) // "DST/" names the folder DST
-	}
-	lay, err := layout(opts.Format, opts.Dst, opts.Target.Sharding() != nil)
+	dst, lay, err := formats.ChooseLayout(opts.Src, opts.Dst, opts.Format, opts.Target.Sharding() != nil)
 	if err != nil {
 		return nil, err
+	}
+	opts.Dst = dst
+	if !store.IsRemote(opts.Dst) {
+		opts.Dst = filepath.Clean(opts.Dst)
 	}
 	if err := opts.Hosts.check(opts.Target, lay); err != nil {
 		return nil, err
@@ -209,7 +170,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return nil, err
 	}
 	if opts.Compress != "" && lay != formats.DCPFolder {
-		return nil, fmt.Errorf("%s: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, statedict.ErrUnsupported, opts.Compress, lay)
+		return nil, fmt.Errorf("%s: %w: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, statedict.ErrUnsupported, formats.ErrLayout, opts.Compress, lay)
 	}
 	ck, err := openSource(opts.Src, opts.Plan.OpenOptions())
 	if err != nil {
@@ -230,7 +191,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Hosts.Count > 1 {
 		return runHost(ctx, opts, p, start)
 	}
-	folder := formats.Writers[lay].Folder
+	folder := lay.Folder()
 	var run string
 	if folder && store.IsRemote(opts.Dst) {
 		if run, err = runKey(p, opts); err != nil {
@@ -303,7 +264,7 @@ func newPlan(ck *statedict.Checkpoint, opts Options, lay formats.Layout) (*plann
 		return nil, err
 	}
 	p := &planned{Plan: pl, src: ck, lay: lay}
-	p.sum = &Summary{Src: opts.Src, Dst: opts.Dst, SrcFormat: ck.Format, Format: opts.Format, Remap: pl.Report, Warnings: pl.Warnings,
+	p.sum = &Summary{Src: opts.Src, Dst: opts.Dst, SrcFormat: ck.Format, Format: lay.Format(), Remap: pl.Report, Warnings: pl.Warnings,
 		Quantization: pl.Quantization, ConfigDType: pl.ConfigDType, Tensors: pl.Tensors}
 	if sh := pl.Sharding; sh != nil {
 		p.sum.Sharding = &ShardingReport{Ranks: sh.Ranks, Mesh: opts.Target.Mesh.String(), Sharded: len(sh.Tensors)}
@@ -323,7 +284,7 @@ func write(out *subOutput, p *planned, opts Options) error {
 	prev := out.o.src
 	out.o.src = p.src
 	defer func() { out.o.src = prev }()
-	w, err := formats.Writers[p.lay].Write(out, p.Output, p.writeOptions(out.o, opts))
+	w, err := p.lay.Writer()(out, p.Output, p.writeOptions(out.o, opts))
 	if err != nil {
 		return err
 	}
@@ -432,7 +393,7 @@ func convertAlongside(parent *subOutput, p *planned, opts Options, name string) 
 		return nil, err
 	}
 	defer ck.Close()
-	sub := Options{Src: src, Dst: store.Join(opts.Dst, name), Format: Torch, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: plan.AlongsideTarget(opts.Target), WeightsOnly: opts.WeightsOnly,
+	sub := Options{Src: src, Dst: store.Join(opts.Dst, name), Format: formats.TorchFile, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: plan.AlongsideTarget(opts.Target), WeightsOnly: opts.WeightsOnly,
 		Plan: opts.Plan.Alongside()}
 	sp, err := newPlan(ck, sub, formats.TorchFile)
 	if err != nil {

@@ -91,9 +91,9 @@ func TestAccelerateConvertTrainingState(t *testing.T) {
 	var checks []check
 	var jobs []ecosystemJob
 	for name, want := range fx {
-		for _, format := range []convert.Format{convert.Torch, convert.DCP, convert.Safetensors} {
+		for _, format := range []formats.Layout{formats.TorchFile, formats.DCPFolder, formats.SafetensorsFile} {
 			dst := filepath.Join(host, name+"-"+string(format))
-			if format == convert.Torch {
+			if format == formats.TorchFile {
 				dst += ".pt"
 			} else {
 				dst += "/"
@@ -113,7 +113,7 @@ func TestAccelerateConvertTrainingState(t *testing.T) {
 			out := chrootPath(host, chroot, dst)
 			for part := range want {
 				switch {
-				case format == convert.Torch:
+				case format == formats.TorchFile:
 					stem := strings.TrimSuffix(part, filepath.Ext(part))
 					checks = append(checks, check{name, part, stem})
 					jobs = append(jobs, ecosystemJob{Out: out, Format: "torch"})

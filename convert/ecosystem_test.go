@@ -187,10 +187,10 @@ func TestObjectCheckpointsConvert(t *testing.T) {
 	var runs []run
 	var jobs []ecosystemJob
 	for name, fx := range fixtures {
-		for _, format := range []convert.Format{convert.Torch, convert.Safetensors, convert.DCP} {
+		for _, format := range []formats.Layout{formats.TorchFile, formats.SafetensorsFile, formats.DCPFolder} {
 			dst := filepath.Join(host, strings.ReplaceAll(name, ".", "_")+"-"+string(format))
-			if format != convert.DCP {
-				dst += map[convert.Format]string{convert.Torch: ".pt", convert.Safetensors: ".safetensors"}[format]
+			if format != formats.DCPFolder {
+				dst += map[formats.Layout]string{formats.TorchFile: ".pt", formats.SafetensorsFile: ".safetensors"}[format]
 			}
 			sum, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/objects/" + name, Dst: dst, Format: format,
 				Plan: plan.Options{PlainData: true}})
@@ -224,7 +224,7 @@ func TestObjectCheckpointsConvert(t *testing.T) {
 					t.Errorf("%s: %+v, the source has %+v", name, g, w)
 				}
 			}
-			if r.format == string(convert.Safetensors) {
+			if r.format == string(formats.SafetensorsFile) {
 				return
 			}
 			for k, want := range fx.Plain {
@@ -260,7 +260,7 @@ func TestObjectCheckpointsConvert(t *testing.T) {
 // the conversion fail naming it, and nothing is written; a checkpoint whose objects are
 // all data converts.
 func TestWeightsOnlyRefusesObjects(t *testing.T) {
-	for _, format := range []convert.Format{convert.Torch, convert.DCP} {
+	for _, format := range []formats.Layout{formats.TorchFile, formats.DCPFolder} {
 		dst := filepath.Join(t.TempDir(), "out")
 		_, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/objects/records.pt", Dst: dst, Format: format,
 			WeightsOnly: true, Plan: plan.Options{PlainData: true}})
@@ -286,7 +286,7 @@ func TestDangerousObjectNeverWritten(t *testing.T) {
 	root.Set("cb", evil)
 	for _, lay := range []formats.Layout{formats.TorchFile, formats.DCPFolder} {
 		out := &memOutput{files: map[string]*strings.Builder{}}
-		_, err := formats.Writers[lay].Write(out, &statedict.Checkpoint{Root: root}, statedict.WriteOptions{})
+		_, err := lay.Writer()(out, &statedict.Checkpoint{Root: root}, statedict.WriteOptions{})
 		if !errors.Is(err, statedict.ErrDangerous) || !strings.Contains(err.Error(), "cb") {
 			t.Errorf("%s: %v", lay, err)
 		}

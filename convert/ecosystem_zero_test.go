@@ -127,7 +127,7 @@ func TestZeRO3ModelStatesAlone(t *testing.T) {
 	}
 	path := filepath.Join(dir, "zero_pp_rank_0_mp_rank_00_model_states.pt")
 	dst := filepath.Join(t.TempDir(), "x.safetensors")
-	if _, err := convert.Run(t.Context(), convert.Options{Src: path, Dst: dst, Format: convert.Safetensors}); err != nil {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: path, Dst: dst, Format: formats.SafetensorsFile}); err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := verify.Parity(t.Context(), path, dst, verify.ParityOptions{}); err != nil || !rep.OK() || rep.Equal != len(want.Tensors.Names)-len(want.Tied) {
@@ -145,7 +145,7 @@ func TestZeRO3ModelStatesAlone(t *testing.T) {
 	if !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "placeholders") || !strings.Contains(err.Error(), "which "+filepath.Dir(alone)+" does not hold") {
 		t.Errorf("got %v", err)
 	}
-	if _, err := convert.Run(t.Context(), convert.Options{Src: alone, Dst: filepath.Join(t.TempDir(), "y.safetensors"), Format: convert.Safetensors}); err == nil {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: alone, Dst: filepath.Join(t.TempDir(), "y.safetensors"), Format: formats.SafetensorsFile}); err == nil {
 		t.Error("converted placeholders")
 	}
 }
@@ -159,9 +159,9 @@ func TestZeROConvertLoadsInTorch(t *testing.T) {
 	var jobs []ecosystemJob
 	var wants []zeroFixture
 	for name, want := range fx {
-		for _, format := range []convert.Format{convert.Torch, convert.Safetensors, convert.DCP} {
+		for _, format := range []formats.Layout{formats.TorchFile, formats.SafetensorsFile, formats.DCPFolder} {
 			dst := filepath.Join(host, name+"-"+string(format))
-			if format == convert.Torch {
+			if format == formats.TorchFile {
 				dst += ".pt"
 			}
 			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format}); err != nil {
@@ -180,7 +180,7 @@ func TestZeROConvertLoadsInTorch(t *testing.T) {
 			t.Fatalf("%s: %s", job.Out, res[i].Error)
 		}
 		want := wants[i].Tensors
-		if job.Format == string(convert.Safetensors) {
+		if job.Format == string(formats.SafetensorsFile) {
 			// A safetensors file keeps a tied tensor once (its alias in the metadata).
 			for alias, of := range wants[i].Tied {
 				if _, ok := res[i].Tensors[of]; ok {
@@ -237,7 +237,7 @@ func TestZeROOptimizerState(t *testing.T) {
 			t.Errorf("%s: model %v optimizer %v\nwant %v %v", name, model, optim, want.Tensors.Names, want.Optimizer.Names)
 		}
 	}
-	if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/zstd", Dst: filepath.Join(t.TempDir(), "x.pt"), Format: convert.Torch, Plan: plan.Options{ZeROOptimizer: true}}); !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "not one") {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/zstd", Dst: filepath.Join(t.TempDir(), "x.pt"), Format: formats.TorchFile, Plan: plan.Options{ZeROOptimizer: true}}); !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "not one") {
 		t.Errorf("ZeROOptimizer on a DCP folder: %v", err)
 	}
 	o := oracle.Require(t)
@@ -245,9 +245,9 @@ func TestZeROOptimizerState(t *testing.T) {
 	var jobs []ecosystemJob
 	var wants []zeroFixture
 	for name, want := range fx {
-		for _, format := range []convert.Format{convert.Torch, convert.Safetensors, convert.DCP} {
+		for _, format := range []formats.Layout{formats.TorchFile, formats.SafetensorsFile, formats.DCPFolder} {
 			dst := filepath.Join(host, name+"-optim-"+string(format))
-			if format == convert.Torch {
+			if format == formats.TorchFile {
 				dst += ".pt"
 			}
 			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format, Plan: plan.Options{ZeROOptimizer: true}}); err != nil {
@@ -265,7 +265,7 @@ func TestZeROOptimizerState(t *testing.T) {
 		if res[i].Error != "" {
 			t.Fatalf("%s: %s", job.Out, res[i].Error)
 		}
-		if job.Format == string(convert.Safetensors) {
+		if job.Format == string(formats.SafetensorsFile) {
 			for alias, of := range wants[i].Tied {
 				if v, ok := res[i].Tensors["model."+of]; ok {
 					res[i].Tensors["model."+alias] = v

@@ -72,7 +72,7 @@ func (h Hosts) check(t *runtime.Target, lay formats.Layout) error {
 		}
 		return nil
 	}
-	if t.Sharding() == nil || formats.Writers[lay].Finish == nil {
+	if t.Sharding() == nil || !lay.PerRank() {
 		return fmt.Errorf("a multi-host conversion writes a per-device output: give the target a mesh and write dcp or safetensors")
 	}
 	_, err := t.HostRanks(h.Index, h.Count)
@@ -115,7 +115,7 @@ type hostPart struct {
 // runHost performs this host's share of a multi-host conversion (see Hosts).
 func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*Summary, error) {
 	h := opts.Hosts
-	lw := formats.Writers[p.lay]
+	write := p.lay.Writer()
 	ranks, err := opts.Target.HostRanks(h.Index, h.Count)
 	if err != nil {
 		return nil, err
@@ -175,7 +175,7 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		out.src = p.src
 		wo := p.writeOptions(out, opts)
 		wo.Ranks = ranks
-		w, err := lw.Write(out.root(), p.Output, wo)
+		w, err := write(out.root(), p.Output, wo)
 		out.src = prev
 		if err != nil {
 			return nil, err
@@ -207,6 +207,12 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		return nil, err
 	}
 	rep.Waited = time.Since(waited).Seconds()
+	if out.dir != nil {
+		// Nothing in the shared folder is read back before every entry is proven a host's.
+		if err := out.dir.Verify(); err != nil {
+			return nil, err
+		}
+	}
 	if err := finishHosts(out, p, opts, parts, run); err != nil {
 		return nil, err
 	}
@@ -264,7 +270,7 @@ func finishHosts(out *output, p *planned, opts Options, parts []hostPart, run st
 	for i, hp := range parts {
 		layoutParts[i] = hp.Layout
 	}
-	fin, err := formats.Writers[p.lay].Finish(out.root(), p.Output, p.writeOptions(out, opts), layoutParts)
+	fin, err := p.lay.Finisher()(out.root(), p.Output, p.writeOptions(out, opts), layoutParts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", opts.Dst, err)
 	}

@@ -168,7 +168,7 @@ func newHostsFixture(t *testing.T, device, ms string) *hostsFixture {
 
 // options returns the options converting the source into dst in format as host host of
 // hosts, a host waiting up to wait for host 0 to clear a bucket destination.
-func (f *hostsFixture) options(format Format, wait time.Duration) func(dst string, host, hosts int) Options {
+func (f *hostsFixture) options(format formats.Layout, wait time.Duration) func(dst string, host, hosts int) Options {
 	return func(dst string, host, hosts int) Options {
 		o := DefaultOptions(f.src, dst)
 		o.Format, o.Target, o.ToolVersion = format, f.target, "test"
@@ -220,7 +220,7 @@ func runLogged(t *testing.T, logs []*readLog, h int, opts Options) *Summary {
 // complete has nothing to do; a host of another conversion is refused.
 func TestMultiHost(t *testing.T) {
 	f := newHostsFixture(t, "cpu", "tp=2,fsdp=4")
-	dir, options := f.dir, f.options(DCP, 0)
+	dir, options := f.dir, f.options(formats.DCPFolder, 0)
 	single := f.single(t, "single", options)
 
 	multi := filepath.Join(dir, "multi")
@@ -373,7 +373,7 @@ func covered(rs [][2]int64) int64 {
 // one process's files, and each reads from the source exactly the pieces its ranks hold.
 func TestMultiHostSafetensors(t *testing.T) {
 	f := newHostsFixture(t, "tpu", "fsdp=2,tp=4")
-	options := f.options(Safetensors, 0)
+	options := f.options(formats.SafetensorsFile, 0)
 	single := f.single(t, "single", options)
 	multi := filepath.Join(f.dir, "multi")
 	logs := make([]*readLog, 4)

@@ -37,7 +37,7 @@ func TestPickledModules(t *testing.T) {
 				t.Fatal(err)
 			}
 			dst := filepath.Join(t.TempDir(), "out.pt")
-			sum, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/modules/" + file, Dst: dst, Format: convert.Torch,
+			sum, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/modules/" + file, Dst: dst, Format: formats.TorchFile,
 				Plan: plan.Options{PlainData: true}})
 			if err != nil {
 				t.Fatal(err)

@@ -24,7 +24,7 @@ func BenchmarkPlanManyTensors(b *testing.B) {
 		}
 		ck := &statedict.Checkpoint{Format: "safetensors", Path: "bench", Root: root}
 		b.StartTimer()
-		p, err := newPlan(ck, Options{Src: "bench", Dst: "out", Format: Safetensors}, formats.HFFolder)
+		p, err := newPlan(ck, Options{Src: "bench", Dst: "out", Format: formats.SafetensorsFile}, formats.HFFolder)
 		if err != nil {
 			b.Fatal(err)
 		}

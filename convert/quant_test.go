@@ -86,7 +86,7 @@ func TestConvertDequantizes(t *testing.T) {
 			t.Run(name+"/"+dtype, func(t *testing.T) {
 				src := filepath.Join(quantizedDir, name)
 				dst := filepath.Join(t.TempDir(), "out")
-				opts := convert.Options{Src: src, Dst: dst + "/", Format: convert.Safetensors, Target: tpuTarget(t),
+				opts := convert.Options{Src: src, Dst: dst + "/", Format: formats.SafetensorsFile, Target: tpuTarget(t),
 					Plan: plan.Options{Dequantize: quant.DequantizeAll}}
 				outDType := "bfloat16"
 				if dtype != "keep" {
@@ -172,7 +172,7 @@ func TestConvertKeepsQuantized(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			src := filepath.Join(quantizedDir, name)
 			dst := filepath.Join(t.TempDir(), "out")
-			sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, Target: tpuTarget(t),
+			sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: formats.SafetensorsFile, Target: tpuTarget(t),
 				Plan: plan.Options{DType: statedict.Float32}})
 			if err != nil {
 				t.Fatal(err)
@@ -242,7 +242,7 @@ func TestConvertDequantizeAuto(t *testing.T) {
 				}
 				target.Generation = g
 			}
-			sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(quantizedDir, tc.fixture), Dst: dst, Format: convert.Safetensors,
+			sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(quantizedDir, tc.fixture), Dst: dst, Format: formats.SafetensorsFile,
 				Plan: plan.Options{Dequantize: quant.DequantizeAuto}, Target: target})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -341,7 +341,7 @@ func TestConvertRefusesRawCodes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "out")
-			sum, err := convert.Run(t.Context(), convert.Options{Src: tc.src, Dst: dst, Format: convert.Safetensors,
+			sum, err := convert.Run(t.Context(), convert.Options{Src: tc.src, Dst: dst, Format: formats.SafetensorsFile,
 				Plan: plan.Options{DType: tc.dtype, Dequantize: tc.dequantize}})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/runtime"
 )
@@ -39,7 +40,7 @@ func TestShardedDCPLoadsInTorch(t *testing.T) {
 			}
 			name := "out-" + filepath.Base(t.Name())
 			opts := DefaultOptions(src, filepath.Join(host, name))
-			opts.Format, opts.Target = DCP, target
+			opts.Format, opts.Target = formats.DCPFolder, target
 			sum, err := Run(context.Background(), opts)
 			if err != nil {
 				t.Fatal(err)

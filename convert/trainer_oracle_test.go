@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/runtime"
@@ -40,7 +41,7 @@ func TestTrainerResumesOnMesh(t *testing.T) {
 				t.Fatal(err)
 			}
 			opts := convert.DefaultOptions(src, filepath.Join(host, "out"))
-			opts.Format, opts.Target = convert.DCP, target
+			opts.Format, opts.Target = formats.DCPFolder, target
 			sum, err := convert.Run(t.Context(), opts)
 			if err != nil {
 				t.Fatal(err)

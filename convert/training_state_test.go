@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/verify"
@@ -35,7 +36,7 @@ func TestTrainingFolderPerDevice(t *testing.T) {
 			}
 			dst := filepath.Join(t.TempDir(), "out")
 			opts := convert.DefaultOptions(src, dst)
-			opts.Format, opts.Target = convert.DCP, target
+			opts.Format, opts.Target = formats.DCPFolder, target
 			sum, err := convert.Run(t.Context(), opts)
 			if err != nil {
 				t.Fatal(err)
@@ -53,7 +54,7 @@ func TestTrainingFolderPerDevice(t *testing.T) {
 			for _, out := range []string{dst, filepath.Join(t.TempDir(), "out.pt")} {
 				if out != dst {
 					o := convert.DefaultOptions(src, out)
-					o.Format = convert.Torch
+					o.Format = formats.TorchFile
 					if _, err := convert.Run(t.Context(), o); err != nil {
 						t.Fatal(err)
 					}
@@ -82,7 +83,7 @@ func TestTrainerFolderPerDeviceSafetensors(t *testing.T) {
 	}
 	dst := filepath.Join(t.TempDir(), "out")
 	opts := convert.DefaultOptions(src, dst)
-	opts.Format, opts.Target = convert.Safetensors, target
+	opts.Format, opts.Target = formats.SafetensorsFile, target
 	sum, err := convert.Run(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/runtime"
@@ -70,7 +71,7 @@ func TestResumeInTorch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts := convert.Options{Src: filepath.Join("..", data, c.src), Dst: filepath.Join(host, c.name+".pt"), Format: convert.Torch, Target: target,
+		opts := convert.Options{Src: filepath.Join("..", data, c.src), Dst: filepath.Join(host, c.name+".pt"), Format: formats.TorchFile, Target: target,
 			Plan: plan.Options{StripWrappers: true, PlainData: true, KeepCUDARNG: c.keepCUDARNG}}
 		if c.dtype != "keep" {
 			opts.Plan.DType, _ = statedict.ParseDType(c.dtype)

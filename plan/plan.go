@@ -81,13 +81,13 @@ type Plan struct {
 // sharded). With opts.Consume the source's tensors become the output's (ck.Root must not
 // be read for source values afterwards).
 func Make(ck *statedict.Checkpoint, opts Options, t *runtime.Target) (*Plan, error) {
-	lw, ok := formats.Writers[opts.Layout]
-	if !ok {
-		return nil, fmt.Errorf("plan: unknown layout %q", opts.Layout)
+	lay := opts.Layout
+	if !lay.Valid() {
+		return nil, fmt.Errorf("plan: unknown layout %q", lay)
 	}
 	sharded := t.Sharding() != nil
-	if sharded && lw.Finish == nil {
-		return nil, fmt.Errorf("%w: a %s output holds whole tensors: a per-device output is a dcp or safetensors folder", statedict.ErrUnsupported, opts.Layout)
+	if sharded && !lay.PerRank() {
+		return nil, fmt.Errorf("%w: %w: a %s output is not one file per rank", statedict.ErrUnsupported, formats.ErrLayout, lay)
 	}
 	var gen *runtime.Generation
 	if t != nil {
@@ -121,9 +121,9 @@ func Make(ck *statedict.Checkpoint, opts Options, t *runtime.Target) (*Plan, err
 	}
 	p.Output = &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: ck.Extras, Files: ck.Files,
 		Metadata: ck.Metadata, WeightsName: ck.WeightsName, Components: ck.Components}
-	p.files(ck, lw.Folder)
+	p.files(ck, lay.Folder())
 	// A per-device layout hashes every tensor's bytes once, piece by piece.
-	if p.Tensors, p.Bytes, err = checkContent(ck, root, lw.Tree && !sharded); err != nil {
+	if p.Tensors, p.Bytes, err = checkContent(ck, root, lay.Tree() && !sharded); err != nil {
 		return nil, err
 	}
 	if sharded {
@@ -137,7 +137,7 @@ func Make(ck *statedict.Checkpoint, opts Options, t *runtime.Target) (*Plan, err
 			return nil, fmt.Errorf("%s: %w", ck.Path, err)
 		}
 	}
-	if !lw.Folder && len(ck.Extras) > 0 {
+	if !lay.Folder() && len(ck.Extras) > 0 {
 		// A single file holds tensors only: say once what stays behind, and claim nothing
 		// about files that are not written.
 		p.warn(Warning{Kind: "files_not_carried", Items: ck.Extras,
@@ -371,7 +371,7 @@ func (p *Plan) files(ck *statedict.Checkpoint, folderOut bool) {
 	}
 	if len(ck.Outside) > 0 {
 		p.warn(Warning{Kind: "links_outside", Items: ck.Outside,
-			Message: fmt.Sprintf("left out %s: links leading outside the checkpoint folder, never read", Summarize(ck.Outside))})
+			Message: fmt.Sprintf("left out %s: links leading outside the checkpoint folder or not regular files, never read", Summarize(ck.Outside))})
 	}
 	if len(left) > 0 {
 		p.warn(Warning{Kind: "files_left_out", Items: left, Dropped: true,

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/internal/regular"
 )
 
 // AxisKind is what a mesh axis is for; it decides the built-in placements along it. Mesh
@@ -151,17 +151,9 @@ const maxPlanFile = 1 << 20
 
 // LoadPlan reads a JSON plan file (see ParsePlan).
 func LoadPlan(path string) (*Plan, error) {
-	f, err := os.Open(path)
+	b, err := regular.ReadFile(path, maxPlanFile)
 	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxPlanFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("plan file %s: %w", path, err)
-	}
-	if len(b) > maxPlanFile {
-		return nil, fmt.Errorf("plan file %s: larger than %d bytes", path, maxPlanFile)
+		return nil, fmt.Errorf("plan file: %w", err)
 	}
 	p, err := ParsePlan(b)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -12,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/convert"
-	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
@@ -70,10 +69,13 @@ prefix the kept objects are not uploaded again, a resume whose source or options
 from the killed run's is refused, and since a bucket has no lock a killed run's leftovers
 there are taken over only with --resume or --force. A single-file DST in a bucket cannot
 be resumed: its object appears only once complete, so a killed run left nothing to keep.
-The output is written under a temporary name, fsynced and renamed when complete; an
-existing DST is replaced only with --force. A manifest (DST.ckpt-manifest.json, or
-ckpt-manifest.json inside a folder) records the source, options, version and an xxhash64 of
-every tensor.
+The output is written in a partial folder beside it (.DST.partial), fsynced and moved into
+place when complete; ckpt removes or keeps only what that folder's journal proves it made
+there, and refuses, naming it, anything else it finds. An existing DST is replaced only
+with --force, and only when its manifest proves every file an earlier conversion's (each
+file's size and xxhash64). A manifest (DST.ckpt-manifest.json, or ckpt-manifest.json
+inside a folder) records the source, options, version, each file's xxhash64 and an xxhash64
+of every tensor.
 
 SRC may also be a DeepSpeed ZeRO folder (consolidated as zero_to_fp32.py does), a diffusers
 pipeline (written as a folder of components), a PEFT adapter folder, or an HF Trainer
@@ -112,18 +114,10 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 					return err
 				}
 			}
-			if format == "" && (shard.mesh != "" || shard.topology != "") {
-				format = "dcp" // a per-device output: one file per rank
-			}
-			if opts.Dst, opts.Format, err = destination(args[0], args[1], format); err != nil {
-				return err
-			}
+			opts.Format = formats.Layout(format)
 			if compress != "" {
 				if opts.Compress, err = compressChoice.parse(compress); err != nil {
 					return err
-				}
-				if opts.Format != convert.DCP {
-					return usage(fmt.Errorf("--compress applies to DCP outputs (--format dcp); this one is %s", opts.Format))
 				}
 			}
 			if opts.Plan.DType, err = parseDType(dtypeChoice("dtype"), dtype); err != nil {
@@ -284,7 +278,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.StringArrayVar(&drops, "drop", nil, "drop entries whose flattened name matches REGEX (repeatable)")
 	f.BoolVar(&noStrip, "no-strip-wrappers", false, "keep DDP module. and torch.compile _orig_mod. prefixes")
 	f.StringVar(&maxShard, "max-shard-size", "", "largest safetensors shard in a folder output, e.g. 5GB, 500MB (default 5GB)")
-	f.BoolVar(&force, "force", false, "replace an existing DST (a file, or a folder an earlier conversion wrote)")
+	f.BoolVar(&force, "force", false, "replace an existing DST that an earlier conversion wrote (its manifest records every file's size and xxhash64)")
 	f.BoolVar(&resume, "resume", false, "continue a folder output whose conversion was killed, keeping the files it finished (checked against their checksums), locally or in a bucket; with --num-hosts, this host's share")
 	f.BoolVar(&asJSON, "json", false, "print a machine-readable summary")
 	f.BoolVarP(&verbose, "verbose", "v", false, "list every value or file a warning concerns")
@@ -312,65 +306,6 @@ func parseDType(c choice, s string) (statedict.DType, error) {
 	}
 	d, _ := statedict.ParseDType(v)
 	return d, nil
-}
-
-// destination applies the destination rules (docs/formats.md, "Where the output goes") to the
-// command line's SRC, DST and --format (empty when not given): the output path and format.
-//
-//   - DST ending in .safetensors, .pt, .pth or .bin names a file of that format.
-//   - A folder source, a DST ending in "/" or an existing folder give a folder output:
-//     with --format safetensors or without --format a Hugging Face folder (a DCP source, a
-//     DCP folder), with --format dcp a DCP folder — at DST itself, the configuration and
-//     tokenizer files carried along.
-//   - A single-file format (--format torch, or a file source without --format) with a
-//     folder DST writes a file inside it named after the source, as cp does.
-//   - Otherwise DST is a torch.save file.
-func destination(src, dst, format string) (string, convert.Format, error) {
-	st, err := store.Stat(src)
-	srcDir := err == nil && st.IsDir()
-	dstSt, err := store.Stat(dst)
-	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || err == nil && dstSt.IsDir()
-	ext := strings.ToLower(path.Ext(filepath.ToSlash(dst)))
-	inside := func(f convert.Format, suffix string) (string, convert.Format, error) {
-		base := strings.TrimSuffix(store.Base(src), path.Ext(store.Base(src)))
-		return store.Join(dst, base+suffix), f, nil
-	}
-	switch format {
-	case "torch":
-		if dstDir {
-			return inside(convert.Torch, ".pt")
-		}
-		return dst, convert.Torch, nil
-	case "dcp":
-		return dst, convert.DCP, nil
-	case "safetensors":
-		if dstDir || ext != ".safetensors" {
-			return dst, convert.Safetensors, nil // a folder
-		}
-		return dst, convert.Safetensors, nil
-	}
-	switch {
-	case ext == ".safetensors" && !dstDir:
-		return dst, convert.Safetensors, nil
-	case (ext == ".pt" || ext == ".pth" || ext == ".bin") && !dstDir:
-		return dst, convert.Torch, nil
-	case srcDir && isDCP(src):
-		return dst, convert.DCP, nil
-	case srcDir:
-		return dst, convert.Safetensors, nil // a Hugging Face folder
-	case dstDir:
-		if strings.HasSuffix(strings.ToLower(src), ".safetensors") {
-			return inside(convert.Safetensors, ".safetensors")
-		}
-		return inside(convert.Torch, ".pt")
-	}
-	return dst, convert.Torch, nil
-}
-
-// isDCP reports whether the folder dir is a torch.distributed.checkpoint directory.
-func isDCP(dir string) bool {
-	_, err := store.Stat(store.Join(dir, ".metadata"))
-	return err == nil
 }
 
 // warningHints point each kind of warning at the flag that changes it.

@@ -3,13 +3,13 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/verify/forward"
 	"github.com/ckpt-dev/ckpt/verify/forward/kernel"
 	"github.com/spf13/cobra"
@@ -70,7 +70,7 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 			}
 			opts := forward.Options{Precision: prec, KeepFP8: keepFP8}
 			if config != "" {
-				if opts.Config, err = os.ReadFile(config); err != nil {
+				if opts.Config, err = regular.ReadFile(config, maxConfig); err != nil {
 					return err
 				}
 			}
@@ -161,7 +161,7 @@ func parseTokens(s string) ([]int, error) {
 // writeLogits writes logits [1, T, vocab] as the float32 tensor "logits" of a safetensors
 // file, atomically.
 func writeLogits(path string, logits []float32, T, vocab int, force bool) error {
-	f, err := atomicfile.Create(path, force)
+	f, err := atomicfile.Create(path, atomicfile.FileOptions{Force: force})
 	if err != nil {
 		return err
 	}

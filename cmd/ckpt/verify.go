@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/verify"
 	"github.com/spf13/cobra"
@@ -175,7 +175,7 @@ func forwardFlags(cmd *cobra.Command, fwd bool, tokens, promptIDs, tpuGen, confi
 			return usage(err)
 		}
 	case promptIDs != "":
-		b, err := os.ReadFile(promptIDs)
+		b, err := regular.ReadFile(promptIDs, maxPromptIDs)
 		if err != nil {
 			return err
 		}
@@ -189,7 +189,7 @@ func forwardFlags(cmd *cobra.Command, fwd bool, tokens, promptIDs, tpuGen, confi
 		}
 	}
 	if config != "" {
-		if opts.Config, err = os.ReadFile(config); err != nil {
+		if opts.Config, err = regular.ReadFile(config, maxConfig); err != nil {
 			return err
 		}
 	}
@@ -201,10 +201,12 @@ func forwardFlags(cmd *cobra.Command, fwd bool, tokens, promptIDs, tpuGen, confi
 func parsePromptIDs(s string) ([]int, error) {
 	s = strings.NewReplacer("[", " ", "]", " ", ",", " ").Replace(s)
 	var ids []int
-	for _, f := range strings.Fields(s) {
+	for i, f := range strings.Fields(s) {
 		v, err := strconv.Atoi(f)
 		if err != nil || v < 0 {
-			return nil, fmt.Errorf("%q is not a token id", f)
+			// Named by position, not repeated: a file that is not a list of ids may be
+			// anything (a link to a secret).
+			return nil, fmt.Errorf("entry %d (of %d bytes) is not a token id", i+1, len(f))
 		}
 		ids = append(ids, v)
 	}
@@ -294,3 +296,10 @@ func printParity(w io.Writer, r *verify.ParityReport, indent string) {
 		printParity(w, a, indent+"  ")
 	}
 }
+
+// maxConfig bounds a config.json given with --config (as the one beside a checkpoint is);
+// maxPromptIDs a --prompt-ids file.
+const (
+	maxConfig    = 64 << 20
+	maxPromptIDs = 64 << 20
+)
