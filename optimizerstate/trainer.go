@@ -39,8 +39,9 @@ func orderFromConfig(m *paramorder.Model) string { return "model_type " + m.Type
 // that numbers the optimizer's parameters; a safetensors file lists them by name — when
 // that order cannot be derived either. ckpt does not guess: a names file settles it.
 type OrderError struct {
-	// Err says why the order cannot be derived: a *paramorder.UnorderedError, or a
-	// *paramorder.StoredApartError (stored tensors that are no parameter of the model).
+	// Err says why the order cannot be derived: a *paramorder.UnorderedError, a
+	// *paramorder.NestedError, or a *paramorder.StoredApartError (stored tensors that are no
+	// parameter of the model).
 	Err error
 	// Config is why the checkpoint's config.json did not give the order, when it has one.
 	Config error

@@ -161,6 +161,15 @@ func (e *StoredApartError) Error() string {
 	return fmt.Sprintf("%s is no parameter of a %s model: transformers loads it into %s", e.Key, e.Type, strings.Join(e.Into, " and "))
 }
 
+// NestedError is a key that names a tensor and also the module holding other keys ("a"
+// and "a.b"): a PyTorch module has one attribute under a name, so no model registers both,
+// and where it would list them is not known.
+type NestedError struct{ Key, Under string }
+
+func (e *NestedError) Error() string {
+	return fmt.Sprintf("%s names a tensor and also the module holding %s: no model registers both under one name", e.Key, e.Under)
+}
+
 // node is a module path of the keys (or a key, leaf).
 type node struct {
 	leaf  bool
@@ -171,7 +180,7 @@ type node struct {
 
 // Order sorts keys, the entries of a model state dict, in the model's registration order.
 // It fails with an *UnorderedError naming the first module whose children it cannot order,
-// or a *StoredApartError.
+// a *NestedError, or a *StoredApartError.
 func (m *Model) Order(keys []string) (*Order, error) {
 	out := &Order{}
 	root := &node{kids: map[string]*node{}}
@@ -207,6 +216,9 @@ func (m *Model) Order(keys []string) (*Order, error) {
 		}
 		for _, name := range kids {
 			c := n.kids[name]
+			if c.leaf && len(c.kids) > 0 {
+				return &NestedError{Key: c.key, Under: firstKey(c.kids[c.order[0]])}
+			}
 			if c.leaf {
 				out.Params = append(out.Params, c.key)
 			}
@@ -222,6 +234,14 @@ func (m *Model) Order(keys []string) (*Order, error) {
 	return out, nil
 }
 
+// firstKey is the first key met at or under n.
+func firstKey(n *node) string {
+	for !n.leaf {
+		n = n.kids[n.order[0]]
+	}
+	return n.key
+}
+
 // sortKids orders the children of the module n at path.
 func (m *Model) sortKids(n *node, path []string) ([]string, error) {
 	kids := slices.Clone(n.order)
@@ -230,11 +250,7 @@ func (m *Model) sortKids(n *node, path []string) ([]string, error) {
 	}
 	parent := strings.Join(path, ".")
 	fail := func(sib []string) error {
-		first := n.kids[sib[0]]
-		for !first.leaf {
-			first = first.kids[first.order[0]]
-		}
-		return &UnorderedError{Key: first.key, Parent: parent, Siblings: sib, Type: m.Type}
+		return &UnorderedError{Key: firstKey(n.kids[sib[0]]), Parent: parent, Siblings: sib, Type: m.Type}
 	}
 	if m.fam != nil {
 		if desc, ok := m.fam.Children[pattern(path)]; ok {

@@ -118,12 +118,15 @@ func TestStructure(t *testing.T) {
 		{"named siblings", []string{"fc1.weight", "fc2.weight"}, nil, `the names do not say in which order the model registers "fc1", "fc2" under the top level`},
 		{"scale and bias", []string{"n.bias", "n.scale"}, nil, `"bias", "scale" under n`},
 		{"leading zeros", []string{"l.010.w", "l.9.w"}, []string{"l.9.w", "l.010.w"}, ""},
+		{"a tensor and a module", []string{"h.1", "h.1.w", "h.2"}, nil, `h.1 names a tensor and also the module holding h.1.w`},
+		{"a tensor and a module, one child", []string{"w.", "w"}, nil, `w names a tensor and also the module holding w.`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := Structure.Order(tc.keys)
 			if tc.err != "" {
 				var ue *UnorderedError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
+				var ne *NestedError
+				if !errors.As(err, &ue) && !errors.As(err, &ne) || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("%v, want %q", err, tc.err)
 				}
 				return
