@@ -162,9 +162,11 @@ func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
 		tag, ok := "", false
 		if st.IsDir() {
 			tag, ok = zero.Detect(path)
+		} else {
+			tag, ok = zero.FolderOf(path) // a rank's model-states file: its folder
 		}
 		if !ok {
-			return nil, fmt.Errorf("%s: %w: the ZeRO optimizer state is read from a DeepSpeed ZeRO checkpoint folder (latest, global_stepN/, *_optim_states.pt); this is not one", path, statedict.ErrUnsupported)
+			return nil, fmt.Errorf("%s: %w: the ZeRO optimizer state is read from a DeepSpeed ZeRO checkpoint folder (latest, global_stepN/, *_optim_states.pt) or one of its *_model_states.pt files; this is not one", path, statedict.ErrUnsupported)
 		}
 		ck, err = zero.OpenWith(tag, openPart, zero.Options{Optimizer: true})
 	} else if st.IsDir() {
@@ -184,9 +186,10 @@ func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
 	return ck, nil
 }
 
-// openFile reads one checkpoint file; a file that is only part of a checkpoint (a DeepSpeed
-// ZeRO-3 model-states file, whose parameters are placeholders) is refused, naming the
-// folder to read instead.
+// openFile reads one checkpoint file. A file that is only part of a checkpoint — a
+// DeepSpeed ZeRO-3 model-states file, whose parameters are placeholders for the ranks'
+// partitions — reads as the checkpoint of its folder, consolidated (zero.Open), or is
+// refused when its folder does not hold the ranks' files.
 func openFile(path string) (*statedict.Checkpoint, error) {
 	ck, err := openPart(path)
 	if err != nil {
@@ -194,6 +197,9 @@ func openFile(path string) (*statedict.Checkpoint, error) {
 	}
 	if err := zero.CheckModelStates(path, ck.Root); err != nil {
 		ck.Close()
+		if dir, ok := zero.FolderOf(path); ok {
+			return zero.Open(dir, openPart)
+		}
 		return nil, err
 	}
 	return ck, nil

@@ -19,6 +19,11 @@ type Options struct {
 	// run that loads it (runtime.Mesh.DataParallel): the training state beside the model is
 	// carried for it (Decisions.Carried). 0 for an output that is not per device.
 	DataParallel int
+	// Config is the checkpoint's config.json (a Hugging Face folder's), nil when it has
+	// none: its model_type says in which order the model registers its parameters, which
+	// ties an optimizer state saved by position (Optimizer.state_dict()) to a model state
+	// dict that lists them by name (see Map).
+	Config []byte
 }
 
 // Decisions is what a tree's training state is and what a conversion must do with it.
@@ -79,7 +84,7 @@ type Located struct {
 // from tensor names: a model weight called "….step" is a weight. It is the one place a
 // conversion learns what its training state is.
 func Decide(root statedict.Value, opts Options) (*Decisions, error) {
-	found, err := Find(root, opts.Names)
+	found, err := find(root, opts.Names, opts.Config)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/internal/regular"
+	"github.com/ckpt-dev/ckpt/paramorder"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -58,6 +59,18 @@ func (l located) entries() *statedict.Dict {
 // for the only optimizer of the tree; a names file for a path holding no optimizer state
 // is an error.
 func Find(root statedict.Value, names map[string][]string) ([]*Found, error) {
+	return find(root, names, nil)
+}
+
+// find is Find for a checkpoint whose config.json is config (nil: none): the model it
+// describes gives the order its parameters register in, for optimizer states saved by
+// position (see Map).
+func find(root statedict.Value, names map[string][]string, config []byte) ([]*Found, error) {
+	var cfg *paramorder.Model
+	var cfgErr error
+	if config != nil {
+		cfg, cfgErr = paramorder.FromConfig(config)
+	}
 	var optims, models []located
 	seen := map[any]bool{}
 	var visit func(v statedict.Value, path string, parent any)
@@ -132,7 +145,7 @@ func Find(root statedict.Value, names map[string][]string) ([]*Found, error) {
 		slices.SortStableFunc(cands, func(a, b located) int {
 			return boolRank(a.parent != loc.parent) - boolRank(b.parent != loc.parent)
 		})
-		f.pair(cands, nm)
+		f.pair(cands, nm, cfg, cfgErr)
 	}
 	return out, nil
 }
@@ -194,11 +207,12 @@ func (f *Found) TieCounts() (tied, notTied int) {
 	return tied, len(f.Optimizer.Params) - tied
 }
 
-// pair maps f's optimizer onto the first candidate model it fits.
-func (f *Found) pair(cands []located, names []string) {
+// pair maps f's optimizer onto the first candidate model it fits (cfg: the checkpoint's
+// model, nil if unknown; cfgErr why not).
+func (f *Found) pair(cands []located, names []string, cfg *paramorder.Model, cfgErr error) {
 	var firstErr error
 	for _, c := range cands {
-		m, err := Map(f.Optimizer, c.entries(), names)
+		m, err := mapModel(f.Optimizer, c.entries(), names, cfg, cfgErr)
 		if err != nil {
 			// Remember the first failure to report it, but never let a model the optimizer
 			// does not fit replace one it was already mapped onto.

@@ -28,9 +28,11 @@ type Report struct {
 	// Flat is set for the flattened FQN form (Optimizer.Flat).
 	Flat bool `json:"flattened,omitempty"`
 	// Model is the path of the model state dict it was mapped onto, MappedBy how (the
-	// Mapping's By: "fqn", "shapes", "names file", …).
-	Model    string `json:"model,omitempty"`
-	MappedBy string `json:"mapped_by,omitempty"`
+	// Mapping's By: "fqn", "shapes", "trainer grouping", …), and ParamOrder where the order
+	// its parameters register in was read (Mapping.Order).
+	Model      string `json:"model,omitempty"`
+	MappedBy   string `json:"mapped_by,omitempty"`
+	ParamOrder string `json:"param_order,omitempty"`
 	// Tied and NotTied count the optimizer's parameters (as saved) whose state was and was
 	// not tied to a model entry.
 	Tied    int `json:"tied"`
@@ -75,7 +77,7 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 	locs := make([]string, n)
 	params := make([]string, n) // the output name of each parameter's model entry
 	if f.Mapping != nil {
-		rep.MappedBy = f.Mapping.By
+		rep.MappedBy, rep.ParamOrder = f.Mapping.By, f.Mapping.Order
 	} else {
 		if f.Err != nil {
 			rep.Unmapped = f.Err.Error()

@@ -73,6 +73,8 @@ type Plan struct {
 	// unsharded are the optimizer states whose tensors cannot follow their parameters'
 	// sharding (not understood, not tied to a model, or their model not converted).
 	unsharded []string
+	// config is the source folder's config.json, nil when it has none.
+	config []byte
 }
 
 // Make plans the conversion of ck with opts for t (nil: device tags kept, nothing
@@ -96,6 +98,12 @@ func Make(ck *statedict.Checkpoint, opts Options, t *runtime.Target) (*Plan, err
 		return nil, err
 	}
 	p := &Plan{Options: opts, Target: t, Quantization: q.Report, Rewrite: q.Rewrite, policies: statedict.Policies{}, groups: q.Groups, kept: q.Policies}
+	if slices.Contains(ck.Extras, hf.ConfigFile) {
+		// The model's configuration says in which order it registers its parameters.
+		if p.config, err = hf.ReadConfig(ck.Files); err != nil {
+			return nil, fmt.Errorf("%s: %w", ck.Path, err)
+		}
+	}
 	if p.Rewrite == nil {
 		p.Rewrite = map[string][]byte{}
 	}
@@ -175,7 +183,7 @@ func (p *Plan) remap(q *quant.Prepared) (statedict.Value, error) {
 		}
 		p.host = plain.Host
 	}
-	oo := optimizerstate.Options{Names: opts.OptimizerNames, MomentDType: opts.OptimizerDType, KeepCUDARNG: opts.KeepCUDARNG}
+	oo := optimizerstate.Options{Names: opts.OptimizerNames, MomentDType: opts.OptimizerDType, KeepCUDARNG: opts.KeepCUDARNG, Config: p.config}
 	if p.Target.Sharding() != nil {
 		oo.DataParallel = p.Target.Mesh.DataParallel()
 	}
@@ -385,6 +393,10 @@ func (p *Plan) files(ck *statedict.Checkpoint, folderOut bool) {
 		default:
 			left = append(left, f)
 		}
+	}
+	if len(p.Alongside) > 0 && p.Target.Sharding() != nil {
+		p.warn(Warning{Kind: "training_state_whole", Items: p.Alongside,
+			Message: fmt.Sprintf("converted %s whole next to the per-device weights (each a torch file for every rank); a per-device dcp output shards the optimizer moments with their parameters", Summarize(p.Alongside))})
 	}
 	if len(training) > 0 {
 		p.warn(Warning{Kind: "training_state_left_out", Items: training, Dropped: true,

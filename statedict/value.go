@@ -29,8 +29,12 @@ type Dict struct {
 	Class string
 	// Attrs holds instance attributes set on the mapping, such as the `_metadata` dict
 	// nn.Module.state_dict() attaches to its OrderedDict; nil if none.
-	Attrs   Value
-	entries []Entry
+	Attrs Value
+	// NameOrder is set by the readers of formats that do not keep the order the saving
+	// program inserted the entries in (a safetensors header lists its tensors by dtype and
+	// name): the entries' order then says nothing of a model's parameter order.
+	NameOrder bool
+	entries   []Entry
 	// index maps the hashable keys (string, int64, bool) of the first indexed entries to
 	// their positions; the entries Append added after them are indexed by the next
 	// lookup (under mu, as lookups may run at once).

@@ -28,9 +28,20 @@ type Conversion struct {
 	Target *runtime.Target
 }
 
-// openSource opens the source as the conversion read it.
+// openSource opens the source as the conversion read it: with a Trainer or accelerate
+// folder's training state inside the tree when the output held it there
+// (plan.TrainingInTree).
 func (c *Conversion) openSource(src string) (*statedict.Checkpoint, error) {
-	return formats.OpenWith(src, c.Options.OpenOptions())
+	ck, err := formats.OpenWith(src, c.Options.OpenOptions())
+	if err != nil || !plan.TrainingInTree(c.Options.Layout, c.Target) {
+		return ck, err
+	}
+	wrapped, err := formats.WithTrainingState(ck)
+	if err != nil {
+		ck.Close()
+		return nil, err
+	}
+	return wrapped, nil
 }
 
 // Standard is the conversion assumed when nothing was recorded: `ckpt convert`'s defaults
@@ -44,7 +55,7 @@ func Standard() *Conversion {
 // alongside is the conversion of a training-state file taken along into an HF folder
 // output (optimizer.pt, …), as convert derives it.
 func (c *Conversion) alongside() *Conversion {
-	return &Conversion{Recorded: c.Recorded, Options: c.Options.Alongside(), Target: c.Target}
+	return &Conversion{Recorded: c.Recorded, Options: c.Options.Alongside(), Target: plan.AlongsideTarget(c.Target)}
 }
 
 // String is the conversion in the words of convert's options.

@@ -58,7 +58,7 @@ func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 		case o.MappedBy == "":
 			fmt.Fprintln(w, "  no model state dict in the checkpoint: ids are not tied to names")
 		}
-		fmt.Fprintf(w, "  %s\n", tie(o.Model, o.MappedBy, o.Tied, o.NotTied))
+		fmt.Fprintf(w, "  %s\n", tie(o.Model, o.MappedBy, o.ParamOrder, o.Tied, o.NotTied))
 		tw := newTable(w, 0)
 		fmt.Fprintln(tw, "  ID\tGROUP\tPARAMETER\tSHAPE\tSTATE")
 		for _, p := range o.Params {
@@ -106,7 +106,7 @@ func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 
 // optimizerNote summarizes how convert made an optimizer state follow its model.
 func optimizerNote(o *optimizerstate.Report) string {
-	parts := []string{tie(o.Model, o.MappedBy, o.Tied, o.NotTied)}
+	parts := []string{tie(o.Model, o.MappedBy, o.ParamOrder, o.Tied, o.NotTied)}
 	if o.Unmapped != "" {
 		parts[0] += " (see warning)"
 	}
@@ -125,9 +125,12 @@ func optimizerNote(o *optimizerstate.Report) string {
 // tie says how an optimizer state was tied to its model — by what (an optimizerstate
 // Mapping's By: fqn, shapes, names file, …) — and how many of its parameters were and
 // were not.
-func tie(model, by string, tied, notTied int) string {
+func tie(model, by, order string, tied, notTied int) string {
 	if by == "" {
 		return fmt.Sprintf("not tied to a model: %d parameters", notTied)
+	}
+	if order != "" {
+		by += " (parameter order: " + order + ")"
 	}
 	return fmt.Sprintf("tied to %s by %s: %d parameters, %d not tied", label(model), by, tied, notTied)
 }

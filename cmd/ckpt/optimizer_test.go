@@ -20,7 +20,7 @@ func TestInspectOptimizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 20 parameters", "tied to model by shapes: 20 parameters, 0 not tied",
+	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 20 parameters", "tied to model by trainer grouping: 20 parameters, 0 not tied",
 		"15  1      model.layers.0.input_layernorm.weight", "not an optimizer parameter: lm_head.weight (tied to model.embed_tokens.weight)",
 		"LR scheduler scheduler: LambdaLR", "RNG states: CPU rng.cpu; CUDA rng.cuda.0"} {
 		if !strings.Contains(out, want) {
@@ -45,8 +45,28 @@ func TestInspectOptimizer(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if o := rep.Training.Optimizers; len(o) != 1 || o[0].MappedBy != "shapes" || o[0].Params[19].Name != "model.norm.weight" || o[0].Params[19].ID != 19 {
+	if o := rep.Training.Optimizers; len(o) != 1 || o[0].MappedBy != "trainer grouping" || o[0].Params[19].Name != "model.norm.weight" || o[0].Params[19].ID != 19 {
 		t.Errorf("training %+v", rep.Training)
+	}
+}
+
+// TestInspectTrainerFolder: inspect --optimizer reads a Trainer checkpoint-N folder's
+// optimizer.pt, scheduler.pt and rng_state.pth with the weights (it listed them as not
+// read) and ties the optimizer by the Trainer's grouping, in the order config.json's
+// model_type registers the parameters in (model.safetensors lists them by name).
+func TestInspectTrainerFolder(t *testing.T) {
+	out, err := run(t, "inspect", "--optimizer", "../../testdata/ecosystem/folders/trainer/checkpoint-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 21 parameters",
+		"tied to model by trainer grouping (parameter order: model_type llama (config.json)): 21 parameters, 0 not tied",
+		"5   0      model.layers.0.mlp.gate_proj.weight", "15  0      lm_head.weight", "16  1      model.layers.0.input_layernorm.weight",
+		"LR scheduler scheduler: LambdaLR", "RNG states: CPU rng_state.cpu",
+		"not read (weights or pickles outside this hf-safetensors checkpoint): training_args.bin"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
 	}
 }
 

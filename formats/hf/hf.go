@@ -238,6 +238,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 		if err != nil {
 			return nil, err
 		}
+		root.NameOrder = root.NameOrder || d.NameOrder
 		for _, e := range d.Entries() {
 			name := e.Key.(string)
 			if prev, dup := where[name]; dup {

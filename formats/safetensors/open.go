@@ -51,6 +51,7 @@ func Open(path string) (*statedict.Checkpoint, error) {
 func tensors(file string, r io.ReaderAt, h *Header) (*statedict.Dict, error) {
 	data, mapped := store.Bytes(r)
 	root := statedict.NewDictSize("", len(h.Tensors))
+	root.NameOrder = true // the header's order, not the writer's
 	for i := range h.Tensors {
 		ti := &h.Tensors[i]
 		fail := func(format string, args ...any) error {
