@@ -302,3 +302,17 @@ func TestKeepFP8(t *testing.T) {
 		t.Errorf("keeping FP8 weights exact did not bring the logits closer to float32")
 	}
 }
+
+// TestDefaultsTable regenerates defaults.json — the config-class defaults every supported
+// model_type is read with — from transformers and fails when the embedded table differs.
+func TestDefaultsTable(t *testing.T) {
+	o := oracle.Require(t)
+	out, err := o.Python(append([]string{"testdata/forward/defaults.py"}, Supported()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != string(defaultsJSON) {
+		t.Errorf("verify/forward/defaults.json is not what testdata/forward/defaults.py writes for the supported model types; regenerate it:\n"+
+			"  scripts/oracle python testdata/forward/defaults.py %s > verify/forward/defaults.json", strings.Join(Supported(), " "))
+	}
+}

@@ -289,3 +289,23 @@ func (m *matrix) rowsF32(r0, r1 int) ([]float32, error) {
 	}
 	return out, nil
 }
+
+// slice returns rows [r0, r1) of m as a matrix of its own.
+func (m *matrix) slice(r0, r1 int) *matrix {
+	s := *m
+	s.name = fmt.Sprintf("%s[%d:%d]", m.name, r0, r1)
+	s.rows = r1 - r0
+	switch {
+	case m.bf16 != nil:
+		s.bf16 = m.bf16[r0*m.cols : r1*m.cols]
+	case m.f32 != nil:
+		s.f32 = m.f32[r0*m.cols : r1*m.cols]
+	default:
+		fill := m.fill
+		s.fill = func(dst []byte, a, b int) error { return fill(dst, r0+a, r0+b) }
+	}
+	if m.parts != nil {
+		s.parts = sliceParts(m.parts, r0, r1)
+	}
+	return &s
+}
