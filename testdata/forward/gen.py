@@ -29,7 +29,7 @@ def base(**kw):
     c.update(kw)
     return c
 
-# name -> (config class, model class, config kwargs, save mode)
+# name -> (model_type, config kwargs, save mode)
 # save modes: "safetensors" (save_pretrained), "bf16" (save_pretrained in bfloat16),
 # "bin" (pytorch_model.bin in the folder), "pt" (a bare torch.save file beside config.json),
 # "mxfp4" (gpt-oss experts quantized to MXFP4 blocks/scales as the released checkpoint),
@@ -38,100 +38,100 @@ def base(**kw):
 # state_dict in model.safetensors, transformers 5's in-memory names such as stacked experts,
 # rather than the names save_pretrained converts back to).
 CASES = {
-    "llama_gqa": ("LlamaConfig", "LlamaForCausalLM", base(), "safetensors"),
-    "llama_tied_bias_llama3": ("LlamaConfig", "LlamaForCausalLM", base(
+    "llama_gqa": ("llama", base(), "safetensors"),
+    "llama_tied_bias_llama3": ("llama", base(
         tie_word_embeddings=True, attention_bias=True, mlp_bias=True, num_key_value_heads=4,
         rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
                              high_freq_factor=4.0, original_max_position_embeddings=16)), "safetensors"),
-    "llama_linear_bin": ("LlamaConfig", "LlamaForCausalLM", base(
+    "llama_linear_bin": ("llama", base(
         rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=2.0)), "bin"),
-    "llama_dynamic_pt": ("LlamaConfig", "LlamaForCausalLM", base(
+    "llama_dynamic_pt": ("llama", base(
         max_position_embeddings=8, rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0)), "pt"),
-    "llama_yarn": ("LlamaConfig", "LlamaForCausalLM", base(
+    "llama_yarn": ("llama", base(
         head_dim=32, rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
                                           original_max_position_embeddings=16)), "safetensors"),
-    "llama_longrope": ("LlamaConfig", "LlamaForCausalLM", base(
+    "llama_longrope": ("llama", base(
         max_position_embeddings=32, rope_parameters=dict(
             rope_type="longrope", rope_theta=10000.0, original_max_position_embeddings=8,
             short_factor=[1.0 + 0.1 * i for i in range(8)], long_factor=[1.5 + 0.2 * i for i in range(8)])), "safetensors"),
-    "mistral_window": ("MistralConfig", "MistralForCausalLM", base(sliding_window=4, num_hidden_layers=3), "safetensors"),
-    "qwen2_window": ("Qwen2Config", "Qwen2ForCausalLM", base(
+    "mistral_window": ("mistral", base(sliding_window=4, num_hidden_layers=3), "safetensors"),
+    "qwen2_window": ("qwen2", base(
         use_sliding_window=True, sliding_window=3, max_window_layers=1, num_hidden_layers=3), "safetensors"),
-    "qwen2_tied_bf16": ("Qwen2Config", "Qwen2ForCausalLM", base(tie_word_embeddings=True), "bf16"),
-    "qwen3_headdim": ("Qwen3Config", "Qwen3ForCausalLM", base(head_dim=32, tie_word_embeddings=True), "safetensors"),
-    "qwen3_bf16": ("Qwen3Config", "Qwen3ForCausalLM", base(head_dim=16, num_key_value_heads=1), "bf16"),
-    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", base(
+    "qwen2_tied_bf16": ("qwen2", base(tie_word_embeddings=True), "bf16"),
+    "qwen3_headdim": ("qwen3", base(head_dim=32, tie_word_embeddings=True), "safetensors"),
+    "qwen3_bf16": ("qwen3", base(head_dim=16, num_key_value_heads=1), "bf16"),
+    "qwen3_moe": ("qwen3_moe", base(
         head_dim=16, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
         num_hidden_layers=3, decoder_sparse_step=1, mlp_only_layers=[1]), "safetensors"),
-    "qwen3_moe_step": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", base(
+    "qwen3_moe_step": ("qwen3_moe", base(
         head_dim=16, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=16, norm_topk_prob=False,
         decoder_sparse_step=2, tie_word_embeddings=True), "bf16"),
-    "llama_fp8": ("LlamaConfig", "LlamaForCausalLM", base(num_key_value_heads=4), "fp8"),
-    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", base(
+    "llama_fp8": ("llama", base(num_key_value_heads=4), "fp8"),
+    "gemma2": ("gemma2", base(
         head_dim=16, num_hidden_layers=3, sliding_window=3, query_pre_attn_scalar=24, tie_word_embeddings=True,
         attn_logit_softcapping=5.0, final_logit_softcapping=3.0), "safetensors"),
-    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", base(
+    "gemma3": ("gemma3_text", base(
         head_dim=16, num_hidden_layers=4, sliding_window=3, query_pre_attn_scalar=16, tie_word_embeddings=True,
         layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
         rope_parameters={"full_attention": dict(rope_type="linear", rope_theta=1000000.0, factor=8.0),
                          "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}), "bf16"),
-    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", base(
+    "gpt_oss": ("gpt_oss", base(
         head_dim=16, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, num_hidden_layers=3,
         sliding_window=4, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0, beta_slow=1.0,
                              truncate=False, original_max_position_embeddings=16)), "safetensors"),
-    "gpt_oss_mxfp4": ("GptOssConfig", "GptOssForCausalLM", base(
+    "gpt_oss_mxfp4": ("gpt_oss", base(
         head_dim=16, num_local_experts=4, num_experts_per_tok=2, intermediate_size=64, num_hidden_layers=2,
         sliding_window=4, rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
                                                beta_slow=1.0, truncate=False, original_max_position_embeddings=16)),
         "mxfp4"),
-    "mixtral": ("MixtralConfig", "MixtralForCausalLM", base(
+    "mixtral": ("mixtral", base(
         num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=5, num_hidden_layers=2),
         "safetensors"),
-    "mixtral_tied_bf16": ("MixtralConfig", "MixtralForCausalLM", base(
+    "mixtral_tied_bf16": ("mixtral", base(
         num_local_experts=6, num_experts_per_tok=3, intermediate_size=16, num_key_value_heads=1,
         tie_word_embeddings=True, rope_parameters=dict(rope_type="default", rope_theta=10000.0)), "bf16"),
-    "mixtral_stacked": ("MixtralConfig", "MixtralForCausalLM", base(
+    "mixtral_stacked": ("mixtral", base(
         num_local_experts=4, num_experts_per_tok=1, intermediate_size=32), "state_dict"),
-    "gemma": ("GemmaConfig", "GemmaForCausalLM", base(head_dim=16, tie_word_embeddings=True), "safetensors"),
-    "gemma_gelu_bf16": ("GemmaConfig", "GemmaForCausalLM", base(
+    "gemma": ("gemma", base(head_dim=16, tie_word_embeddings=True), "safetensors"),
+    "gemma_gelu_bf16": ("gemma", base(
         head_dim=32, num_key_value_heads=1, hidden_act="gelu", attention_bias=True), "bf16"),
-    "phi3": ("Phi3Config", "Phi3ForCausalLM", base(pad_token_id=0, bos_token_id=1, eos_token_id=2), "safetensors"),
-    "phi3_longrope_partial": ("Phi3Config", "Phi3ForCausalLM", base(
+    "phi3": ("phi3", base(pad_token_id=0, bos_token_id=1, eos_token_id=2), "safetensors"),
+    "phi3_longrope_partial": ("phi3", base(
         max_position_embeddings=32, original_max_position_embeddings=8, sliding_window=5, pad_token_id=0, bos_token_id=1,
         eos_token_id=2,
         tie_word_embeddings=True, rope_parameters=dict(
             rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.5, original_max_position_embeddings=8,
             short_factor=[1.0 + 0.1 * i for i in range(4)], long_factor=[1.5 + 0.2 * i for i in range(4)])), "bf16"),
-    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", base(), "safetensors"),
-    "olmo2_tied_bias_bf16": ("Olmo2Config", "Olmo2ForCausalLM", base(
+    "olmo2": ("olmo2", base(), "safetensors"),
+    "olmo2_tied_bias_bf16": ("olmo2", base(
         attention_bias=True, tie_word_embeddings=True, num_key_value_heads=4), "bf16"),
-    "granite": ("GraniteConfig", "GraniteForCausalLM", base(
+    "granite": ("granite", base(
         embedding_multiplier=3.0, attention_multiplier=0.2, residual_multiplier=0.5, logits_scaling=2.5), "safetensors"),
-    "granite_bias_tied_bf16": ("GraniteConfig", "GraniteForCausalLM", base(
+    "granite_bias_tied_bf16": ("granite", base(
         embedding_multiplier=12.0, attention_multiplier=0.015625, residual_multiplier=0.22, logits_scaling=8.0,
         attention_bias=True, mlp_bias=True, tie_word_embeddings=True), "bf16"),
-    "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", base(
+    "starcoder2": ("starcoder2", base(
         norm_epsilon=1e-5, sliding_window=5, bos_token_id=1, eos_token_id=2), "safetensors"),
-    "starcoder2_nobias_bf16": ("Starcoder2Config", "Starcoder2ForCausalLM", base(
+    "starcoder2_nobias_bf16": ("starcoder2", base(
         use_bias=False, hidden_act="gelu", tie_word_embeddings=True, num_key_value_heads=1, bos_token_id=1,
         eos_token_id=2), "bf16"),
-    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", base(
+    "qwen2_moe": ("qwen2_moe", base(
         num_experts=6, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=48,
         norm_topk_prob=False, num_hidden_layers=3, mlp_only_layers=[1]), "safetensors"),
-    "qwen2_moe_stacked": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", base(
+    "qwen2_moe_stacked": ("qwen2_moe", base(
         num_experts=4, num_experts_per_tok=3, moe_intermediate_size=16, shared_expert_intermediate_size=32,
         norm_topk_prob=True, qkv_bias=False, tie_word_embeddings=True, use_sliding_window=True, sliding_window=4,
         max_window_layers=1), "state_dict"),
-    "stablelm": ("StableLmConfig", "StableLmForCausalLM", base(layer_norm_eps=1e-5), "safetensors"),
-    "stablelm_parallel_qkln_bf16": ("StableLmConfig", "StableLmForCausalLM", base(
+    "stablelm": ("stablelm", base(layer_norm_eps=1e-5), "safetensors"),
+    "stablelm_parallel_qkln_bf16": ("stablelm", base(
         use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True, partial_rotary_factor=0.5,
         tie_word_embeddings=True), "bf16"),
-    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", base(
+    "deepseek_v3": ("deepseek_v3", base(
         num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12,
         n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, moe_intermediate_size=16,
         n_shared_experts=1, first_k_dense_replace=1, num_hidden_layers=3, routed_scaling_factor=2.5), "safetensors"),
-    "deepseek_v3_yarn_bf16": ("DeepseekV3Config", "DeepseekV3ForCausalLM", base(
+    "deepseek_v3_yarn_bf16": ("deepseek_v3", base(
         num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=16, qk_nope_head_dim=8,
         v_head_dim=8, n_routed_experts=6, num_experts_per_tok=3, n_group=1, topk_group=1, moe_intermediate_size=16,
         n_shared_experts=2, first_k_dense_replace=0, norm_topk_prob=False, routed_scaling_factor=1.5,
@@ -139,6 +139,52 @@ CASES = {
         rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16,
                              mscale=1.0, mscale_all_dim=1.0, beta_fast=32.0, beta_slow=1.0)), "bf16"),
 }
+
+def gpt(**kw):
+    """A GPT-style configuration: heads of hidden/heads features, no grouped keys."""
+    c = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)
+    c.update(kw)
+    return c
+
+
+# The GPT lineage: learned, rotary or ALiBi positions, LayerNorms, fused or Conv1D
+# projections, parallel residuals.
+CASES.update({
+    "gpt2": ("gpt2", gpt(n_inner=96), "safetensors"),
+    "gpt2_scaled_bf16": ("gpt2", gpt(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True,
+                                     tie_word_embeddings=False, activation_function="gelu"), "bf16"),
+    "gpt_sw3": ("gpt-sw3", gpt(n_inner=80), "safetensors"),
+    "gpt_bigcode": ("gpt_bigcode", gpt(n_inner=96), "safetensors"),
+    "gpt_bigcode_mha_bf16": ("gpt_bigcode", gpt(multi_query=False, tie_word_embeddings=False), "bf16"),
+    "gpt_neox": ("gpt_neox", gpt(intermediate_size=96), "safetensors"),
+    "gpt_neox_seq_bf16": ("gpt_neox", gpt(intermediate_size=96, use_parallel_residual=False, attention_bias=False,
+                                          rope_parameters=dict(rope_type="default", rope_theta=500.0, partial_rotary_factor=0.5),
+                                          tie_word_embeddings=True), "bf16"),
+    "gpt_neox_japanese": ("gpt_neox_japanese", gpt(intermediate_multiple_size=2, hidden_act="gelu",
+                                                   rope_parameters=dict(rope_type="default", rope_theta=500.0)), "safetensors"),
+    "gptj": ("gptj", gpt(rotary_dim=8, n_inner=96), "safetensors"),
+    "codegen": ("codegen", gpt(rotary_dim=8, n_inner=96, tie_word_embeddings=True), "safetensors"),
+    "bloom": ("bloom", gpt(), "safetensors"),
+    "bloom_postln_bf16": ("bloom", gpt(hidden_size=96, num_attention_heads=6, apply_residual_connection_post_layernorm=True,
+                                       tie_word_embeddings=False), "bf16"),
+    "opt": ("opt", gpt(ffn_dim=96), "safetensors"),
+    "opt_postln_proj_bf16": ("opt", gpt(ffn_dim=96, do_layer_norm_before=False, word_embed_proj_dim=32,
+                                        tie_word_embeddings=False, activation_function="gelu"), "bf16"),
+    "mpt": ("mpt", gpt(attn_config=dict(clip_qkv=0.8)), "safetensors"),
+    "mpt_6heads_bf16": ("mpt", gpt(hidden_size=96, num_attention_heads=6, attn_config=dict(softmax_scale=0.3, alibi_bias_max=6),
+                                   tie_word_embeddings=False), "bf16"),
+    "falcon": ("falcon", gpt(), "safetensors"),
+    "falcon_new_arch_bf16": ("falcon", gpt(new_decoder_architecture=True, num_kv_heads=2, bias=True, ffn_hidden_size=96,
+                                           tie_word_embeddings=False), "bf16"),
+    "falcon_alibi_seq": ("falcon", gpt(alibi=True, multi_query=False, parallel_attn=False, bias=True), "safetensors"),
+    "falcon_one_ln": ("falcon", gpt(new_decoder_architecture=True, num_kv_heads=4, num_ln_in_parallel_attn=1,
+                                    activation="relu"), "safetensors"),
+    "persimmon": ("persimmon", gpt(intermediate_size=96), "safetensors"),
+    "phi": ("phi", gpt(intermediate_size=96), "safetensors"),
+    "phi_qkln_bf16": ("phi", gpt(intermediate_size=96, qk_layernorm=True, tie_word_embeddings=True,
+                                 rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.75)), "bf16"),
+})
+
 
 @contextlib.contextmanager
 def tpu_matmuls():
@@ -186,11 +232,12 @@ def quantize_mxfp4(w):
 
 
 def make(name, outdir):
-    cfg_cls, model_cls, kw, mode = CASES[name]
+    model_type, kw, mode = CASES[name]
     torch.manual_seed(sum(map(ord, name)))
-    cfg = getattr(transformers, cfg_cls)(**kw)
+    cfg = transformers.AutoConfig.for_model(model_type, **kw)
     cfg._attn_implementation = "eager"
-    model = getattr(transformers, model_cls)(cfg).eval()
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    model_cls = type(model)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.3)
@@ -262,12 +309,12 @@ def make(name, outdir):
         # bfloat16) and would run them in bfloat16; widen them to run the reference in float32.
         ref = ref.float()
     elif mode == "pt":
-        ref = getattr(transformers, model_cls)(cfg)
+        ref = model_cls(cfg)
         ref.load_state_dict(torch.load(os.path.join(folder, "weights.pt"), weights_only=True), strict=False)
         ref.tie_weights()
         ref = ref.float()
     else:
-        ref = getattr(transformers, model_cls).from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+        ref = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
     ref.eval()
     with torch.no_grad():
         logits = ref(torch.tensor([TOKENS])).logits.float().contiguous()

@@ -393,6 +393,13 @@ func (g *getter) sub(key string) *getter {
 	return s
 }
 
+// rename reads a legacy field old as new when config.json sets it (BloomConfig's n_embed).
+func (g *getter) rename(old, new string) {
+	if v, ok := g.raw[old]; ok && v != nil {
+		g.raw[new] = v
+	}
+}
+
 // modelType is config.json's model_type.
 func (g *getter) modelType() string {
 	s, _ := g.raw["model_type"].(string)

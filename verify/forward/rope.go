@@ -124,18 +124,29 @@ func (g *getter) resolveRope(rp map[string]any, o ropeOpts, defTheta float64) (*
 	default:
 		return nil, fmt.Errorf("rope type %q is not supported (default, linear, dynamic, yarn, longrope, llama3)", typ)
 	}
-	// The factor: a top-level field wins (the config class sets it as an attribute, which
-	// standardize_rope_params copies over), then the dict's own, then the class default.
+	// The factor: a declared partial_rotary_factor field of the config class wins (the
+	// attribute standardize_rope_params copies over the dict's); otherwise the dict's own
+	// (convert_rope_params_to_dict only sets a default), then a top-level field (or a
+	// legacy one such as rotary_pct), then the class default.
 	factor, set := 0.0, false
-	for _, k := range append([]string{"partial_rotary_factor"}, o.partialKeys...) {
-		if v, ok := g.lookup(k); ok && v != nil {
-			factor, set = g.float(k, 1), true
-			break
+	if g.cls != nil {
+		if _, declared := g.cls.Defaults["partial_rotary_factor"]; declared {
+			if v := g.value("partial_rotary_factor"); v != nil {
+				factor, set = g.float("partial_rotary_factor", 1), true
+			}
 		}
 	}
 	if !set {
 		if f, ok := rp["partial_rotary_factor"].(float64); ok {
 			factor, set = f, true
+		}
+	}
+	if !set {
+		for _, k := range append([]string{"partial_rotary_factor"}, o.partialKeys...) {
+			if v, ok := g.lookup(k); ok && v != nil {
+				factor, set = g.float(k, 1), true
+				break
+			}
 		}
 	}
 	if !set {
