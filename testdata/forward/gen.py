@@ -186,6 +186,50 @@ CASES.update({
 })
 
 
+# Llama-shaped decoders that differ by norms, rotary style, biases, windows or scaling.
+CASES.update({
+    "cohere": ("cohere", base(logit_scale=0.5), "safetensors"),
+    "cohere_qknorm_bf16": ("cohere", base(use_qk_norm=True, tie_word_embeddings=False, attention_bias=True), "bf16"),
+    "cohere2": ("cohere2", base(num_hidden_layers=4, sliding_window=4, logit_scale=0.25), "safetensors"),
+    "glm": ("glm", base(attention_bias=True, pad_token_id=0), "safetensors"),
+    "glm4": ("glm4", base(attention_bias=True, pad_token_id=0, head_dim=32), "safetensors"),
+    "glm4_partial_bf16": ("glm4", base(pad_token_id=0, tie_word_embeddings=True, rope_parameters=dict(
+        rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25)), "bf16"),
+    "ernie4_5": ("ernie4_5", base(head_dim=16, use_bias=True), "safetensors"),
+    "hunyuan_v1_dense": ("hunyuan_v1_dense", base(head_dim=16, attention_bias=True, rope_parameters=dict(
+        rope_type="dynamic", rope_theta=10000.0, alpha=1000.0, factor=1.0)), "safetensors"),
+    "olmo": ("olmo", base(clip_qkv=0.7, attention_bias=True), "safetensors"),
+    "olmo3": ("olmo3", base(num_hidden_layers=4, sliding_window=3), "safetensors"),
+    "ministral": ("ministral", base(num_hidden_layers=3, sliding_window=4, head_dim=16,
+                                     layer_types=["sliding_attention", "full_attention", "sliding_attention"]), "safetensors"),
+    "ministral3": ("ministral3", base(head_dim=16, sliding_window=5, rope_parameters=dict(
+        rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=4, beta_fast=32.0, beta_slow=1.0,
+        mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.3)), "safetensors"),
+    "nemotron": ("nemotron", base(norm_eps=1e-5, attention_bias=True, mlp_bias=True), "safetensors"),
+    "nemotron_full_rope_bf16": ("nemotron", base(head_dim=32, rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                                                   partial_rotary_factor=1.0)), "bf16"),
+    "helium": ("helium", base(head_dim=16, attention_bias=True, mlp_bias=True), "safetensors"),
+    "arcee": ("arcee", base(mlp_bias=True), "safetensors"),
+    "apertus": ("apertus", base(rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+                                                     high_freq_factor=4.0, original_max_position_embeddings=16)), "safetensors"),
+    "apertus_relu2_bf16": ("apertus", base(hidden_act="relu2", tie_word_embeddings=True), "bf16"),
+    "seed_oss": ("seed_oss", base(head_dim=16, attention_bias=True, attention_out_bias=True), "safetensors"),
+    "jais2": ("jais2", base(attention_bias=True, mlp_bias=True, hidden_act="relu2", layer_norm_eps=1e-5), "safetensors"),
+    "smollm3": ("smollm3", base(num_hidden_layers=4, pad_token_id=0, no_rope_layer_interval=2), "safetensors"),
+    "smollm3_window_bf16": ("smollm3", base(num_hidden_layers=4, pad_token_id=0, use_sliding_window=True, sliding_window=3,
+                                            no_rope_layers=[1, 0, 1, 0], tie_word_embeddings=True), "bf16"),
+    "exaone4": ("exaone4", base(num_hidden_layers=4, sliding_window=3, sliding_window_pattern=2), "safetensors"),
+    "cwm": ("cwm", base(num_hidden_layers=4, sliding_window=3, rope_parameters=dict(
+        rope_type="llama3", rope_theta=10000.0, factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=16)), "safetensors"),
+    "hyperclovax": ("hyperclovax", base(embedding_multiplier=2.0, logits_scaling=0.5, residual_multiplier=0.7,
+                                        attention_multiplier=0.2), "safetensors"),
+    "nanochat": ("nanochat", base(final_logit_softcapping=4.0, hidden_act="relu2"), "safetensors"),
+    "vaultgemma": ("vaultgemma", base(head_dim=16, num_hidden_layers=3, sliding_window=3, query_pre_attn_scalar=24,
+                                      attn_logit_softcapping=5.0, final_logit_softcapping=3.0), "safetensors"),
+})
+
+
 @contextlib.contextmanager
 def tpu_matmuls():
     """Every matrix product's float32 inputs rounded to bfloat16 (nearest even), products and

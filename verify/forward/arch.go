@@ -196,6 +196,9 @@ const (
 	// PairsToHalves rotates pairs (2j, 2j+1) and writes the results de-interleaved, the
 	// rotated evens then the odds (DeepSeek's rope_interleave).
 	PairsToHalves
+	// HalvesInverse rotates like Halves by the opposite angle (NanoChat's rotate_half is
+	// cat(x2, −x1)).
+	HalvesInverse
 )
 
 // RopeSpec is a layer's rotary embedding: the frequencies (Rope), which features they
@@ -205,10 +208,11 @@ type RopeSpec struct {
 	Style RopeStyle
 }
 
-// TempTuning is Llama 4's attention temperature tuning: queries at position p are scaled by
-// log(floor((p+1)/Floor) + 1)·Scale + 1.
+// TempTuning scales the queries at position p by log(floor((p+Offset)/Floor) + 1)·Scale +
+// 1 (Llama 4's attention temperature tuning with Offset 1; Ministral 3's llama_4_scaling
+// with Offset 0).
 type TempTuning struct {
-	Floor, Scale float64
+	Floor, Scale, Offset float64
 }
 
 // MLA is the shape and weights of DeepSeek's multi-head latent attention: queries through a

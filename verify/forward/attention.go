@@ -48,6 +48,13 @@ func (t *ropeTable) apply(x []float32, p int, style RopeStyle, tmp []float32) {
 			a[j] = x1*cs[j] - x2*sn[j]
 			b[j] = x2*cs[j] + x1*sn[j]
 		}
+	case HalvesInverse: // x·cos − rotate_half(x)·sin
+		a, b := x[:h], x[h:2*h]
+		for j := range h {
+			x1, x2 := a[j], b[j]
+			a[j] = x1*cs[j] + x2*sn[j]
+			b[j] = x2*cs[j] - x1*sn[j]
+		}
 	case Pairs: // rotate_every_two: pairs (2j, 2j+1) in place
 		for j := range h {
 			x1, x2 := x[2*j], x[2*j+1]
@@ -138,7 +145,7 @@ func (m *Model) attention(dst, x []float32, T int, a *attnW, rt *ropeTable, tpu 
 	}
 	if tt := s.TempTuning; tt != nil {
 		for t := range T {
-			f := float32(math.Log(math.Floor(float64(t+1)/tt.Floor)+1)*tt.Scale + 1)
+			f := float32(math.Log(math.Floor((float64(t)+tt.Offset)/tt.Floor)+1)*tt.Scale + 1)
 			row := q[t*nh*D : (t+1)*nh*D]
 			for i := range row {
 				row[i] *= f

@@ -128,6 +128,282 @@ var llamaFamilies = map[string]family{
 		}
 		return c, nil
 	},
+	"cohere":  cohere(false),
+	"cohere2": cohere(true),
+	"glm":      glm(false),
+	"glm4":     glm(true),
+	"ernie4_5": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		s.rope.Style = Pairs
+		b := g.bool("use_bias", false)
+		s.qkvBias, s.oBias, s.mlpBias = b, b, b
+		return s.config(), nil
+	},
+	"hunyuan_v1_dense": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		s.mlpBias = false
+		c := s.config()
+		hunyuanQKNorm(s, c)
+		return c, nil
+	},
+	"olmo": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		// A LayerNorm without weight or bias, eps 1e-5 whatever the config says.
+		s.norm = func(string) *Norm { return &Norm{Kind: LayerNorm, Eps: 1e-5} }
+		s.mlpBias = false
+		c := s.config()
+		for _, b := range c.Blocks {
+			b.Attn.Clip = g.float("clip_qkv", 0)
+		}
+		return c, nil
+	},
+	"olmo3": func(g *getter) (*Config, error) {
+		c, err := families["olmo2"](g)
+		if err != nil {
+			return nil, err
+		}
+		sl, err := g.layerTypes(c.Layers, func(i int) bool { return (i+1)%4 != 0 })
+		if err != nil {
+			return nil, err
+		}
+		window(c, sl, g.int("sliding_window", 0))
+		return c, nil
+	},
+	"ministral": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		s.qkvBias, s.oBias, s.mlpBias = false, false, false
+		c := s.config()
+		w := g.int("sliding_window", 0)
+		sl, err := g.layerTypes(c.Layers, func(int) bool { return w > 0 })
+		if err != nil {
+			return nil, err
+		}
+		window(c, sl, w)
+		return c, nil
+	},
+	"ministral3": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{params: map[string]any{"type": "yarn", "rope_theta": 1e6, "factor": 16.0,
+			"original_max_position_embeddings": 16384.0, "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0,
+			"llama_4_scaling_beta": 0.1}})
+		if err != nil {
+			return nil, err
+		}
+		s.qkvBias, s.oBias, s.mlpBias = false, false, false
+		c := s.config()
+		s.allSliding(c)
+		// Queries scaled by 1 + β·log(1 + floor(p / original_max_position_embeddings)).
+		if beta, _ := s.rope.Rope.num("llama_4_scaling_beta", 0, false); beta != 0 {
+			orig, err := s.rope.Rope.num("original_max_position_embeddings", 0, true)
+			if err != nil || orig <= 0 {
+				return nil, fmt.Errorf("llama_4_scaling_beta needs original_max_position_embeddings")
+			}
+			for _, b := range c.Blocks {
+				b.Attn.TempTuning = &TempTuning{Floor: orig, Scale: beta}
+			}
+		}
+		return c, nil
+	},
+	"nemotron": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{partial: 0.5, partialOK: true})
+		if err != nil {
+			return nil, err
+		}
+		eps := g.float("norm_eps", 1e-5)
+		s.norm = func(n string) *Norm { r := lnorm(n, eps, true); r.PlusOne = true; return r }
+		s.gated = false
+		return s.config(), nil
+	},
+	"helium": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		s.rope.Style, s.oBias = Pairs, false
+		return s.config(), nil
+	},
+	"arcee": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		s.gated = false
+		return s.config(), nil
+	},
+	"apertus": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{params: map[string]any{"rope_type": "llama3", "rope_theta": 12e6, "factor": 8.0,
+			"original_max_position_embeddings": 8192.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}})
+		if err != nil {
+			return nil, err
+		}
+		s.gated, s.mlpBias = false, false
+		c := s.config()
+		s.qkNorm(c, s.eps)
+		for i, b := range c.Blocks {
+			p := s.layer(i)
+			b.AttnNorm, b.MLPNorm = s.norm(p+"attention_layernorm"), s.norm(p+"feedforward_layernorm")
+			if b.MLP.Act == "xielu" {
+				a := p + "mlp.act_fn."
+				b.MLP.ActParams = map[string]string{"alpha_p": a + "alpha_p", "alpha_n": a + "alpha_n", "beta": a + "beta", "eps": a + "eps"}
+			}
+		}
+		return c, nil
+	},
+	"seed_oss": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		s.oBias = g.bool("attention_out_bias", false)
+		return s.config(), nil
+	},
+	"jais2": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		eps := g.float("layer_norm_eps", 1e-5)
+		s.norm = func(n string) *Norm { return lnorm(n, eps, true) }
+		s.gated = false
+		return s.config(), nil
+	},
+	"smollm3": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		c := s.config()
+		interval := g.int("no_rope_layer_interval", 4)
+		rope := g.ints("no_rope_layers")
+		if rope == nil {
+			for i := range c.Layers {
+				r := 1
+				if interval > 0 && (i+1)%interval == 0 {
+					r = 0
+				}
+				rope = append(rope, r)
+			}
+		}
+		if len(rope) != c.Layers {
+			return nil, fmt.Errorf("no_rope_layers has %d entries for %d layers", len(rope), c.Layers)
+		}
+		w := 0
+		if g.bool("use_sliding_window", false) {
+			w = g.int("sliding_window", 0)
+		}
+		sl, err := g.layerTypes(c.Layers, func(i int) bool { return w > 0 && rope[i] == 0 })
+		if err != nil {
+			return nil, err
+		}
+		for i, b := range c.Blocks {
+			if rope[i] == 0 { // no_rope_layers lists 1 for the layers that use it
+				b.Attn.Rope = nil
+			}
+		}
+		window(c, sl, w)
+		return c, nil
+	},
+	"exaone4": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		s.qkvBias, s.oBias, s.mlpBias = false, false, false
+		c := s.config()
+		s.qkNorm(c, s.eps)
+		w := g.int("sliding_window", 0)
+		pattern := g.int("sliding_window_pattern", 4)
+		sl, err := g.layerTypes(c.Layers, func(i int) bool { return w > 0 && pattern > 0 && (i+1)%pattern != 0 })
+		if err != nil {
+			return nil, err
+		}
+		for i, b := range c.Blocks {
+			p := s.layer(i)
+			b.AttnNorm, b.MLPNorm = nil, nil
+			b.AttnOut, b.MLPOut = s.norm(p+"post_attention_layernorm"), s.norm(p+"post_feedforward_layernorm")
+			if w > 0 && !sl[i] { // global layers have no position embedding
+				b.Attn.Rope = nil
+			}
+		}
+		window(c, sl, w)
+		return c, nil
+	},
+	"cwm": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{params: map[string]any{"rope_theta": 1e6, "factor": 16.0, "high_freq_factor": 4.0,
+			"low_freq_factor": 1.0, "original_max_position_embeddings": 8192.0, "rope_type": "llama3"}})
+		if err != nil {
+			return nil, err
+		}
+		s.qkvBias, s.oBias = false, false
+		c := s.config()
+		sl, err := g.layerTypes(c.Layers, func(i int) bool { return i%4 != 0 })
+		if err != nil {
+			return nil, err
+		}
+		window(c, sl, g.int("sliding_window", 0))
+		return c, nil
+	},
+	"hyperclovax": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		s.scale = g.float("attention_multiplier", s.scale)
+		c := s.config()
+		c.EmbedScale = float32(g.float("embedding_multiplier", 1))
+		c.LogitScale = float32(g.float("logits_scaling", 1))
+		rs := float32(g.float("residual_multiplier", 1))
+		post := g.bool("use_post_norm", true)
+		for i, b := range c.Blocks {
+			p := s.layer(i)
+			b.ResidualScale = rs
+			if post {
+				b.AttnOut, b.MLPOut = s.norm(p+"post_norm1"), s.norm(p+"post_norm2")
+			}
+		}
+		return c, nil
+	},
+	"nanochat": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		// RMSNorms without weights everywhere, the embeddings normalized too; q and k
+		// normalized after a rope that turns the other way; an ungated fc1/fc2 MLP.
+		s.norm = func(string) *Norm { return &Norm{Kind: RMSNorm, Eps: s.eps} }
+		s.rope.Style = HalvesInverse
+		c := s.config()
+		c.EmbedNorm = s.norm("")
+		c.FinalSoftcap = g.float("final_logit_softcapping", 0)
+		for i, b := range c.Blocks {
+			p := s.layer(i) + "mlp."
+			b.MLP = plainMLP(p+"fc1", p+"fc2", s.d.inter, s.act, false, false)
+			b.Attn.QNorm = &HeadNorm{Norm: *s.norm(""), AfterRope: true}
+			b.Attn.KNorm = &HeadNorm{Norm: *s.norm(""), AfterRope: true}
+		}
+		return c, nil
+	},
+	"vaultgemma": func(g *getter) (*Config, error) {
+		c, err := gemma(2)(g)
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range c.Blocks {
+			b.AttnOut, b.MLPOut = nil, nil
+		}
+		return c, nil
+	},
 	"gemma":       gemma(1),
 	"gemma2":      gemma(2),
 	"gemma3_text": gemma(3),
@@ -224,5 +500,84 @@ func gemma(version int) family {
 			window(c, sl, g.int("sliding_window", 0))
 		}
 		return c, nil
+	}
+}
+
+// cohere is Cohere's decoder: bias-free LayerNorms, a parallel residual of one norm, rope
+// in pairs, optional per-head q/k LayerNorms (weights [heads, head_dim]) and logits scaled
+// by logit_scale. Cohere 2 alternates sliding layers (sliding_window_pattern, 4), the rope
+// on those only, and fixes head_dim to hidden/heads.
+func cohere(v2 bool) family {
+	return func(g *getter) (*Config, error) {
+		if v2 {
+			if h, n := g.int("hidden_size", 0), g.int("num_attention_heads", 0); n > 0 {
+				g.raw["head_dim"] = float64(h / n)
+			}
+		}
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		eps := g.float("layer_norm_eps", 1e-5)
+		s.norm = func(n string) *Norm { return lnorm(n, eps, false) }
+		s.rope.Style = Pairs
+		s.mlpBias = false
+		s.tie = g.bool("tie_word_embeddings", true)
+		c := s.config()
+		c.LogitScale = float32(g.float("logit_scale", 1))
+		qk := !v2 && g.bool("use_qk_norm", false)
+		for i, b := range c.Blocks {
+			p := s.layer(i)
+			b.Residual, b.MLPNorm = Parallel, nil
+			if qk {
+				b.Attn.QNorm = &HeadNorm{Norm: *lnorm(p+"self_attn.q_norm", eps, false), PerHead: true}
+				b.Attn.KNorm = &HeadNorm{Norm: *lnorm(p+"self_attn.k_norm", eps, false), PerHead: true}
+			}
+		}
+		if v2 {
+			pattern := g.int("sliding_window_pattern", 4)
+			sl, err := g.layerTypes(c.Layers, func(i int) bool { return pattern > 0 && (i+1)%pattern != 0 })
+			if err != nil {
+				return nil, err
+			}
+			for i, b := range c.Blocks {
+				if !sl[i] {
+					b.Attn.Rope = nil
+				}
+			}
+			window(c, sl, g.int("sliding_window", 0))
+		}
+		return c, nil
+	}
+}
+
+// glm is GLM (and GLM-4, which adds norms after both sublayers): a fused gate_up_proj,
+// partial rotary (0.5) in pairs, q/k/v biases (attention_bias) and none on o.
+func glm(v4 bool) family {
+	return func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{partial: 0.5, partialOK: true})
+		if err != nil {
+			return nil, err
+		}
+		s.rope.Style, s.oBias, s.mlpBias = Pairs, false, false
+		c := s.config()
+		for i, b := range c.Blocks {
+			p := s.layer(i)
+			b.MLP.Gate, b.MLP.Up = Linear{}, Linear{}
+			b.MLP.GateUp, b.MLP.Layout = lin(p+"mlp.gate_up_proj", false), GateFirst
+			if v4 {
+				b.AttnOut, b.MLPOut = s.norm(p+"post_self_attn_layernorm"), s.norm(p+"post_mlp_layernorm")
+			}
+		}
+		return c, nil
+	}
+}
+
+// hunyuanQKNorm gives HunYuan's per-head RMSNorms of q and k, applied after the rope.
+func hunyuanQKNorm(s *std, c *Config) {
+	for i, b := range c.Blocks {
+		p := s.layer(i) + "self_attn."
+		b.Attn.QNorm = &HeadNorm{Norm: *rms(p+"query_layernorm", s.eps), AfterRope: true}
+		b.Attn.KNorm = &HeadNorm{Norm: *rms(p+"key_layernorm", s.eps), AfterRope: true}
 	}
 }

@@ -227,6 +227,15 @@ func (r *Rope) InvFreq(seqLen int) ([]float32, error) {
 			inv[i] /= float32(f)
 		}
 	case "dynamic":
+		if alpha, _ := r.num("alpha", 0, false); alpha != 0 && seqLen <= r.maxPos {
+			// HunYuan's NTK-alpha rope: theta·alpha^(d/(d−2)), until the sequence outgrows
+			// max_position_embeddings and dynamic_rope_update recomputes it as plain dynamic.
+			base := r.Theta * math.Pow(alpha, float64(dim)/float64(dim-2))
+			for i, p := range powers(base, dim) {
+				inv[i] = 1 / p
+			}
+			break
+		}
 		f, err := r.num("factor", 0, true)
 		if err != nil {
 			return nil, err
