@@ -130,8 +130,8 @@ var llamaFamilies = map[string]family{
 	},
 	"cohere":  cohere(false),
 	"cohere2": cohere(true),
-	"glm":      glm(false),
-	"glm4":     glm(true),
+	"glm":     glm(false),
+	"glm4":    glm(true),
 	"ernie4_5": func(g *getter) (*Config, error) {
 		s, err := newStd(g, ropeOpts{})
 		if err != nil {
