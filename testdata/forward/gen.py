@@ -230,6 +230,45 @@ CASES.update({
 })
 
 
+# Mixtures of experts: routing by softmax, sigmoid with correction biases, groups, top-k
+# logits, sparsemixer; shared experts; mixtures of attention heads.
+CASES.update({
+    "deepseek_v2": ("deepseek_v2", base(num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16, qk_rope_head_dim=8,
+                                        qk_nope_head_dim=8, v_head_dim=12, n_routed_experts=8, num_experts_per_tok=2,
+                                        moe_intermediate_size=16, n_shared_experts=1, first_k_dense_replace=1,
+                                        num_hidden_layers=3, routed_scaling_factor=1.5), "safetensors"),
+    "deepseek_v2_noqlora_bf16": ("deepseek_v2", base(num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16,
+                                                    qk_rope_head_dim=16, qk_nope_head_dim=8, v_head_dim=8, n_routed_experts=8,
+                                                    num_experts_per_tok=3, moe_intermediate_size=16, n_shared_experts=2,
+                                                    attention_bias=True, tie_word_embeddings=True), "bf16"),
+    "glm4_moe": ("glm4_moe", base(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=16, n_shared_experts=1,
+                                  first_k_dense_replace=1, n_group=2, topk_group=1, routed_scaling_factor=2.0,
+                                  attention_bias=True, use_qk_norm=True, num_hidden_layers=3), "safetensors"),
+    "ernie4_5_moe": ("ernie4_5_moe", base(moe_num_experts=6, moe_k=2, moe_intermediate_size=16, moe_num_shared_experts=1,
+                                          moe_layer_start_index=1, num_hidden_layers=3, use_bias=True, head_dim=16),
+                     "safetensors"),
+    "hunyuan_v1_moe": ("hunyuan_v1_moe", base(head_dim=16, num_experts=4, moe_topk=2, attention_bias=True,
+                                              rope_parameters=dict(rope_type="default", rope_theta=10000.0)), "safetensors"),
+    "olmoe": ("olmoe", base(num_experts=6, num_experts_per_tok=2, clip_qkv=0.9, norm_topk_prob=True), "safetensors"),
+    "granitemoe": ("granitemoe", base(num_local_experts=4, num_experts_per_tok=2, embedding_multiplier=2.0,
+                                      attention_multiplier=0.2, residual_multiplier=0.5, logits_scaling=2.0), "safetensors"),
+    "granitemoeshared": ("granitemoeshared", base(num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=48,
+                                                  embedding_multiplier=2.0, attention_multiplier=0.2,
+                                                  residual_multiplier=0.5, logits_scaling=2.0), "safetensors"),
+    "jetmoe": ("jetmoe", gpt(num_key_value_heads=2, kv_channels=16, num_local_experts=4, num_experts_per_tok=2,
+                             intermediate_size=32), "safetensors"),
+    "minimax_m2": ("minimax_m2", base(head_dim=16, num_local_experts=6, num_experts_per_tok=2, intermediate_size=16,
+                                      rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5)),
+                   "safetensors"),
+    "phimoe": ("phimoe", base(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, attention_bias=True,
+                              lm_head_bias=True), "safetensors"),
+    "llama4_text": ("llama4_text", base(head_dim=16, num_hidden_layers=4, num_local_experts=4, num_experts_per_tok=1,
+                                        intermediate_size=32, intermediate_size_mlp=48, interleave_moe_layer_step=2,
+                                        attention_chunk_size=5, no_rope_layer_interval=2, floor_scale=4, attn_scale=0.2),
+                    "safetensors"),
+})
+
+
 @contextlib.contextmanager
 def tpu_matmuls():
     """Every matrix product's float32 inputs rounded to bfloat16 (nearest even), products and

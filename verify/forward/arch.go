@@ -138,14 +138,31 @@ type Attention struct {
 	Window, Chunk int
 	// Sinks names a learned per-head logit that joins each softmax and is dropped (gpt-oss).
 	Sinks string
-	// Clip clamps the projected q, k and v to ±Clip (OLMo's clip_qkv, MPT; 0: none).
-	Clip float64
+	// Clip clamps the projected q, k and v to ±Clip (OLMo's clip_qkv, MPT; 0: none), after
+	// the q/k norms when ClipAfterNorm (OLMoE).
+	Clip          float64
+	ClipAfterNorm bool
 	// Gate multiplies the attention output by sigmoid(Gate(x)) before O (0: none).
 	Gate Linear
 	// TempTuning scales queries by a position-dependent factor (Llama 4's NoPE layers).
 	TempTuning *TempTuning
 	// MLA is DeepSeek's multi-head latent attention, in place of QKV.
 	MLA *MLA
+	// MoA is JetMoE's mixture of attention heads, in place of the query and output
+	// projections.
+	MoA *MoA
+}
+
+// MoA is JetMoE's mixture of attention heads: a router picks TopK of Experts experts per
+// token (softmax over the chosen logits); slot s of a token's query heads is expert e_s's
+// In projection ([E, KVHeads·HeadDim, H]); query head s·KVHeads + j attends with key/value
+// head j (KV from the fused KV projection: keys, then values); each slot's context goes
+// through its expert's Out ([E, H, KVHeads·HeadDim]), weighted, summed, plus Bias.
+type MoA struct {
+	Experts, TopK int
+	Router        Linear
+	In, Out, Bias string
+	KV            Linear
 }
 
 // FusedLayout is how one fused projection's output rows hold queries, keys and values.
@@ -281,9 +298,11 @@ type MoE struct {
 	Experts, TopK, Inter int
 	Router               Linear
 	Scoring              Scoring
-	// NormTopK renormalizes the chosen weights to sum to 1 (adding NormEps to the sum).
-	NormTopK bool
-	NormEps  float32
+	// NormTopK renormalizes the chosen weights to sum to 1, dividing by the sum plus
+	// NormEps, or by max(sum, NormEps) when NormClamp (ERNIE's moe_norm_min).
+	NormTopK  bool
+	NormEps   float32
+	NormClamp bool
 	// ScoreBias is added to the scores to choose experts, not to weight them (DeepSeek-V3's
 	// e_score_correction_bias).
 	ScoreBias string
@@ -304,6 +323,8 @@ type MoE struct {
 	// WeightInput multiplies each expert's input rather than its output by the routing
 	// weight (Llama 4).
 	WeightInput bool
+	// Bias is added to the block's output (JetMoE).
+	Bias string
 }
 
 // ExpertWeights are where a mixture of experts keeps its experts: stacked tensors (GateUp

@@ -78,6 +78,9 @@ func (m *Model) attention(dst, x []float32, T int, a *attnW, rt *ropeTable, tpu 
 	if s.MLA != nil {
 		return m.mlaAttention(dst, x, T, a, rt, tpu)
 	}
+	if s.MoA != nil {
+		return m.moaAttention(dst, x, T, a, rt, tpu)
+	}
 	H := m.cfg.Hidden
 	nh, nkv, D := s.Heads, s.KVHeads, s.HeadDim
 	dv := s.VDim
@@ -112,18 +115,26 @@ func (m *Model) attention(dst, x []float32, T int, a *attnW, rt *ropeTable, tpu 
 			}
 		}
 	}
-	if c := float32(s.Clip); c != 0 {
-		for _, buf := range [][]float32{q, k, v} {
-			for i, y := range buf {
-				buf[i] = min(max(y, -c), c)
+	clip := func() {
+		if c := float32(s.Clip); c != 0 {
+			for _, buf := range [][]float32{q, k, v} {
+				for i, y := range buf {
+					buf[i] = min(max(y, -c), c)
+				}
 			}
 		}
+	}
+	if !s.ClipAfterNorm {
+		clip()
 	}
 	if n := a.qNorm; n != nil && !n.spec.AfterRope {
 		n.apply(q, nh, D)
 	}
 	if n := a.kNorm; n != nil && !n.spec.AfterRope {
 		n.apply(k, nkv, D)
+	}
+	if s.ClipAfterNorm {
+		clip()
 	}
 	if rt != nil {
 		style := s.Rope.Style
@@ -307,6 +318,104 @@ func (m *Model) mlaAttention(dst, x []float32, T int, w *attnW, rt *ropeTable, t
 	return m.rows(dst, ctx, T, w.o, tpu)
 }
 
+// moaAttention is JetMoE's mixture of attention heads (MoA).
+func (m *Model) moaAttention(dst, x []float32, T int, a *attnW, rt *ropeTable, tpu bool) error {
+	s, mw := a.spec, a.moa
+	H := m.cfg.Hidden
+	K, nkv, D := s.MoA.TopK, s.KVHeads, s.HeadDim
+	kvd := nkv * D
+	logits := make([]float32, T*s.MoA.Experts)
+	if err := m.rows(logits, x, T, mw.router, tpu); err != nil {
+		return err
+	}
+	rs := make([]route, T)
+	for t := range T {
+		lg := logits[t*s.MoA.Experts : (t+1)*s.MoA.Experts]
+		top := topk(lg, K)
+		w := make([]float32, K)
+		for i, e := range top {
+			w[i] = lg[e]
+		}
+		softmax(w, false, 0)
+		rs[t] = route{top, w}
+	}
+	// Each slot's queries from its expert, the experts run on their tokens in turn.
+	q := make([]float32, T*K*kvd)
+	type hit struct{ t, slot int }
+	by := make([][]hit, s.MoA.Experts)
+	for t, r := range rs {
+		for slot, e := range r.experts {
+			by[e] = append(by[e], hit{t, slot})
+		}
+	}
+	for e, hits := range by {
+		if len(hits) == 0 {
+			continue
+		}
+		xs := make([]float32, len(hits)*H)
+		for i, h := range hits {
+			copy(xs[i*H:(i+1)*H], x[h.t*H:(h.t+1)*H])
+		}
+		y := make([]float32, len(hits)*kvd)
+		if err := linear(y, xs, len(hits), mw.in[e], nil, tpu); err != nil {
+			return err
+		}
+		for i, h := range hits {
+			copy(q[(h.t*K+h.slot)*kvd:], y[i*kvd:(i+1)*kvd])
+		}
+	}
+	kvBuf := make([]float32, T*2*kvd)
+	if err := m.rows(kvBuf, x, T, mw.kv, tpu); err != nil {
+		return err
+	}
+	k, v := make([]float32, T*kvd), make([]float32, T*kvd)
+	for t := range T {
+		copy(k[t*kvd:(t+1)*kvd], kvBuf[t*2*kvd:])
+		copy(v[t*kvd:(t+1)*kvd], kvBuf[t*2*kvd+kvd:(t+1)*2*kvd])
+	}
+	if rt != nil {
+		tmp := make([]float32, 2*rt.half)
+		for t := range T {
+			for hd := range K * nkv {
+				rt.apply(q[(t*K*nkv+hd)*D:(t*K*nkv+hd+1)*D], t, s.Rope.Style, tmp)
+			}
+			for hd := range nkv {
+				rt.apply(k[(t*nkv+hd)*D:(t*nkv+hd+1)*D], t, s.Rope.Style, tmp)
+			}
+		}
+	}
+	ctx := m.attend(q, k, v, T, K*nkv, nkv, D, D, a, tpu)
+	// Each slot's context through its expert's output projection, weighted and summed.
+	out := dst[:T*H]
+	clear(out)
+	for e, hits := range by {
+		if len(hits) == 0 {
+			continue
+		}
+		cs := make([]float32, len(hits)*kvd)
+		for i, h := range hits {
+			copy(cs[i*kvd:(i+1)*kvd], ctx[(h.t*K+h.slot)*kvd:])
+		}
+		y := make([]float32, len(hits)*H)
+		if err := linear(y, cs, len(hits), mw.out[e], nil, tpu); err != nil {
+			return err
+		}
+		for i, h := range hits {
+			g := rs[h.t].weights[h.slot]
+			d := out[h.t*H : (h.t+1)*H]
+			for j, y := range y[i*H : (i+1)*H] {
+				d[j] += y * g
+			}
+		}
+	}
+	if mw.bias != nil {
+		for t := range T {
+			add(out[t*H:(t+1)*H], mw.bias)
+		}
+	}
+	return nil
+}
+
 // Attention is computed in blocks of query rows against blocks of keys, so that memory
 // never holds a [T, T] score matrix: when a block of queries sees at most keyBlock keys
 // (every sequence up to keyBlock tokens) their scores are one block and the softmax is
@@ -360,6 +469,9 @@ func (m *Model) attend(q, k, v []float32, T, nh, nkv, dqk, dv int, w *attnW, tpu
 				mx: make([]float32, queryBlock), sum: make([]float32, queryBlock)}
 			for it := range items {
 				kvh := it.head / group
+				if s.MoA != nil {
+					kvh = it.head % nkv // the keys are repeated per slot: head s·nkv + j uses j
+				}
 				i1 := min(it.i0+queryBlock, T)
 				a.block(ctx, q[it.head*dqk:], nh*dqk, k[kvh*dqk:], nkv*dqk, vt[kvh*dv*T:], it.head, it.i0, i1, dqk, dv, nh)
 			}

@@ -327,6 +327,20 @@ func (g *getter) str(key, def string) string {
 	return s
 }
 
+// perLayer is an integer field that may also be a list with one value per layer
+// (HunYuan-MoE's num_experts and moe_topk), read for layer i.
+func (g *getter) perLayer(key string, i int) int {
+	if l, ok := g.value(key).([]any); ok {
+		v := g.ints(key)
+		if i >= len(v) {
+			g.fail(key, l, fmt.Sprintf("a list of at least %d values", i+1))
+			return 0
+		}
+		return v[i]
+	}
+	return g.int(key, 0)
+}
+
 // ints is a list of integers (mlp_only_layers, no_rope_layers); nil when absent.
 func (g *getter) ints(key string) []int {
 	v := g.value(key)

@@ -42,8 +42,18 @@ type attnW struct {
 	qNorm, kNorm          *headNormW
 	sinks                 []float32
 	qa, qb, kva, kvb      *linearW // MLA (q in q when QLoraRank is 0)
+	moa                   *moaW
 	qaNorm, kvaNorm       *normW
 	qkvWidth, qd, kd, vdW int // fused output width; q, k and v widths
+}
+
+// moaW is a loaded MoA: the router, each expert's query and output projections, the fused
+// key/value projection and the output bias.
+type moaW struct {
+	router  *linearW
+	in, out []*matrix
+	kv      *linearW
+	bias    []float32
 }
 
 type mlpW struct {
@@ -58,6 +68,7 @@ type moeW struct {
 	spec       *MoE
 	router     *linearW
 	scoreBias  []float32
+	bias       []float32
 	experts    []*expert
 	shared     *mlpW
 	sharedGate *linearW
@@ -263,6 +274,30 @@ func (ws *weights) attention(c *Config, a *Attention) (*attnW, error) {
 		}
 		return w, nil
 	}
+	if m := a.MoA; m != nil {
+		kvd := a.KVHeads * a.HeadDim
+		mw := &moaW{}
+		must(&mw.router, m.Router, m.Experts, H)
+		must(&mw.kv, m.KV, 2*kvd, H)
+		for e := range m.Experts {
+			if err != nil {
+				break
+			}
+			var in, out *matrix
+			if in, err = ws.expert(m.In, e, m.Experts, kvd, H, false); err == nil {
+				out, err = ws.expert(m.Out, e, m.Experts, H, kvd, false)
+			}
+			mw.in, mw.out = append(mw.in, in), append(mw.out, out)
+		}
+		if err == nil && m.Bias != "" {
+			mw.bias, err = ws.vec(m.Bias, H)
+		}
+		if err != nil {
+			return nil, err
+		}
+		w.moa = mw
+		return w, nil
+	}
 	if a.QKV.Fused.ok() {
 		w.qkvWidth = w.qd + w.kd + w.vdW
 		must(&w.fused, a.QKV.Fused, w.qkvWidth, H)
@@ -370,6 +405,11 @@ func (ws *weights) moe(H int, e *MoE) (*moeW, error) {
 	}
 	if e.ScoreBias != "" {
 		if w.scoreBias, err = ws.vec(e.ScoreBias, E); err != nil {
+			return nil, err
+		}
+	}
+	if e.Bias != "" {
+		if w.bias, err = ws.vec(e.Bias, H); err != nil {
 			return nil, err
 		}
 	}

@@ -194,8 +194,12 @@ func routes(logits []float32, T int, w *moeW) []route {
 			for _, y := range wts {
 				sum += y
 			}
+			d := sum + e.NormEps
+			if e.NormClamp {
+				d = max(sum, e.NormEps)
+			}
 			for i := range wts {
-				wts[i] /= sum + e.NormEps
+				wts[i] /= d
 			}
 		}
 		if e.RoutedScale != 0 {
@@ -252,6 +256,11 @@ func (m *Model) moe(dst, x []float32, T int, w *moeW, tpu bool) error {
 	}
 	if err := runExperts(dst, x, H, T, w, rs, act, tpu); err != nil {
 		return err
+	}
+	if w.bias != nil {
+		for t := range T {
+			add(dst[t*H:(t+1)*H], w.bias)
+		}
 	}
 	if w.shared == nil {
 		return nil
