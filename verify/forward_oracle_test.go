@@ -202,7 +202,14 @@ func TestForwardThresholds(t *testing.T) {
 			if perDevice := strings.HasPrefix(label, "per-device"); perDevice != (fr.Shards != nil) || perDevice && fr.Shards.Ranks != 2 {
 				t.Errorf("%s %s: forward ran from shards %+v", name, label, fr.Shards)
 			}
-			tokens, ref, refTPU, got, vocab = append(tokens, lg.Tokens...), append(ref, lg.Reference...), append(refTPU, lg.SourceTPU...), append(got, lg.TPU...), lg.Vocab
+			T, V := len(lg.Tokens), lg.Vocab
+			r, rt, g := make([]float32, T*V), make([]float32, T*V), make([]float32, T*V)
+			err = lg.Rows(r, rt, g, 0, T)
+			lg.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tokens, ref, refTPU, got, vocab = append(tokens, lg.Tokens...), append(ref, r...), append(refTPU, rt...), append(got, g...), V
 		}
 		rep, err := verify.CompareLogits(tokens, vocab, ref, refTPU, got, verify.DefaultThresholds())
 		if err != nil {

@@ -7,8 +7,9 @@ architecture, saves it under OUTDIR/CASE (a Hugging Face folder, a torch file, .
 reloads it with transformers' from_pretrained in float32 with eager attention, runs
 TOKENS through it and writes the logits [1, T, vocab] as OUTDIR/CASE.logits.safetensors
 (tensor "logits"), and as OUTDIR/CASE.tpu.safetensors the logits of the same model with
-every matrix product's inputs rounded to bfloat16 (tpu_matmuls). It prints a JSON list of {"name", "path", "tokens"} on stdout; "path"
-is what to hand to `ckpt forward`, relative to OUTDIR.
+every matrix product's inputs rounded to bfloat16 (tpu_matmuls). It prints a JSON list of {"name", "path", "tokens", "model_type", "generic"} on
+stdout; "path" is what to hand to `ckpt forward`, relative to OUTDIR; "generic" marks the
+architectures ckpt's Go forward pass does not run (for `ckpt verify --emit-torch`).
 """
 
 import contextlib
@@ -269,6 +270,16 @@ CASES.update({
 })
 
 
+# An architecture ckpt's Go forward pass has no family for (a recurrent block): the cases
+# that check `ckpt verify --emit-torch` hands both sides to transformers. Listed "generic"
+# in the output.
+GENERIC = {"rwkv_generic"}
+CASES.update({
+    "rwkv_generic": ("rwkv", dict(vocab_size=97, hidden_size=64, attention_hidden_size=64, intermediate_size=96,
+                                  num_hidden_layers=2, context_length=64), "safetensors"),
+})
+
+
 @contextlib.contextmanager
 def tpu_matmuls():
     """Every matrix product's float32 inputs rounded to bfloat16 (nearest even), products and
@@ -405,7 +416,7 @@ def make(name, outdir):
             tpu = ref(torch.tensor([TOKENS])).logits.float().contiguous()
     save_file({"logits": logits}, os.path.join(outdir, name + ".logits.safetensors"))
     save_file({"logits": tpu}, os.path.join(outdir, name + ".tpu.safetensors"))
-    return {"name": name, "path": path, "tokens": TOKENS, "model_type": cfg.model_type}
+    return {"name": name, "path": path, "tokens": TOKENS, "model_type": cfg.model_type, "generic": name in GENERIC}
 
 
 def main():

@@ -422,10 +422,11 @@ func (m *Model) moaAttention(dst, x []float32, T int, a *attnW, rt *ropeTable, t
 // eager attention's, exactly; beyond that the keys are visited a block at a time with an
 // online softmax (running maximum and sum, rescaled as the maximum grows), the
 // probabilities normalized at the end.
-const (
-	queryBlock = 64
-	keyBlock   = 2048
-)
+const queryBlock = 64
+
+// keyBlock is the most keys one block of scores holds (a variable for the tests that check
+// the online softmax against the exact one).
+var keyBlock = 2048
 
 // attend is causal attention over projected heads: q [T, nh, dqk], k [T, nkv, dqk],
 // v [T, nkv, dv] (query heads sharing key/value heads in groups), the layer's window,
@@ -465,7 +466,7 @@ func (m *Model) attend(q, k, v []float32, T, nh, nkv, dqk, dv int, w *attnW, tpu
 		go func() {
 			defer wg.Done()
 			a := &attender{s: s, w: w, T: T, tpu: tpu,
-				scores: make([]float32, queryBlock*min(T, keyBlock)), out: make([]float32, queryBlock*dv),
+				scores: make([]float32, queryBlock*min(T, keyBlock)), out: make([]float32, queryBlock*dv), tmp: make([]float32, queryBlock*dv),
 				mx: make([]float32, queryBlock), sum: make([]float32, queryBlock)}
 			for it := range items {
 				kvh := it.head / group
@@ -489,6 +490,7 @@ type attender struct {
 	tpu     bool
 	scores  []float32
 	out     []float32
+	tmp     []float32
 	mx, sum []float32
 }
 
@@ -572,7 +574,7 @@ func (a *attender) block(ctx, q []float32, ldq int, k []float32, ldk int, vt []f
 			}
 		}
 		clear(out)
-		tmp := make([]float32, rows*dv)
+		tmp := a.tmp[:rows*dv]
 		for j0 := jlo; j0 < jhi; j0 += keyBlock {
 			j1 := min(j0+keyBlock, jhi)
 			n := j1 - j0
