@@ -7,7 +7,7 @@ architecture, saves it under OUTDIR/CASE (a Hugging Face folder, a torch file, .
 reloads it with transformers' from_pretrained in float32 with eager attention, runs
 TOKENS through it and writes the logits [1, T, vocab] as OUTDIR/CASE.logits.safetensors
 (tensor "logits"), and as OUTDIR/CASE.tpu.safetensors the logits of the same model with
-every matrix product's inputs rounded to bfloat16 (tpu_matmuls). It prints a JSON list of {"name", "path", "tokens", "model_type", "generic"} on
+every matrix product's inputs rounded to bfloat16 (tpu_matmuls). It prints a JSON list of {"name", "path", "tokens", "model_type", "architecture", "generic"} on
 stdout; "path" is what to hand to `ckpt forward`, relative to OUTDIR; "generic" marks the
 architectures ckpt's Go forward pass does not run (for `ckpt verify --emit-torch`).
 """
@@ -389,6 +389,16 @@ def make(name, outdir):
             "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(c, f, indent=2)
+    # A model_type its config class shares with another (gpt-sw3 is GPT2Config's) is written
+    # as asked, as the released configurations spell it.
+    cfg_path = os.path.join(folder, "config.json")
+    if os.path.exists(cfg_path):
+        with open(cfg_path) as f:
+            c = json.load(f)
+        if c.get("model_type") != model_type:
+            c["model_type"] = model_type
+            with open(cfg_path, "w") as f:
+                json.dump(c, f, indent=2)
     # The reference: reload what was saved, as a user would, in float32 with eager attention.
     if mode in ("fp8", "state_dict"):
         # transformers' fp8 integration needs an accelerator; the model in memory holds the
@@ -416,7 +426,8 @@ def make(name, outdir):
             tpu = ref(torch.tensor([TOKENS])).logits.float().contiguous()
     save_file({"logits": logits}, os.path.join(outdir, name + ".logits.safetensors"))
     save_file({"logits": tpu}, os.path.join(outdir, name + ".tpu.safetensors"))
-    return {"name": name, "path": path, "tokens": TOKENS, "model_type": cfg.model_type, "generic": name in GENERIC}
+    return {"name": name, "path": path, "tokens": TOKENS, "model_type": model_type, "architecture": model_cls.__name__,
+            "generic": name in GENERIC}
 
 
 def main():

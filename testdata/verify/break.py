@@ -61,6 +61,10 @@ def is_weight(k, v):
     return v.is_floating_point() and v.dim() >= 2 and in_layer(k, 0)
 
 
+# The attention output projections of the transformers families.
+ATTENTION_OUT = ("o_proj", "out_proj", "attn.c_proj", "attention.dense", "self_attention.dense", "self_attn.dense",
+                 "experts.output_linear")
+
 # The token embeddings and final norms of the transformers families.
 EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "embed_in.weight", "word_embeddings.weight", "embeddings.weight")
 FINAL_NORMS = ("model.norm.weight", "ln_f.weight", "final_layer_norm.weight", "final_layernorm.weight", "norm_f.weight", "ln_out.weight")
@@ -68,7 +72,7 @@ FINAL_NORMS = ("model.norm.weight", "ln_f.weight", "final_layer_norm.weight", "f
 
 def variants(sd, ref):
     out = {}
-    o = first(sd, lambda k, v: is_weight(k, v) and ("o_proj" in k or "out_proj" in k)) or first(sd, is_weight)
+    o = first(sd, lambda k, v: is_weight(k, v) and any(p in k for p in ATTENTION_OUT)) or first(sd, is_weight)
     flat = sd[o].reshape(-1)
     i = int(flat.float().abs().argmax())
     for name, f in (("one_element_sign", lambda x: -x), ("one_element_x16", lambda x: x * 16)):
