@@ -48,12 +48,29 @@ type Config struct {
 	MaxTokens int
 }
 
-// Positions is a learned absolute position embedding: row Offset+p of Weight is added at
-// position p (OPT offsets by 2).
+// Positions is an absolute position embedding added to the token embedding at position p:
+// row Offset+p of the learned table Weight (OPT offsets by 2), or, without a Weight, row
+// Offset+p of the fixed sinusoidal table Sinusoid describes.
 type Positions struct {
-	Weight string
-	Offset int
+	Weight   string
+	Offset   int
+	Sinusoid Sinusoid
+	// PadRow, when set, is a row of the sinusoidal table held at zero (XGLM's padding_idx).
+	PadRow *int
 }
+
+// Sinusoid is a fixed sinusoidal position table.
+type Sinusoid uint8
+
+const (
+	// NoSinusoid: the positions are learned (Weight).
+	NoSinusoid Sinusoid = iota
+	// Tensor2Tensor: [sin(p·f_i), cos(p·f_i)] with f_i = exp(−i·ln(10000)/(d/2 − 1)) (XGLM,
+	// fairseq).
+	Tensor2Tensor
+	// Transformer: sines of p/10000^(2⌊i/2⌋/d) at even i, then cosines at odd i (CTRL).
+	Transformer
+)
 
 // Linear is one projection y = x·Wᵀ + b: W [out, in] as nn.Linear stores it, or [in, out]
 // when T (GPT-2's Conv1D). An empty W means no projection; an empty B no bias.

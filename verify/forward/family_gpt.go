@@ -178,6 +178,114 @@ var gptFamilies = map[string]family{
 		}
 		return c, nil
 	},
+	"gpt_neo": func(g *getter) (*Config, error) {
+		c, d, err := gptBase(g, "transformer.", "wte", "ln_f")
+		if err != nil {
+			return nil, err
+		}
+		types, err := neoLayers(g, d.layers)
+		if err != nil {
+			return nil, err
+		}
+		eps := g.float("layer_norm_epsilon", 1e-5)
+		w := g.int("window_size", 256)
+		for i := range c.Blocks {
+			p := fmt.Sprintf("transformer.h.%d.attn.attention.", i)
+			// The scores are not scaled; local layers see the window_size latest keys.
+			a := &Attention{Heads: d.heads, KVHeads: d.heads, HeadDim: d.headDim, Scale: 1,
+				QKV: QKV{Q: lin(p+"q_proj", false), K: lin(p+"k_proj", false), V: lin(p+"v_proj", false)}, O: lin(p+"out_proj", true)}
+			if types[i] == "local" {
+				a.Window = w
+			}
+			q := fmt.Sprintf("transformer.h.%d.", i)
+			c.Blocks[i] = &Block{AttnNorm: lnorm(q+"ln_1", eps, true), MLPNorm: lnorm(q+"ln_2", eps, true), Attn: a,
+				MLP: plainMLP(q+"mlp.c_fc", q+"mlp.c_proj", g.int("intermediate_size", 4*d.hidden), Act(g.str("activation_function", "gelu_new")), true, false)}
+		}
+		c.Positions = &Positions{Weight: "transformer.wpe.weight"}
+		return c, nil
+	},
+	"openai-gpt": func(g *getter) (*Config, error) {
+		c, d, err := gptBase(g, "transformer.", "tokens_embed", "")
+		if err != nil {
+			return nil, err
+		}
+		eps := g.float("layer_norm_epsilon", 1e-5)
+		act := map[string]Act{"relu": "relu", "silu": "silu", "swish": "silu", "gelu": "gelu_new"}[g.str("afn", "gelu")]
+		if act == "" {
+			return nil, fmt.Errorf("afn %q is not one of OpenAI GPT's activations (relu, silu, gelu, swish)", g.str("afn", ""))
+		}
+		for i := range c.Blocks {
+			p := fmt.Sprintf("transformer.h.%d.", i)
+			// Post-norm blocks: ln_1(x + attn(x)), then ln_2(n + mlp(n)).
+			c.Blocks[i] = &Block{Residual: PostNorm, AttnNorm: lnorm(p+"ln_1", eps, true), MLPNorm: lnorm(p+"ln_2", eps, true),
+				Attn: gptAttention(g, d, p+"attn.c_attn", p+"attn.c_proj", true),
+				MLP:  plainMLP(p+"mlp.c_fc", p+"mlp.c_proj", 4*d.hidden, act, true, true)}
+			c.Blocks[i].Attn.Scale = 1 / math.Sqrt(float64(d.headDim))
+		}
+		c.Positions = &Positions{Weight: "transformer.positions_embed.weight"}
+		return c, nil
+	},
+	"biogpt": func(g *getter) (*Config, error) {
+		c, d, err := gptBase(g, "biogpt.", "embed_tokens", "")
+		if err != nil {
+			return nil, err
+		}
+		// Every LayerNorm has torch's default eps, whatever layer_norm_eps says; the head is
+		// output_projection.
+		c.FinalNorm = lnorm("biogpt.layer_norm", 1e-5, true)
+		if c.Head.ok() {
+			c.Head.W = "output_projection.weight"
+		}
+		if g.bool("scale_embedding", true) {
+			c.EmbedScale = float32(math.Sqrt(float64(d.hidden)))
+		}
+		c.Positions = &Positions{Weight: "biogpt.embed_positions.weight", Offset: 2}
+		for i := range c.Blocks {
+			c.Blocks[i] = fairseqBlock(fmt.Sprintf("biogpt.layers.%d.", i), d, d.inter, Act(g.str("hidden_act", "gelu")))
+		}
+		return c, nil
+	},
+	"xglm": func(g *getter) (*Config, error) {
+		c, d, err := gptBase(g, "model.", "embed_tokens", "")
+		if err != nil {
+			return nil, err
+		}
+		if g.bool("add_cross_attention", false) {
+			return nil, fmt.Errorf("add_cross_attention is not supported")
+		}
+		c.FinalNorm = lnorm("model.layer_norm", 1e-5, true)
+		if g.bool("scale_embedding", true) {
+			c.EmbedScale = float32(math.Sqrt(float64(d.hidden)))
+		}
+		c.Positions = &Positions{Offset: 2, Sinusoid: Tensor2Tensor}
+		if v := g.value("pad_token_id"); v != nil {
+			pad := g.int("pad_token_id", 0)
+			c.Positions.PadRow = &pad
+		}
+		for i := range c.Blocks {
+			c.Blocks[i] = fairseqBlock(fmt.Sprintf("model.layers.%d.", i), d, g.int("ffn_dim", 0), Act(g.str("activation_function", "gelu")))
+		}
+		return c, nil
+	},
+	"ctrl": func(g *getter) (*Config, error) {
+		c, d, err := gptBase(g, "transformer.", "w", "layernorm")
+		if err != nil {
+			return nil, err
+		}
+		c.Head.B = "lm_head.bias"
+		c.EmbedScale = float32(math.Sqrt(float64(d.hidden)))
+		c.Positions = &Positions{Sinusoid: Transformer}
+		c.MaxTokens = d.maxPos
+		for i := range c.Blocks {
+			p := fmt.Sprintf("transformer.h.%d.", i)
+			a := &Attention{Heads: d.heads, KVHeads: d.heads, HeadDim: d.headDim, Scale: 1 / math.Sqrt(float64(d.headDim)),
+				QKV: QKV{Q: lin(p+"multi_head_attention.Wq", true), K: lin(p+"multi_head_attention.Wk", true),
+					V: lin(p+"multi_head_attention.Wv", true)}, O: lin(p+"multi_head_attention.dense", true)}
+			c.Blocks[i] = &Block{AttnNorm: lnorm(p+"layernorm1", 1e-6, true), MLPNorm: lnorm(p+"layernorm2", 1e-6, true), Attn: a,
+				MLP: plainMLP(p+"ffn.0", p+"ffn.2", g.int("dff", 0), "relu", true, false)}
+		}
+		return c, nil
+	},
 	"persimmon": func(g *getter) (*Config, error) {
 		s, err := newStd(g, ropeOpts{partial: 0.5, partialOK: true})
 		if err != nil {
@@ -448,4 +556,58 @@ func mptSlopes(heads int, biasMax float64) []float32 {
 		s = append(s, all[k])
 	}
 	return s[:heads]
+}
+
+// fairseqBlock is the pre-norm block of fairseq's decoders (BioGPT, XGLM): self_attn with
+// biases (queries scaled by head_dim^-0.5), self_attn_layer_norm and final_layer_norm
+// (torch's default eps), fc1 → act → fc2.
+func fairseqBlock(p string, d dims, inter int, act Act) *Block {
+	a := &Attention{Heads: d.heads, KVHeads: d.heads, HeadDim: d.headDim, Scale: 1 / math.Sqrt(float64(d.headDim)),
+		QKV: QKV{Q: lin(p+"self_attn.q_proj", true), K: lin(p+"self_attn.k_proj", true), V: lin(p+"self_attn.v_proj", true)},
+		O:   lin(p+"self_attn.out_proj", true)}
+	return &Block{AttnNorm: lnorm(p+"self_attn_layer_norm", 1e-5, true), MLPNorm: lnorm(p+"final_layer_norm", 1e-5, true), Attn: a,
+		MLP: plainMLP(p+"fc1", p+"fc2", inter, act, true, false)}
+}
+
+// neoLayers expands GPT-Neo's attention_types (a list of [pattern, repeats]; by default
+// [[["global", "local"], 12]]) into one type per layer, as GPTNeoConfig does (its
+// attention_layers are always recomputed from them).
+func neoLayers(g *getter, n int) ([]string, error) {
+	bad := fmt.Errorf("attention_types must be a list of [[types…], repeats]")
+	raw := g.value("attention_types")
+	if raw == nil {
+		raw = []any{[]any{[]any{"global", "local"}, 12.0}}
+	}
+	v, ok := raw.([]any)
+	if !ok {
+		return nil, bad
+	}
+	var out []string
+	for _, e := range v {
+		pair, ok := e.([]any)
+		if !ok || len(pair) != 2 {
+			return nil, bad
+		}
+		types, ok := pair[0].([]any)
+		r, ok2 := pair[1].(float64)
+		if !ok || !ok2 || r < 0 || r > maxLayers {
+			return nil, bad
+		}
+		for range int(r) {
+			for _, t := range types {
+				s, ok := t.(string)
+				if !ok || s != "global" && s != "local" {
+					return nil, fmt.Errorf("attention type %v is not global or local", t)
+				}
+				out = append(out, s)
+				if len(out) > maxLayers {
+					return nil, bad
+				}
+			}
+		}
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("attention_types give %d layers for num_layers %d", len(out), n)
+	}
+	return out, nil
 }

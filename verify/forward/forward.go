@@ -96,6 +96,9 @@ func (m *Model) Run(ctx context.Context, tokens []int) (*States, error) {
 			return nil, fmt.Errorf("forward: %d tokens, but the model's learned positions (%s) cover %d", T, c.Positions.Weight, max)
 		}
 	}
+	if c.MaxTokens > 0 && T > c.MaxTokens {
+		return nil, fmt.Errorf("forward: %d tokens, but the model's position table covers %d", T, c.MaxTokens)
+	}
 	if err := m.fits(T, false); err != nil {
 		return nil, err
 	}
@@ -124,11 +127,18 @@ func (m *Model) Run(ctx context.Context, tokens []int) (*States, error) {
 			return nil, err
 		}
 	}
-	if m.pos != nil {
+	if p := c.Positions; p != nil {
 		for i := range T {
-			row, err := m.pos.rowF32(c.Positions.Offset + i)
-			if err != nil {
-				return nil, err
+			var row []float32
+			if m.pos != nil {
+				var err error
+				if row, err = m.pos.rowF32(p.Offset + i); err != nil {
+					return nil, err
+				}
+			} else if p.PadRow != nil && *p.PadRow == p.Offset+i {
+				row = make([]float32, H)
+			} else {
+				row = sinusoid(p.Sinusoid, p.Offset+i, H)
 			}
 			add(h[i*H:(i+1)*H], row)
 		}
@@ -375,4 +385,33 @@ func rmsNorm(dst, x, weight []float32, eps float64, n int) {
 // softcap is cap·tanh(x/cap), as Gemma caps attention scores and logits.
 func softcap(x, cp float32) float32 {
 	return float32(math.Tanh(float64(x/cp))) * cp
+}
+
+// sinusoid is row p of a fixed sinusoidal position table of d features, in float32 as
+// torch computes it.
+func sinusoid(kind Sinusoid, p, d int) []float32 {
+	row := make([]float32, d)
+	switch kind {
+	case Tensor2Tensor:
+		half := d / 2
+		step := math.Log(10000) / float64(half-1)
+		for i := range half {
+			f := float32(math.Exp(float64(float32(i) * -float32(step))))
+			a := float32(p) * f
+			row[i] = float32(math.Sin(float64(a)))
+			row[half+i] = float32(math.Cos(float64(a)))
+		}
+	case Transformer:
+		n := (d + 1) / 2
+		for i := 0; i < d; i++ {
+			rate := 1 / float32(math.Pow(10000, float64(float32(2*(i/2))/float32(d))))
+			a := float32(p) * rate
+			if i%2 == 0 {
+				row[i/2] = float32(math.Sin(float64(a)))
+			} else {
+				row[n+i/2] = float32(math.Cos(float64(a)))
+			}
+		}
+	}
+	return row
 }

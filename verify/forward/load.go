@@ -101,7 +101,7 @@ func (m *Model) load(ws *weights) error {
 			return err
 		}
 	}
-	if p := c.Positions; p != nil {
+	if p := c.Positions; p != nil && p.Weight != "" {
 		t, name, err := ws.tensor(p.Weight)
 		if err != nil {
 			return err
