@@ -275,6 +275,55 @@ CASES.update({
 })
 
 
+# Families held out while the parts were designed, each composed from them: DeepSeek-V3
+# routing under other attentions, OLMo 2 norms with OLMoE experts, rope per layer type,
+# gated heads, sub-norms, mixed dense/sparse layers by mlp_layer_types.
+CASES.update({
+    "dots1": ("dots1", base(head_dim=16, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=16,
+                            n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1, norm_topk_prob=True,
+                            routed_scaling_factor=1.5, num_hidden_layers=3, sliding_window=4, max_window_layers=2),
+              "safetensors"),
+    "exaone_moe": ("exaone_moe", base(head_dim=16, num_hidden_layers=4, num_experts=8, num_experts_per_tok=2,
+                                      moe_intermediate_size=16, num_shared_experts=1, first_k_dense_replace=1,
+                                      routed_scaling_factor=2.0, sliding_window=3, sliding_window_pattern=2), "safetensors"),
+    "flex_olmo": ("flex_olmo", base(num_experts=6, num_experts_per_tok=2, norm_topk_prob=True, pad_token_id=0),
+                  "safetensors"),
+    "cohere2_moe": ("cohere2_moe", base(head_dim=16, num_hidden_layers=4, num_experts=6, num_experts_per_tok=2,
+                                        num_shared_experts=1, first_k_dense_replace=1, prefix_dense_intermediate_size=48,
+                                        sliding_window=3, sliding_window_pattern=2, logit_scale=0.5, rms_norm_eps=None,
+                                        layer_norm_eps=1e-5, pad_token_id=0), "safetensors"),
+    "cohere2_moe_sigmoid": ("cohere2_moe", base(head_dim=16, num_hidden_layers=3, num_experts=6, num_experts_per_tok=2,
+                                                num_shared_experts=1, shared_expert_combination_strategy="sum",
+                                                expert_selection_fn="sigmoid", sliding_window=3, pad_token_id=0),
+                            "safetensors"),
+    "mellum": ("mellum", base(head_dim=16, num_hidden_layers=3, num_experts=6, num_experts_per_tok=2,
+                              moe_intermediate_size=16, sliding_window=3,
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                              mlp_layer_types=["dense", "sparse", "sparse"]), "safetensors"),
+    "laguna": ("laguna", base(head_dim=16, num_hidden_layers=3, num_experts=6, num_experts_per_tok=2,
+                              moe_intermediate_size=16, shared_expert_intermediate_size=24, sliding_window=3,
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                              num_attention_heads_per_layer=[4, 6, 2], moe_routed_scaling_factor=1.5,
+                              moe_router_logit_softcapping=2.0), "safetensors"),
+    "solar_open": ("solar_open", base(head_dim=16, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=16,
+                                      n_shared_experts=1, n_group=2, topk_group=1, routed_scaling_factor=2.0,
+                                      attention_bias=True), "safetensors"),
+    "glm4_moe_lite": ("glm4_moe_lite", base(num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16, qk_rope_head_dim=8,
+                                            qk_nope_head_dim=8, v_head_dim=12, n_routed_experts=8, num_experts_per_tok=2,
+                                            moe_intermediate_size=16, n_shared_experts=1, num_hidden_layers=3,
+                                            routed_scaling_factor=1.5), "safetensors"),
+    "hy_v3": ("hy_v3", base(head_dim=16, num_hidden_layers=3, num_experts=6, num_experts_per_tok=2,
+                            moe_intermediate_size=16, num_shared_experts=1, router_scaling_factor=1.7), "safetensors"),
+    "afmoe": ("afmoe", base(head_dim=16, num_hidden_layers=3, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=16,
+                            num_shared_experts=1, route_scale=1.5, global_attn_every_n_layers=2, sliding_window=3,
+                            mup_enabled=True), "safetensors"),
+    "aria_text": ("aria_text", base(moe_num_experts=4, moe_topk=2, moe_num_shared_experts=1, intermediate_size=32),
+                  "safetensors"),
+    "youtu": ("youtu", base(num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16, qk_rope_head_dim=8,
+                            qk_nope_head_dim=8, v_head_dim=12), "safetensors"),
+    "bitnet": ("bitnet", base(), "safetensors"),
+})
+
 # An architecture ckpt's Go forward pass has no family for (a recurrent block): the cases
 # that check `ckpt verify --emit-torch` hands both sides to transformers. Listed "generic"
 # in the output.

@@ -159,8 +159,15 @@ type Attention struct {
 	// the q/k norms when ClipAfterNorm (OLMoE).
 	Clip          float64
 	ClipAfterNorm bool
-	// Gate multiplies the attention output by sigmoid(Gate(x)) before O (0: none).
-	Gate Linear
+	// Gate multiplies the attention output by sigmoid(Gate(x)) before O (none when unset;
+	// AFMoE), or by softplus when GateSoftplus; GateHeads: one gate value per head, scaling
+	// its whole context (Laguna's g_proj).
+	Gate         Linear
+	GateSoftplus bool
+	GateHeads    bool
+	// SubNorm normalizes the attention context (all heads together) before O (BitNet's
+	// attn_sub_norm).
+	SubNorm *Norm
 	// TempTuning scales queries by a position-dependent factor (Llama 4's NoPE layers).
 	TempTuning *TempTuning
 	// MLA is DeepSeek's multi-head latent attention, in place of QKV.
@@ -288,7 +295,9 @@ type MLP struct {
 	// ActParams names the learned parameters of a parametric activation (Apertus' xIELU:
 	// alpha_p, alpha_n, beta, eps).
 	ActParams map[string]string
-	MoE       *MoE
+	// SubNorm normalizes the hidden activations before Down (BitNet's ffn_sub_norm).
+	SubNorm *Norm
+	MoE     *MoE
 }
 
 // Scoring is how a router turns logits into expert weights.
@@ -334,9 +343,14 @@ type MoE struct {
 	Act       Act
 	Weights   ExpertWeights
 	// Shared is an MLP every token runs, added to the experts' output; SharedGate, when
-	// set, weights it by sigmoid(SharedGate(x)) (Qwen2-MoE).
-	Shared     *MLP
-	SharedGate Linear
+	// set, weights it by sigmoid(SharedGate(x)) (Qwen2-MoE); SharedAverage averages the
+	// two rather than adding them (Cohere 2 MoE's "average").
+	Shared        *MLP
+	SharedGate    Linear
+	SharedAverage bool
+	// RouterSoftcap caps the router logits as cap·tanh(x/cap) before scoring (Laguna; 0:
+	// none).
+	RouterSoftcap float64
 	// WeightInput multiplies each expert's input rather than its output by the routing
 	// weight (Llama 4).
 	WeightInput bool

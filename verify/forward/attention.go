@@ -165,19 +165,32 @@ func (m *Model) attention(dst, x []float32, T int, a *attnW, rt *ropeTable, tpu 
 	}
 	ctx := m.attend(q, k, v, T, nh, nkv, D, dv, a, tpu)
 	if a.gate != nil {
-		w := nh * dv
-		step := tokenRows(w)
+		w, per := nh*dv, 1
+		if s.GateHeads {
+			w, per = nh, dv
+		}
+		f := sigmoid
+		if s.GateSoftplus {
+			f = softplus
+		}
+		step := tokenRows(nh * dv)
 		g := make([]float32, min(step, T)*w)
 		for t0 := 0; t0 < T; t0 += step {
 			n := min(step, T-t0)
 			if err := linear(g[:n*w], x[t0*H:(t0+n)*H], n, a.gate.w, a.gate.b, tpu); err != nil {
 				return err
 			}
-			c := ctx[t0*w : (t0+n)*w]
+			c := ctx[t0*nh*dv : (t0+n)*nh*dv]
 			for i, y := range g[:n*w] {
-				c[i] *= sigmoid(y)
+				gv := f(y)
+				for j := range per {
+					c[i*per+j] *= gv
+				}
 			}
 		}
+	}
+	if a.subNorm != nil {
+		a.subNorm.apply(ctx[:T*nh*dv], ctx[:T*nh*dv], nh*dv)
 	}
 	return m.rows(dst, ctx, T, a.o, tpu)
 }

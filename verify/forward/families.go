@@ -15,7 +15,7 @@ type family func(g *getter) (*Config, error)
 var families = map[string]family{}
 
 func init() {
-	for _, m := range []map[string]family{llamaFamilies, gptFamilies, moeFamilies} {
+	for _, m := range []map[string]family{llamaFamilies, gptFamilies, moeFamilies, moreMoEFamilies} {
 		for k, f := range m {
 			families[k] = f
 		}
@@ -286,3 +286,29 @@ func stdExperts(p string) ExpertWeights {
 func sharedMLP(p string, inter int, act Act) *MLP {
 	return &MLP{Inter: inter, Act: act, Gate: lin(p+"gate_proj", false), Up: lin(p+"up_proj", false), Down: lin(p+"down_proj", false)}
 }
+
+// mlpTypes is mlp_layer_types ("dense" or "sparse" per layer) as flags of the layers that
+// are mixtures of experts, or def(i) when config.json has none.
+func (g *getter) mlpTypes(n int, def func(i int) bool) ([]bool, error) {
+	sparse := make([]bool, n)
+	if lt := g.strs("mlp_layer_types"); lt != nil {
+		if len(lt) != n {
+			return nil, fmt.Errorf("mlp_layer_types has %d entries for %d layers", len(lt), n)
+		}
+		for i, t := range lt {
+			switch t {
+			case "sparse":
+				sparse[i] = true
+			case "dense":
+			default:
+				return nil, fmt.Errorf("mlp_layer_types[%d] = %q is not supported (dense, sparse)", i, t)
+			}
+		}
+		return sparse, nil
+	}
+	for i := range sparse {
+		sparse[i] = def(i)
+	}
+	return sparse, nil
+}
+

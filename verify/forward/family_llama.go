@@ -321,22 +321,36 @@ var llamaFamilies = map[string]family{
 		}
 		s.qkvBias, s.oBias, s.mlpBias = false, false, false
 		c := s.config()
-		s.qkNorm(c, s.eps)
-		w := g.int("sliding_window", 0)
-		pattern := g.int("sliding_window_pattern", 4)
-		sl, err := g.layerTypes(c.Layers, func(i int) bool { return w > 0 && pattern > 0 && (i+1)%pattern != 0 })
-		if err != nil {
-			return nil, err
-		}
 		for i, b := range c.Blocks {
 			p := s.layer(i)
 			b.AttnNorm, b.MLPNorm = nil, nil
 			b.AttnOut, b.MLPOut = s.norm(p+"post_attention_layernorm"), s.norm(p+"post_feedforward_layernorm")
-			if w > 0 && !sl[i] { // global layers have no position embedding
-				b.Attn.Rope = nil
-			}
 		}
-		window(c, sl, w)
+		return c, exaoneAttention(s, c)
+	},
+	"youtu": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		// Llama's layers with DeepSeek-V3's multi-head latent attention.
+		c := s.config()
+		return c, deepseekMLA(g, s, c)
+	},
+	"bitnet": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		c := s.config()
+		for i, b := range c.Blocks {
+			p := s.layer(i)
+			// RMSNorms inside both sublayers: over the attention context before o_proj, over
+			// the MLP's hidden activations before down_proj. (Weights as floats; packed
+			// ternary BitLinear checkpoints are not read.)
+			b.Attn.SubNorm = rms(p+"self_attn.attn_sub_norm", s.eps)
+			b.MLP.SubNorm = rms(p+"mlp.ffn_sub_norm", s.eps)
+		}
 		return c, nil
 	},
 	"cwm": func(g *getter) (*Config, error) {
@@ -540,12 +554,7 @@ func cohere(v2 bool) family {
 			if err != nil {
 				return nil, err
 			}
-			for i, b := range c.Blocks {
-				if !sl[i] {
-					b.Attn.Rope = nil
-				}
-			}
-			window(c, sl, g.int("sliding_window", 0))
+			cohere2Rope(g, c, sl, nil)
 		}
 		return c, nil
 	}
@@ -580,4 +589,37 @@ func hunyuanQKNorm(s *std, c *Config) {
 		b.Attn.QNorm = &HeadNorm{Norm: *rms(p+"query_layernorm", s.eps), AfterRope: true}
 		b.Attn.KNorm = &HeadNorm{Norm: *rms(p+"key_layernorm", s.eps), AfterRope: true}
 	}
+}
+
+// exaoneAttention is EXAONE 4's attention: per-head q/k RMSNorms; with a sliding_window,
+// every sliding_window_pattern-th layer global (layer_types may say) and without rope.
+func exaoneAttention(s *std, c *Config) error {
+	g := s.g
+	s.qkNorm(c, s.eps)
+	w := g.int("sliding_window", 0)
+	pattern := g.int("sliding_window_pattern", 4)
+	sl, err := g.layerTypes(c.Layers, func(i int) bool { return w > 0 && pattern > 0 && (i+1)%pattern != 0 })
+	if err != nil {
+		return err
+	}
+	for i, b := range c.Blocks {
+		if w > 0 && !sl[i] { // global layers have no position embedding
+			b.Attn.Rope = nil
+		}
+	}
+	window(c, sl, w)
+	return nil
+}
+
+// cohere2Rope is Cohere 2's windowing: the sliding layers windowed and, when sliding_window
+// is set, rotated; the others (global) without rope unless force says (Cohere 2 MoE's dense
+// prefix).
+func cohere2Rope(g *getter, c *Config, sliding, force []bool) {
+	set := g.value("sliding_window") != nil
+	for i, b := range c.Blocks {
+		if !(sliding[i] && set) && !(force != nil && force[i]) {
+			b.Attn.Rope = nil
+		}
+	}
+	window(c, sliding, g.int("sliding_window", 0))
 }

@@ -39,6 +39,7 @@ type attnW struct {
 	spec                  *Attention
 	q, k, v, fused, o     *linearW
 	gate                  *linearW
+	subNorm               *normW
 	qNorm, kNorm          *headNormW
 	sinks                 []float32
 	qa, qb, kva, kvb      *linearW // MLA (q in q when QLoraRank is 0)
@@ -60,6 +61,7 @@ type mlpW struct {
 	spec           *MLP
 	gate, up, down *linearW
 	gateUp         *linearW // interleaved gate/up (kept whole)
+	subNorm        *normW
 	act            func(float32) float32
 	moe            *moeW
 }
@@ -307,9 +309,18 @@ func (ws *weights) attention(c *Config, a *Attention) (*attnW, error) {
 		must(&w.v, a.QKV.V, w.vdW, H)
 	}
 	must(&w.o, a.O, H, a.Heads*vd)
-	must(&w.gate, a.Gate, a.Heads*vd, H)
+	gw := a.Heads * vd
+	if a.GateHeads {
+		gw = a.Heads
+	}
+	must(&w.gate, a.Gate, gw, H)
 	if err != nil {
 		return nil, err
+	}
+	if a.SubNorm != nil {
+		if w.subNorm, err = ws.norm(a.SubNorm, a.Heads*vd); err != nil {
+			return nil, err
+		}
 	}
 	qn, kn := a.Heads, a.KVHeads
 	if w.qNorm, err = ws.headNorm(a.QNorm, qn, a.HeadDim); err != nil {
@@ -369,6 +380,11 @@ func (ws *weights) mlp(H int, m *MLP) (*mlpW, error) {
 	}
 	if w.act, err = ws.activation(m.Act, m.ActParams); err != nil {
 		return nil, err
+	}
+	if m.SubNorm != nil {
+		if w.subNorm, err = ws.norm(m.SubNorm, I); err != nil {
+			return nil, err
+		}
 	}
 	return w, nil
 }

@@ -45,6 +45,9 @@ func dense(dst, x []float32, T int, w *mlpW, tpu bool) error {
 		}
 		h := make([]float32, T*I)
 		gated(h, gu, w.spec.Act, w.act)
+		if w.subNorm != nil {
+			w.subNorm.apply(h, h, I)
+		}
 		return linear(dst, h, T, w.down.w, w.down.b, tpu)
 	}
 	var gate, up, down *matrix
@@ -54,7 +57,7 @@ func dense(dst, x []float32, T int, w *mlpW, tpu bool) error {
 	}
 	up, ub = w.up.w, w.up.b
 	down, db = w.down.w, w.down.b
-	return glu(dst, x, T, gate, up, down, gb, ub, db, w.act, tpu)
+	return glu(dst, x, T, gate, up, down, gb, ub, db, w.act, w.subNorm, tpu)
 }
 
 // gated applies an interleaved gate/up activation: out[i] from gu[2i] (gate) and gu[2i+1]
@@ -71,7 +74,7 @@ func gated(out, gu []float32, act Act, f func(float32) float32) {
 }
 
 // glu computes down(act(gate(x)) · up(x)), or down(act(up(x))) when gate is nil.
-func glu(dst, x []float32, T int, gate, up, down *matrix, gb, ub, db []float32, act func(float32) float32, tpu bool) error {
+func glu(dst, x []float32, T int, gate, up, down *matrix, gb, ub, db []float32, act func(float32) float32, sub *normW, tpu bool) error {
 	I := up.rows
 	u := make([]float32, T*I)
 	if err := linear(u, x, T, up, ub, tpu); err != nil {
@@ -81,6 +84,9 @@ func glu(dst, x []float32, T int, gate, up, down *matrix, gb, ub, db []float32, 
 		for i, a := range u {
 			u[i] = act(a)
 		}
+		if sub != nil {
+			sub.apply(u, u, I)
+		}
 		return linear(dst, u, T, down, db, tpu)
 	}
 	g := make([]float32, T*I)
@@ -89,6 +95,9 @@ func glu(dst, x []float32, T int, gate, up, down *matrix, gb, ub, db []float32, 
 	}
 	for i, a := range g {
 		g[i] = act(a) * u[i]
+	}
+	if sub != nil {
+		sub.apply(g, g, I)
 	}
 	return linear(dst, g, T, down, db, tpu)
 }
@@ -249,6 +258,11 @@ func (m *Model) moe(dst, x []float32, T int, w *moeW, tpu bool) error {
 	if err := linear(logits, x, T, w.router.w, w.router.b, tpu); err != nil {
 		return err
 	}
+	if c := e.RouterSoftcap; c > 0 {
+		for i, y := range logits {
+			logits[i] = softcap(y, float32(c))
+		}
+	}
 	rs := routes(logits, T, w)
 	act, err := expertAct(e.Act)
 	if err != nil {
@@ -271,6 +285,11 @@ func (m *Model) moe(dst, x []float32, T int, w *moeW, tpu bool) error {
 	}
 	if w.sharedGate == nil {
 		add(dst[:T*H], sh)
+		if e.SharedAverage {
+			for i := range dst[:T*H] {
+				dst[i] /= 2
+			}
+		}
 		return nil
 	}
 	g := make([]float32, T)
@@ -340,7 +359,7 @@ func runExperts(dst, x []float32, H, T int, w *moeW, rs []route, act func(float3
 				err = linear(out, h, n, ex.down, ex.downB, tpu)
 			}
 		} else {
-			err = glu(out, xs, n, ex.gate, ex.up, ex.down, nil, nil, ex.downB, act, tpu)
+			err = glu(out, xs, n, ex.gate, ex.up, ex.down, nil, nil, ex.downB, act, nil, tpu)
 		}
 		if err != nil {
 			return fmt.Errorf("expert %d: %w", xi, err)
