@@ -311,4 +311,3 @@ func (g *getter) mlpTypes(n int, def func(i int) bool) ([]bool, error) {
 	}
 	return sparse, nil
 }
-
