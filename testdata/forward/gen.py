@@ -322,6 +322,25 @@ CASES.update({
     "youtu": ("youtu", base(num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16, qk_rope_head_dim=8,
                             qk_nope_head_dim=8, v_head_dim=12), "safetensors"),
     "bitnet": ("bitnet", base(), "safetensors"),
+    "modernbert_decoder": ("modernbert-decoder", base(num_hidden_layers=4, num_attention_heads=4, local_attention=6,
+                                                      global_attn_every_n_layers=2, norm_bias=True, attention_bias=True,
+                                                      classifier_bias=True, pad_token_id=0), "safetensors"),
+})
+
+# Multimodal models whose language model is one of the decoders above, run on tokens alone:
+# their checkpoints nest it (language_model.model.…).
+TINY_VISION = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                   patch_size=14)
+CASES.update({
+    "gemma3_multimodal": ("gemma3", dict(text_config=base(head_dim=16, sliding_window=3, num_hidden_layers=3,
+                                                          final_logit_softcapping=5.0),
+                                         vision_config=TINY_VISION, mm_tokens_per_image=4), "safetensors"),
+    "llama4_multimodal": ("llama4", dict(text_config=base(head_dim=16, num_local_experts=4, num_experts_per_tok=1,
+                                                          intermediate_size_mlp=48, interleave_moe_layer_step=2,
+                                                          attention_chunk_size=5),
+                                         vision_config=dict(TINY_VISION, vision_output_dim=32, projector_input_dim=32,
+                                                            projector_output_dim=32),
+                                         _class="Llama4ForConditionalGeneration"), "safetensors"),
 })
 
 # An architecture ckpt's Go forward pass has no family for (a recurrent block): the cases
@@ -381,10 +400,15 @@ def quantize_mxfp4(w):
 
 def make(name, outdir):
     model_type, kw, mode = CASES[name]
+    kw = dict(kw)
+    cls_name = kw.pop("_class", None)  # a class other than AutoModelForCausalLM's
     torch.manual_seed(sum(map(ord, name)))
     cfg = transformers.AutoConfig.for_model(model_type, **kw)
     cfg._attn_implementation = "eager"
-    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    if cls_name:
+        model = getattr(transformers, cls_name)(cfg).eval()
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     model_cls = type(model)
     with torch.no_grad():
         for p in model.parameters():
@@ -472,7 +496,8 @@ def make(name, outdir):
         ref.tie_weights()
         ref = ref.float()
     else:
-        ref = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+        auto = model_cls if cls_name else transformers.AutoModelForCausalLM
+        ref = auto.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
     ref.eval()
     with torch.no_grad():
         logits = ref(torch.tensor([TOKENS])).logits.float().contiguous()

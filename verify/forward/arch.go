@@ -36,6 +36,9 @@ type Config struct {
 	EmbedNorm *Norm
 	Blocks    []*Block
 	FinalNorm *Norm
+	// HeadTransform runs between FinalNorm and Head (ModernBERT's prediction head: dense,
+	// activation, norm); nil for none.
+	HeadTransform *HeadTransform
 	// Head is the vocabulary projection; a Head without a weight is tied to Embed (its bias,
 	// if any, is still Head.B).
 	Head Linear
@@ -46,6 +49,14 @@ type Config struct {
 	// MaxTokens bounds the sequence length where positions past it cannot be computed
 	// (learned position tables; 0: no bound).
 	MaxTokens int
+}
+
+// HeadTransform is Norm(Act(Dense(h))), applied to the final hidden states before the
+// vocabulary projection.
+type HeadTransform struct {
+	Dense Linear
+	Act   Act
+	Norm  *Norm
 }
 
 // Positions is an absolute position embedding added to the token embedding at position p:

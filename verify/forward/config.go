@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"sort"
 	"strings"
@@ -51,6 +52,21 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	mt, _ := raw["model_type"].(string)
 	fam, ok := families[mt]
+	outer := ""
+	if !ok {
+		// A multimodal model's language model (Gemma 3's, Llama 4's) runs as its text
+		// decoder: text_config, with the composite's tie_word_embeddings.
+		if tc, isMap := raw["text_config"].(map[string]any); isMap {
+			tmt, _ := tc["model_type"].(string)
+			if f, found := families[tmt]; found {
+				sub := maps.Clone(tc)
+				if v, set := raw["tie_word_embeddings"]; set {
+					sub["tie_word_embeddings"] = v
+				}
+				fam, ok, raw, mt, outer = f, true, sub, tmt, mt
+			}
+		}
+	}
 	if !ok {
 		return nil, fmt.Errorf("config.json: %s is not supported by the forward pass (supported: %s)", describe(raw), strings.Join(Supported(), ", "))
 	}
@@ -63,6 +79,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
 	c.ModelType = mt
+	if outer == "gemma3" {
+		// Gemma3ForConditionalGeneration leaves its logits uncapped (only Gemma3ForCausalLM
+		// applies final_logit_softcapping).
+		c.FinalSoftcap = 0
+	}
 	if err := c.check(); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}

@@ -15,7 +15,7 @@ type family func(g *getter) (*Config, error)
 var families = map[string]family{}
 
 func init() {
-	for _, m := range []map[string]family{llamaFamilies, gptFamilies, moeFamilies, moreMoEFamilies} {
+	for _, m := range []map[string]family{llamaFamilies, gptFamilies, moeFamilies, moreMoEFamilies, otherFamilies} {
 		for k, f := range m {
 			families[k] = f
 		}

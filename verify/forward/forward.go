@@ -189,6 +189,19 @@ func (m *Model) Run(ctx context.Context, tokens []int) (*States, error) {
 	if m.final != nil {
 		m.final.apply(h, h, H)
 	}
+	if ht := m.headT; ht != nil {
+		y := make([]float32, T*H)
+		if err := m.rows(y, h, T, ht.dense, tpu); err != nil {
+			return nil, err
+		}
+		for i, v := range y {
+			y[i] = ht.act(v)
+		}
+		if ht.norm != nil {
+			ht.norm.apply(y, y, H)
+		}
+		h = y
+	}
 	if m.projOut != nil {
 		y := make([]float32, T*ed)
 		if err := m.rows(y, h, T, m.projOut, tpu); err != nil {

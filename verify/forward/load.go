@@ -28,6 +28,13 @@ type headNormW struct {
 	w, b []float32
 }
 
+// headTW is a loaded HeadTransform.
+type headTW struct {
+	dense *linearW
+	act   func(float32) float32
+	norm  *normW
+}
+
 type blockW struct {
 	spec                               *Block
 	attnNorm, mlpNorm, attnOut, mlpOut *normW
@@ -120,6 +127,18 @@ func (m *Model) load(ws *weights) error {
 	}
 	if m.final, err = ws.norm(c.FinalNorm, c.Hidden); err != nil {
 		return err
+	}
+	if ht := c.HeadTransform; ht != nil {
+		m.headT = &headTW{}
+		if m.headT.dense, err = ws.linear(ht.Dense, c.Hidden, c.Hidden); err != nil {
+			return err
+		}
+		if m.headT.act, err = ws.activation(ht.Act, nil); err != nil {
+			return err
+		}
+		if m.headT.norm, err = ws.norm(ht.Norm, c.Hidden); err != nil {
+			return err
+		}
 	}
 	head := c.Head
 	if !head.ok() {

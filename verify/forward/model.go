@@ -81,6 +81,7 @@ type Model struct {
 	projIn, projOut  *linearW
 	head             *linearW
 	embedNorm, final *normW
+	headT            *headTW
 	blocks           []*blockW
 	sharded          Sharded
 }
@@ -273,6 +274,15 @@ func (ws *weights) stored(name string) string {
 	for _, n := range alts {
 		if s := ws.full(n); ws.tensors[s] != nil || ws.mxfp4[s] != nil {
 			return s
+		}
+	}
+	// A name outside the decoder (lm_head) at the top of a checkpoint whose decoder is
+	// nested ("model.language_model." in a multimodal model's own state dict).
+	if ws.bare && ws.prefix != "" {
+		for _, n := range alts {
+			if !strings.HasPrefix(n, ws.base) && (ws.tensors[n] != nil || ws.mxfp4[n] != nil) {
+				return n
+			}
 		}
 	}
 	return ws.full(alts[0])

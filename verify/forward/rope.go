@@ -99,7 +99,7 @@ func (g *getter) layerRopes(o ropeOpts, thetas map[string]float64) (map[string]*
 // resolveRope completes one rope parameter dict as standardize_rope_params does (type,
 // theta, partial factor, original_max_position_embeddings) and checks it.
 func (g *getter) resolveRope(rp map[string]any, o ropeOpts, defTheta float64) (*Rope, error) {
-	if _, ok := rp["rope_theta"]; !ok {
+	if v, ok := rp["rope_theta"]; !ok || v == nil {
 		rp["rope_theta"] = g.ropeTheta(o, defTheta)
 	}
 	typ, _ := rp["rope_type"].(string)
