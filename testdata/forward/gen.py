@@ -322,6 +322,8 @@ CASES.update({
     "youtu": ("youtu", base(num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16, qk_rope_head_dim=8,
                             qk_nope_head_dim=8, v_head_dim=12), "safetensors"),
     "bitnet": ("bitnet", base(), "safetensors"),
+    "diffllama": ("diffllama", base(num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2, head_dim=8),
+                  "safetensors"),
     "modernbert_decoder": ("modernbert-decoder", base(num_hidden_layers=4, num_attention_heads=4, local_attention=6,
                                                       global_attn_every_n_layers=2, norm_bias=True, attention_bias=True,
                                                       classifier_bias=True, pad_token_id=0), "safetensors"),

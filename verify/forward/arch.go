@@ -186,6 +186,17 @@ type Attention struct {
 	// MoA is JetMoE's mixture of attention heads, in place of the query and output
 	// projections.
 	MoA *MoA
+	// Diff is DiffLlama's differential attention (nil: none).
+	Diff *DiffAttn
+}
+
+// DiffAttn is differential attention: query head h (of n, half = n/2) attends with the
+// values of heads h mod half and half + h mod half side by side (2·HeadDim wide); head j <
+// half's output is out_j − λ·out_{j+half}, RMS-normalized without weight (Eps) and scaled
+// by 1 − Init, where λ = exp(Σ LambdaQ1·LambdaK1) − exp(Σ LambdaQ2·LambdaK2) + Init.
+type DiffAttn struct {
+	LambdaQ1, LambdaK1, LambdaQ2, LambdaK2 string
+	Init, Eps                              float64
 }
 
 // MoA is JetMoE's mixture of attention heads: a router picks TopK of Experts experts per

@@ -163,6 +163,13 @@ func (m *Model) attention(dst, x []float32, T int, a *attnW, rt *ropeTable, tpu 
 			}
 		}
 	}
+	if s.Diff != nil {
+		ctx, err := m.diffAttend(q, k, v, T, nh, nkv, D, a, tpu)
+		if err != nil {
+			return err
+		}
+		return m.rows(dst, ctx, T, a.o, tpu)
+	}
 	ctx := m.attend(q, k, v, T, nh, nkv, D, dv, a, tpu)
 	if a.gate != nil {
 		w, per := nh*dv, 1
@@ -668,4 +675,44 @@ func roundSlice(x []float32) {
 	for i, y := range x {
 		x[i] = roundBF16(y)
 	}
+}
+
+// diffAttend is differential attention (DiffAttn) on rotated q [T, nh, D] and k, v [T,
+// nkv, D]: every query head attends with its own key (its group's) and its pair of value
+// heads; the result is [T, nh·D], half the heads of 2·D features.
+func (m *Model) diffAttend(q, k, v []float32, T, nh, nkv, D int, a *attnW, tpu bool) ([]float32, error) {
+	half, group := nh/2, nh/nkv
+	if nh%2 != 0 {
+		return nil, fmt.Errorf("differential attention needs an even number of heads, not %d", nh)
+	}
+	kx := make([]float32, T*nh*D)
+	vx := make([]float32, T*nh*2*D)
+	for t := range T {
+		for h := range nh {
+			copy(kx[(t*nh+h)*D:(t*nh+h+1)*D], k[(t*nkv+h/group)*D:])
+			j := h % half
+			row := vx[(t*nh+h)*2*D:]
+			copy(row[:D], v[(t*nkv+j/group)*D:(t*nkv+j/group+1)*D])
+			copy(row[D:2*D], v[(t*nkv+(half+j)/group)*D:(t*nkv+(half+j)/group+1)*D])
+		}
+	}
+	ctx := m.attend(q, kx, vx, T, nh, nh, D, 2*D, a, tpu)
+	d := a.spec.Diff
+	lam, scale := a.diffLambda, float32(1-d.Init)
+	out := make([]float32, T*nh*D)
+	for t := range T {
+		for h := range half {
+			o := out[(t*half+h)*2*D : (t*half+h+1)*2*D]
+			x1 := ctx[(t*nh+h)*2*D : (t*nh+h+1)*2*D]
+			x2 := ctx[(t*nh+half+h)*2*D : (t*nh+half+h+1)*2*D]
+			for i := range o {
+				o[i] = x1[i] - lam*x2[i]
+			}
+			rmsNorm(o, o, nil, d.Eps, 2*D)
+			for i := range o {
+				o[i] *= scale
+			}
+		}
+	}
+	return out, nil
 }

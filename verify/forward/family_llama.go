@@ -337,6 +337,20 @@ var llamaFamilies = map[string]family{
 		c := s.config()
 		return c, deepseekMLA(g, s, c)
 	},
+	"diffllama": func(g *getter) (*Config, error) {
+		s, err := newStd(g, ropeOpts{})
+		if err != nil {
+			return nil, err
+		}
+		s.mlpBias = false
+		c := s.config()
+		for i, b := range c.Blocks {
+			a := s.layer(i) + "self_attn."
+			b.Attn.Diff = &DiffAttn{LambdaQ1: a + "lambda_q1", LambdaK1: a + "lambda_k1", LambdaQ2: a + "lambda_q2",
+				LambdaK2: a + "lambda_k2", Init: 0.8 - 0.6*math.Exp(-0.3*float64(i)), Eps: s.eps}
+		}
+		return c, nil
+	},
 	"bitnet": func(g *getter) (*Config, error) {
 		s, err := newStd(g, ropeOpts{})
 		if err != nil {

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -52,6 +53,7 @@ type attnW struct {
 	qa, qb, kva, kvb      *linearW // MLA (q in q when QLoraRank is 0)
 	moa                   *moaW
 	qaNorm, kvaNorm       *normW
+	diffLambda            float32 // DiffAttn's λ
 	qkvWidth, qd, kd, vdW int // fused output width; q, k and v widths
 }
 
@@ -352,6 +354,23 @@ func (ws *weights) attention(c *Config, a *Attention) (*attnW, error) {
 		if w.sinks, err = ws.vec(a.Sinks, a.Heads); err != nil {
 			return nil, err
 		}
+	}
+	if d := a.Diff; d != nil {
+		var l [4][]float32
+		for i, n := range []string{d.LambdaQ1, d.LambdaK1, d.LambdaQ2, d.LambdaK2} {
+			if l[i], err = ws.vec(n, a.HeadDim); err != nil {
+				return nil, err
+			}
+		}
+		// torch.exp(torch.sum(q·k, dtype=float32)), then λ1 − λ2 + lambda_init in float32.
+		dot := func(x, y []float32) float32 {
+			var s float32
+			for i := range x {
+				s += x[i] * y[i]
+			}
+			return float32(math.Exp(float64(s)))
+		}
+		w.diffLambda = dot(l[0], l[1]) - dot(l[2], l[3]) + float32(d.Init)
 	}
 	return w, nil
 }
