@@ -54,7 +54,7 @@ type attnW struct {
 	moa                   *moaW
 	qaNorm, kvaNorm       *normW
 	diffLambda            float32 // DiffAttn's λ
-	qkvWidth, qd, kd, vdW int // fused output width; q, k and v widths
+	qkvWidth, qd, kd, vdW int     // fused output width; q, k and v widths
 }
 
 // moaW is a loaded MoA: the router, each expert's query and output projections, the fused
