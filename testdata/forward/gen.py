@@ -329,6 +329,15 @@ CASES.update({
                                                       classifier_bias=True, pad_token_id=0), "safetensors"),
 })
 
+# State-space decoders (the stretch goal): Mamba's selective scan, Falcon-Mamba's normalized
+# B, C and time steps.
+CASES.update({
+    "mamba": ("mamba", dict(vocab_size=97, hidden_size=64, state_size=8, num_hidden_layers=2, conv_kernel=4, expand=2,
+                            tie_word_embeddings=False, use_bias=True), "safetensors"),
+    "falcon_mamba": ("falcon_mamba", dict(vocab_size=97, hidden_size=48, state_size=6, num_hidden_layers=3, conv_kernel=3,
+                                          expand=2, time_step_rank=5), "safetensors"),
+})
+
 # Multimodal models whose language model is one of the decoders above, run on tokens alone:
 # their checkpoints nest it (language_model.model.…).
 TINY_VISION = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2, image_size=28,

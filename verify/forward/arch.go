@@ -143,6 +143,24 @@ type Block struct {
 	NormedResidual bool
 	Attn           *Attention
 	MLP            *MLP
+	// SSM, when set, is the block's token mixer in place of Attn (Mamba); MLP may then be
+	// nil (a block of the mixer alone).
+	SSM *SSM
+}
+
+// SSM is Mamba's selective state-space mixer: In projects to x and a gate z (Inner each);
+// x goes through a causal depthwise convolution of Conv taps (ConvW [Inner, 1, Conv],
+// ConvB) and Act; XProj gives each position's time-step rank DtRank, B and C (State each),
+// DtProj the time steps Δ = softplus(DtProj(·)); the state h [Inner, State] evolves as
+// h = exp(Δ·A)·h + Δ·B·x with A = −exp(ALog), the output y = h·C + D·x, times Act(z), then
+// Out. BCDtNorm > 0 RMS-normalizes the time-step rank, B and C without weights first
+// (Falcon-Mamba's mixer_rms_eps).
+type SSM struct {
+	Inner, State, Conv, DtRank int
+	In, XProj, DtProj, Out     Linear
+	ConvW, ConvB, ALog, D      string
+	Act                        Act
+	BCDtNorm                   float64
 }
 
 // Attention is one self-attention sublayer.

@@ -153,6 +153,30 @@ func (c *Config) check() error {
 }
 
 func (b *Block) check() error {
+	if s := b.SSM; s != nil {
+		if b.Attn != nil {
+			return fmt.Errorf("a block with both attention and a state-space mixer")
+		}
+		for _, f := range []struct {
+			name   string
+			v, max int
+		}{{"intermediate_size", s.Inner, maxInter}, {"state_size", s.State, maxHeadDim}, {"conv_kernel", s.Conv, maxHeadDim},
+			{"time_step_rank", s.DtRank, maxInter}} {
+			if err := bounded(f.name, f.v, f.max); err != nil {
+				return err
+			}
+		}
+		if _, ok := activations[s.Act]; !ok || activations[s.Act] == nil {
+			return fmt.Errorf("mixer activation %q is not supported", s.Act)
+		}
+		if b.MLP == nil {
+			if b.Residual != Sequential {
+				return fmt.Errorf("a block without a feed-forward sublayer must be sequential")
+			}
+			return nil
+		}
+		return b.MLP.check()
+	}
 	a := b.Attn
 	if a == nil || b.MLP == nil {
 		return fmt.Errorf("no attention or feed-forward block")

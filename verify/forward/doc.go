@@ -8,10 +8,11 @@
 // A model is described as data: a Config (arch.go) composes the variants the transformers
 // families differ by — norms and their placement, the residual topology, how attention
 // projects, positions, masks and scales, the feed-forward block, how a mixture of experts
-// routes — and names every weight. A family (families.go, family_*.go) builds the Config of
-// its model_type from config.json, with its config class's defaults as transformers
-// declares them (defaults.json, generated from transformers); the loader (load.go) and the
-// forward pass (forward.go, attention.go, mlp.go) interpret any Config and know no family by
+// routes, or a selective state-space mixer (Mamba) in place of attention — and names every
+// weight. A family (families.go, family_*.go) builds the Config of its model_type from
+// config.json, with its config class's defaults as transformers declares them
+// (defaults.json, generated from transformers); the loader (load.go) and the forward pass
+// (forward.go, attention.go, mlp.go, ssm.go) interpret any Config and know no family by
 // name. Supported lists the model types; docs/verify.md has the table of families and their
 // error against transformers.
 //
@@ -31,8 +32,9 @@
 //
 // Work is bounded for long sequences: attention runs a block of queries against a block of
 // keys at a time (exact eager softmax within one block of keys, an online softmax across
-// blocks), feed-forward blocks and projections a block of positions at a time, and logits
-// are computed a block of positions at a time from the final hidden states (Run, States);
+// blocks), feed-forward blocks, projections and state-space mixers a block of positions at
+// a time (a mixer carries its convolution inputs and state from one block to the next), and
+// logits are computed a block of positions at a time from the final hidden states (Run, States);
 // what a run must hold per position is estimated first and a sequence beyond
 // Options.MemoryLimit is refused before anything is allocated.
 package forward

@@ -15,7 +15,7 @@ type family func(g *getter) (*Config, error)
 var families = map[string]family{}
 
 func init() {
-	for _, m := range []map[string]family{llamaFamilies, gptFamilies, moeFamilies, moreMoEFamilies, otherFamilies} {
+	for _, m := range []map[string]family{llamaFamilies, gptFamilies, moeFamilies, moreMoEFamilies, otherFamilies, ssmFamilies} {
 		for k, f := range m {
 			families[k] = f
 		}

@@ -148,6 +148,9 @@ func (m *Model) Run(ctx context.Context, tokens []int) (*States, error) {
 	}
 	ropes := map[*Rope]*ropeTable{}
 	for _, b := range c.Blocks {
+		if b.Attn == nil {
+			continue
+		}
 		if r := b.Attn.Rope; r != nil && ropes[r.Rope] == nil {
 			t, err := newRopeTable(r.Rope, T)
 			if err != nil {
@@ -164,11 +167,17 @@ func (m *Model) Run(ctx context.Context, tokens []int) (*States, error) {
 			return nil, err
 		}
 		var rt *ropeTable
-		if r := b.spec.Attn.Rope; r != nil {
-			rt = ropes[r.Rope]
+		if a := b.spec.Attn; a != nil && a.Rope != nil {
+			rt = ropes[a.Rope.Rope]
 		}
 		attn := func(dst, in []float32) error { return m.attention(dst, in, T, b.attn, rt, tpu) }
+		if b.ssm != nil {
+			attn = func(dst, in []float32) error { return m.ssm(dst, in, T, b.ssm, tpu) }
+		}
 		mlp := func(dst, in []float32) error { return m.mlp(dst, in, T, b.mlp, tpu) }
+		if b.mlp == nil {
+			mlp = nil
+		}
 		var err error
 		switch b.spec.Residual {
 		case Sequential:
@@ -221,6 +230,9 @@ func (m *Model) sequential(h, x, out []float32, T int, b *blockW, attn, mlp func
 		run       func(dst, in []float32) error
 		pre, post *normW
 	}{{attn, b.attnNorm, b.attnOut}, {mlp, b.mlpNorm, b.mlpOut}} {
+		if s.run == nil { // a block without a feed-forward sublayer
+			continue
+		}
 		in := h
 		if s.pre != nil {
 			s.pre.apply(x, h, H)

@@ -41,6 +41,7 @@ type blockW struct {
 	attnNorm, mlpNorm, attnOut, mlpOut *normW
 	attn                               *attnW
 	mlp                                *mlpW
+	ssm                                *ssmW
 }
 
 type attnW struct {
@@ -252,11 +253,17 @@ func (ws *weights) block(c *Config, b *Block) (*blockW, error) {
 			return nil, err
 		}
 	}
-	if bw.attn, err = ws.attention(c, b.Attn); err != nil {
+	if b.SSM != nil {
+		if bw.ssm, err = ws.ssm(c.Hidden, b.SSM); err != nil {
+			return nil, err
+		}
+	} else if bw.attn, err = ws.attention(c, b.Attn); err != nil {
 		return nil, err
 	}
-	if bw.mlp, err = ws.mlp(c.Hidden, b.MLP); err != nil {
-		return nil, err
+	if b.MLP != nil {
+		if bw.mlp, err = ws.mlp(c.Hidden, b.MLP); err != nil {
+			return nil, err
+		}
 	}
 	return bw, nil
 }

@@ -24,6 +24,9 @@ func (m *Model) activationBytes(T int, logits bool) int64 {
 	var attn int64
 	for _, b := range c.Blocks {
 		a := b.Attn
+		if a == nil { // a state-space mixer works a block of positions at a time
+			continue
+		}
 		dv := int64(a.VDim)
 		if dv == 0 {
 			dv = int64(a.HeadDim)

@@ -242,28 +242,30 @@ func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options, cfg *Con
 
 // findPrefix finds the wrapper prefix from where the embedding is stored.
 func (ws *weights) findPrefix(embed string) error {
-	for _, bare := range []bool{false, true} {
-		want := embed
-		if bare {
-			if ws.base == "" || !strings.HasPrefix(embed, ws.base) {
-				break
-			}
-			want = strings.TrimPrefix(embed, ws.base)
-		}
-		found := false
-		for name := range ws.tensors {
-			if p, ok := strings.CutSuffix(name, want); ok && (p == "" || strings.HasSuffix(p, ".")) {
-				if found && p != ws.prefix {
-					return fmt.Errorf("%s: two models in one checkpoint (%s and %s)", ws.path, ws.prefix+want, name)
+	for _, alt := range strings.Split(embed, "|") {
+		for _, bare := range []bool{false, true} {
+			want := alt
+			if bare {
+				if ws.base == "" || !strings.HasPrefix(alt, ws.base) {
+					break
 				}
-				ws.prefix, ws.bare, found = p, bare, true
+				want = strings.TrimPrefix(alt, ws.base)
 			}
-		}
-		if found {
-			return nil
+			found := false
+			for name := range ws.tensors {
+				if p, ok := strings.CutSuffix(name, want); ok && (p == "" || strings.HasSuffix(p, ".")) {
+					if found && p != ws.prefix {
+						return fmt.Errorf("%s: two models in one checkpoint (%s and %s)", ws.path, ws.prefix+want, name)
+					}
+					ws.prefix, ws.bare, found = p, bare, true
+				}
+			}
+			if found {
+				return nil
+			}
 		}
 	}
-	return fmt.Errorf("%s: no %s: not a transformers model state dict of this architecture", ws.path, embed)
+	return fmt.Errorf("%s: no %s: not a transformers model state dict of this architecture", ws.path, strings.ReplaceAll(embed, "|", " or "))
 }
 
 // stored is the checkpoint's name of the model's tensor name: the first of its
