@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/manifest"
 )
 
 // checkApart refuses a destination that is the source, contains it or lies inside it:

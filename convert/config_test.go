@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -30,7 +31,7 @@ func TestConfigDType(t *testing.T) {
 		t.Run(tc.src+"/"+tc.dtype.String(), func(t *testing.T) {
 			src := filepath.Join("../testdata/hf", tc.src)
 			dst := filepath.Join(t.TempDir(), "out")
-			sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, Remap: remap.Options{DType: tc.dtype}})
+			sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: formats.SafetensorsFile, Plan: plan.Options{DType: tc.dtype}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 )
 
@@ -48,9 +49,11 @@ func copyTree(t *testing.T, from, to string) {
 	}
 }
 
-// TestForceNeverDeletesForeign: --force replaces only a file or what an earlier conversion
-// wrote; a folder holding anything else, a destination containing the source or inside it
-// and the source itself are refused, and nothing on disk changes (issue 14, item 1).
+// TestForceNeverDeletesForeign: --force replaces only what an earlier conversion wrote, as
+// its manifest proves it (each file's size and xxhash64); a folder holding anything else, a
+// forged manifest, a file edited since, a user's file, a destination containing the source
+// or inside it and the source itself are refused, and nothing on disk changes (issue 14,
+// item 1; issue 29, class 2).
 func TestForceNeverDeletesForeign(t *testing.T) {
 	pt, err := os.ReadFile("../testdata/torch/training_cuda.pt")
 	if err != nil {
@@ -60,7 +63,7 @@ func TestForceNeverDeletesForeign(t *testing.T) {
 	cases := []struct {
 		name   string
 		make   func(t *testing.T, base string) setup
-		format convert.Format
+		format formats.Layout
 		want   string
 	}{
 		{"models folder with a subfolder", func(t *testing.T, base string) setup {
@@ -68,39 +71,72 @@ func TestForceNeverDeletesForeign(t *testing.T) {
 			os.WriteFile(filepath.Join(base, "models", "llama", "keep.bin"), []byte("keep"), 0o644)
 			os.WriteFile(filepath.Join(base, "in.pt"), pt, 0o644)
 			return setup{filepath.Join(base, "in.pt"), filepath.Join(base, "models"), base}
-		}, convert.DCP, "llama"},
+		}, formats.DCPFolder, "llama"},
 		{"folder holding the source", func(t *testing.T, base string) setup {
 			os.MkdirAll(filepath.Join(base, "proj"), 0o755)
 			os.WriteFile(filepath.Join(base, "proj", "in.pt"), pt, 0o644)
 			return setup{filepath.Join(base, "proj", "in.pt"), filepath.Join(base, "proj"), base}
-		}, convert.Safetensors, "contains the source"},
+		}, formats.SafetensorsFile, "contains the source"},
 		{"the source itself", func(t *testing.T, base string) setup {
 			os.WriteFile(filepath.Join(base, "in.pt"), pt, 0o644)
 			return setup{filepath.Join(base, "in.pt"), filepath.Join(base, "in.pt"), base}
-		}, convert.Torch, "the source itself"},
+		}, formats.TorchFile, "the source itself"},
 		{"the source through a link", func(t *testing.T, base string) setup {
 			os.WriteFile(filepath.Join(base, "in.pt"), pt, 0o644)
 			os.Symlink("in.pt", filepath.Join(base, "link.pt"))
 			return setup{filepath.Join(base, "link.pt"), filepath.Join(base, "in.pt"), base}
-		}, convert.Torch, "the source itself"},
+		}, formats.TorchFile, "the source itself"},
 		{"inside the source folder", func(t *testing.T, base string) setup {
 			copyTree(t, "../testdata/hf/mistral_sharded", filepath.Join(base, "hf"))
 			return setup{filepath.Join(base, "hf"), filepath.Join(base, "hf", "out"), base}
-		}, convert.Safetensors, "inside the source folder"},
+		}, formats.SafetensorsFile, "inside the source folder"},
 		{"a folder of another conversion's files plus one of the user's", func(t *testing.T, base string) setup {
 			copyTree(t, "../testdata/hf/mistral_sharded", filepath.Join(base, "hf"))
-			if _, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(base, "hf"), Dst: filepath.Join(base, "out"), Format: convert.Safetensors}); err != nil {
+			if _, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(base, "hf"), Dst: filepath.Join(base, "out"), Format: formats.SafetensorsFile}); err != nil {
 				t.Fatal(err)
 			}
 			os.WriteFile(filepath.Join(base, "out", "NOTES.md"), []byte("mine"), 0o644)
 			return setup{filepath.Join(base, "hf"), filepath.Join(base, "out"), base}
-		}, convert.Safetensors, "NOTES.md"},
+		}, formats.SafetensorsFile, "NOTES.md"},
+		{"a forged manifest naming the user's files", func(t *testing.T, base string) setup {
+			copyTree(t, "../testdata/hf/mistral_sharded", filepath.Join(base, "hf"))
+			os.MkdirAll(filepath.Join(base, "out"), 0o755)
+			os.WriteFile(filepath.Join(base, "out", "NOTES.md"), []byte("mine"), 0o644)
+			os.WriteFile(filepath.Join(base, "out", "ckpt-manifest.json"), []byte(`{"tool":"ckpt","output":{"files":["NOTES.md"]},"tensors":[]}`), 0o644)
+			return setup{filepath.Join(base, "hf"), filepath.Join(base, "out"), base}
+		}, formats.SafetensorsFile, "NOTES.md"},
+		{"a forged manifest with sums of other bytes", func(t *testing.T, base string) setup {
+			copyTree(t, "../testdata/hf/mistral_sharded", filepath.Join(base, "hf"))
+			os.MkdirAll(filepath.Join(base, "out"), 0o755)
+			os.WriteFile(filepath.Join(base, "out", "NOTES.md"), []byte("mine"), 0o644)
+			os.WriteFile(filepath.Join(base, "out", "ckpt-manifest.json"), []byte(`{"tool":"ckpt","output":{"files":["NOTES.md"],"sums":{"NOTES.md":{"size":4,"xxhash64":"0123456789abcdef"}}},"tensors":[]}`), 0o644)
+			return setup{filepath.Join(base, "hf"), filepath.Join(base, "out"), base}
+		}, formats.SafetensorsFile, "NOTES.md"},
+		{"an earlier output with a file edited since", func(t *testing.T, base string) setup {
+			copyTree(t, "../testdata/hf/mistral_sharded", filepath.Join(base, "hf"))
+			if _, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(base, "hf"), Dst: filepath.Join(base, "out"), Format: formats.SafetensorsFile}); err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(base, "out", "config.json"), []byte(`{"edited": true}`), 0o644)
+			return setup{filepath.Join(base, "hf"), filepath.Join(base, "out"), base}
+		}, formats.SafetensorsFile, "config.json"},
+		{"a user's file with a forged manifest beside it", func(t *testing.T, base string) setup {
+			os.WriteFile(filepath.Join(base, "in.pt"), pt, 0o644)
+			os.WriteFile(filepath.Join(base, "out.pt"), []byte("my own checkpoint"), 0o644)
+			os.WriteFile(filepath.Join(base, "out.pt.ckpt-manifest.json"), []byte(`{"tool":"ckpt","output":{"files":["out.pt"]},"tensors":[]}`), 0o644)
+			return setup{filepath.Join(base, "in.pt"), filepath.Join(base, "out.pt"), base}
+		}, formats.TorchFile, "out.pt"},
+		{"a user's file", func(t *testing.T, base string) setup {
+			os.WriteFile(filepath.Join(base, "in.pt"), pt, 0o644)
+			os.WriteFile(filepath.Join(base, "out.pt"), []byte("my own checkpoint"), 0o644)
+			return setup{filepath.Join(base, "in.pt"), filepath.Join(base, "out.pt"), base}
+		}, formats.TorchFile, "no ckpt manifest beside it"},
 		{"a file output onto a folder", func(t *testing.T, base string) setup {
 			os.WriteFile(filepath.Join(base, "in.pt"), pt, 0o644)
 			os.MkdirAll(filepath.Join(base, "out.pt"), 0o755)
 			os.WriteFile(filepath.Join(base, "out.pt", "x"), []byte("x"), 0o644)
 			return setup{filepath.Join(base, "in.pt"), filepath.Join(base, "out.pt"), base}
-		}, convert.Torch, "folder"},
+		}, formats.TorchFile, "folder"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -128,13 +164,13 @@ func TestForceNeverDeletesForeign(t *testing.T) {
 func TestForceReplacesOwnOutput(t *testing.T) {
 	src := "../testdata/hf/mistral_sharded"
 	dst := filepath.Join(t.TempDir(), "out")
-	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, MaxShardSize: 1000}); err != nil {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: formats.SafetensorsFile, MaxShardSize: 1000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors}); !errors.Is(err, atomicfile.ErrExists) {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: formats.SafetensorsFile}); !errors.Is(err, atomicfile.ErrExists) {
 		t.Fatalf("without --force: %v", err)
 	}
-	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, Force: true}); err != nil {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: formats.SafetensorsFile, Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -148,7 +184,7 @@ func TestForceReplacesOwnOutput(t *testing.T) {
 	// An empty folder is a destination without --force.
 	empty := filepath.Join(t.TempDir(), "empty")
 	os.Mkdir(empty, 0o755)
-	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: empty, Format: convert.DCP}); err != nil {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: empty, Format: formats.DCPFolder}); err != nil {
 		t.Errorf("into an empty folder: %v", err)
 	}
 }
@@ -192,7 +228,7 @@ func TestLinksStayInside(t *testing.T) {
 		{snap, []string{"ckpt-manifest.json", "config.json", "generation_config.json", "model.safetensors"}, []string{"tokenizer_config.json"}},
 	} {
 		dst := filepath.Join(t.TempDir(), "out")
-		sum, err := convert.Run(t.Context(), convert.Options{Src: c.src, Dst: dst, Format: convert.Safetensors})
+		sum, err := convert.Run(t.Context(), convert.Options{Src: c.src, Dst: dst, Format: formats.SafetensorsFile})
 		if err != nil {
 			t.Fatal(err)
 		}

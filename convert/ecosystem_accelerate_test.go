@@ -11,7 +11,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/verify"
 )
 
@@ -91,14 +91,14 @@ func TestAccelerateConvertTrainingState(t *testing.T) {
 	var checks []check
 	var jobs []ecosystemJob
 	for name, want := range fx {
-		for _, format := range []convert.Format{convert.Torch, convert.DCP, convert.Safetensors} {
+		for _, format := range []formats.Layout{formats.TorchFile, formats.DCPFolder, formats.SafetensorsFile} {
 			dst := filepath.Join(host, name+"-"+string(format))
-			if format == convert.Torch {
+			if format == formats.TorchFile {
 				dst += ".pt"
 			} else {
 				dst += "/"
 			}
-			sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(folders, name), Dst: dst, Format: format, Remap: remap.Options{PlainData: true}})
+			sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(folders, name), Dst: dst, Format: format, Plan: plan.Options{PlainData: true}})
 			if err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
@@ -113,7 +113,7 @@ func TestAccelerateConvertTrainingState(t *testing.T) {
 			out := chrootPath(host, chroot, dst)
 			for part := range want {
 				switch {
-				case format == convert.Torch:
+				case format == formats.TorchFile:
 					stem := strings.TrimSuffix(part, filepath.Ext(part))
 					checks = append(checks, check{name, part, stem})
 					jobs = append(jobs, ecosystemJob{Out: out, Format: "torch"})

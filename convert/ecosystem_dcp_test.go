@@ -13,7 +13,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/verify"
 )
 
@@ -97,8 +97,8 @@ func TestEcosystemDCPConvert(t *testing.T) {
 			case "safetensors":
 				dst += ".safetensors"
 			}
-			sum, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/" + src, Dst: dst, Format: convert.Format(c.format),
-				Compress: c.compress, Remap: remap.Options{PlainData: true}})
+			sum, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/" + src, Dst: dst, Format: formats.Layout(c.format),
+				Compress: c.compress, Plan: plan.Options{PlainData: true}})
 			if err != nil {
 				t.Fatalf("%s → %s %s: %v", src, c.format, c.compress, err)
 			}
@@ -141,7 +141,7 @@ func TestEcosystemDCPConvert(t *testing.T) {
 // entry and why, once — no doubled separators.
 func TestBytesEntryErrorNamesIt(t *testing.T) {
 	_, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/megatron", Dst: filepath.Join(t.TempDir(), "m.pt"),
-		Format: convert.Torch, WeightsOnly: true, Remap: remap.Options{PlainData: true}})
+		Format: formats.TorchFile, WeightsOnly: true, Plan: plan.Options{PlainData: true}})
 	if err == nil || !strings.Contains(err.Error(), "decoder.layers.0.self_attention.linear_qkv._extra_state: _io.BytesIO cannot be loaded by torch.load(weights_only=True)") ||
 		strings.Contains(err.Error(), ": :") {
 		t.Errorf("got %v", err)

@@ -11,11 +11,11 @@ import (
 
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/manifest"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -78,9 +78,9 @@ func TestTrainerFolderEveryFormat(t *testing.T) {
 	fx := loadFolderFixtures(t)
 	host, chroot := oracle.TempDir(t)
 	src := filepath.Join(folders, "trainer", "checkpoint-2")
-	run := func(dst string, format convert.Format) *convert.Summary {
+	run := func(dst string, format formats.Layout) *convert.Summary {
 		t.Helper()
-		sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: format, Remap: remap.Options{PlainData: true}})
+		sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: format, Plan: plan.Options{PlainData: true}})
 		if err != nil {
 			t.Fatalf("%s: %v", format, err)
 		}
@@ -90,9 +90,9 @@ func TestTrainerFolderEveryFormat(t *testing.T) {
 		return sum
 	}
 	hfOut, dcpOut, ptOut := filepath.Join(host, "hf"), filepath.Join(host, "dcp"), filepath.Join(host, "trainer.pt")
-	run(hfOut, convert.Safetensors)
-	dsum := run(dcpOut, convert.DCP)
-	psum := run(ptOut, convert.Torch)
+	run(hfOut, formats.SafetensorsFile)
+	dsum := run(dcpOut, formats.DCPFolder)
+	psum := run(ptOut, formats.TorchFile)
 	if len(dsum.Alongside) != 3 {
 		t.Errorf("DCP output: %d training-state files alongside, want 3", len(dsum.Alongside))
 	}
@@ -101,7 +101,7 @@ func TestTrainerFolderEveryFormat(t *testing.T) {
 			t.Errorf("torch output dropped data: %s", w.Message)
 		}
 	}
-	_, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: filepath.Join(host, "w.safetensors"), Format: convert.Safetensors, Strict: true})
+	_, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: filepath.Join(host, "w.safetensors"), Format: formats.SafetensorsFile, Strict: true})
 	if err == nil || !strings.Contains(err.Error(), "training state optimizer.pt, rng_state.pth, scheduler.pt") {
 		t.Errorf("strict safetensors file: %v", err)
 	}
@@ -146,7 +146,7 @@ func TestPEFTAdapterFolder(t *testing.T) {
 	fx := loadFolderFixtures(t)
 	host, chroot := oracle.TempDir(t)
 	dst := filepath.Join(host, "out")
-	sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(folders, "peft"), Dst: dst, Format: convert.Safetensors})
+	sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(folders, "peft"), Dst: dst, Format: formats.SafetensorsFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestDiffusersPipeline(t *testing.T) {
 	}
 	slices.Sort(comps)
 	var jobs []ecosystemJob
-	for _, format := range []convert.Format{convert.Safetensors, convert.DCP} {
+	for _, format := range []formats.Layout{formats.SafetensorsFile, formats.DCPFolder} {
 		dst := filepath.Join(host, string(format))
 		if _, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: format}); err != nil {
 			t.Fatalf("%s: %v", format, err)
@@ -228,7 +228,7 @@ func TestDiffusersPipeline(t *testing.T) {
 		for _, comp := range comps {
 			c := fx.Pipeline[comp]
 			out := filepath.Join(dst, comp)
-			if format == convert.Safetensors {
+			if format == formats.SafetensorsFile {
 				out = filepath.Join(out, c.File)
 				h := readHeader(t, out)
 				if !reflect.DeepEqual(h, c.Metadata) {
@@ -247,7 +247,7 @@ func TestDiffusersPipeline(t *testing.T) {
 	}
 	// A cast rewrites the dtype of the configs that name one (the text encoder's).
 	dst := filepath.Join(host, "bf16")
-	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors, Remap: remap.Options{DType: statedict.BFloat16}})
+	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: formats.SafetensorsFile, Plan: plan.Options{DType: statedict.BFloat16}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,16 +279,16 @@ func TestSafetensorsMetadataKept(t *testing.T) {
 	fx := loadFolderFixtures(t)
 	src := filepath.Join(folders, "lora_kohya.safetensors")
 	dir := t.TempDir()
-	for _, format := range []convert.Format{convert.Safetensors, convert.Torch, convert.DCP} {
+	for _, format := range []formats.Layout{formats.SafetensorsFile, formats.TorchFile, formats.DCPFolder} {
 		dst := filepath.Join(dir, "out-"+string(format))
-		if format == convert.Safetensors {
+		if format == formats.SafetensorsFile {
 			dst += ".safetensors"
 		}
 		sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: format})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if format == convert.Safetensors {
+		if format == formats.SafetensorsFile {
 			if h := readHeader(t, dst); !reflect.DeepEqual(h, fx.Kohya.Metadata) {
 				t.Errorf("metadata %v, the source has %v", h, fx.Kohya.Metadata)
 			}

@@ -14,7 +14,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -140,7 +140,7 @@ func TestMegatronRefusals(t *testing.T) {
 		says []string
 	}{
 		{"a", statedict.ErrCorrupt, []string{"latest_checkpointed_iteration.txt names iter_0000300", "iter_0000100"}},
-		{"b", statedict.ErrCorrupt, []string{`"latest"`, "not an iteration number"}},
+		{"b", statedict.ErrCorrupt, []string{"holds 6 bytes", "not an iteration number"}},
 		{"c", statedict.ErrCorrupt, []string{"mp_rank_00 has no model_optim_rng.pt"}},
 		{"d.nemo", statedict.ErrUnsupported, []string{"gzip-compressed .nemo", "tar xzf"}},
 	} {
@@ -169,23 +169,23 @@ func TestMegatronConvertLoadsInTorch(t *testing.T) {
 	var runs []run
 	var jobs []ecosystemJob
 	for name := range fx {
-		for _, format := range []convert.Format{convert.Torch, convert.Safetensors, convert.DCP} {
+		for _, format := range []formats.Layout{formats.TorchFile, formats.SafetensorsFile, formats.DCPFolder} {
 			dst := filepath.Join(host, strings.NewReplacer("/", "_", ".", "_").Replace(name)+"-"+string(format))
 			switch format {
-			case convert.Torch:
+			case formats.TorchFile:
 				dst += ".pt"
-			case convert.Safetensors:
+			case formats.SafetensorsFile:
 				dst += ".safetensors"
 			}
 			_, err := convert.Run(t.Context(), convert.Options{Src: megatronDir + name, Dst: dst, Format: format,
-				Remap: remap.Options{PlainData: true, KeepCUDARNG: true}})
+				Plan: plan.Options{PlainData: true, KeepCUDARNG: true}})
 			if err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
 			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
 				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
 			}
-			if format == convert.DCP && strings.HasPrefix(name, "nemo") {
+			if format == formats.DCPFolder && strings.HasPrefix(name, "nemo") {
 				carried := "model_config.yaml"
 				if name == "nemo2" {
 					carried = "context/model.yaml"

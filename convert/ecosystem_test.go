@@ -15,7 +15,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -187,13 +187,13 @@ func TestObjectCheckpointsConvert(t *testing.T) {
 	var runs []run
 	var jobs []ecosystemJob
 	for name, fx := range fixtures {
-		for _, format := range []convert.Format{convert.Torch, convert.Safetensors, convert.DCP} {
+		for _, format := range []formats.Layout{formats.TorchFile, formats.SafetensorsFile, formats.DCPFolder} {
 			dst := filepath.Join(host, strings.ReplaceAll(name, ".", "_")+"-"+string(format))
-			if format != convert.DCP {
-				dst += map[convert.Format]string{convert.Torch: ".pt", convert.Safetensors: ".safetensors"}[format]
+			if format != formats.DCPFolder {
+				dst += map[formats.Layout]string{formats.TorchFile: ".pt", formats.SafetensorsFile: ".safetensors"}[format]
 			}
 			sum, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/objects/" + name, Dst: dst, Format: format,
-				Remap: remap.Options{PlainData: true}})
+				Plan: plan.Options{PlainData: true}})
 			if err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
@@ -224,7 +224,7 @@ func TestObjectCheckpointsConvert(t *testing.T) {
 					t.Errorf("%s: %+v, the source has %+v", name, g, w)
 				}
 			}
-			if r.format == string(convert.Safetensors) {
+			if r.format == string(formats.SafetensorsFile) {
 				return
 			}
 			for k, want := range fx.Plain {
@@ -242,7 +242,7 @@ func TestObjectCheckpointsConvert(t *testing.T) {
 				if res.Repr["ratio"] != "Fraction(1, 3)" || res.Repr["started"] != "datetime.date(2024, 5, 17)" {
 					t.Errorf("kept objects load as %v", res.Repr)
 				}
-				var kept *remap.Warning
+				var kept *plan.Warning
 				for i, w := range r.sum.Warnings {
 					if w.Kind == "objects_kept" {
 						kept = &r.sum.Warnings[i]
@@ -260,10 +260,10 @@ func TestObjectCheckpointsConvert(t *testing.T) {
 // the conversion fail naming it, and nothing is written; a checkpoint whose objects are
 // all data converts.
 func TestWeightsOnlyRefusesObjects(t *testing.T) {
-	for _, format := range []convert.Format{convert.Torch, convert.DCP} {
+	for _, format := range []formats.Layout{formats.TorchFile, formats.DCPFolder} {
 		dst := filepath.Join(t.TempDir(), "out")
 		_, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/objects/records.pt", Dst: dst, Format: format,
-			WeightsOnly: true, Remap: remap.Options{PlainData: true}})
+			WeightsOnly: true, Plan: plan.Options{PlainData: true}})
 		if err == nil || !strings.Contains(err.Error(), "ratio: fractions.Fraction cannot be loaded by torch.load(weights_only=True)") {
 			t.Errorf("%s: %v", format, err)
 		}
@@ -271,7 +271,7 @@ func TestWeightsOnlyRefusesObjects(t *testing.T) {
 			t.Errorf("%s: output left behind", format)
 		}
 		if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/objects/lightning_omegaconf.ckpt", Dst: dst, Format: format,
-			WeightsOnly: true, Remap: remap.Options{PlainData: true}}); err != nil {
+			WeightsOnly: true, Plan: plan.Options{PlainData: true}}); err != nil {
 			t.Errorf("%s: %v", format, err)
 		}
 	}
@@ -286,7 +286,7 @@ func TestDangerousObjectNeverWritten(t *testing.T) {
 	root.Set("cb", evil)
 	for _, lay := range []formats.Layout{formats.TorchFile, formats.DCPFolder} {
 		out := &memOutput{files: map[string]*strings.Builder{}}
-		_, err := formats.Writers[lay].Write(out, &statedict.Checkpoint{Root: root}, statedict.WriteOptions{})
+		_, err := lay.Writer()(out, &statedict.Checkpoint{Root: root}, statedict.WriteOptions{})
 		if !errors.Is(err, statedict.ErrDangerous) || !strings.Contains(err.Error(), "cb") {
 			t.Errorf("%s: %v", lay, err)
 		}

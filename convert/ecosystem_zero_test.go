@@ -13,6 +13,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -88,7 +89,7 @@ func TestZeRO3ModelStatesAlone(t *testing.T) {
 	if !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "placeholders") || !strings.Contains(err.Error(), "zero3/global_step3") {
 		t.Errorf("got %v", err)
 	}
-	if _, err := convert.Run(t.Context(), convert.Options{Src: path, Dst: filepath.Join(t.TempDir(), "x.safetensors"), Format: convert.Safetensors}); err == nil {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: path, Dst: filepath.Join(t.TempDir(), "x.safetensors"), Format: formats.SafetensorsFile}); err == nil {
 		t.Error("converted placeholders")
 	}
 }
@@ -102,9 +103,9 @@ func TestZeROConvertLoadsInTorch(t *testing.T) {
 	var jobs []ecosystemJob
 	var wants []zeroFixture
 	for name, want := range fx {
-		for _, format := range []convert.Format{convert.Torch, convert.Safetensors, convert.DCP} {
+		for _, format := range []formats.Layout{formats.TorchFile, formats.SafetensorsFile, formats.DCPFolder} {
 			dst := filepath.Join(host, name+"-"+string(format))
-			if format == convert.Torch {
+			if format == formats.TorchFile {
 				dst += ".pt"
 			}
 			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format}); err != nil {
@@ -123,7 +124,7 @@ func TestZeROConvertLoadsInTorch(t *testing.T) {
 			t.Fatalf("%s: %s", job.Out, res[i].Error)
 		}
 		want := wants[i].Tensors
-		if job.Format == string(convert.Safetensors) {
+		if job.Format == string(formats.SafetensorsFile) {
 			// A safetensors file keeps a tied tensor once (its alias in the metadata).
 			for alias, of := range wants[i].Tied {
 				if _, ok := res[i].Tensors[of]; ok {
@@ -180,7 +181,7 @@ func TestZeROOptimizerState(t *testing.T) {
 			t.Errorf("%s: model %v optimizer %v\nwant %v %v", name, model, optim, want.Tensors.Names, want.Optimizer.Names)
 		}
 	}
-	if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/zstd", Dst: filepath.Join(t.TempDir(), "x.pt"), Format: convert.Torch, ZeROOptimizer: true}); !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "not one") {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/zstd", Dst: filepath.Join(t.TempDir(), "x.pt"), Format: formats.TorchFile, Plan: plan.Options{ZeROOptimizer: true}}); !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "not one") {
 		t.Errorf("ZeROOptimizer on a DCP folder: %v", err)
 	}
 	o := oracle.Require(t)
@@ -188,12 +189,12 @@ func TestZeROOptimizerState(t *testing.T) {
 	var jobs []ecosystemJob
 	var wants []zeroFixture
 	for name, want := range fx {
-		for _, format := range []convert.Format{convert.Torch, convert.Safetensors, convert.DCP} {
+		for _, format := range []formats.Layout{formats.TorchFile, formats.SafetensorsFile, formats.DCPFolder} {
 			dst := filepath.Join(host, name+"-optim-"+string(format))
-			if format == convert.Torch {
+			if format == formats.TorchFile {
 				dst += ".pt"
 			}
-			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format, ZeROOptimizer: true}); err != nil {
+			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format, Plan: plan.Options{ZeROOptimizer: true}}); err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
 			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
@@ -208,7 +209,7 @@ func TestZeROOptimizerState(t *testing.T) {
 		if res[i].Error != "" {
 			t.Fatalf("%s: %s", job.Out, res[i].Error)
 		}
-		if job.Format == string(convert.Safetensors) {
+		if job.Format == string(formats.SafetensorsFile) {
 			for alias, of := range wants[i].Tied {
 				if v, ok := res[i].Tensors["model."+of]; ok {
 					res[i].Tensors["model."+alias] = v

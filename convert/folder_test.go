@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
 )
 
 // TestFolderLeavesOtherWeightsOut converts a Hugging Face folder that also holds weights in
@@ -27,7 +28,7 @@ func TestFolderLeavesOtherWeightsOut(t *testing.T) {
 	pt, _ := os.ReadFile("../testdata/torch/views.pt")
 	os.WriteFile(filepath.Join(src, "pytorch_model.bin"), pt, 0o644)
 	dst := filepath.Join(t.TempDir(), "out")
-	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors})
+	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: formats.SafetensorsFile})
 	if err != nil {
 		t.Fatal(err)
 	}

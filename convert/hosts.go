@@ -13,9 +13,9 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/manifest"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -72,7 +72,7 @@ func (h Hosts) check(t *runtime.Target, lay formats.Layout) error {
 		}
 		return nil
 	}
-	if t.Sharding() == nil || formats.Writers[lay].Finish == nil {
+	if t.Sharding() == nil || !lay.PerRank() {
 		return fmt.Errorf("a multi-host conversion writes a per-device output: give the target a mesh and write dcp or safetensors")
 	}
 	_, err := t.HostRanks(h.Index, h.Count)
@@ -115,7 +115,7 @@ type hostPart struct {
 // runHost performs this host's share of a multi-host conversion (see Hosts).
 func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*Summary, error) {
 	h := opts.Hosts
-	lw := formats.Writers[p.lay]
+	write := p.lay.Writer()
 	ranks, err := opts.Target.HostRanks(h.Index, h.Count)
 	if err != nil {
 		return nil, err
@@ -154,7 +154,7 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 	defer out.abort()
 	switch cleaned, resumed := out.leftovers(); {
 	case cleaned:
-		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed the files this host's interrupted conversion left"})
+		p.sum.Warnings = append(p.sum.Warnings, plan.Warning{Kind: "partial_removed", Message: "removed the files this host's interrupted conversion left"})
 	case resumed != nil:
 		p.sum.Resumed = len(resumed)
 	}
@@ -164,7 +164,7 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		if err := out.share.Unseal(); err != nil {
 			return nil, err
 		}
-		p.sum.Warnings = append(p.sum.Warnings, remap.Warning{Kind: "partial_removed", Message: "removed this host's files of an earlier, different conversion into the same destination"})
+		p.sum.Warnings = append(p.sum.Warnings, plan.Warning{Kind: "partial_removed", Message: "removed this host's files of an earlier, different conversion into the same destination"})
 	}
 	if _, sealed := out.share.Sealed(); sealed {
 		p.sum.Files, p.sum.Bytes = hp.Files, hp.Bytes
@@ -175,7 +175,7 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		out.src = p.src
 		wo := p.writeOptions(out, opts)
 		wo.Ranks = ranks
-		w, err := lw.Write(out.root(), p.ck, wo)
+		w, err := write(out.root(), p.Output, wo)
 		out.src = prev
 		if err != nil {
 			return nil, err
@@ -207,6 +207,12 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		return nil, err
 	}
 	rep.Waited = time.Since(waited).Seconds()
+	if out.dir != nil {
+		// Nothing in the shared folder is read back before every entry is proven a host's.
+		if err := out.dir.Verify(); err != nil {
+			return nil, err
+		}
+	}
 	if err := finishHosts(out, p, opts, parts, run); err != nil {
 		return nil, err
 	}
@@ -264,7 +270,7 @@ func finishHosts(out *output, p *planned, opts Options, parts []hostPart, run st
 	for i, hp := range parts {
 		layoutParts[i] = hp.Layout
 	}
-	fin, err := formats.Writers[p.lay].Finish(out.root(), p.ck, p.writeOptions(out, opts), layoutParts)
+	fin, err := p.lay.Finisher()(out.root(), p.Output, p.writeOptions(out, opts), layoutParts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", opts.Dst, err)
 	}
@@ -310,7 +316,7 @@ func finishHosts(out *output, p *planned, opts Options, parts []hostPart, run st
 
 // hostBytes is the progress total of a host: the bytes of the pieces its ranks hold.
 func hostBytes(p *planned, ranks []int) int64 {
-	tensors, _ := p.ck.Tensors()
+	tensors, _ := p.Output.Tensors()
 	var total int64
 	seen := map[*statedict.Tensor]bool{}
 	for _, nt := range tensors {
@@ -320,7 +326,7 @@ func hostBytes(p *planned, ranks []int) int64 {
 		}
 		seen[t] = true
 		es := int64(t.DType.Size())
-		for _, pc := range p.sharding.Of(t).Pieces {
+		for _, pc := range p.Sharding.Of(t).Pieces {
 			if slices.ContainsFunc(pc.Ranks, func(r int) bool { return slices.Contains(ranks, r) }) {
 				n := es
 				for _, s := range pc.Sizes {
@@ -353,14 +359,14 @@ func runKey(p *planned, opts Options) (string, error) {
 	if opts.Target != nil && opts.Target.Mesh != nil {
 		mesh = opts.Target.Mesh.String()
 	}
-	if p.sharding != nil {
-		ranks = p.sharding.Ranks
+	if p.Sharding != nil {
+		ranks = p.Sharding.Ranks
 	}
 	if err := enc.Encode([]any{opts.ToolVersion, p.lay, max(opts.Hosts.Count, 1), size, mesh, ranks,
-		opts.MaxShardSize, opts.Compress, opts.WeightsOnly, opts.Remap.PlainData, mtimes}); err != nil {
+		opts.MaxShardSize, opts.Compress, opts.WeightsOnly, opts.Plan.PlainData, mtimes}); err != nil {
 		return "", err
 	}
-	tensors, err := p.ck.Tensors()
+	tensors, err := p.Output.Tensors()
 	if err != nil {
 		return "", err
 	}
@@ -371,8 +377,8 @@ func runKey(p *planned, opts Options) (string, error) {
 			loc = t.Storage.Location
 		}
 		var pieces any
-		if p.sharding != nil {
-			pieces = p.sharding.Of(t)
+		if p.Sharding != nil {
+			pieces = p.Sharding.Of(t)
 		}
 		if err := enc.Encode([]any{nt.Name, t.DTypeName(), t.Shape, loc, pieces}); err != nil {
 			return "", err

@@ -6,9 +6,9 @@ import (
 	"strings"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/manifest"
 )
 
 // share is a host's share of a multi-host output: a member of a shared folder

@@ -14,19 +14,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
-	"gocloud.dev/blob"
 )
 
 // openBucket opens the bucket of the object (or prefix) url and returns its key there.
-func openBucket(t *testing.T, url string) (*blob.Bucket, string) {
+func openBucket(t *testing.T, url string) (*bucket.Bucket, string) {
 	t.Helper()
 	l, err := bucket.Parse(url)
 	if err != nil {
@@ -43,7 +43,7 @@ func openBucket(t *testing.T, url string) (*blob.Bucket, string) {
 func putForeign(t *testing.T, url, data string) {
 	t.Helper()
 	b, key := openBucket(t, url)
-	if err := b.WriteAll(context.Background(), key, []byte(data), nil); err != nil {
+	if err := b.Put(context.Background(), key, []byte(data), bucket.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -52,15 +52,15 @@ func putForeign(t *testing.T, url, data string) {
 func objectNames(t *testing.T, url string) []string {
 	t.Helper()
 	b, key := openBucket(t, url)
+	objs, err := b.List(context.Background(), key+"/", "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []string
-	it := b.List(&blob.ListOptions{Prefix: key + "/"})
-	for {
-		o, err := it.Next(context.Background())
-		if err != nil {
-			return out
-		}
+	for _, o := range objs {
 		out = append(out, strings.TrimPrefix(o.Key, key+"/"))
 	}
+	return out
 }
 
 // sameFiles compares every file of want (a local output) with got, manifests aside, and
@@ -102,7 +102,7 @@ func TestMultiHostBucket(t *testing.T) {
 	buckettest.Start(t, "ckpt")
 	f := newHostsFixture(t, "cpu", "tp=2,fsdp=4")
 	dir := f.dir
-	for _, format := range []Format{DCP, Safetensors} {
+	for _, format := range []formats.Layout{formats.DCPFolder, formats.SafetensorsFile} {
 		options := f.options(format, time.Minute)
 		single := f.single(t, string(format)+"-single", options)
 		shared := filepath.Join(dir, string(format)+"-shared")
@@ -166,7 +166,7 @@ func runHosts(t *testing.T, opts func(host int) Options) []*Summary {
 func TestMultiHostBucketShares(t *testing.T) {
 	buckettest.Start(t, "ckpt")
 	f := newHostsFixture(t, "cpu", "fsdp=8")
-	dir, options := f.dir, f.options(DCP, 2*time.Second)
+	dir, options := f.dir, f.options(formats.DCPFolder, 2*time.Second)
 	single := f.single(t, "single", options)
 	for _, scheme := range []string{"gs", "s3"} {
 		dst := scheme + "://ckpt/shares"
@@ -195,7 +195,7 @@ func TestMultiHostBucketShares(t *testing.T) {
 		// Host 0 of another conversion (float16 moments): its run differs, so it refuses
 		// the prefix holding this one's shares, with or without --force.
 		other := options(dst, 0, 2)
-		other.Remap.OptimizerDType = statedict.Float16
+		other.Plan.OptimizerDType = statedict.Float16
 		if _, err := Run(context.Background(), other); !errors.Is(err, store.ErrExists) {
 			t.Fatalf("host 0 of another conversion: %v", err)
 		}
@@ -228,7 +228,7 @@ func TestMultiHostBucketShares(t *testing.T) {
 		// A foreign object beside a finished output: --force refuses to replace it.
 		putForeign(t, dst+"/notes.txt", "mine")
 		o = options(dst, 0, 2)
-		o.Force, o.Remap.OptimizerDType = true, statedict.Float16
+		o.Force, o.Plan.OptimizerDType = true, statedict.Float16
 		if _, err := Run(context.Background(), o); !errors.Is(err, store.ErrForeign) {
 			t.Fatalf("--force beside a foreign object: %v", err)
 		}
@@ -248,8 +248,7 @@ func TestMultiHostBucketLoadsInTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ms = "tp=2,fsdp=2"
-	mesh, _ := runtime.ParseMesh(ms)
-	target, err := runtime.NewTarget("cpu", nil, nil, mesh, nil)
+	target, err := runtime.NewTarget(runtime.Spec{Device: "cpu", Mesh: ms})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +258,7 @@ func TestMultiHostBucketLoadsInTorch(t *testing.T) {
 	for h := range 2 {
 		wg.Go(func() {
 			opts := DefaultOptions(src, dst)
-			opts.Format, opts.Target = DCP, target
+			opts.Format, opts.Target = formats.DCPFolder, target
 			opts.Hosts = Hosts{Index: h, Count: 2, Wait: time.Minute}
 			_, errs[h] = Run(context.Background(), opts)
 		})
@@ -293,7 +292,7 @@ func TestMultiHostBucketLoadsInTorch(t *testing.T) {
 		t.Error(e)
 	}
 	// 21 parameters with 3 optimizer tensors each, plus the param-group values.
-	if len(res.Ranks) != mesh.Size() || res.SingleProcess < 21*4 || !res.OK {
+	if len(res.Ranks) != target.Ranks() || res.SingleProcess < 21*4 || !res.OK {
 		t.Fatalf("%d ranks checked, %d values reassembled: %s", len(res.Ranks), res.SingleProcess, out)
 	}
 }

@@ -18,8 +18,8 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/dcp"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
@@ -159,11 +159,8 @@ func newHostsFixture(t *testing.T, device, ms string) *hostsFixture {
 	dir := t.TempDir()
 	f := &hostsFixture{dir: dir, src: filepath.Join(dir, "train.pt")}
 	trainingSource(t, f.src)
-	mesh, err := runtime.ParseMesh(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f.target, err = runtime.NewTarget(device, nil, nil, mesh, nil); err != nil {
+	var err error
+	if f.target, err = runtime.NewTarget(runtime.Spec{Device: device, Mesh: ms}); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -171,7 +168,7 @@ func newHostsFixture(t *testing.T, device, ms string) *hostsFixture {
 
 // options returns the options converting the source into dst in format as host host of
 // hosts, a host waiting up to wait for host 0 to clear a bucket destination.
-func (f *hostsFixture) options(format Format, wait time.Duration) func(dst string, host, hosts int) Options {
+func (f *hostsFixture) options(format formats.Layout, wait time.Duration) func(dst string, host, hosts int) Options {
 	return func(dst string, host, hosts int) Options {
 		o := DefaultOptions(f.src, dst)
 		o.Format, o.Target, o.ToolVersion = format, f.target, "test"
@@ -223,7 +220,7 @@ func runLogged(t *testing.T, logs []*readLog, h int, opts Options) *Summary {
 // complete has nothing to do; a host of another conversion is refused.
 func TestMultiHost(t *testing.T) {
 	f := newHostsFixture(t, "cpu", "tp=2,fsdp=4")
-	dir, options := f.dir, f.options(DCP, 0)
+	dir, options := f.dir, f.options(formats.DCPFolder, 0)
 	single := f.single(t, "single", options)
 
 	multi := filepath.Join(dir, "multi")
@@ -241,7 +238,7 @@ func TestMultiHost(t *testing.T) {
 			}
 			// Host 0 of another conversion (float16 moments) refuses the others' shares.
 			o := options(multi, 0, 4)
-			o.Remap.OptimizerDType = statedict.Float16
+			o.Plan.OptimizerDType = statedict.Float16
 			o.Hosts.Wait = 1
 			if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "another conversion") {
 				t.Fatalf("host 0 of another conversion: %v", err)
@@ -376,7 +373,7 @@ func covered(rs [][2]int64) int64 {
 // one process's files, and each reads from the source exactly the pieces its ranks hold.
 func TestMultiHostSafetensors(t *testing.T) {
 	f := newHostsFixture(t, "tpu", "fsdp=2,tp=4")
-	options := f.options(Safetensors, 0)
+	options := f.options(formats.SafetensorsFile, 0)
 	single := f.single(t, "single", options)
 	multi := filepath.Join(f.dir, "multi")
 	logs := make([]*readLog, 4)

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -33,15 +33,16 @@ func buildManifest(o *output, p *planned, opts Options, names map[*statedict.Ten
 func streamManifest(o *output, p *planned, opts Options, names map[*statedict.Tensor]string, hash func(name string, t *statedict.Tensor) (uint64, error)) *manifest.Manifest {
 	m := &manifest.Manifest{
 		Tool: manifest.Tool, Version: opts.ToolVersion, Created: time.Now().UTC().Format(time.RFC3339),
-		Args:   opts.Args,
-		Source: manifest.Source{Path: opts.Src, Format: p.sum.SrcFormat, Metadata: p.ck.Metadata},
-		Output: manifest.Output{Path: opts.Dst, Format: string(opts.Format), Files: p.sum.Files},
-		Remap:  p.sum.Remap,
+		Args:       opts.Args,
+		Conversion: p.Options.Record(p.Target),
+		Source:     manifest.Source{Path: opts.Src, Format: p.sum.SrcFormat, Metadata: p.Output.Metadata},
+		Output:     manifest.Output{Path: opts.Dst, Format: string(opts.Format), Files: p.sum.Files},
+		Remap:      p.sum.Remap,
 	}
 	// The tree is walked as the entries are written: a list of its hundreds of thousands
 	// of tensors, made now, would land at the conversion's memory peak.
 	m.Stream = func(yield func(manifest.Tensor) error) error {
-		return statedict.Walk(p.ck.Root, "", func(tname string, v statedict.Value) error {
+		return statedict.Walk(p.Output.Root, "", func(tname string, v statedict.Value) error {
 			t, ok := v.(*statedict.Tensor)
 			if !ok {
 				return nil

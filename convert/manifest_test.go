@@ -9,8 +9,10 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/convert"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/manifest"
+	"github.com/ckpt-dev/ckpt/plan"
+	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -22,32 +24,32 @@ import (
 func TestManifestHashesOutput(t *testing.T) {
 	type variant struct {
 		name, dst string
-		format    convert.Format
+		format    formats.Layout
 		dtype     statedict.DType
 	}
 	variants := []variant{
-		{name: "torch", format: convert.Torch, dst: "out.pt"},
-		{name: "torch-bf16", format: convert.Torch, dst: "out.pt", dtype: statedict.BFloat16},
-		{name: "safetensors", format: convert.Safetensors, dst: "out.safetensors"},
-		{name: "folder-f16", format: convert.Safetensors, dst: "out", dtype: statedict.Float16},
-		{name: "dcp", format: convert.DCP, dst: "out"},
-		{name: "dcp-bf16", format: convert.DCP, dst: "out", dtype: statedict.BFloat16},
+		{name: "torch", format: formats.TorchFile, dst: "out.pt"},
+		{name: "torch-bf16", format: formats.TorchFile, dst: "out.pt", dtype: statedict.BFloat16},
+		{name: "safetensors", format: formats.SafetensorsFile, dst: "out.safetensors"},
+		{name: "folder-f16", format: formats.SafetensorsFile, dst: "out", dtype: statedict.Float16},
+		{name: "dcp", format: formats.DCPFolder, dst: "out"},
+		{name: "dcp-bf16", format: formats.DCPFolder, dst: "out", dtype: statedict.BFloat16},
 	}
 	srcs := []string{"../testdata/torch/views.pt", "../testdata/torch/training_cuda.pt", "../testdata/torch/shufflenet_cuda.pt"}
 	for _, src := range srcs {
 		for _, v := range variants {
-			if v.format == convert.Safetensors && filepath.Base(src) == "training_cuda.pt" {
+			if v.format == formats.SafetensorsFile && filepath.Base(src) == "training_cuda.pt" {
 				continue // a training checkpoint's optimizer state has no safetensors form
 			}
 			t.Run(filepath.Base(src)+"/"+v.name, func(t *testing.T) {
-				checkManifest(t, convert.Options{Src: src, Format: v.format, Remap: remap.Options{DType: v.dtype}}, v.dst)
+				checkManifest(t, convert.Options{Src: src, Format: v.format, Plan: plan.Options{DType: v.dtype}}, v.dst)
 			})
 		}
 	}
 	for _, name := range []string{"fp8_block", "mxfp4", "nvfp4_ct"} {
 		t.Run(name+"/dequantize", func(t *testing.T) {
-			checkManifest(t, convert.Options{Src: filepath.Join(quantizedDir, name), Format: convert.Safetensors,
-				Dequantize: convert.DequantizeAll}, "out")
+			checkManifest(t, convert.Options{Src: filepath.Join(quantizedDir, name), Format: formats.SafetensorsFile,
+				Plan: plan.Options{Dequantize: quant.DequantizeAll}}, "out")
 		})
 	}
 }

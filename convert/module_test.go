@@ -10,7 +10,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -37,8 +37,8 @@ func TestPickledModules(t *testing.T) {
 				t.Fatal(err)
 			}
 			dst := filepath.Join(t.TempDir(), "out.pt")
-			sum, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/modules/" + file, Dst: dst, Format: convert.Torch,
-				Remap: remap.Options{PlainData: true}})
+			sum, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/modules/" + file, Dst: dst, Format: formats.TorchFile,
+				Plan: plan.Options{PlainData: true}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,9 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -93,17 +95,17 @@ func TestConvertLoadsInTorch(t *testing.T) {
 	o := oracle.Require(t)
 	type variant struct {
 		name                    string
-		format                  convert.Format
+		format                  formats.Layout
 		mapLoc, tag, dtype, ext string
 	}
 	variants := []variant{
-		{"torch-tpu", convert.Torch, "tpu", "tpu", "keep", ".pt"},
-		{"torch-cpu", convert.Torch, "cpu", "cpu", "keep", ".pt"},
-		{"torch-bf16", convert.Torch, "tpu", "tpu", "bfloat16", ".pt"},
-		{"safetensors-file", convert.Safetensors, "tpu", "tpu", "keep", ".safetensors"},
-		{"safetensors-folder-f16", convert.Safetensors, "tpu", "tpu", "float16", ""},
-		{"dcp", convert.DCP, "tpu", "tpu", "keep", ""},
-		{"dcp-bf16", convert.DCP, "tpu", "tpu", "bfloat16", ""},
+		{"torch-tpu", formats.TorchFile, "tpu", "tpu", "keep", ".pt"},
+		{"torch-cpu", formats.TorchFile, "cpu", "cpu", "keep", ".pt"},
+		{"torch-bf16", formats.TorchFile, "tpu", "tpu", "bfloat16", ".pt"},
+		{"safetensors-file", formats.SafetensorsFile, "tpu", "tpu", "keep", ".safetensors"},
+		{"safetensors-folder-f16", formats.SafetensorsFile, "tpu", "tpu", "float16", ""},
+		{"dcp", formats.DCPFolder, "tpu", "tpu", "keep", ""},
+		{"dcp-bf16", formats.DCPFolder, "tpu", "tpu", "bfloat16", ""},
 	}
 	host, chroot := oracle.TempDir(t)
 	var jobs []checkJob
@@ -111,21 +113,21 @@ func TestConvertLoadsInTorch(t *testing.T) {
 		for _, v := range variants {
 			base := strings.TrimSuffix(filepath.Base(src), ".pt")
 			name := base + "/" + v.name
-			loc, err := remap.ParseMapLocation(v.mapLoc)
+			target, err := runtime.NewTarget(runtime.Spec{Device: "tpu", MapLocation: v.mapLoc})
 			if err != nil {
 				t.Fatal(err)
 			}
 			out := strings.ReplaceAll(name, "/", "_") + v.ext
-			opts := convert.Options{Src: src, Dst: filepath.Join(host, out), Format: v.format, MaxShardSize: 4096,
-				Remap: remap.Options{Place: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
+			opts := convert.Options{Src: src, Dst: filepath.Join(host, out), Format: v.format, MaxShardSize: 4096, Target: target,
+				Plan: plan.Options{StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
 			if v.dtype != "keep" {
-				opts.Remap.DType, _ = statedict.ParseDType(v.dtype)
+				opts.Plan.DType, _ = statedict.ParseDType(v.dtype)
 			}
 			var dropped []string
-			if v.format != convert.Torch {
+			if v.format != formats.TorchFile {
 				dropped = unrepresentable(t, src, v.format)
 				for _, n := range dropped {
-					opts.Remap.Drop = append(opts.Remap.Drop, regexp.MustCompile("^"+regexp.QuoteMeta(n)+"$"))
+					opts.Plan.Drop = append(opts.Plan.Drop, regexp.MustCompile("^"+regexp.QuoteMeta(n)+"$"))
 				}
 			}
 			sum, err := convert.Run(t.Context(), opts)
@@ -147,18 +149,18 @@ func TestConvertFoldersLoadInTorch(t *testing.T) {
 	o := oracle.Require(t)
 	sources := []string{"dcp/model", "dcp/sharded", "dcp/scalars", "hf/qwen3_moe_sharded", "hf/mistral_sharded", "hf/mistral_bin_sharded"}
 	formats := []struct {
-		format convert.Format
+		format formats.Layout
 		ext    string
-	}{{convert.Torch, ".pt"}, {convert.Safetensors, ""}, {convert.DCP, ""}}
+	}{{formats.TorchFile, ".pt"}, {formats.SafetensorsFile, ""}, {formats.DCPFolder, ""}}
 	host, chroot := oracle.TempDir(t)
-	loc, _ := remap.ParseMapLocation("tpu")
+	target, _ := runtime.NewTarget(runtime.Spec{Device: "tpu"})
 	var jobs []checkJob
 	for _, src := range sources {
 		for _, f := range formats {
 			name := src + "/" + string(f.format)
 			out := strings.ReplaceAll(name, "/", "_") + f.ext
-			opts := convert.Options{Src: "../testdata/" + src, Dst: filepath.Join(host, out), Format: f.format, MaxShardSize: 8192,
-				Remap: remap.Options{Place: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
+			opts := convert.Options{Src: "../testdata/" + src, Dst: filepath.Join(host, out), Format: f.format, MaxShardSize: 8192, Target: target,
+				Plan: plan.Options{StripWrappers: true, PlainData: true, KeepCUDARNG: true}}
 			sum, err := convert.Run(t.Context(), opts)
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
@@ -174,7 +176,7 @@ func TestConvertFoldersLoadInTorch(t *testing.T) {
 // unrepresentable lists the tensors of src that format cannot hold: dtypes safetensors has
 // no name for (complex32, complex128, quantized, bits), quantized tensors in DCP. Converting
 // them is an error unless dropped.
-func unrepresentable(t *testing.T, src string, format convert.Format) []string {
+func unrepresentable(t *testing.T, src string, format formats.Layout) []string {
 	t.Helper()
 	ck, err := formats.Open(src)
 	if err != nil {
@@ -187,8 +189,8 @@ func unrepresentable(t *testing.T, src string, format convert.Format) []string {
 	}
 	var out []string
 	for _, nt := range ts {
-		if format == convert.Safetensors && nt.Tensor.DType.Safetensors() == "" ||
-			format == convert.DCP && nt.Tensor.DType.Kind() == statedict.KindQuantized {
+		if format == formats.SafetensorsFile && nt.Tensor.DType.Safetensors() == "" ||
+			format == formats.DCPFolder && nt.Tensor.DType.Kind() == statedict.KindQuantized {
 			out = append(out, nt.Name)
 		}
 	}
@@ -203,7 +205,7 @@ func TestConvertRefusesOverwrite(t *testing.T) {
 	if err := os.WriteFile(dst, []byte("precious"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/views.pt", Dst: dst, Format: convert.Torch})
+	_, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/views.pt", Dst: dst, Format: formats.TorchFile})
 	if !errors.Is(err, atomicfile.ErrExists) {
 		t.Fatalf("overwrote without --force: %v", err)
 	}
@@ -211,8 +213,8 @@ func TestConvertRefusesOverwrite(t *testing.T) {
 		t.Fatal("destination changed")
 	}
 	// A rename rule that matches nothing fails before anything is written.
-	_, err = convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/views.pt", Dst: filepath.Join(dir, "new.pt"), Format: convert.Torch,
-		Remap: remap.Options{Renames: []remap.Rename{{Pattern: regexp.MustCompile("^nothing$"), Repl: "x"}}}})
+	_, err = convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/views.pt", Dst: filepath.Join(dir, "new.pt"), Format: formats.TorchFile,
+		Plan: plan.Options{Renames: []remap.Rename{{Pattern: regexp.MustCompile("^nothing$"), Repl: "x"}}}})
 	if err == nil {
 		t.Fatal("a rename hitting nothing was accepted")
 	}
@@ -255,10 +257,10 @@ func TestTrainerFolderLoadsInTorch(t *testing.T) {
 		os.WriteFile(filepath.Join(src, name), b, 0o644)
 	}
 	os.WriteFile(filepath.Join(src, "trainer_state.json"), []byte(`{"global_step": 500}`), 0o644)
-	loc, _ := remap.ParseMapLocation("tpu")
+	target, _ := runtime.NewTarget(runtime.Spec{Device: "tpu"})
 	dst := filepath.Join(host, "out")
-	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors,
-		Remap: remap.Options{Place: loc, PlainData: true, KeepCUDARNG: true}})
+	sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: formats.SafetensorsFile, Target: target,
+		Plan: plan.Options{PlainData: true, KeepCUDARNG: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +282,7 @@ func TestTrainerFolderLoadsInTorch(t *testing.T) {
 		if rep, err := verify.Check(sub.Dst, ""); err != nil || !rep.OK() {
 			t.Errorf("%s: check %+v, %v", name, rep, err)
 		}
-		jobs = append(jobs, checkJob{Name: name, Format: string(convert.Torch), Src: "/repo/testdata/" + files[name],
+		jobs = append(jobs, checkJob{Name: name, Format: string(formats.TorchFile), Src: "/repo/testdata/" + files[name],
 			Out: chroot + "/out/" + name, Tag: "tpu", DType: "keep", CPU: append(sub.Remap.RNG, sub.Remap.HostData...)})
 	}
 	runChecks(t, o, host, chroot, jobs)

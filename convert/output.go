@@ -13,10 +13,10 @@ import (
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/internal/fastcopy"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -34,6 +34,8 @@ type output struct {
 	mfile    *atomicfile.File // a file output's manifest, beside it
 	created  map[string]bool
 	progress func(done, total int64)
+	// single is a file output's size and digest once written, for its manifest.
+	single *atomicfile.Journaled
 	// remote is an output in object storage (store.Output); last holds its manifests,
 	// uploaded by commit after every other file.
 	remote store.Output
@@ -95,17 +97,62 @@ func newOutput(ctx context.Context, opts Options, folder bool, run string) (*out
 		return o, nil
 	}
 	if folder {
-		o.dir, err = atomicfile.CreateDir(dst, atomicfile.DirOptions{Force: force, Owner: manifest.Owned, Resume: opts.Resume})
+		o.dir, err = atomicfile.CreateDir(dst, atomicfile.DirOptions{Force: force, Owner: ownerOf(dst, true), Resume: opts.Resume})
 		return o, err
 	}
-	if o.file, err = atomicfile.Create(dst, force); err != nil {
+	fo := atomicfile.FileOptions{Force: force, Owner: ownerOf(dst, false)}
+	if o.file, err = atomicfile.Create(dst, fo); err != nil {
 		return nil, err
 	}
-	if o.mfile, err = atomicfile.Create(manifest.PathFor(dst, false), force); err != nil {
+	if o.mfile, err = atomicfile.Create(manifest.PathFor(dst, false), fo); err != nil {
 		o.file.Abort()
 		return nil, err
 	}
 	return o, nil
+}
+
+// ownerOf proves what an earlier conversion wrote at the local output dst, for --force
+// to replace it (atomicfile.Owner): the manifest there (inside a folder, beside a file)
+// and each file it records with the size and xxhash64 it had as written (Output.Sums).
+// A manifest that records no sums (or is not a ckpt manifest) proves nothing.
+func ownerOf(dst string, folder bool) atomicfile.Owner {
+	return func(string) ([]atomicfile.Journaled, bool) {
+		mpath := manifest.PathFor(dst, folder)
+		m, err := manifest.ReadEach(mpath, func(manifest.Tensor) error { return nil })
+		if err != nil {
+			return nil, false
+		}
+		claims := []atomicfile.Journaled{{File: filepath.Base(mpath), Size: -1}}
+		for name, s := range m.Output.Sums {
+			claims = append(claims, atomicfile.Journaled{File: name, Size: s.Size, XXHash64: s.XXHash64})
+		}
+		return claims, true
+	}
+}
+
+// fileSums is what a manifest listing files records of each (Output.Sums): the size and
+// digest from the folder's journal (every member's, for a multi-host finisher), or the
+// single file's. A bucket output records none.
+func (o *output) fileSums(files []string) (map[string]manifest.FileSum, error) {
+	var sums map[string]atomicfile.Journaled
+	switch {
+	case o.dir != nil:
+		var err error
+		if sums, err = o.dir.Sums(); err != nil {
+			return nil, err
+		}
+	case o.file != nil && o.single != nil:
+		sums = map[string]atomicfile.Journaled{filepath.Base(o.dst): *o.single}
+	default:
+		return nil, nil
+	}
+	out := map[string]manifest.FileSum{}
+	for _, name := range files {
+		if j, ok := sums[name]; ok {
+			out[name] = manifest.FileSum{Size: j.Size, XXHash64: j.XXHash64}
+		}
+	}
+	return out, nil
 }
 
 // newMemberOutput is host host's share of a multi-host conversion's folder output, run
@@ -117,7 +164,7 @@ func newMemberOutput(ctx context.Context, opts Options, host, hosts int, run str
 		return o, o.joinRemote(opts, host, hosts, run)
 	}
 	var err error
-	o.dir, err = atomicfile.JoinDir(opts.Dst, atomicfile.DirOptions{Force: opts.Force, Owner: manifest.Owned, Resume: opts.Resume}, host, hosts)
+	o.dir, err = atomicfile.JoinDir(opts.Dst, atomicfile.DirOptions{Force: opts.Force, Owner: ownerOf(opts.Dst, true), Resume: opts.Resume}, host, hosts)
 	o.share = o.dir
 	return o, err
 }
@@ -194,10 +241,7 @@ func (o *output) create(name string) (io.WriteCloser, error) {
 	}
 	// Manifests record when they were made: always written anew.
 	if j, ok := o.dir.Resumed[name]; ok && path.Base(name) != manifest.Name && !strings.HasSuffix(name, "."+manifest.Name) {
-		return o.replay(name, filepath.Join(o.dir.Path, filepath.FromSlash(name)), j)
-	}
-	if err := o.dir.Started(name); err != nil {
-		return nil, err
+		return o.replay(name, j)
 	}
 	f, err := o.dir.Create(name)
 	if err != nil {
@@ -207,22 +251,19 @@ func (o *output) create(name string) (io.WriteCloser, error) {
 }
 
 // stream wraps f for writing through fastcopy; name is the file's name in a folder output,
-// whose digest the journal records ("" for a single-file output, which is not journaled and
-// so is not hashed a second time: the manifest's digests are all it needs).
+// whose size and digest the journal records ("" for a single-file output, whose size and
+// digest its manifest records).
 func (o *output) stream(f *os.File, closeFile bool, name string) *stream {
-	s := &stream{fc: fastcopy.NewFile(f), f: f, closeFile: closeFile, o: o, name: name}
-	if name != "" {
-		s.file = xxhash.New()
-	}
-	return s
+	return &stream{fc: fastcopy.NewFile(f), f: f, closeFile: closeFile, o: o, name: name, file: xxhash.New()}
 }
 
 // replay is the file name of a resumed output, finished by the interrupted run: its bytes
-// on disk are checked against the journal, and what this run would write is hashed (feeding
-// the manifest's digests) and must be the same, so the output ends byte-identical to an
+// on disk (opened as the file the journal proves ckpt made, never through a link) are
+// checked against the journal, and what this run would write is hashed (feeding the
+// manifest's digests) and must be the same, so the output ends byte-identical to an
 // uninterrupted run without writing the file again.
-func (o *output) replay(name, path string, j atomicfile.Journaled) (io.WriteCloser, error) {
-	f, err := os.Open(path)
+func (o *output) replay(name string, j atomicfile.Journaled) (io.WriteCloser, error) {
+	f, err := o.dir.Open(name)
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +374,7 @@ type stream struct {
 	o         *output
 	closed    bool
 	// name is the file's name in a folder output, which is journaled when finished; file
-	// is fed every byte, for the journal (nil when there is none).
+	// is fed every byte, for the journal or a single-file output's manifest.
 	name string
 	file *xxhash.Digest
 	n    int64
@@ -405,11 +446,16 @@ func (s *stream) Close() error {
 	}
 	s.closed = true
 	err := s.fc.Close()
-	if s.name != "" && err == nil {
+	sum := atomicfile.Journaled{File: s.name, Size: s.n, XXHash64: fmt.Sprintf("%016x", s.file.Sum64())}
+	switch {
+	case err != nil:
+	case s.name != "":
 		// Durable before it is journaled: a resumed run keeps only what is on disk.
 		if err = s.f.Sync(); err == nil {
-			err = s.o.dir.Finished(atomicfile.Journaled{File: s.name, Size: s.n, XXHash64: fmt.Sprintf("%016x", s.file.Sum64())})
+			err = s.o.dir.Finished(sum)
 		}
+	default:
+		s.o.single = &sum
 	}
 	if s.closeFile {
 		if cerr := s.f.Close(); err == nil {
@@ -469,6 +515,10 @@ func (s *subOutput) writeManifest(m *manifest.Manifest) (string, error) {
 		w = nopCloser{s.o.mfile}
 	}
 	if err != nil {
+		return "", err
+	}
+	if m.Output.Sums, err = s.o.fileSums(m.Output.Files); err != nil {
+		w.Close()
 		return "", err
 	}
 	err = manifest.Write(w, m)

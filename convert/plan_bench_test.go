@@ -24,12 +24,12 @@ func BenchmarkPlanManyTensors(b *testing.B) {
 		}
 		ck := &statedict.Checkpoint{Format: "safetensors", Path: "bench", Root: root}
 		b.StartTimer()
-		p, err := plan(ck, Options{Src: "bench", Dst: "out", Format: Safetensors}, formats.HFFolder)
+		p, err := newPlan(ck, Options{Src: "bench", Dst: "out", Format: formats.SafetensorsFile}, formats.HFFolder)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if p.sum.Tensors != n || p.total != 32*n {
-			b.Fatalf("planned %d tensors, %d bytes", p.sum.Tensors, p.total)
+		if p.sum.Tensors != n || p.Bytes != 32*n {
+			b.Fatalf("planned %d tensors, %d bytes", p.sum.Tensors, p.Bytes)
 		}
 	}
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/quant"
-	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -86,11 +86,11 @@ func TestConvertDequantizes(t *testing.T) {
 			t.Run(name+"/"+dtype, func(t *testing.T) {
 				src := filepath.Join(quantizedDir, name)
 				dst := filepath.Join(t.TempDir(), "out")
-				opts := convert.Options{Src: src, Dst: dst + "/", Format: convert.Safetensors, Dequantize: convert.DequantizeAll,
-					Remap: remap.Options{Place: mustLoc(t, "tpu")}}
+				opts := convert.Options{Src: src, Dst: dst + "/", Format: formats.SafetensorsFile, Target: tpuTarget(t),
+					Plan: plan.Options{Dequantize: quant.DequantizeAll}}
 				outDType := "bfloat16"
 				if dtype != "keep" {
-					opts.Remap.DType, _ = statedict.ParseDType(dtype)
+					opts.Plan.DType, _ = statedict.ParseDType(dtype)
 					outDType = dtype
 				}
 				sum, err := convert.Run(t.Context(), opts)
@@ -153,13 +153,14 @@ func TestConvertDequantizes(t *testing.T) {
 	}
 }
 
-func mustLoc(t *testing.T, s string) remap.Placement {
+// tpuTarget is `--to tpu`'s target: every storage tagged "tpu".
+func tpuTarget(t *testing.T) *runtime.Target {
 	t.Helper()
-	loc, err := remap.ParseMapLocation(s)
+	tg, err := runtime.NewTarget(runtime.Spec{Device: runtime.TPU})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return loc
+	return tg
 }
 
 // TestConvertKeepsQuantized checks the pass-through: without --dequantize codes, scales,
@@ -171,8 +172,8 @@ func TestConvertKeepsQuantized(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			src := filepath.Join(quantizedDir, name)
 			dst := filepath.Join(t.TempDir(), "out")
-			sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: convert.Safetensors,
-				Remap: remap.Options{Place: mustLoc(t, "tpu"), DType: statedict.Float32}})
+			sum, err := convert.Run(t.Context(), convert.Options{Src: src, Dst: dst, Format: formats.SafetensorsFile, Target: tpuTarget(t),
+				Plan: plan.Options{DType: statedict.Float32}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -241,8 +242,8 @@ func TestConvertDequantizeAuto(t *testing.T) {
 				}
 				target.Generation = g
 			}
-			sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(quantizedDir, tc.fixture), Dst: dst, Format: convert.Safetensors,
-				Dequantize: convert.DequantizeAuto, Target: target})
+			sum, err := convert.Run(t.Context(), convert.Options{Src: filepath.Join(quantizedDir, tc.fixture), Dst: dst, Format: formats.SafetensorsFile,
+				Plan: plan.Options{Dequantize: quant.DequantizeAuto}, Target: target})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want %q", err, tc.err)
@@ -327,21 +328,21 @@ func TestConvertRefusesRawCodes(t *testing.T) {
 		append(slices.Clone(codes), statedict.NamedTensor{Name: "m.weight_scale_inv", Tensor: tensor(statedict.Float32, 1, 1)}))
 	tests := []struct {
 		name, src  string
-		dequantize convert.DequantizeMode
+		dequantize quant.Mode
 		dtype      statedict.DType
 		err        string
 	}{
-		{"no config, dequantize", noConfig, convert.DequantizeAll, statedict.Invalid, "no quantization config"},
-		{"no config, cast", noConfig, convert.DequantizeNone, statedict.BFloat16, "no quantization config"},
-		{"no config, pass through", noConfig, convert.DequantizeNone, statedict.Invalid, ""},
-		{"config without quantized tensors", wrongConfig, convert.DequantizeAll, statedict.Invalid, "no quantized tensors"},
-		{"config naming an absent weight", absent, convert.DequantizeAll, statedict.Invalid, "needs m.weight"},
+		{"no config, dequantize", noConfig, quant.DequantizeAll, statedict.Invalid, "no quantization config"},
+		{"no config, cast", noConfig, quant.DequantizeNone, statedict.BFloat16, "no quantization config"},
+		{"no config, pass through", noConfig, quant.DequantizeNone, statedict.Invalid, ""},
+		{"config without quantized tensors", wrongConfig, quant.DequantizeAll, statedict.Invalid, "no quantized tensors"},
+		{"config naming an absent weight", absent, quant.DequantizeAll, statedict.Invalid, "needs m.weight"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "out")
-			sum, err := convert.Run(t.Context(), convert.Options{Src: tc.src, Dst: dst, Format: convert.Safetensors, Dequantize: tc.dequantize,
-				Remap: remap.Options{DType: tc.dtype}})
+			sum, err := convert.Run(t.Context(), convert.Options{Src: tc.src, Dst: dst, Format: formats.SafetensorsFile,
+				Plan: plan.Options{DType: tc.dtype, Dequantize: tc.dequantize}})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want %q", err, tc.err)

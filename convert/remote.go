@@ -6,8 +6,8 @@ import (
 	"path"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/verify"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestManyShardsFewDescriptors(t *testing.T) {
 	dir := t.TempDir()
 	shards := filepath.Join(dir, "shards")
-	sum, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/shufflenet_cuda.pt", Dst: shards, Format: convert.Safetensors, MaxShardSize: 1000})
+	sum, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/shufflenet_cuda.pt", Dst: shards, Format: formats.SafetensorsFile, MaxShardSize: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,12 +40,12 @@ func TestManyShardsFewDescriptors(t *testing.T) {
 	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
 	steps := []struct {
 		src, dst string
-		format   convert.Format
+		format   formats.Layout
 	}{
-		{shards, "one.pt", convert.Torch},
-		{shards, "dcp", convert.DCP},
-		{filepath.Join(dir, "dcp"), "back", convert.Safetensors},
-		{shards, "one.safetensors", convert.Safetensors},
+		{shards, "one.pt", formats.TorchFile},
+		{shards, "dcp", formats.DCPFolder},
+		{filepath.Join(dir, "dcp"), "back", formats.SafetensorsFile},
+		{shards, "one.safetensors", formats.SafetensorsFile},
 	}
 	for _, s := range steps {
 		dst := filepath.Join(dir, s.dst)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/runtime"
 )
@@ -33,22 +34,18 @@ func TestShardedDCPLoadsInTorch(t *testing.T) {
 	}
 	for _, ms := range meshes {
 		t.Run(ms, func(t *testing.T) {
-			mesh, err := runtime.ParseMesh(ms)
-			if err != nil {
-				t.Fatal(err)
-			}
-			target, err := runtime.NewTarget("cpu", nil, nil, mesh, nil)
+			target, err := runtime.NewTarget(runtime.Spec{Device: "cpu", Mesh: ms})
 			if err != nil {
 				t.Fatal(err)
 			}
 			name := "out-" + filepath.Base(t.Name())
 			opts := DefaultOptions(src, filepath.Join(host, name))
-			opts.Format, opts.Target = DCP, target
+			opts.Format, opts.Target = formats.DCPFolder, target
 			sum, err := Run(context.Background(), opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if sum.Sharding == nil || sum.Sharding.Ranks != mesh.Size() || sum.Sharding.Sharded == 0 {
+			if sum.Sharding == nil || sum.Sharding.Ranks != target.Ranks() || sum.Sharding.Sharded == 0 {
 				t.Fatalf("sharding report %+v", sum.Sharding)
 			}
 			work := "work-" + filepath.Base(t.Name())
@@ -74,7 +71,7 @@ func TestShardedDCPLoadsInTorch(t *testing.T) {
 				t.Error(e)
 			}
 			// 21 parameters with 3 optimizer tensors each, plus the param-group values.
-			if len(res.Ranks) != mesh.Size() || res.SingleProcess < 21*4 || !res.OK {
+			if len(res.Ranks) != target.Ranks() || res.SingleProcess < 21*4 || !res.OK {
 				t.Fatalf("%d ranks checked, %d values reassembled: %s", len(res.Ranks), res.SingleProcess, out)
 			}
 			t.Logf("%s", out)

@@ -44,7 +44,7 @@ func TestWarningsOncePerKind(t *testing.T) {
 	}
 	// A torch output keeps everything but the CUDA RNG state, kept too when asked.
 	opts = convert.DefaultOptions("../testdata/torch/training_cuda.pt", filepath.Join(t.TempDir(), "out.pt"))
-	opts.Strict, opts.Remap.KeepCUDARNG = true, true
+	opts.Strict, opts.Plan.KeepCUDARNG = true, true
 	if _, err := convert.Run(t.Context(), opts); err != nil {
 		t.Errorf("strict torch output: %v", err)
 	}

@@ -11,44 +11,53 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/megatron"
 	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/zero"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// DCP is the format name of torch.distributed.checkpoint directories.
-const DCP Kind = "dcp"
+// folderReader is a folder layout ckpt reads: how it is recognized and how it is read.
+type folderReader struct {
+	// layout names it in messages.
+	layout string
+	detect func(dir string) bool
+	open   func(dir string) (*statedict.Checkpoint, error)
+}
 
-// openDir reads a folder: a torch.distributed.checkpoint directory (it has `.metadata`), a
-// per-device safetensors folder (it has sharding.json), a DeepSpeed ZeRO checkpoint
-// (consolidated), a Megatron-LM save folder (legacy rank files or torch_dist), a NeMo 2
-// checkpoint (context/ + weights/), an accelerate FSDP save_state folder
-// (pytorch_model_fsdp_N/), a diffusers pipeline (model_index.json) or a Hugging Face model or PEFT
-// adapter folder.
+// folderReaders are the folder layouts ckpt reads, in the order they are tried (the more
+// specific first: a NeMo 2 or Megatron folder holds DCP folders, a diffusers pipeline HF
+// ones), the reading side of the layouts table. Set in init: some readers read their
+// parts with openDir, which reads this table.
+var folderReaders []folderReader
+
+func init() {
+	folderReaders = []folderReader{
+		{"NeMo 2", nemo.Detect2, func(d string) (*statedict.Checkpoint, error) { return nemo.Open2(d, megatronOpeners) }},
+		{"Megatron-LM", megatron.Detect, func(d string) (*statedict.Checkpoint, error) { return megatron.Open(d, megatronOpeners) }},
+		{"DCP", dcp.IsCheckpoint, dcp.Open},
+		{"per-device safetensors", isRanksFolder, openRanks},
+		{"DeepSpeed ZeRO", func(d string) bool { _, ok := zero.Detect(d); return ok }, func(d string) (*statedict.Checkpoint, error) {
+			tag, _ := zero.Detect(d)
+			return zero.Open(tag, openPart)
+		}},
+		{"accelerate FSDP", func(d string) bool { return len(accelerate.Detect(d)) > 0 }, func(d string) (*statedict.Checkpoint, error) {
+			return accelerate.Open(d, accelerate.Detect(d), dcp.Open)
+		}},
+		{"diffusers", diffusers.Detect, func(d string) (*statedict.Checkpoint, error) { return diffusers.Open(d, openDir, holdsWeights) }},
+		{"Hugging Face", func(d string) bool { _, ok := hf.Detect(d); return ok }, func(d string) (*statedict.Checkpoint, error) { return hf.Open(d, openFile) }},
+	}
+}
+
+// openDir reads a folder with the first of folderReaders that recognizes it: a NeMo 2
+// checkpoint (context/ + weights/), a Megatron-LM save folder (legacy rank files or
+// torch_dist), a torch.distributed.checkpoint directory (it has `.metadata`), a per-device
+// safetensors folder (it has sharding.json), a DeepSpeed ZeRO checkpoint (consolidated), an
+// accelerate FSDP save_state folder (pytorch_model_fsdp_N/), a diffusers pipeline
+// (model_index.json) or a Hugging Face model or PEFT adapter folder.
 func openDir(dir string) (*statedict.Checkpoint, error) {
-	if nemo.Detect2(dir) {
-		return nemo.Open2(dir, megatronOpeners)
-	}
-	if megatron.Detect(dir) {
-		return megatron.Open(dir, megatronOpeners)
-	}
-	if _, err := store.Stat(store.Join(dir, ".metadata")); err == nil {
-		return dcp.Open(dir)
-	}
-	if isRanksFolder(dir) {
-		return openRanks(dir)
-	}
-	if tag, ok := zero.Detect(dir); ok {
-		return zero.Open(tag, openPart)
-	}
-	if models := accelerate.Detect(dir); len(models) > 0 {
-		return accelerate.Open(dir, models, dcp.Open)
-	}
-	if diffusers.Detect(dir) {
-		return diffusers.Open(dir, openDir, holdsWeights)
-	}
-	if _, ok := hf.Detect(dir); ok {
-		return hf.Open(dir, openFile)
+	for _, r := range folderReaders {
+		if r.detect(dir) {
+			return r.open(dir)
+		}
 	}
 	err := fmt.Errorf("%s: not a checkpoint folder (no DCP .metadata, no model.safetensors, pytorch_model.bin or index file)", dir)
 	if files := hf.WeightFiles(dir); len(files) > 0 {
@@ -60,7 +69,7 @@ func openDir(dir string) (*statedict.Checkpoint, error) {
 // holdsWeights reports whether the folder dir is one openDir reads as a checkpoint of its
 // own (a DCP folder, a Hugging Face or PEFT folder).
 func holdsWeights(dir string) bool {
-	if _, err := store.Stat(store.Join(dir, ".metadata")); err == nil {
+	if dcp.IsCheckpoint(dir) {
 		return true
 	}
 	_, ok := hf.Detect(dir)

@@ -15,7 +15,7 @@ import (
 // scanSeeds adds the small real and hostile checkpoints to a scan fuzz target.
 func scanSeeds(f *testing.F, add func(name string, b []byte)) {
 	var paths []string
-	for _, g := range []string{"../testdata/torch/*.pt", "../testdata/hostile/*", "../testdata/hostile/*/*", "../testdata/dcp/*/*", "../testdata/dcp/*/.metadata"} {
+	for _, g := range []string{"../testdata/torch/*.pt", "../testdata/hostile/*", "../testdata/hostile/*/*", "../testdata/hostile/round3/*/*", "../testdata/dcp/*/*", "../testdata/dcp/*/.metadata"} {
 		m, _ := filepath.Glob(g)
 		paths = append(paths, m...)
 	}
@@ -29,7 +29,7 @@ func scanSeeds(f *testing.F, add func(name string, b []byte)) {
 }
 
 // fileNames are the names a scanned file may have: the scanner treats some specially.
-var fileNames = []string{"model.pt", "model.bin", ".metadata", "__0_0.distcp", "model.safetensors", "README.md"}
+var fileNames = []string{"model.pt", "model.bin", ".metadata", "__0_0.distcp", "model.safetensors", "README.md", "model.nemo", "state.npy", "arrays.npz"}
 
 // checkScan checks what every scan must keep: problems wrap the error family and point
 // inside the file, findings point inside the file.
@@ -74,7 +74,7 @@ func FuzzScan(f *testing.F) {
 		}
 		checkScan(t, res, int64(len(data)))
 		if len(res.Pickles) == 0 && len(res.Problems) == 0 && len(res.Code) == 0 {
-			if l := res.Files[0].Layout; l != layoutSafetensors && l != layoutNone {
+			if l := res.Files[0].Layout; l != layoutSafetensors && l != layoutNone && l != layoutNpy && l != layoutNpz {
 				t.Fatalf("layout %q with no pickle and no problem", l)
 			}
 		}

@@ -17,8 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/nemo"
+	"github.com/ckpt-dev/ckpt/formats/pytar"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchlegacy"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
@@ -57,28 +60,51 @@ func Detect(path string) (Kind, error) {
 		return TorchLegacy, nil
 	case bytes.HasPrefix(head, []byte("PYTORCH1")):
 		return "", fmt.Errorf("%s: a pre-1.0 preview torch archive (PYTORCH1), which torch itself no longer reads", path)
-	case len(head) >= 262 && string(head[257:262]) == "ustar" && isNemoTar(path):
-		return Nemo, nil
 	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}) && isNemoGzip(f):
 		return "", nemo.GzipError(path)
-	case len(head) >= 262 && string(head[257:262]) == "ustar":
-		return "", fmt.Errorf("%s: a tar-format torch.save file from the earliest PyTorch releases; re-save it with a recent torch (torch.load refuses it with weights_only=True)", path)
-	case looksLikeSafetensors(head):
+	}
+	if pytar.IsHeader(head) {
+		if kind, isTar, err := detectTar(path, f); isTar {
+			return kind, err
+		}
+	}
+	if looksLikeSafetensors(head) {
 		return Safetensors, nil
 	}
 	return "", fmt.Errorf("%s: %w: unrecognized checkpoint format (not a torch.save zip or legacy stream, not safetensors)", path, statedict.ErrUnsupported)
 }
 
-// isNemoTar reports whether the tar file at path is a NeMo 1 .nemo archive (see
-// nemo.IsArchive), reading its member index (the headers only).
-func isNemoTar(path string) bool {
-	f, err := store.Open(path)
-	if err != nil {
-		return false
+// detectTar recognizes a tar archive as Python's tarfile reads it (package pytar) — the
+// reading of NeMo's restore_from and torch's legacy loader: a .nemo archive, whose index
+// must be one ckpt reads (else the error names the member and its byte offset), or a
+// legacy torch.save tar. isTar is false for a file tarfile does not open, or opens as an
+// empty archive.
+func detectTar(path string, f store.File) (kind Kind, isTar bool, err error) {
+	a, err := pytar.Read(f, f.Size())
+	switch {
+	case errors.Is(err, pytar.ErrNotTar):
+		return "", false, nil
+	case err != nil:
+		return "", true, fmt.Errorf("%s: %w: %w", path, statedict.ErrUnsupported, err)
+	case len(a.Members) == 0:
+		return "", false, nil
+	case nemo.IsTarArchive(a):
+		if _, err := nemo.IndexAt(f, f.Size()); err != nil {
+			return "", true, fmt.Errorf("%s: a .nemo archive ckpt does not read: %w", path, err)
+		}
+		return Nemo, true, nil
 	}
-	defer f.Close()
-	members, err := nemo.IndexAt(f, f.Size())
-	return err == nil && nemo.IsArchive(members)
+	names := make([]string, 0, len(a.Members))
+	for _, m := range a.Members {
+		names = append(names, m.Name)
+	}
+	if slices.ContainsFunc(names, func(n string) bool { return n == "storages" || n == "tensors" || n == "pickle" }) {
+		return "", true, fmt.Errorf("%s: a tar-format torch.save file from the earliest PyTorch releases; re-save it with a recent torch (torch.load refuses it with weights_only=True)", path)
+	}
+	if a.Err != nil {
+		return "", true, fmt.Errorf("%s: %w: a tar archive ckpt does not read: %w", path, statedict.ErrCorrupt, a.Err)
+	}
+	return "", true, fmt.Errorf("%s: %w: a tar archive that is neither a .nemo archive nor a torch.save file (it holds %s)", path, statedict.ErrUnsupported, strings.Join(names[:min(len(names), 8)], ", "))
 }
 
 // isNemoGzip reports whether the gzip file f inflates to a .nemo archive's first members.

@@ -4,12 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
 	"sort"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
-	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -18,15 +16,21 @@ import (
 // Scanning
 //
 // Scan answers one question: would loading this checkpoint the way its producer loads it —
-// torch.load(weights_only=False), or DCP's loader, which unpickles .metadata with
-// pickle.load and every bytes item with torch.load(weights_only=False) — import or call
-// anything beyond pure data? It finds the pickles where those loaders find them, not by
-// guessing: a torch.save zip's data.pkl (and every other .pkl record), the sequence of
-// pickles of a legacy stream as torch.serialization._legacy_load reads it (any protocol,
-// any spelling of the magic number), the members of a legacy tar archive, a bare pickle,
-// a DCP folder's .metadata and each item its storage entries locate. Bytes that no archive
-// record, pickle or item accounts for, members torch refuses, and layouts torch does not
-// load are problems: the scan then cannot vouch for the file.
+// torch.load(weights_only=False), DCP's loader (which unpickles .metadata with pickle.load
+// and every bytes item with torch.load(weights_only=False)), NeMo's restore_from,
+// np.load(allow_pickle=True) — import or call anything beyond pure data? It finds the
+// pickles where those loaders find them, not by guessing: a torch.save zip's data.pkl (and
+// every other .pkl record, names matched without case as torch's miniz matches them), the
+// sequence of pickles of a legacy stream as torch.serialization._legacy_load reads it (any
+// protocol, any spelling of the magic number), the members of a legacy tar archive and of a
+// .nemo archive as Python's tarfile reads them (scantar.go), a bare pickle, the object
+// arrays of .npy and .npz files (scannpy.go), a DCP folder's .metadata and each item its
+// storage entries locate. A file more than one loader reads, or that a loader reads
+// differently across the CPython versions torch runs on, is scanned in every reading; the
+// worst verdict wins. Bytes that no archive record, pickle or item accounts for, members
+// torch refuses, and layouts torch does not load are problems: the scan then cannot vouch
+// for the file. What the scanner cannot follow — a pickle beyond its limits — is refused as
+// unknown code, never passed over.
 //
 // The policy is default-deny. Allowed are torch's weights_only allowlist (pickle.Allowed)
 // and the pure-data reconstructors ckpt models (pickle.IsModeled, and the DCP metadata
@@ -55,8 +59,10 @@ type ScannedFile struct {
 	Path string
 	// Layout is how the file was read: "torch zip", "TorchScript archive", "torch legacy
 	// stream", "torch legacy tar", "pickle", "DCP metadata", "DCP data", "safetensors",
-	// "NeMo archive" (a .nemo tar, whose weights members are scanned in place),
-	// or "not a checkpoint" (a folder's other files: configs, tokenizers, text).
+	// "NeMo archive" (a .nemo tar, whose weights members are scanned in place), "numpy
+	// .npy", "numpy .npz" (read as np.load(allow_pickle=True) reads them), or "not a
+	// checkpoint" (a folder's other files: configs, tokenizers, text). A file more than
+	// one loader reads is listed once per layout.
 	Layout string
 }
 
@@ -137,14 +143,23 @@ func (r *ScanResult) Refused() []Finding {
 	return out
 }
 
-// SortedGlobals lists the distinct globals of all pickles, worst class first, then by name.
+// SortedGlobals lists the distinct globals of all pickles, worst class first, then by name;
+// findings that name no global (pickle.ScannedGlobal) are listed once per opcode and reason.
 func (r *ScanResult) SortedGlobals() []pickle.ScannedGlobal {
-	seen := map[pickle.Global]bool{}
+	type key struct {
+		g       pickle.Global
+		op, why string
+	}
+	seen := map[key]bool{}
 	var out []pickle.ScannedGlobal
 	for _, s := range r.Pickles {
 		for _, g := range s.Report.Globals {
-			if !seen[g.Global] {
-				seen[g.Global] = true
+			k := key{g: g.Global}
+			if g.Global == (pickle.Global{}) {
+				k.op, k.why = g.Opcode, g.Why
+			}
+			if !seen[k] {
+				seen[k] = true
 				out = append(out, g)
 			}
 		}
@@ -277,8 +292,14 @@ func (s *scanner) file(path string, inFolder bool) {
 		s.concatenated(path, data)
 		return
 	}
-	if layout := s.torchLoad(path, data, 0, "", true, inFolder); layout != "" {
-		s.layout(path, layout)
+	if isNumpy(path, data) {
+		s.layout(path, s.numpyLoad(path, data))
+		// The same bytes handed to torch.load (an .npz is a zip, an .npy may be anything):
+		// what that reading would run is refused too.
+		s.secondary(func(sub *scanner) { sub.loaders(path, data, true) })
+		return
+	}
+	if s.loaders(path, data, inFolder) {
 		return
 	}
 	if looksLikeSafetensors(data) {
@@ -287,63 +308,38 @@ func (s *scanner) file(path string, inFolder bool) {
 	}
 	s.layout(path, layoutNone)
 	if !inFolder {
-		s.problem(path, -1, statedict.ErrUnsupported, "not a checkpoint: neither a torch.save zip, legacy stream or tar, a pickle, a DCP folder nor safetensors")
+		s.problem(path, -1, statedict.ErrUnsupported, "not a checkpoint: neither a torch.save zip, legacy stream or tar, a .nemo archive, a pickle, a numpy array, a DCP folder nor safetensors")
 	}
 }
 
 // torchLoad scans data (at base in file) as torch.load reads a stream: a zip archive when
-// it starts with the zip magic, a legacy tar archive (files only: torch tries tar only on
-// real files at offset 0), else the legacy pickle sequence. where prefixes pickle
-// locations. It returns the layout, or "" when data is none of these: a stream whose first
-// pickle breaks before importing anything is not a pickle (lenient: in a folder, only
-// globals shaped like Python names count, so text files are not taken for pickles).
+// it starts with the zip magic; a file (torch tries tar only on real files at offset 0)
+// that Python's tarfile opens as a legacy tar archive (tarLoad); else the legacy pickle
+// sequence. where prefixes pickle locations. It returns the layout, or "" when data is
+// none of these: a stream whose first pickle breaks before importing anything is not a
+// pickle (lenient: in a folder, only globals shaped like Python names count, so text
+// files are not taken for pickles).
 func (s *scanner) torchLoad(file string, data []byte, base int64, where string, isFile, lenient bool) string {
-	switch {
-	case len(data) >= 4 && string(data[:4]) == zipMagic:
+	if len(data) >= 4 && string(data[:4]) == zipMagic {
 		return s.zipArchive(file, memZip(data), base, where)
-	case isFile && isNemo(data):
-		s.nemoArchive(file, data)
-		return layoutNemo
-	case isFile && len(data) > 2 && data[0] == 0x1f && data[1] == 0x8b && nemo.IsGzipArchive(data[:min(len(data), 64<<10)]):
-		s.problem(file, 0, statedict.ErrUnsupported, "a gzip-compressed .nemo archive, not scanned (its members are not read in place): unpack it (mkdir m && tar xzf %s -C m) and scan m", file)
-		return layoutNemo
-	case isFile && isTar(data):
-		s.tarArchive(file, data)
-		return layoutTar
-	case isFile && strings.HasSuffix(file, ".safetensors"):
-		// torch.load hands *.safetensors paths to the safetensors library.
-		return ""
+	}
+	if isFile {
+		if layout, isTar := s.tarLoad(file, data, base, where, lenient); isTar {
+			return layout
+		}
+		if strings.HasSuffix(file, ".safetensors") {
+			// torch.load hands *.safetensors paths to the safetensors library.
+			return ""
+		}
 	}
 	return s.legacy(file, data, base, where, lenient)
 }
 
-// isNemo reports whether data is an uncompressed tar holding a .nemo archive's members.
-func isNemo(data []byte) bool {
-	if len(data) < 262 || string(data[257:262]) != "ustar" {
-		return false
-	}
-	ms, err := nemo.Index(data)
-	return err == nil && nemo.IsArchive(ms)
-}
-
-// nemoArchive scans a NeMo 1 .nemo archive as NeMo's restore_from reads it: every
-// model_weights.ckpt member (at the root or in a rank folder) is handed to torch.load; the
-// other members (model_config.yaml, tokenizer files) are never unpickled.
-func (s *scanner) nemoArchive(file string, data []byte) {
-	ms, err := nemo.Index(data)
-	if err != nil {
-		s.problem(file, -1, statedict.ErrCorrupt, "%v", err)
-		return
-	}
-	for _, m := range ms {
-		if path.Base(m.Name) != nemo.WeightsMember {
-			continue
-		}
-		where := fmt.Sprintf("tar member %q", m.Name)
-		if s.torchLoad(file, data[m.Offset:m.Offset+m.Size], m.Offset, where, false, false) == "" {
-			s.problem(file, m.Offset, statedict.ErrCorrupt, "%s: not a torch.save file", where)
-		}
-	}
+// beyondLimits records bytes a loader would unpickle that are beyond what the scanner
+// reads (a record too large to inflate): dangerous-unknown — a refused finding, exit 3 —
+// never "not a checkpoint".
+func (s *scanner) beyondLimits(file string, off int64, where, why string) {
+	s.res.Code = append(s.res.Code, Finding{File: file, Where: where, Offset: off, Class: pickle.Unknown, Why: why})
 }
 
 // addPickle records a pickle scan.
@@ -361,6 +357,10 @@ func (s *scanner) pickleProblem(ps PickleScan) {
 	if errors.As(ps.Err, &pe) && !ps.Inflated {
 		off = ps.Base + pe.Offset
 	}
+	if errors.Is(ps.Err, pickle.ErrLimit) {
+		s.problem(ps.File, off, statedict.ErrUnsupported, "%s: pickle beyond the scanner's limits: %v", ps.Where, ps.Err)
+		return
+	}
 	s.problem(ps.File, off, statedict.ErrCorrupt, "%s: malformed pickle: %v", ps.Where, ps.Err)
 }
 
@@ -377,7 +377,7 @@ func joinWhere(prefix, where string) string {
 // archive (a torch.save file: its directory, local headers and pickles are read in
 // ranges) — and reports whether it did.
 func (s *scanner) remoteFile(path string, f store.File) bool {
-	if strings.HasSuffix(path, ".distcp") {
+	if strings.HasSuffix(path, ".distcp") || isNumpy(path, nil) {
 		return false
 	}
 	head := make([]byte, min(512, f.Size()))

@@ -1,7 +1,9 @@
 package formats
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -123,13 +125,23 @@ func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry, 
 		}
 		done[r] = true
 		if len(e.TransformDescriptors) > 0 {
-			// Compressed with torch's ZStandard extension: DCP's loader inflates it first.
-			plain, err := md.Inflate(&e, b)
+			// Compressed with torch's ZStandard extension: DCP's loader inflates it first,
+			// bounded by what the item can hold. The scan keeps its ends only — its
+			// records' headers, its pickles and its directory — never its storages.
+			ends, err := md.InflateEnds(&e, b, scanItemEnds, scanItemEnds)
 			if err != nil {
-				s.problem(path, e.Offset, statedict.ErrUnsupported, "%s: %v", where, err)
+				kind := statedict.ErrCorrupt
+				if errors.Is(err, statedict.ErrUnsupported) {
+					kind = statedict.ErrUnsupported
+				}
+				s.problem(path, e.Offset, kind, "%s: %v", where, err)
 				continue
 			}
-			b = plain
+			if ends.Len > int64(len(ends.Head)) {
+				s.zipArchive(path, endsZip{ends}, e.Offset, where)
+				continue
+			}
+			b = ends.Head
 		}
 		if s.torchLoad(path, b, e.Offset, where, false, false) == "" {
 			s.problem(path, e.Offset, statedict.ErrCorrupt, "%s: neither a torch.save archive nor a pickle", where)
@@ -146,6 +158,29 @@ func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry, 
 	if at < size {
 		s.problem(path, at, statedict.ErrCorrupt, "%d bytes belong to no item of %s", size-at, dcp.MetadataFile)
 	}
+}
+
+// scanItemEnds is how much of each end of an inflated item the scan keeps: a torch.save
+// archive's pickle comes first, its directory and last small records last.
+const scanItemEnds = 16 << 20
+
+// endsZip is an inflated item known by its ends (dcp.Ends): a zip archive whose
+// structures and pickles lie there; a read between them is an error (the scan then cannot
+// vouch for the item).
+type endsZip struct{ dcp.Ends }
+
+func (z endsZip) Len() int64 { return z.Ends.Len }
+
+func (z endsZip) Bytes(off, n int64) ([]byte, error) {
+	switch tailAt := z.Ends.Len - int64(len(z.Tail)); {
+	case off < 0 || n < 0 || off > z.Ends.Len || n > z.Ends.Len-off:
+		return nil, io.ErrUnexpectedEOF
+	case off+n <= int64(len(z.Head)):
+		return z.Head[off : off+n], nil
+	case off >= tailAt:
+		return z.Tail[off-tailAt : off-tailAt+n], nil
+	}
+	return nil, fmt.Errorf("%w: bytes %d-%d of the inflated item: the scan keeps its first and last %d bytes", statedict.ErrUnsupported, off, off+n, int64(scanItemEnds))
 }
 
 // statIn stats rel in the local folder root (which refuses names and links that leave it),

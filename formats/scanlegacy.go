@@ -1,11 +1,8 @@
 package formats
 
 import (
-	"archive/tar"
-	"bytes"
-	"encoding/binary"
+	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"strings"
 
@@ -34,15 +31,19 @@ func decodeValue(data []byte) (pickle.Value, error) {
 }
 
 // isPickle reports whether a first pickle scan shows a pickle rather than bytes that only
-// start like one. A complete pickle is one; a broken one counts when it reached a global
-// (Python imported it before failing) — when lenient, only a global shaped like a Python
-// dotted name, so that a text file whose first letter is an opcode is not taken for one.
+// start like one. A complete pickle is one, and so is one beyond the scanner's limits
+// (Python reads on); a broken one counts when it reached a global (Python imported it
+// before failing) — when lenient, only a global shaped like a Python dotted name, or a
+// finding standing for globals the scanner cannot name (a dynamic STACK_GLOBAL, a FRAME
+// the CPython versions read differently: no text reaches them), so that a text file whose
+// first letter is an opcode is not taken for one.
 func isPickle(ps PickleScan, lenient bool) bool {
-	if ps.Err == nil {
+	if ps.Err == nil || errors.Is(ps.Err, pickle.ErrLimit) {
 		return true
 	}
 	for _, g := range ps.Report.Globals {
-		if !lenient || (pyDotted(g.Global.Module) && pyDotted(g.Global.Name)) {
+		named := g.Global != (pickle.Global{})
+		if !lenient || named && pyDotted(g.Global.Module) && pyDotted(g.Global.Name) || !named && g.Class.Refused() && g.Why != "" {
 			return true
 		}
 	}
@@ -142,182 +143,5 @@ func (s *scanner) trailing(file string, data []byte, base, end int64, where stri
 	ps := s.scanOnePickle(file, data, base, end, joinWhere(where, fmt.Sprintf("bytes at %d (not read by torch.load)", base+end)))
 	if isPickle(ps, true) {
 		s.addPickle(ps)
-	}
-}
-
-// isTar reports whether data starts with a tar header Python's tarfile accepts (its
-// checksum matches), as torch.load's first attempt on a file does.
-func isTar(data []byte) bool {
-	if len(data) < 512 {
-		return false
-	}
-	_, err := tar.NewReader(bytes.NewReader(data)).Next()
-	return err == nil
-}
-
-// tarArchive scans a legacy tar checkpoint (torch < 0.4) as torch's legacy_load reads it:
-// the "storages" member (a count, then per storage a pickled (key, location, type) and its
-// raw bytes, then the pickled storage views), the "tensors" member (a count, then per
-// tensor a pickled tuple and its raw geometry) and the "pickle" member (the object). Every
-// other member is scanned as pickles too.
-func (s *scanner) tarArchive(file string, data []byte) {
-	tr := tar.NewReader(bytes.NewReader(data))
-	members := map[string][]byte{}
-	var order []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			s.problem(file, -1, statedict.ErrCorrupt, "tar: %v", err)
-			break
-		}
-		if h.Size > int64(len(data)) {
-			s.problem(file, -1, statedict.ErrCorrupt, "tar member %q: %d bytes in a %d-byte file", h.Name, h.Size, len(data))
-			break
-		}
-		b, err := io.ReadAll(io.LimitReader(tr, h.Size))
-		if err != nil {
-			s.problem(file, -1, statedict.ErrCorrupt, "tar member %q: %v", h.Name, err)
-			break
-		}
-		if _, dup := members[h.Name]; !dup {
-			order = append(order, h.Name)
-		}
-		members[h.Name] = b // tarfile's getmember returns the last of a name
-	}
-	for _, name := range []string{"storages", "tensors", "pickle"} {
-		if members[name] == nil {
-			s.problem(file, -1, statedict.ErrCorrupt, "tar member %q missing: torch.load stops there", name)
-		}
-	}
-	for _, name := range order {
-		b := members[name]
-		// Offsets inside members are member-relative.
-		where := fmt.Sprintf("tar member %q", name)
-		switch name {
-		case "storages":
-			s.tarRecords(file, b, where, tarStorage)
-		case "tensors":
-			s.tarRecords(file, b, where, tarTensor)
-		default:
-			s.pickleSequence(file, b, where)
-		}
-	}
-}
-
-// tarRecords scans a count pickle followed by that many records, each a pickle and raw
-// bytes whose length skip computes from the pickle's value; for the storages member the
-// storage views pickle follows.
-func (s *scanner) tarRecords(file string, b []byte, where string, skip func(v pickle.Value, rest []byte) (int64, error)) {
-	add := func(off int64, what string) (pickle.Value, int64, bool) {
-		ps := s.scanOnePickle(file, b, 0, off, joinWhere(where, what))
-		ps.Inflated = true // offsets are within the member
-		s.addPickle(ps)
-		if ps.Err != nil {
-			s.pickleProblem(ps)
-			return nil, 0, false
-		}
-		end := off + ps.Report.End
-		v, err := decodeValue(b[off:end])
-		if err != nil {
-			s.problem(file, -1, statedict.ErrCorrupt, "%s: %v", ps.Where, err)
-			return nil, 0, false
-		}
-		return v, end, true
-	}
-	v, off, ok := add(0, "count")
-	if !ok {
-		return
-	}
-	n, isInt := v.(int64)
-	if !isInt || n < 0 || n > int64(len(b)) {
-		s.problem(file, -1, statedict.ErrCorrupt, "%s: count is %v", where, v)
-		return
-	}
-	for i := int64(0); i < n; i++ {
-		rec, end, ok := add(off, fmt.Sprintf("record %d", i))
-		if !ok {
-			return
-		}
-		l, err := skip(rec, b[end:])
-		if err != nil {
-			s.problem(file, -1, statedict.ErrCorrupt, "%s: record %d: %v", where, i, err)
-			return
-		}
-		off = end + l
-	}
-	if strings.HasSuffix(where, `"storages"`) {
-		if _, end, ok := add(off, "storage views"); ok {
-			off = end
-		} else {
-			return
-		}
-	}
-	if off != int64(len(b)) {
-		s.problem(file, -1, statedict.ErrCorrupt, "%s: %d bytes after the last record", where, int64(len(b))-off)
-	}
-}
-
-// tarStorage is the raw length after a storage record (key, location, storage type): an
-// int64 element count and the elements.
-func tarStorage(v pickle.Value, rest []byte) (int64, error) {
-	t, ok := v.(pickle.Tuple)
-	if !ok || len(t) != 3 {
-		return 0, fmt.Errorf("storage record is not a (key, location, type) tuple")
-	}
-	g, ok := t[2].(pickle.Global)
-	if !ok {
-		return 0, fmt.Errorf("storage type is not a global")
-	}
-	dt, ok := statedict.DTypeForStorage(g.Name)
-	if !ok {
-		return 0, fmt.Errorf("unknown storage type %s", g)
-	}
-	if len(rest) < 8 {
-		return 0, fmt.Errorf("truncated element count")
-	}
-	n := binary.LittleEndian.Uint64(rest)
-	es := uint64(dt.Size())
-	if n > uint64(len(rest)-8)/es {
-		return 0, fmt.Errorf("%d elements of %s run past the member's end", n, dt)
-	}
-	return 8 + int64(n*es), nil
-}
-
-// tarTensor is the raw geometry after a tensor record: int32 ndim, 4 bytes, ndim sizes and
-// strides (int64), and the storage offset.
-func tarTensor(_ pickle.Value, rest []byte) (int64, error) {
-	if len(rest) < 8 {
-		return 0, fmt.Errorf("truncated tensor geometry")
-	}
-	nd := int64(int32(binary.LittleEndian.Uint32(rest)))
-	if nd < 0 || nd > int64(len(rest))/16 {
-		return 0, fmt.Errorf("%d dims run past the member's end", nd)
-	}
-	l := 8 + 16*nd + 8
-	if l > int64(len(rest)) {
-		return 0, fmt.Errorf("tensor geometry runs past the member's end")
-	}
-	return l, nil
-}
-
-// pickleSequence scans a member read by one unpickler.load (and anything after it).
-func (s *scanner) pickleSequence(file string, b []byte, where string) {
-	ps := s.scanOnePickle(file, b, 0, 0, where)
-	ps.Inflated = true
-	s.addPickle(ps)
-	if ps.Err != nil {
-		s.pickleProblem(ps)
-		return
-	}
-	if ps.Report.End != int64(len(b)) {
-		s.problem(file, -1, statedict.ErrCorrupt, "%s: %d bytes after the pickle", where, int64(len(b))-ps.Report.End)
-		rest := s.scanOnePickle(file, b, 0, ps.Report.End, where+" (after the pickle)")
-		rest.Inflated = true
-		if isPickle(rest, true) {
-			s.addPickle(rest)
-		}
 	}
 }

@@ -1,7 +1,9 @@
 package formats
 
 import (
+	"bytes"
 	"cmp"
+	"compress/flate"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -399,10 +401,36 @@ func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 // maxPickleRecord bounds a deflated pickle record inflated for scanning.
 const maxPickleRecord = 256 << 20
 
+// errBeyondLimits marks a record the scanner does not read whole: a loader would.
+var errBeyondLimits = errors.New("beyond the scanner's limits")
+
+// inflateRecord inflates a deflated record the scanner reads whole — exactly the size its
+// directory entry gives, as torch's and Python's zip readers check — up to
+// maxPickleRecord bytes and torchzip.MaxInflateRatio times its compressed size (beyond
+// torchzip.InflateRatioFloor): a larger one is beyond the scanner's limits
+// (errBeyondLimits), not a broken record — the loader inflates and unpickles it.
+func inflateRecord(raw []byte, size uint64) ([]byte, error) {
+	if bound := uint64(max(int64(len(raw))*torchzip.MaxInflateRatio, torchzip.InflateRatioFloor)); size > maxPickleRecord || size > bound {
+		return nil, fmt.Errorf("a deflated record of %d bytes inflating to %d is %w (it inflates at most %d, and %d× its size): what the loader unpickles from it is unknown", len(raw), size, errBeyondLimits, int64(maxPickleRecord), torchzip.MaxInflateRatio)
+	}
+	w := bytes.NewBuffer(make([]byte, 0, min(size, 1<<20)))
+	n, err := io.Copy(w, io.LimitReader(flate.NewReader(bytes.NewReader(raw)), int64(size)+1))
+	if err != nil {
+		return nil, fmt.Errorf("inflate: %v", err)
+	}
+	if uint64(n) != size {
+		return nil, fmt.Errorf("inflates to more than the %d bytes its directory entry gives", size)
+	}
+	return w.Bytes(), nil
+}
+
 // zipArchive scans a torch zip archive held in data (at base within file), as torch.load
 // reads it: the records must all lie in one top folder (torch refuses others), a
 // constants.pkl record makes it a TorchScript archive (torch.load runs torch.jit.load on
-// it), and every .pkl record is scanned, data.pkl first. It returns the layout.
+// it), and every .pkl record is scanned, data.pkl first. torch's zip reader (miniz) finds
+// a record whatever the case of its name — archive/DATA.PKL answers a lookup of data.pkl
+// and, beside archive/data.pkl, may be the one it opens — so record names are matched
+// without case, every record that may answer scanned. It returns the layout.
 func (s *scanner) zipArchive(file string, data zipSource, base int64, where string) string {
 	at := func(off int64) int64 { return base + off }
 	d, err := readZipDir(data)
@@ -434,13 +462,14 @@ func (s *scanner) zipArchive(file string, data zipSource, base int64, where stri
 			s.res.Code = append(s.res.Code, Finding{File: file, Where: joinWhere(where, e.Name), Offset: at(e.HeaderOff), Class: pickle.Unsafe,
 				Why: "TorchScript archive: torch.load hands it to torch.jit.load, which runs its code"})
 		}
-		if strings.HasSuffix(e.Name, ".pkl") {
+		if len(e.Name) >= 4 && strings.EqualFold(e.Name[len(e.Name)-4:], ".pkl") {
 			pkls = append(pkls, e)
 		}
 	}
-	sort.SliceStable(pkls, func(i, j int) bool { return pkls[i].Name == prefix+"data.pkl" && pkls[j].Name != prefix+"data.pkl" })
-	if len(pkls) == 0 || pkls[0].Name != prefix+"data.pkl" {
-		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("no %sdata.pkl record: torch.load cannot read the archive", prefix)))
+	isData := func(e zipEntry) bool { return strings.EqualFold(e.Name, prefix+"data.pkl") }
+	sort.SliceStable(pkls, func(i, j int) bool { return isData(pkls[i]) && !isData(pkls[j]) })
+	if len(pkls) == 0 || !isData(pkls[0]) {
+		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("no %sdata.pkl record (in any case): torch.load cannot read the archive", prefix)))
 	}
 	for _, e := range pkls {
 		ps := PickleScan{File: file, Where: joinWhere(where, e.Name), Base: at(e.DataOff)}
@@ -456,9 +485,12 @@ func (s *scanner) zipArchive(file string, data zipSource, base int64, where stri
 			}
 		case zipMethodFlate:
 			ps.Inflated = true
-			raw, err = torchzip.Inflate(raw, e.Size, maxPickleRecord)
-			if err != nil {
-				s.problem(file, at(e.DataOff), statedict.ErrCorrupt, "%s: %v", ps.Where, err)
+			if raw, err = inflateRecord(raw, e.Size); err != nil {
+				if errors.Is(err, errBeyondLimits) {
+					s.beyondLimits(file, at(e.DataOff), ps.Where, err.Error())
+				} else {
+					s.problem(file, at(e.DataOff), statedict.ErrCorrupt, "%s: %v", ps.Where, err)
+				}
 				continue
 			}
 		default:

@@ -1,6 +1,8 @@
 package optimizerstate
 
 import (
+	"strconv"
+
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -15,43 +17,73 @@ type Options struct {
 	KeepCUDARNG bool
 }
 
-// Decisions is what a conversion must do with a tree's training state.
+// Decisions is what a tree's training state is and what a conversion must do with it.
 type Decisions struct {
 	// Found are the tree's optimizer states mapped onto their models (see Find).
 	Found []*Found
+	// States gives each per-parameter state tensor of a parsed optimizer state: which
+	// optimizer, which parameter, which key.
+	States map[*statedict.Tensor]State
 	// RNG are the tree's RNG states (see FindRNG).
 	RNG RNG
+	// Models are the tree's model state dicts: dicts of parameter names to tensors outside
+	// any optimizer state (whose per-parameter dicts look alike).
+	Models map[*statedict.Dict]bool
+	// Schedulers and Scalers are the LR scheduler and GradScaler state dicts, with where
+	// they are.
+	Schedulers, Scalers []Located
 	// Policies decide each training-state tensor: optimizer tensors are never cast by the
 	// weights' dtype (moments take MomentDType when set), step counters keep their device,
 	// RNG states stay on the CPU.
 	Policies statedict.Policies
-	// Drop lists the flattened names of entries to leave out (the CUDA RNG states, unless
-	// kept), each with the reason.
+	// Drop lists, by flattened name, the entries to leave out (the CUDA RNG states, unless
+	// kept), each with the reason: an entry is a position in the tree, whatever its value
+	// (a tensor, or a list of one per device).
 	Drop map[string]string
 	// OnCPU lists, by flattened name, the RNG states kept as CPU tensors.
 	OnCPU map[string]bool
 }
 
+// State locates a per-parameter optimizer state tensor.
+type State struct {
+	Found *Found
+	// Param is the parameter's index in Found.Optimizer.Params; Key its state key
+	// ("exp_avg", "step", …).
+	Param int
+	Key   string
+}
+
+// Located is a dict of the tree and its flattened name.
+type Located struct {
+	Path string
+	Dict *statedict.Dict
+	// Kind names a scheduler's class (SchedulerKind); "" for others.
+	Kind string
+}
+
 // Decide finds the training state of root — optimizer states, with the model each maps
-// onto, and RNG states — and decides how a conversion treats each of its tensors. The
-// decisions follow from the structure Find and FindRNG recognize, not from tensor names: a
-// model weight called "….step" is a weight.
+// onto, schedulers, scalers and RNG states — and decides how a conversion treats each of
+// its tensors. The decisions follow from the structure Find and FindRNG recognize, not
+// from tensor names: a model weight called "….step" is a weight. It is the one place a
+// conversion learns what its training state is.
 func Decide(root statedict.Value, opts Options) (*Decisions, error) {
 	found, err := Find(root, opts.Names)
 	if err != nil {
 		return nil, err
 	}
-	d := &Decisions{Found: found, RNG: FindRNG(root), Policies: statedict.Policies{}, Drop: map[string]string{}, OnCPU: map[string]bool{}}
+	d := &Decisions{Found: found, States: map[*statedict.Tensor]State{}, RNG: FindRNG(root), Models: map[*statedict.Dict]bool{},
+		Policies: statedict.Policies{}, Drop: map[string]string{}, OnCPU: map[string]bool{}}
+	inOptimizer := map[*statedict.Dict]bool{}
 	for _, f := range found {
-		moments := map[*statedict.Tensor]bool{}
+		markDicts(f.Dict, inOptimizer)
 		if f.Optimizer != nil {
-			for _, p := range f.Optimizer.Params {
+			for i, p := range f.Optimizer.Params {
 				if p.State == nil {
 					continue
 				}
 				for _, e := range p.State.Entries() {
-					if t, ok := e.Value.(*statedict.Tensor); ok && e.Key != "step" {
-						moments[t] = true
+					if t, ok := e.Value.(*statedict.Tensor); ok {
+						d.States[t] = State{Found: f, Param: i, Key: statedict.KeyString(e.Key)}
 					}
 				}
 			}
@@ -62,8 +94,9 @@ func Decide(root statedict.Value, opts Options) (*Decisions, error) {
 				return nil
 			}
 			pol := statedict.Policy{NoCast: true, Why: "optimizer state"}
+			s, isState := d.States[t]
 			switch {
-			case moments[t]:
+			case isState && s.Key != "step":
 				pol.Why = "optimizer moment"
 				if opts.MomentDType != statedict.Invalid {
 					pol.NoCast, pol.DType = false, opts.MomentDType
@@ -75,6 +108,7 @@ func Decide(root statedict.Value, opts Options) (*Decisions, error) {
 			return nil
 		})
 	}
+	d.findDicts(root, "", inOptimizer, map[*statedict.Dict]bool{})
 	for _, n := range d.RNG.CPU {
 		d.OnCPU[n] = true
 	}
@@ -96,6 +130,60 @@ func Decide(root statedict.Value, opts Options) (*Decisions, error) {
 	return d, nil
 }
 
+// findDicts records the model state dicts, schedulers and scalers of v (named path),
+// outside the optimizer states' dicts.
+func (d *Decisions) findDicts(v statedict.Value, path string, inOptimizer, seen map[*statedict.Dict]bool) {
+	switch c := v.(type) {
+	case *statedict.Dict:
+		if inOptimizer[c] || seen[c] {
+			return
+		}
+		seen[c] = true
+		if IsModelStateDict(c) {
+			d.Models[c] = true
+			return
+		}
+		if kind, ok := SchedulerKind(c); ok {
+			d.Schedulers = append(d.Schedulers, Located{Path: path, Dict: c, Kind: kind})
+		} else if IsGradScalerState(c) {
+			d.Scalers = append(d.Scalers, Located{Path: path, Dict: c})
+		}
+		for _, e := range c.Entries() {
+			d.findDicts(e.Value, statedict.JoinName(path, statedict.KeyString(e.Key)), inOptimizer, seen)
+		}
+	case *statedict.List:
+		for i, it := range c.Items {
+			d.findDicts(it, statedict.JoinName(path, itoa(i)), inOptimizer, seen)
+		}
+	case statedict.Tuple:
+		for i, it := range c {
+			d.findDicts(it, statedict.JoinName(path, itoa(i)), inOptimizer, seen)
+		}
+	}
+}
+
+// markDicts records every dict in v.
+func markDicts(v statedict.Value, seen map[*statedict.Dict]bool) {
+	switch x := v.(type) {
+	case *statedict.Dict:
+		if seen[x] {
+			return
+		}
+		seen[x] = true
+		for _, e := range x.Entries() {
+			markDicts(e.Value, seen)
+		}
+	case *statedict.List:
+		for _, it := range x.Items {
+			markDicts(it, seen)
+		}
+	case statedict.Tuple:
+		for _, it := range x {
+			markDicts(it, seen)
+		}
+	}
+}
+
 // lastKey is the last component of a flattened name.
 func lastKey(name string) string {
 	for i := len(name) - 1; i >= 0; i-- {
@@ -105,3 +193,5 @@ func lastKey(name string) string {
 	}
 	return name
 }
+
+func itoa(i int) string { return strconv.Itoa(i) }

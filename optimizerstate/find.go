@@ -2,12 +2,13 @@ package optimizerstate
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -154,6 +155,9 @@ func (f *Found) pair(cands []located, names []string) {
 	}
 }
 
+// maxNamesFile bounds a names file: a line per parameter.
+const maxNamesFile = 64 << 20
+
 // ReadNames reads a names file: one model state-dict key per line, in optimizer id order
 // (group by group, as the groups list them); blank lines and lines starting with # are
 // ignored. In Python:
@@ -161,13 +165,13 @@ func (f *Found) pair(cands []located, names []string) {
 //	names = {p: n for n, p in model.named_parameters()}
 //	print("\n".join(names[p] for g in optimizer.param_groups for p in g["params"]))
 func ReadNames(path string) ([]string, error) {
-	f, err := os.Open(path)
+	b, err := regular.ReadFile(path, maxNamesFile)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	names := []string{}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, maxNamesFile)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if line != "" && !strings.HasPrefix(line, "#") {

@@ -9,8 +9,10 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/plan"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -65,11 +67,14 @@ func TestResumeInTorch(t *testing.T) {
 	}
 	var jobs []resumeJob
 	for _, c := range cases {
-		loc, _ := remap.ParseMapLocation(remap.TPU)
-		opts := convert.Options{Src: filepath.Join("..", data, c.src), Dst: filepath.Join(host, c.name+".pt"), Format: convert.Torch,
-			Remap: remap.Options{Place: loc, StripWrappers: true, PlainData: true, KeepCUDARNG: c.keepCUDARNG}}
+		target, err := runtime.NewTarget(runtime.Spec{Device: runtime.TPU})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := convert.Options{Src: filepath.Join("..", data, c.src), Dst: filepath.Join(host, c.name+".pt"), Format: formats.TorchFile, Target: target,
+			Plan: plan.Options{StripWrappers: true, PlainData: true, KeepCUDARNG: c.keepCUDARNG}}
 		if c.dtype != "keep" {
-			opts.Remap.DType, _ = statedict.ParseDType(c.dtype)
+			opts.Plan.DType, _ = statedict.ParseDType(c.dtype)
 		}
 		sum, err := convert.Run(t.Context(), opts)
 		if err != nil {

@@ -52,7 +52,10 @@ type Report struct {
 //
 // Without a mapping (f.Err, or no model) the ids are kept, and a conversion that dropped
 // or renamed model parameters is refused: the optimizer state could not follow.
-func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) (*Report, error) {
+//
+// It returns, for a mapped optimizer, each per-parameter state tensor of the rewritten
+// out with its parameter, in state order.
+func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) (*Report, []Follows, error) {
 	o := f.Optimizer
 	rep := &Report{Path: f.Path, Kind: o.Kind, Form: o.Form, Model: f.ModelPath}
 	n := len(o.Params)
@@ -60,6 +63,7 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 	ids := make([]statedict.Value, n)
 	names := make([]string, n)
 	locs := make([]string, n)
+	params := make([]string, n) // the output name of each parameter's model entry
 	if f.Mapping != nil {
 		rep.MappedBy = f.Mapping.By
 	} else {
@@ -67,7 +71,7 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 			rep.Unmapped = f.Err.Error()
 		}
 		if changed := changedEntries(f.Model, fate); changed != "" {
-			return nil, fmt.Errorf("%s: model entry %s, but the optimizer state cannot follow: %v", f.Path, changed, unmappedWhy(f))
+			return nil, nil, fmt.Errorf("%s: model entry %s, but the optimizer state cannot follow: %v", f.Path, changed, unmappedWhy(f))
 		}
 	}
 	next := int64(0)
@@ -81,7 +85,7 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 				ft, ok := fate(key)
 				known = known || ok
 				if ok && !ft.Dropped {
-					kept[i], locs[i] = true, ft.Location
+					kept[i], locs[i], params[i] = true, ft.Location, ft.Name
 					if ft.Name != key && p.Name != "" {
 						names[i] = renamed(p.Name, key, ft.Name)
 					}
@@ -94,7 +98,7 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 			if !known {
 				// State is dropped only for parameters the conversion dropped, never because
 				// the mapping and the conversion disagree about the model.
-				return nil, fmt.Errorf("%s: optimizer parameter %s maps to model entry %q of %q, which the conversion does not know", f.Path, p.IDString(), mp.Name, f.ModelPath)
+				return nil, nil, fmt.Errorf("%s: optimizer parameter %s maps to model entry %q of %q, which the conversion does not know", f.Path, p.IDString(), mp.Name, f.ModelPath)
 			}
 		}
 		if !kept[i] {
@@ -117,10 +121,11 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 	for i, p := range o.Params {
 		index[p.IDString()] = i
 	}
+	var follows []Follows
 	if sv, ok := out.Get("state"); ok {
 		st, ok := sv.(*statedict.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%s: state is a %T", f.Path, sv)
+			return nil, nil, fmt.Errorf("%s: state is a %T", f.Path, sv)
 		}
 		ns := statedict.NewDict(st.Class)
 		ns.Attrs = st.Attrs
@@ -135,7 +140,15 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 				if k, isStr := e.Key.(string); isStr && o.Form == ByIndex && k == key {
 					rep.Renumbered = true
 				}
-				ns.Set(ids[i], relocate(e.Value, locs[i], "", moved))
+				nv := relocate(e.Value, locs[i], "", moved)
+				ns.Set(ids[i], nv)
+				if pd, ok := nv.(*statedict.Dict); ok && params[i] != "" {
+					for _, pe := range pd.Entries() {
+						if t, ok := pe.Value.(*statedict.Tensor); ok {
+							follows = append(follows, Follows{Tensor: t, Param: params[i], Shape: f.Mapping.Params[i].Tensor.Shape, Key: statedict.KeyString(pe.Key)})
+						}
+					}
+				}
 			}
 		}
 		out.Set("state", ns)
@@ -143,13 +156,13 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 	gv, _ := out.Get("param_groups")
 	groups, ok := gv.(*statedict.List)
 	if !ok || len(groups.Items) != len(o.Groups) {
-		return nil, fmt.Errorf("%s: param_groups changed during conversion (were entries inside the optimizer state dropped?)", f.Path)
+		return nil, nil, fmt.Errorf("%s: param_groups changed during conversion (were entries inside the optimizer state dropped?)", f.Path)
 	}
 	ng := &statedict.List{}
 	for gi, g := range o.Groups {
 		od, ok := groups.Items[gi].(*statedict.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%s: param_groups.%d is a %T", f.Path, gi, groups.Items[gi])
+			return nil, nil, fmt.Errorf("%s: param_groups.%d is a %T", f.Path, gi, groups.Items[gi])
 		}
 		params, pnames := &statedict.List{}, &statedict.List{}
 		for _, i := range g.Params {
@@ -173,7 +186,16 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 		ng.Items = append(ng.Items, nd)
 	}
 	out.Set("param_groups", ng)
-	return rep, nil
+	return rep, follows, nil
+}
+
+// Follows ties a rewritten optimizer state tensor to its parameter: the output name and the
+// shape of the parameter's model entry, and the tensor's state key ("exp_avg", "step", …).
+type Follows struct {
+	Tensor *statedict.Tensor
+	Param  string
+	Shape  []int64
+	Key    string
 }
 
 // renamed applies a model entry's rename (from → to) to a name saved with the optimizer:

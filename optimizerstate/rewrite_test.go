@@ -6,8 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -30,16 +33,32 @@ func stateKeys(t *testing.T, o statedict.Value) []statedict.Value {
 	return out
 }
 
+// convertTree plans the conversion of root with o, storages tagged by the map_location
+// mapLoc ("": kept), and returns the planned output tree and report.
+func convertTree(root statedict.Value, mapLoc string, o plan.Options) (statedict.Value, *plan.Report, error) {
+	var t *runtime.Target
+	if mapLoc != "" {
+		var err error
+		if t, err = runtime.NewTarget(runtime.Spec{MapLocation: mapLoc}); err != nil {
+			return nil, nil, err
+		}
+	}
+	o.Layout = formats.TorchFile
+	p, err := plan.Make(&statedict.Checkpoint{Path: "test", Root: root}, o, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.Output.Root, p.Report, nil
+}
+
 // TestRewriteFollowsModel converts real and synthetic training checkpoints with drops,
 // renames, device tables and dtypes, and checks the optimizer state follows its model.
 func TestRewriteFollowsModel(t *testing.T) {
-	tpu, _ := remap.ParseMapLocation("tpu")
-	table, _ := remap.ParseMapLocation("cuda:1=tpu")
 	llama := open(t, "llama_cuda.pt").Root
 	dcpRoot := open(t, "dcp").Root
 
 	t.Run("dropped parameters leave state and groups, ids renumbered", func(t *testing.T) {
-		out, rep, err := remap.Apply(llama, remap.Options{Place: tpu, Drop: []*regexp.Regexp{regexp.MustCompile(`^model\.model\.layers\.1\.`)}})
+		out, rep, err := convertTree(llama, "tpu", plan.Options{Drop: []*regexp.Regexp{regexp.MustCompile(`^model\.model\.layers\.1\.`)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +84,7 @@ func TestRewriteFollowsModel(t *testing.T) {
 	})
 
 	t.Run("a dropped tied alias keeps the parameter", func(t *testing.T) {
-		out, rep, err := remap.Apply(llama, remap.Options{Drop: []*regexp.Regexp{regexp.MustCompile(`^model\.lm_head\.weight$`)}})
+		out, rep, err := convertTree(llama, "", plan.Options{Drop: []*regexp.Regexp{regexp.MustCompile(`^model\.lm_head\.weight$`)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +97,7 @@ func TestRewriteFollowsModel(t *testing.T) {
 	})
 
 	t.Run("renames follow into FQN keys and params", func(t *testing.T) {
-		out, rep, err := remap.Apply(dcpRoot, remap.Options{Renames: []remap.Rename{{Pattern: regexp.MustCompile(`^fc1\.`), Repl: "dense1."}}})
+		out, rep, err := convertTree(dcpRoot, "", plan.Options{Renames: []remap.Rename{{Pattern: regexp.MustCompile(`^fc1\.`), Repl: "dense1."}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +119,7 @@ func TestRewriteFollowsModel(t *testing.T) {
 		st := dict("step", tensorAt("cpu"), "exp_avg", tensorAt("cpu", 4), "exp_avg_sq", tensorAt("cpu", 4))
 		root := dict("model", dict("w", tensorAt("cuda:1", 4)),
 			"optimizer", dict("state", dict(int64(0), st), "param_groups", list(dict("betas", statedict.Tuple{0.9, 0.99}, "amsgrad", false, "params", list(int64(0))))))
-		out, _, err := remap.Apply(root, remap.Options{Place: table})
+		out, _, err := convertTree(root, "cuda:1=tpu", plan.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +136,7 @@ func TestRewriteFollowsModel(t *testing.T) {
 			optimDType statedict.DType
 			want       statedict.DType
 		}{{statedict.Invalid, statedict.Float32}, {statedict.BFloat16, statedict.BFloat16}} {
-			out, _, err := remap.Apply(llama, remap.Options{DType: statedict.BFloat16, OptimizerDType: c.optimDType})
+			out, _, err := convertTree(llama, "", plan.Options{DType: statedict.BFloat16, OptimizerDType: c.optimDType})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +156,7 @@ func TestRewriteFollowsModel(t *testing.T) {
 	t.Run("digit-string ids become ints again", func(t *testing.T) {
 		o := optim([][]statedict.Value{ids(0, 1)}, nil)
 		o.Set("state", dict("0", adamState(4), "1", adamState(3)))
-		out, rep, err := remap.Apply(dict("model", dict("a", tensor(4), "b", tensor(3)), "optimizer", o), remap.Options{})
+		out, rep, err := convertTree(dict("model", dict("a", tensor(4), "b", tensor(3)), "optimizer", o), "", plan.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,22 +168,22 @@ func TestRewriteFollowsModel(t *testing.T) {
 	t.Run("a drop the optimizer cannot follow is refused", func(t *testing.T) {
 		root := dict("model", dict("a", tensor(4), "b", tensor(4), "c", tensor(4)),
 			"optimizer", optim([][]statedict.Value{ids(0, 1)}, shapes(s(4), s(4))))
-		_, _, err := remap.Apply(root, remap.Options{Drop: []*regexp.Regexp{regexp.MustCompile(`^model\.b$`)}})
+		_, _, err := convertTree(root, "", plan.Options{Drop: []*regexp.Regexp{regexp.MustCompile(`^model\.b$`)}})
 		if err == nil || !strings.Contains(err.Error(), `"b" was dropped, but the optimizer state cannot follow`) || !strings.Contains(err.Error(), "could be") {
 			t.Errorf("error %v", err)
 		}
 		// Without drops or renames the conversion goes on, with a warning.
-		_, rep, err := remap.Apply(root, remap.Options{})
+		_, rep, err := convertTree(root, "", plan.Options{})
 		if err != nil || len(rep.Warnings) != 1 || rep.Optimizers[0].Unmapped == "" {
 			t.Errorf("error %v, warnings %v", err, rep.Warnings)
 		}
 		// A names file settles it; one for a path without an optimizer state is an error.
-		_, rep, err = remap.Apply(root, remap.Options{Drop: []*regexp.Regexp{regexp.MustCompile(`^model\.b$`)},
+		_, rep, err = convertTree(root, "", plan.Options{Drop: []*regexp.Regexp{regexp.MustCompile(`^model\.b$`)},
 			OptimizerNames: map[string][]string{"": {"a", "b"}}})
 		if err != nil || !slices.Equal(rep.Optimizers[0].Dropped, []string{"1"}) {
 			t.Errorf("error %v, report %+v", err, rep.Optimizers)
 		}
-		_, _, err = remap.Apply(root, remap.Options{OptimizerNames: map[string][]string{"optim": {"a", "b"}}})
+		_, _, err = convertTree(root, "", plan.Options{OptimizerNames: map[string][]string{"optim": {"a", "b"}}})
 		if err == nil || !strings.Contains(err.Error(), `names file for "optim": no optimizer state there (optimizer states: "optimizer")`) {
 			t.Errorf("error %v", err)
 		}

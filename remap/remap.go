@@ -2,13 +2,11 @@ package remap
 
 import (
 	"fmt"
-	"github.com/ckpt-dev/ckpt/internal/plural"
 	"regexp"
 	"sort"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/codec"
-	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -32,27 +30,6 @@ func ParseRename(s string) (Rename, error) {
 	return Rename{re, repl}, nil
 }
 
-// Warning is one kind of problem a conversion worked around, said once however many
-// values it concerns.
-type Warning struct {
-	// Kind names the problem for programs ("cuda_rng_dropped", "values_not_written", …).
-	Kind string `json:"kind"`
-	// Message says it in one line, with the count and the first few items.
-	Message string `json:"message"`
-	// Items lists every value or file concerned, by flattened name.
-	Items []string `json:"items,omitempty"`
-	// Dropped is set when data of the source is not in the output.
-	Dropped bool `json:"dropped,omitempty"`
-}
-
-// Summarize lists up to four items and how many more there are.
-func Summarize(items []string) string {
-	if len(items) > 4 {
-		return strings.Join(items[:4], ", ") + fmt.Sprintf(" and %d more", len(items)-4)
-	}
-	return strings.Join(items, ", ")
-}
-
 // OptionError is an error in one of the remapping rules. Option names the rule as the
 // command line does (map-location, rename, select), so a front end can point at its flag;
 // the message itself speaks of the checkpoint.
@@ -71,13 +48,15 @@ func optionError(option string, err error) error { return &OptionError{option, e
 
 // Options are the remapping rules. The zero value changes nothing.
 type Options struct {
-	// Place decides the device tag of every storage; nil keeps the tags.
-	Place Placement
-	// DType, when valid, is the dtype floating-point weights are cast to (float16, bfloat16,
-	// float32, float64 sources only; integer, bool, fp8/fp4 and optimizer state untouched).
+	// DType, when valid, is the dtype floating-point tensors are cast to (float16,
+	// bfloat16, float32, float64 sources only; integer, bool and fp8/fp4 codes untouched)
+	// unless their policy says otherwise.
 	DType statedict.DType
+	// Device maps the device tag a storage was saved with to the tag written; nil keeps
+	// the tags. A policy's Host or KeepDevice overrides it.
+	Device func(saved string) string
 	// StripWrappers removes the DDP "module." and torch.compile "_orig_mod." prefixes when
-	// every name of a state dict carries them.
+	// every name of a model state dict carries them.
 	StripWrappers bool
 	// Renames are applied in order to each tensor name of the model state dicts.
 	Renames []Rename
@@ -85,23 +64,9 @@ type Options struct {
 	Select string
 	// Drop removes every entry whose flattened name matches one of these.
 	Drop []*regexp.Regexp
-	// PlainData turns values torch.load(weights_only=True) refuses into the data they hold:
-	// numpy scalars into numbers, numpy arrays into tensors, pickled modules into their
-	// state_dict, containers of data (argparse.Namespace, AttributeDict, DictConfig,
-	// dataclasses: statedict.Object.Data) into dicts and lists.
-	PlainData bool
-	// OptimizerDType, when valid, is the dtype optimizer moments (per-parameter state
-	// except step) are cast to; by default they keep theirs whatever DType does to weights.
-	OptimizerDType statedict.DType
-	// KeepCUDARNG keeps CUDA RNG states, as CPU byte tensors, instead of dropping them.
-	KeepCUDARNG bool
-	// OptimizerNames lists the model entry names of an optimizer's parameters in id order,
-	// by optimizer state path ("" for the only one), for ids shapes cannot map.
-	OptimizerNames map[string][]string
-	// Policies are decisions about particular tensors made by the packages that know what
-	// they are (quant: the codes and scales of quantized layers passed through are not
-	// cast). The training state's own decisions come from optimizerstate.Decide.
-	Policies statedict.Policies
+	// Decisions are what the tree's values are and what happens to them, decided by the
+	// plan; nil decides nothing (every tensor is cast and placed, no dict is a model's).
+	Decisions Decisions
 	// Consume lets Apply remap the tensors and storages of root in place instead of
 	// copying them (a cast still makes a storage of its own): for a caller that gives
 	// root up, so that a checkpoint of many small tensors is not held twice while it is
@@ -109,75 +74,96 @@ type Options struct {
 	Consume bool
 }
 
-// Report says what a remap did, for the user and the manifest.
-type Report struct {
-	// Stripped lists wrapper prefixes removed, e.g. "module." (in model.*).
-	Stripped []string `json:"stripped,omitempty"`
-	// Renamed counts tensor names changed by --rename rules.
-	Renamed int `json:"renamed"`
-	// Dropped lists the flattened names removed by --drop.
-	Dropped []string `json:"dropped,omitempty"`
-	// Cast counts tensors whose dtype changed.
-	Cast int `json:"cast"`
-	// Converted lists values turned into plain data (PlainData).
-	Converted []string `json:"converted,omitempty"`
-	// Locations maps each saved tag seen to the tag written.
-	Locations map[string]string `json:"locations"`
-	// Optimizers says how each optimizer state was made to follow its model.
-	Optimizers []*optimizerstate.Report `json:"optimizers,omitempty"`
-	// RNG lists the RNG states written as CPU tensors; DroppedRNG the CUDA ones dropped.
-	RNG []string `json:"rng,omitempty"`
-	// HostData lists the tensors made from numpy arrays (PlainData): host data, never on a
-	// device in the source, so they stay tagged "cpu" (numpy's RNG state must, for
-	// np.random.set_state to take it back).
-	HostData   []string `json:"host_data,omitempty"`
-	DroppedRNG []string `json:"dropped_rng,omitempty"`
-	// Repaired lists scheduler values restored after a DCP round trip (MultiStepLR
-	// milestones).
-	Repaired []string `json:"repaired,omitempty"`
-	// Warnings are problems the remap worked around, one per kind.
-	Warnings []Warning `json:"warnings,omitempty"`
+// Decisions are the decisions about the values of a tree that Apply applies.
+type Decisions interface {
+	// Policy is how the value v, found at the flattened name, is treated: a tensor's cast,
+	// device and drop; a container's drop.
+	Policy(name string, v statedict.Value) statedict.Policy
+	// Model reports whether d is a model state dict, whose keys are parameter names: the
+	// conversion's renames and wrapper stripping apply to them.
+	Model(d *statedict.Dict) bool
 }
 
-// Apply remaps root. The source tree is not modified: containers, tensors and storages that
-// change are copied (shallowly; tensor bytes are never read here).
-func Apply(root statedict.Value, opts Options) (statedict.Value, *Report, error) {
+// Report says what a remap did.
+type Report struct {
+	// Stripped lists wrapper prefixes removed, e.g. "module." (in model.*).
+	Stripped []string
+	// Renamed counts tensor names changed by the rename rules.
+	Renamed int
+	// Dropped lists the flattened names removed by Options.Drop; PolicyDropped those a
+	// policy dropped.
+	Dropped, PolicyDropped []string
+	// Cast counts tensors whose dtype changed.
+	Cast int
+	// Locations maps each saved tag seen to the tag written.
+	Locations map[string]string
+	// Hosted lists the tensors whose storage a policy kept on the CPU, by flattened name,
+	// the first of each storage.
+	Hosted []string
+}
+
+// Trace is where each value of the source went: what a caller needs to make the rest of
+// the tree follow (an optimizer state following its renamed model).
+type Trace struct {
+	// Dicts lists every dict occurrence the walk rebuilt, in walk order.
+	Dicts []DictTrace
+	// Tensors maps each source tensor to its remapped tensor; nil when Apply consumed the
+	// source (Options.Consume), where every tensor is its own remapped tensor.
+	Tensors map[*statedict.Tensor]*statedict.Tensor
+}
+
+// DictTrace is one source dict, where it was found, and its rebuilt copy.
+type DictTrace struct {
+	Name     string
+	Src, Out *statedict.Dict
+	// Keys are the output keys of Src's entries, in order (whether Out holds them or they
+	// were dropped), for a model state dict whose names changed; nil when its keys are
+	// Src's.
+	Keys []statedict.Value
+}
+
+// noDecisions decides nothing.
+type noDecisions struct{}
+
+func (noDecisions) Policy(string, statedict.Value) statedict.Policy { return statedict.Policy{} }
+func (noDecisions) Model(*statedict.Dict) bool                      { return false }
+
+// Apply remaps root. The source tree is not modified (unless Options.Consume): containers,
+// tensors and storages that change are copied (shallowly; tensor bytes are never read
+// here).
+func Apply(root statedict.Value, opts Options) (statedict.Value, *Report, *Trace, error) {
 	rep := &Report{Locations: map[string]string{}}
 	if opts.Select != "" {
-		v, err := selectPath(root, opts.Select)
+		v, err := Select(root, opts.Select)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		root = v
 	}
-	r := &remapper{opts: opts, rep: rep, storages: map[*statedict.Storage]*statedict.Storage{},
-		tensors: map[*statedict.Tensor]*statedict.Tensor{}, hits: make([]int, len(opts.Renames)),
-		policies: statedict.Policies{}}
-	tr, err := newTraining(root, opts)
-	if err != nil {
-		return nil, nil, err
+	if opts.Decisions == nil {
+		opts.Decisions = noDecisions{}
 	}
-	r.training = tr
-	r.policies.Merge(tr.decisions.Policies)
-	r.policies.Merge(opts.Policies)
+	r := &remapper{opts: opts, rep: rep, storages: map[*statedict.Storage]*statedict.Storage{},
+		trace: &Trace{Tensors: map[*statedict.Tensor]*statedict.Tensor{}}, hits: make([]int, len(opts.Renames))}
 	out, err := r.value(root, "")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for i, n := range r.hits {
 		if n == 0 {
-			return nil, nil, optionError("rename", fmt.Errorf("%s=%s matched no tensor name", opts.Renames[i].Pattern, opts.Renames[i].Repl))
+			return nil, nil, nil, optionError("rename", fmt.Errorf("%s=%s matched no tensor name", opts.Renames[i].Pattern, opts.Renames[i].Repl))
 		}
 	}
-	if err := r.finishTraining(); err != nil {
-		return nil, nil, err
-	}
-	if n := len(rep.DroppedRNG); n > 0 {
-		rep.Warnings = append(rep.Warnings, Warning{Kind: "cuda_rng_dropped", Items: rep.DroppedRNG, Dropped: true,
-			Message: fmt.Sprintf("dropped %s (%s): they mean nothing on a TPU", plural.Of(n, "CUDA RNG state"), Summarize(rep.DroppedRNG))})
-	}
 	sort.Strings(rep.Stripped)
-	return out, rep, nil
+	if opts.Consume {
+		r.trace.Tensors = nil // the identity: not held through the conversion
+	}
+	return out, rep, r.trace, nil
+}
+
+// Select is the sub-tree of root at a dotted path of dict keys and list indices.
+func Select(root statedict.Value, path string) (statedict.Value, error) {
+	return selectPath(root, path)
 }
 
 // selectPath walks a dotted path of dict keys and list indices.
@@ -212,46 +198,39 @@ type remapper struct {
 	opts     Options
 	rep      *Report
 	storages map[*statedict.Storage]*statedict.Storage
-	tensors  map[*statedict.Tensor]*statedict.Tensor
+	trace    *Trace
 	hits     []int
-	training *training
-	// policies are the decisions about particular tensors (training state, quantized
-	// groups, host data made from numpy arrays).
-	policies statedict.Policies
 }
 
-func (r *remapper) dropped(name string) bool {
+// dropped reports (and records) whether the entry v at name is left out: by the drop
+// rules, or by its policy.
+func (r *remapper) dropped(name string, v statedict.Value) bool {
 	for _, re := range r.opts.Drop {
 		if re.MatchString(name) {
 			r.rep.Dropped = append(r.rep.Dropped, name)
 			return true
 		}
 	}
-	return r.dropsRNG(name)
+	if r.opts.Decisions.Policy(name, v).Drop {
+		r.rep.PolicyDropped = append(r.rep.PolicyDropped, name)
+		return true
+	}
+	return false
 }
 
 // value remaps v (named name).
 func (r *remapper) value(v statedict.Value, name string) (statedict.Value, error) {
-	if r.opts.PlainData {
-		pv, ok, err := r.plainValue(v, name)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			v = pv
-		}
-	}
 	switch c := v.(type) {
 	case *statedict.Dict:
 		out := statedict.NewDictSize(c.Class, c.Len())
 		out.Attrs = c.Attrs
-		names, err := r.names(c, name)
+		names, renamed, err := r.names(c, name, r.opts.Decisions.Model(c))
 		if err != nil {
 			return nil, err
 		}
 		for i, e := range c.Entries() {
 			full := statedict.JoinName(name, statedict.KeyString(e.Key))
-			if r.dropped(full) {
+			if r.dropped(full, e.Value) {
 				continue
 			}
 			nv, err := r.value(e.Value, full)
@@ -260,13 +239,17 @@ func (r *remapper) value(v statedict.Value, name string) (statedict.Value, error
 			}
 			out.Append(names[i], nv) // distinct: c's keys, or renamed ones names checked
 		}
-		r.noteDict(c, out, names, name)
+		dt := DictTrace{Name: name, Src: c, Out: out}
+		if renamed {
+			dt.Keys = names
+		}
+		r.trace.Dicts = append(r.trace.Dicts, dt)
 		return out, nil
 	case *statedict.List:
 		out := &statedict.List{}
 		for i, it := range c.Items {
 			full := statedict.JoinName(name, fmt.Sprint(i))
-			if r.dropped(full) {
+			if r.dropped(full, it) {
 				continue
 			}
 			nv, err := r.value(it, full)
@@ -292,19 +275,23 @@ func (r *remapper) value(v statedict.Value, name string) (statedict.Value, error
 	return v, nil
 }
 
+// maxName bounds a renamed tensor name: rules that double a name at each step grow it
+// exponentially.
+const maxName = 1 << 16
+
 // wrapperPrefixes are added by wrappers around a model: DDP/DataParallel and torch.compile.
 var wrapperPrefixes = []string{"module.", "_orig_mod."}
 
 // names returns the (possibly renamed) key of each entry of d. Only model state dicts are
 // renamed (not the per-parameter dicts inside an optimizer state); a rename that makes two
 // names collide is an error.
-func (r *remapper) names(d *statedict.Dict, where string) ([]statedict.Value, error) {
+func (r *remapper) names(d *statedict.Dict, where string, model bool) ([]statedict.Value, bool, error) {
 	out := make([]statedict.Value, d.Len())
 	for i, e := range d.Entries() {
 		out[i] = e.Key
 	}
-	if r.training.inOptimizer[d] || !optimizerstate.IsModelStateDict(d) {
-		return out, nil
+	if !model {
+		return out, false, nil
 	}
 	renamed := false
 	if r.opts.StripWrappers {
@@ -337,6 +324,9 @@ func (r *remapper) names(d *statedict.Dict, where string) ([]statedict.Value, er
 			s := k.(string)
 			if rule.Pattern.MatchString(s) {
 				ns := rule.Pattern.ReplaceAllString(s, rule.Repl)
+				if len(ns) > maxName {
+					return nil, false, optionError("rename", fmt.Errorf("%s=%s makes %q %d bytes long, more than the %d a name may have", rule.Pattern, rule.Repl, statedict.JoinName(where, s), len(ns), maxName))
+				}
 				r.hits[ri]++
 				if ns != s {
 					out[i] = ns
@@ -347,23 +337,23 @@ func (r *remapper) names(d *statedict.Dict, where string) ([]statedict.Value, er
 		}
 	}
 	if !renamed {
-		return out, nil // the keys of a dict: no two alike
+		return out, false, nil // the keys of a dict: no two alike
 	}
 	seen := make(map[string]string, len(out))
 	for i, k := range out {
 		s := k.(string)
 		orig := statedict.KeyString(d.Entries()[i].Key)
 		if prev, dup := seen[s]; dup {
-			return nil, fmt.Errorf("renaming maps both %q and %q to %q", statedict.JoinName(where, prev), statedict.JoinName(where, orig), statedict.JoinName(where, s))
+			return nil, false, fmt.Errorf("renaming maps both %q and %q to %q", statedict.JoinName(where, prev), statedict.JoinName(where, orig), statedict.JoinName(where, s))
 		}
 		seen[s] = orig
 	}
-	return out, nil
+	return out, true, nil
 }
 
 // tensor remaps one tensor's storage location and dtype, keeping shared storages shared.
 func (r *remapper) tensor(t *statedict.Tensor, name string) (*statedict.Tensor, error) {
-	if done, ok := r.tensors[t]; ok {
+	if done, ok := r.trace.Tensors[t]; ok {
 		return done, nil
 	}
 	nt := t
@@ -383,7 +373,7 @@ func (r *remapper) tensor(t *statedict.Tensor, name string) (*statedict.Tensor, 
 			r.rep.Cast++
 		}
 	}
-	r.tensors[t] = nt
+	r.trace.Tensors[t] = nt
 	return nt, nil
 }
 
@@ -406,19 +396,14 @@ func (r *remapper) storage(t *statedict.Tensor, name string) (*statedict.Storage
 		return done, nil
 	}
 	st := *src
-	pol := r.policies[t]
+	pol := r.opts.Decisions.Policy(name, t)
 	switch {
 	case pol.Host:
 		st.Location = "cpu"
-		if r.training.decisions.OnCPU[name] {
-			r.rep.RNG = append(r.rep.RNG, name)
-		}
-	case pol.KeepDevice || r.opts.Place == nil:
+		r.rep.Hosted = append(r.rep.Hosted, name)
+	case pol.KeepDevice || r.opts.Device == nil:
 	default:
-		to, err := r.opts.Place(name, t)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
+		to := r.opts.Device(src.Location)
 		r.rep.Locations[src.Location] = to
 		st.Location = to
 	}

@@ -124,10 +124,12 @@ func LookupGeneration(name string) (*Generation, error) {
 			return g, nil
 		}
 	}
-	return nil, fmt.Errorf("TPU generation %q: one of %s", name, generationNames())
+	return nil, fmt.Errorf("TPU generation %q: one of %s", name, GenerationNames())
 }
 
-func generationNames() string {
+// GenerationNames lists the generations with their aliases, oldest first, for messages:
+// "v4, v5e (v5litepod), …".
+func GenerationNames() string {
 	var s []string
 	for _, g := range generations {
 		n := g.Name

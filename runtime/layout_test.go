@@ -51,8 +51,7 @@ func TestHostRanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mesh, _ := ParseMesh("fsdp=16")
-	tgt, err := NewTarget("tpu", nil, v5p, mesh, nil)
+	tgt, err := NewTarget(Spec{Topology: "v5p-32", Mesh: "fsdp=16"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +68,7 @@ func TestHostRanks(t *testing.T) {
 	if got, err := tgt.HostRanks(1, 2); err != nil || !slices.Equal(got, []int{8, 9, 10, 11, 12, 13, 14, 15}) {
 		t.Errorf("host 1 of 2: %v, %v", got, err)
 	}
-	cpuMesh, _ := ParseMesh("tp=2,fsdp=3")
-	cpu, err := NewTarget("cpu", nil, nil, cpuMesh, nil)
+	cpu, err := NewTarget(Spec{Device: "cpu", Mesh: "tp=2,fsdp=3"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/internal/regular"
 )
 
 // AxisKind is what a mesh axis is for; it decides the built-in placements along it. Mesh
@@ -151,17 +151,9 @@ const maxPlanFile = 1 << 20
 
 // LoadPlan reads a JSON plan file (see ParsePlan).
 func LoadPlan(path string) (*Plan, error) {
-	f, err := os.Open(path)
+	b, err := regular.ReadFile(path, maxPlanFile)
 	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxPlanFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("plan file %s: %w", path, err)
-	}
-	if len(b) > maxPlanFile {
-		return nil, fmt.Errorf("plan file %s: larger than %d bytes", path, maxPlanFile)
+		return nil, fmt.Errorf("plan file: %w", err)
 	}
 	p, err := ParsePlan(b)
 	if err != nil {
@@ -178,31 +170,75 @@ func LoadPlan(path string) (*Plan, error) {
 // are errors.
 func ParsePlan(b []byte) (*Plan, error) {
 	var pf planFile
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&pf); err != nil {
+	if err := decodeStrict(b, &pf); err != nil {
 		return nil, err
 	}
-	if dec.More() {
-		return nil, errors.New("trailing data after the JSON object")
+	if err := checkRules(pf.Rules); err != nil {
+		return nil, err
 	}
-	for i := range pf.Rules {
-		r := &pf.Rules[i]
+	return &Plan{Rules: pf.Rules}, nil
+}
+
+// MarshalJSON writes the plan as a record keeps it: the file it was read from and its
+// rules.
+func (p *Plan) MarshalJSON() ([]byte, error) {
+	return json.Marshal(planRecord{Path: p.Path, Rules: p.Rules})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, checking the rules as ParsePlan does.
+func (p *Plan) UnmarshalJSON(b []byte) error {
+	if len(b) > maxPlanFile {
+		return fmt.Errorf("plan: larger than %d bytes", maxPlanFile)
+	}
+	var r planRecord
+	if err := decodeStrict(b, &r); err != nil {
+		return fmt.Errorf("plan: %w", err)
+	}
+	if err := checkRules(r.Rules); err != nil {
+		return fmt.Errorf("plan: %w", err)
+	}
+	*p = Plan{Path: r.Path, Rules: r.Rules}
+	return nil
+}
+
+type planRecord struct {
+	Path  string     `json:"path,omitempty"`
+	Rules []FileRule `json:"rules"`
+}
+
+// decodeStrict decodes one JSON value of b into v, refusing unknown fields and trailing
+// data.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+// checkRules compiles each rule's pattern and checks its placements name mesh axes.
+func checkRules(rules []FileRule) error {
+	for i := range rules {
+		r := &rules[i]
 		re, err := regexp.Compile(r.Match)
 		if err != nil {
-			return nil, fmt.Errorf("rule %d: %w", i, err)
+			return fmt.Errorf("rule %d: %w", i, err)
 		}
 		if len(r.Placements) == 0 {
-			return nil, fmt.Errorf("rule %d (%q): no placements", i, r.Match)
+			return fmt.Errorf("rule %d (%q): no placements", i, r.Match)
 		}
 		for axis := range r.Placements {
 			if !axisName.MatchString(axis) {
-				return nil, fmt.Errorf("rule %d (%q): %q is not a mesh axis name", i, r.Match, axis)
+				return fmt.Errorf("rule %d (%q): %q is not a mesh axis name", i, r.Match, axis)
 			}
 		}
 		r.re = re
 	}
-	return &Plan{Rules: pf.Rules}, nil
+	return nil
 }
 
 // Check reports mesh axes the plan cannot place: axes of no known kind that no plan-file

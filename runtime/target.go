@@ -1,18 +1,23 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// Target is what a conversion writes for, as one value: the device tag storages get, and
-// optionally the TPU generation (what its matrix units run natively), the slice, and the
-// mesh and plan that shard every tensor across its devices.
+// Target is what a conversion writes for, as one value: the device tag storages get (or
+// the map_location that decides it), and optionally the TPU generation (what its matrix
+// units run natively), the slice, and the mesh and plan that shard every tensor across its
+// devices. Build it with NewTarget, from a Spec; Spec gives it back.
 type Target struct {
 	// Device is the tag written on device-bound storages: "tpu" (TorchTPU's process-local
 	// device) or "cpu".
 	Device string
+	// MapLocation, when set, decides every storage's tag in Device's place, from the tag
+	// it was saved with (torch.load's map_location).
+	MapLocation *MapLocation
 	// Generation decides what runs natively; with a Topology it is the topology's.
 	Generation *Generation
 	// Topology is the slice; nil when the conversion is not for a particular one.
@@ -23,32 +28,117 @@ type Target struct {
 	Plan *Plan
 }
 
-// NewTarget checks and assembles a target. gen may be nil (taken from topology); a mesh
-// needs a topology whose devices it covers, or, with no topology, stands for that many
-// processes of the device type (CPU ranks under gloo, for instance).
-func NewTarget(device string, gen *Generation, topology *Topology, mesh *Mesh, plan *Plan) (*Target, error) {
-	if device != "tpu" && device != "cpu" {
-		return nil, fmt.Errorf("target device %q: tpu or cpu", device)
+// Spec is a target as people and records name it: the device, the generation, the slice's
+// topology, the mesh, the plan's rules and the map_location, each as text (or, for the
+// plan, as the rules of a plan file). Empty fields are unset. It is what `ckpt convert`'s
+// flags say and what a conversion's manifest records.
+type Spec struct {
+	// Device is "tpu" or "cpu"; empty means "tpu".
+	Device string `json:"device"`
+	// Generation names a TPU generation (v5e, v5p, v6e, tpu7x, …); with a Topology it must
+	// be the topology's (or empty).
+	Generation string `json:"generation,omitempty"`
+	// Topology names the slice (v5p-32, v6e:4x4, tpu7x:2,2,1,2; see ParseTopology).
+	Topology string `json:"topology,omitempty"`
+	// Mesh is the logical mesh (fsdp=8, dp=2,fsdp=4); with a Topology and no Mesh, fsdp
+	// over every device of the slice.
+	Mesh string `json:"mesh,omitempty"`
+	// Plan overrides the built-in placements by tensor name; it needs a mesh.
+	Plan *Plan `json:"plan,omitempty"`
+	// MapLocation, when set, decides device tags in Device's place (see ParseMapLocation).
+	MapLocation string `json:"map_location,omitempty"`
+}
+
+// SpecError is a target that cannot be built, naming the Spec field at fault ("device",
+// "generation", "topology", "mesh", "plan", "map_location") so that a front end can point
+// at the option that set it.
+type SpecError struct {
+	Field string
+	Err   error
+}
+
+// Error says which part of the target is wrong and why.
+func (e *SpecError) Error() string { return "target " + e.Field + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *SpecError) Unwrap() error { return e.Err }
+
+func specError(field string, err error) error { return &SpecError{field, err} }
+
+// NewTarget checks and assembles the target s names, in one step. A topology gives the
+// generation and, without a mesh, an fsdp mesh over all its devices; a mesh needs a
+// topology whose devices it covers, or, with no topology, stands for that many processes
+// of the device type (CPU ranks under gloo, for instance); a plan needs a mesh whose axes
+// it can place.
+func NewTarget(s Spec) (*Target, error) {
+	t := &Target{Device: s.Device, Plan: s.Plan}
+	if t.Device == "" {
+		t.Device = TPU
 	}
-	if topology != nil {
-		if gen != nil && gen != topology.Gen {
-			return nil, fmt.Errorf("generation %s does not match topology %s", gen, topology)
+	if t.Device != TPU && t.Device != "cpu" {
+		return nil, specError("device", fmt.Errorf("%q: tpu or cpu", s.Device))
+	}
+	var err error
+	if s.MapLocation != "" {
+		if t.MapLocation, err = ParseMapLocation(s.MapLocation); err != nil {
+			return nil, specError("map_location", err)
 		}
-		gen = topology.Gen
 	}
-	if mesh != nil {
-		if topology != nil {
-			if err := mesh.Check(topology); err != nil {
-				return nil, err
+	if s.Generation != "" {
+		if t.Generation, err = LookupGeneration(s.Generation); err != nil {
+			return nil, specError("generation", err)
+		}
+	}
+	if s.Topology != "" {
+		if t.Topology, err = ParseTopology(s.Topology); err != nil {
+			return nil, specError("topology", err)
+		}
+		if t.Generation != nil && t.Generation != t.Topology.Gen {
+			return nil, specError("generation", fmt.Errorf("%s does not match the topology %s", t.Generation, t.Topology))
+		}
+		t.Generation = t.Topology.Gen
+	}
+	mesh := s.Mesh
+	if mesh == "" && t.Topology != nil {
+		mesh = fmt.Sprintf("fsdp=%d", t.Topology.Devices)
+	}
+	if mesh != "" {
+		if t.Mesh, err = ParseMesh(mesh); err != nil {
+			return nil, specError("mesh", err)
+		}
+		if t.Topology != nil {
+			if err := t.Mesh.Check(t.Topology); err != nil {
+				return nil, specError("mesh", err)
 			}
 		}
-		if err := plan.Check(mesh); err != nil {
-			return nil, err
+		if err := t.Plan.Check(t.Mesh); err != nil {
+			return nil, specError("mesh", err)
 		}
-	} else if plan != nil {
-		return nil, fmt.Errorf("a plan needs a mesh")
+	} else if t.Plan != nil {
+		return nil, specError("plan", errors.New("a plan places tensors on a mesh: it needs one"))
 	}
-	return &Target{Device: device, Generation: gen, Topology: topology, Mesh: mesh, Plan: plan}, nil
+	return t, nil
+}
+
+// Spec is the Spec NewTarget builds t from.
+func (t *Target) Spec() Spec {
+	if t == nil {
+		return Spec{}
+	}
+	s := Spec{Device: t.Device, Plan: t.Plan}
+	if t.MapLocation != nil {
+		s.MapLocation = t.MapLocation.String()
+	}
+	if t.Generation != nil {
+		s.Generation = t.Generation.Name
+	}
+	if t.Topology != nil {
+		s.Topology = t.Topology.Gen.Name + ":" + t.Topology.ShapeString()
+	}
+	if t.Mesh != nil {
+		s.Mesh = t.Mesh.String()
+	}
+	return s
 }
 
 // Placed is where one tensor goes.
@@ -60,15 +150,16 @@ type Placed struct {
 	Sharding *Sharding
 }
 
-// Place says where a tensor of the checkpoint goes: its device tag — the target's, except
-// that storages saved on "meta" (no data) stay there — and, with a mesh, its sharding. The
-// training-state exceptions (optimizer step and RNG states kept on the CPU) are the
-// remapper's; optimizer state goes through PlaceState.
+// Place says where a tensor of the checkpoint goes: its device tag — the map_location's
+// when there is one, else the target's, except that storages saved on "meta" (no data)
+// stay there — and, with a mesh, its sharding. The training-state exceptions (optimizer
+// step and RNG states kept where they are or on the CPU) are the plan's; optimizer state
+// goes through PlaceState.
 func (t *Target) Place(name string, shape []int64, dtype statedict.DType, location string) (Placed, error) {
 	if dtype.Size() <= 0 {
 		return Placed{}, fmt.Errorf("tensor %s: dtype %s has no element size", name, dtype)
 	}
-	p := Placed{Device: t.device(location)}
+	p := Placed{Device: t.DeviceFor(location)}
 	if t.Mesh == nil {
 		return p, nil
 	}
@@ -92,8 +183,12 @@ func (t *Target) PlaceState(param string, paramShape, stateShape []int64, dtype 
 	return pp, nil
 }
 
-func (t *Target) device(location string) string {
-	if location == "meta" {
+// DeviceFor is the tag a storage saved with tag location gets.
+func (t *Target) DeviceFor(location string) string {
+	switch {
+	case t.MapLocation != nil:
+		return t.MapLocation.Map(location)
+	case location == "meta":
 		return location
 	}
 	return t.Device

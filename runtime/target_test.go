@@ -1,7 +1,10 @@
 package runtime
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -9,14 +12,12 @@ import (
 )
 
 func TestTarget(t *testing.T) {
-	top, _ := ParseTopology("v5p-16")
-	m, _ := ParseMesh("fsdp=4,tp=2")
-	tg, err := NewTarget("tpu", nil, top, m, nil)
+	tg, err := NewTarget(Spec{Topology: "v5p-16", Mesh: "fsdp=4,tp=2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tg.Generation.Name != "v5p" || tg.Ranks() != 8 {
-		t.Errorf("generation %s, %d ranks", tg.Generation, tg.Ranks())
+	if tg.Generation.Name != "v5p" || tg.Ranks() != 8 || tg.Device != "tpu" {
+		t.Errorf("generation %s, %d ranks, device %s", tg.Generation, tg.Ranks(), tg.Device)
 	}
 	p, err := tg.Place("model.layers.0.self_attn.o_proj.weight", []int64{16, 16}, statedict.BFloat16, "cuda:3")
 	if err != nil || p.Device != "tpu" || p.Sharding.String() != "(Shard(dim=0), Shard(dim=1))" {
@@ -36,34 +37,90 @@ func TestTarget(t *testing.T) {
 	}
 
 	// No mesh: a device tag only.
-	cpu, err := NewTarget("cpu", nil, nil, nil, nil)
+	cpu, err := NewTarget(Spec{Device: "cpu"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p, err := cpu.Place("w", []int64{2}, statedict.Float32, "cuda:0"); err != nil || p.Device != "cpu" || p.Sharding != nil {
 		t.Errorf("cpu: %+v %v", p, err)
 	}
+	// A topology alone shards fsdp over every device.
+	if v6e, err := NewTarget(Spec{Topology: "v6e-8"}); err != nil || v6e.Mesh.String() != "fsdp=8" || v6e.Generation.Name != "v6e" {
+		t.Errorf("v6e-8: %+v %v", v6e, err)
+	}
 	// A mesh without a topology: CPU ranks.
-	if _, err := NewTarget("cpu", nil, nil, m, nil); err != nil {
+	if _, err := NewTarget(Spec{Device: "cpu", Mesh: "fsdp=4,tp=2"}); err != nil {
 		t.Errorf("cpu mesh: %v", err)
 	}
-	v6e, _ := LookupGeneration("v6e")
-	bad, _ := ParseMesh("fsdp=3")
 	for _, tc := range []struct {
-		dev  string
-		gen  *Generation
-		top  *Topology
-		mesh *Mesh
-		plan *Plan
-		why  string
+		spec       Spec
+		field, why string
 	}{
-		{"cuda", nil, nil, nil, nil, "tpu or cpu"},
-		{"tpu", v6e, top, nil, nil, "does not match"},
-		{"tpu", nil, top, bad, nil, "3 ranks"},
-		{"tpu", nil, nil, nil, &Plan{}, "needs a mesh"},
+		{Spec{Device: "cuda"}, "device", "tpu or cpu"},
+		{Spec{Generation: "v6e", Topology: "v5p-16"}, "generation", "does not match"},
+		{Spec{Generation: "v9"}, "generation", "one of v4"},
+		{Spec{Topology: "v3-8"}, "topology", "TPU generation"},
+		{Spec{Topology: "v5p-16", Mesh: "fsdp=3"}, "mesh", "3 ranks"},
+		{Spec{Mesh: "pp=2"}, "mesh", "pipeline"},
+		{Spec{Plan: &Plan{}}, "plan", "needs one"},
+		{Spec{MapLocation: "gpu"}, "map_location", "not a device tag"},
 	} {
-		if _, err := NewTarget(tc.dev, tc.gen, tc.top, tc.mesh, tc.plan); err == nil || !strings.Contains(err.Error(), tc.why) {
-			t.Errorf("NewTarget(%s, %v, %v, %v): %v, want %q", tc.dev, tc.gen, tc.top, tc.mesh, err, tc.why)
+		_, err := NewTarget(tc.spec)
+		var se *SpecError
+		if !errors.As(err, &se) || se.Field != tc.field || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("NewTarget(%+v): %v, want a %s error saying %q", tc.spec, err, tc.field, tc.why)
+		}
+	}
+}
+
+// TestSpecRoundTrip: a target's Spec builds the same target, through JSON as a manifest
+// records it.
+func TestSpecRoundTrip(t *testing.T) {
+	plan, err := ParsePlan([]byte(`{"rules": [{"match": "lm_head", "placements": {"tp": "Replicate()"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.Path = "plan.json"
+	for _, s := range []Spec{
+		{Device: "tpu"},
+		{Device: "cpu", MapLocation: "cuda:1=tpu,cuda:0=cpu"},
+		{Device: "tpu", Generation: "v6e"},
+		{Device: "tpu", Topology: "v5p-32", Mesh: "dp=2,fsdp=4,tp=2", Plan: plan},
+		{Device: "tpu", Topology: "tpu7x:2,2,1,2"},
+	} {
+		tg, err := NewTarget(s)
+		if err != nil {
+			t.Fatalf("%+v: %v", s, err)
+		}
+		b, err := json.Marshal(tg.Spec())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Spec
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		tg2, err := NewTarget(back)
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if !reflect.DeepEqual(tg.Spec(), tg2.Spec()) || tg2.Ranks() != tg.Ranks() || fmt.Sprint(tg2.Topology) != fmt.Sprint(tg.Topology) {
+			t.Errorf("%+v: rebuilt from %s as %+v", s, b, tg2.Spec())
+		}
+		if s.Plan != nil {
+			sh, err := tg2.Plan.Sharding("lm_head.weight", []int64{8, 8}, tg2.Mesh)
+			if err != nil || sh.Placements[2] != Replicate {
+				t.Errorf("rebuilt plan places lm_head on %v (%v)", sh.Placements, err)
+			}
+		}
+	}
+	for _, bad := range []string{
+		`{"device":"tpu","plan":{"rules":[{"match":"(","placements":{"tp":"Replicate()"}}]}}`,
+		`{"device":"tpu","plan":{"rules":[],"extra":1}}`,
+	} {
+		var s Spec
+		if err := json.Unmarshal([]byte(bad), &s); err == nil {
+			t.Errorf("%s: accepted", bad)
 		}
 	}
 }

@@ -1,10 +1,13 @@
 package statedict
 
-// Policy is how a conversion treats one tensor. It is decided by the package that knows
-// what the tensor is — quant for the codes and scales of a quantized layer, optimizerstate
-// for optimizer moments, step counters and RNG states — from the structure of the
-// checkpoint, never from the tensor's name, and carried to remap as data.
+// Policy is how a conversion treats one value (a tensor, or for Drop any entry). It is
+// decided by the package that knows what the value is — quant for the codes and scales of
+// a quantized layer, optimizerstate for optimizer moments, step counters and RNG states —
+// from the structure of the checkpoint, never from the tensor's name, gathered by package
+// plan and carried to remap as data.
 type Policy struct {
+	// Drop leaves the entry out of the output (a CUDA RNG state on a TPU).
+	Drop bool
 	// NoCast exempts the tensor from the conversion's dtype cast (a scale cast to bfloat16
 	// would silently change every weight it dequantizes; a step counter is no weight).
 	NoCast bool
@@ -28,7 +31,7 @@ type Policy struct {
 type Policies map[*Tensor]Policy
 
 // Merge adds the decisions of q. A tensor decided by both keeps the stricter of each
-// field: NoCast, Host and KeepDevice if either sets them, q's DType if p has none.
+// field: Drop, NoCast, Host and KeepDevice if either sets them, q's DType if p has none.
 func (p Policies) Merge(q Policies) {
 	for t, b := range q {
 		a, ok := p[t]
@@ -36,6 +39,7 @@ func (p Policies) Merge(q Policies) {
 			p[t] = b
 			continue
 		}
+		a.Drop = a.Drop || b.Drop
 		a.NoCast = a.NoCast || b.NoCast
 		a.Host = a.Host || b.Host
 		a.KeepDevice = a.KeepDevice || b.KeepDevice

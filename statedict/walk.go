@@ -127,7 +127,8 @@ type Checkpoint struct {
 	// was read (another format's copy of the weights, consolidated or training-state files):
 	// neither read nor carried along, so a converter can say it left them out.
 	Ignored []string
-	// Outside are links of the folder that lead outside the checkpoint's tree: never read,
+	// Outside are links of the folder that lead outside the checkpoint's tree, and entries
+	// that are not regular files (FIFOs, devices): never read,
 	// never carried along.
 	Outside []string
 	// Files reads the folder's files by relative name (Extras among them), confined to the

@@ -130,6 +130,17 @@ func copyFile(w io.Writer, ck *Checkpoint, name string) error {
 		return err
 	}
 	defer in.Close()
-	_, err = io.Copy(w, in)
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() > MaxExtraFile {
+		return fmt.Errorf("%d bytes, more than the %d a file carried beside the weights (a config, a tokenizer) may have", st.Size(), int64(MaxExtraFile))
+	}
+	_, err = io.Copy(w, io.LimitReader(in, MaxExtraFile+1))
 	return err
 }
+
+// MaxExtraFile bounds a file carried into a folder output beside the weights
+// (Checkpoint.Extras: configs, tokenizer files, trainer_state.json).
+const MaxExtraFile = 1 << 30

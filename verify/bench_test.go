@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
@@ -74,7 +75,7 @@ func BenchmarkParity(b *testing.B) {
 		args  []string
 	}{{"exact", statedict.Invalid, nil}, {"cast-bf16", statedict.BFloat16, []string{"--dtype", "bfloat16"}}} {
 		dst := filepath.Join(dir, tc.name+".safetensors")
-		convertTo(b, src, dst, convert.Safetensors, tc.args, func(o *convert.Options) { o.Remap.DType = tc.dtype })
+		convertTo(b, src, dst, formats.SafetensorsFile, tc.args, func(o *convert.Options) { o.Plan.DType = tc.dtype })
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetBytes(tensors * rows * cols * 4)
 			for b.Loop() {

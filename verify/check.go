@@ -11,7 +11,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -21,13 +21,13 @@ import (
 func TestCheckIntact(t *testing.T) {
 	for _, tc := range []struct {
 		src    string
-		format convert.Format
+		format formats.Layout
 		dst    string
 	}{
-		{"../testdata/torch/training_cuda.pt", convert.Torch, "out.pt"},
-		{"../testdata/torch/shufflenet_cuda.pt", convert.Safetensors, "out.safetensors"},
-		{"../testdata/torch/views.pt", convert.Safetensors, "out"},
-		{"../testdata/torch/training_cuda.pt", convert.DCP, "out"},
+		{"../testdata/torch/training_cuda.pt", formats.TorchFile, "out.pt"},
+		{"../testdata/torch/shufflenet_cuda.pt", formats.SafetensorsFile, "out.safetensors"},
+		{"../testdata/torch/views.pt", formats.SafetensorsFile, "out"},
+		{"../testdata/torch/training_cuda.pt", formats.DCPFolder, "out"},
 	} {
 		t.Run(string(tc.format)+"/"+tc.dst, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), tc.dst)
@@ -68,7 +68,7 @@ func TestCheckFindsDamage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "out.safetensors")
-			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/shufflenet_cuda.pt", Dst: dst, Format: convert.Safetensors}); err != nil {
+			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/shufflenet_cuda.pt", Dst: dst, Format: formats.SafetensorsFile}); err != nil {
 				t.Fatal(err)
 			}
 			mpath := dst + "." + manifest.Name

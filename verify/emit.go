@@ -156,7 +156,7 @@ func (l logitsTo) WriteTo(w io.Writer) (int64, error) {
 
 // writeAtomic writes path with fill, under a temporary name renamed when complete.
 func writeAtomic(path string, force bool, fill func(io.Writer) error) error {
-	f, err := atomicfile.Create(path, force)
+	f, err := atomicfile.Create(path, atomicfile.FileOptions{Force: force})
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ func ExampleParity() {
 	defer os.RemoveAll(dir)
 	src, dst := "../testdata/hf/mistral_sharded", filepath.Join(dir, "model.safetensors")
 	opts := convert.DefaultOptions(src, dst)
-	opts.Remap.DType = statedict.BFloat16
+	opts.Plan.DType = statedict.BFloat16
 	opts.Args = []string{"ckpt", "convert", "--to", "tpu", "--dtype", "bfloat16", src, dst}
 	if _, err := convert.Run(context.Background(), opts); err != nil {
 		fmt.Println(err)

@@ -2,10 +2,12 @@ package verify
 
 import (
 	"fmt"
+	"strings"
 
-	"github.com/ckpt-dev/ckpt/optimizerstate"
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/quant"
-	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -25,124 +27,72 @@ func originOf(t *statedict.Tensor) *origin {
 	return o
 }
 
-// expected is the source as the conversion should have written it: the tree remapped with
-// the conversion's rules, tensors cast and quantized groups dequantized lazily by the same
-// codecs torch's casts and the reference dequantizers are checked against. No byte is read
-// to build it.
+// expected is the source as the conversion should have written it: the conversion's
+// plan made again from the source, with tensors cast and quantized groups dequantized
+// lazily by the same codecs torch's casts and the reference dequantizers are checked
+// against. No byte is read to build it.
 type expected struct {
 	root statedict.Value
-	// unpacked is set when the source's quantized groups were replaced by their logical
-	// tensors; kept when they pass through as stored.
-	unpacked, kept bool
 	// droppable are the flattened names of entries the conversion may have left out
 	// (CUDA RNG states, dropped unless --keep-cuda-rng) when its options are not known.
 	droppable []string
 	warnings  []string
 }
 
-// expect applies c to the source checkpoint. dstHas reports whether the destination holds
-// a tensor under a name with a dtype, to infer whether quantized groups were kept when the
+// expect plans the conversion c of the source checkpoint, on a copy of its tree whose
+// tensors know their source names. dstHas reports whether the destination holds a tensor
+// under a name with a dtype, to infer whether quantized groups were kept when the
 // conversion's options were not recorded.
 func expect(src *statedict.Checkpoint, c *Conversion, dstHas func(name string, d statedict.DType) bool) (*expected, error) {
 	cl := &cloner{dicts: map[*statedict.Dict]*statedict.Dict{}, lists: map[*statedict.List]*statedict.List{},
 		objects: map[*statedict.Object]*statedict.Object{}}
-	root := cl.value(src.Root, "")
-	ex := &expected{}
-	pol := statedict.Policies{}
-	_, plan, err := quant.DetectCheckpoint(src)
-	switch {
-	case err != nil && c.Recorded && (c.Dequantize != "" || c.DType != statedict.Invalid):
-		return nil, fmt.Errorf("%s: %w", src.Path, err)
-	case err != nil:
-		ex.warnings = append(ex.warnings, fmt.Sprintf("quantization not understood, tensors compared as stored: %v", err))
-	case plan != nil:
-		if root, err = ex.quantized(src, root, plan, c, cl, pol, dstHas); err != nil {
-			return nil, err
+	ck := *src
+	ck.Root = cl.value(src.Root, "")
+	ck.Closers = nil
+	opts := c.Options
+	if !opts.Layout.Valid() {
+		opts.Layout = formats.TorchFile // a tree: nothing is left out for the layout's sake
+	}
+	if !c.Recorded {
+		// Casts are inferred pair by pair; quantized groups were unpacked when the
+		// destination does not hold them as stored.
+		opts.DType, opts.OptimizerDType, opts.Dequantize = statedict.Invalid, statedict.Invalid, quant.DequantizeNone
+		if _, qp, err := quant.DetectCheckpoint(&ck); err == nil && qp != nil {
+			if g := qp.Groups[0]; !dstHas(g.Weight, g.CodeDType()) {
+				opts.Dequantize = quant.DequantizeAll
+			}
+		}
+	}
+	// The values are checked; where the tensors sit on the ranks is not (the
+	// destination is read back whole).
+	var t *runtime.Target
+	if c.Target != nil {
+		tc := *c.Target
+		tc.Mesh, tc.Plan = nil, nil
+		t = &tc
+	}
+	pl, err := plan.Make(&ck, opts, t)
+	if err != nil {
+		return nil, fmt.Errorf("%s: planning the conversion (%s): %w", src.Path, c, err)
+	}
+	ex := &expected{root: pl.Output.Root}
+	for _, w := range pl.Warnings {
+		if w.Kind == "quantization_not_understood" {
+			ex.warnings = append(ex.warnings, strings.Replace(w.Message, "passed through unchanged", "compared as stored", 1))
 		}
 	}
 	if !c.Recorded {
 		// Without the conversion's options, CUDA RNG states are expected where the
 		// destination has them and allowed to be missing.
-		if d, err := optimizerstate.Decide(root, optimizerstate.Options{}); err == nil {
-			for n := range d.Drop {
-				ex.droppable = append(ex.droppable, n)
-			}
+		ex.droppable = pl.CUDARNG
+	}
+	err = pl.Each(func(e plan.Entry) error {
+		if e.Group != nil {
+			e.Tensor.Attrs = &origin{name: e.Group.Weight, group: e.Group}
 		}
-	}
-	out, _, err := remap.Apply(root, c.remapOptions(pol))
-	if err != nil {
-		return nil, fmt.Errorf("%s: applying the conversion's rules (%s): %w", src.Path, c, err)
-	}
-	ex.root = out
-	return ex, nil
-}
-
-// quantized applies the conversion's quantization mode to the cloned flat root: groups
-// unpacked to their logical tensors (scales and runtime-only tensors dropped), or kept with
-// every member shielded from the cast, as convert does.
-func (ex *expected) quantized(src *statedict.Checkpoint, root statedict.Value, plan *quant.Plan, c *Conversion,
-	cl *cloner, pol statedict.Policies, dstHas func(string, statedict.DType) bool) (statedict.Value, error) {
-	unpack := false
-	switch {
-	case c.Recorded && c.Dequantize == "all":
-		unpack = true
-	case c.Recorded && c.Dequantize == "auto":
-		for _, g := range plan.Groups {
-			unpack = unpack || !g.NativeOn(c.Generation)
-		}
-	case c.Recorded:
-	default:
-		g := plan.Groups[0]
-		unpack = !dstHas(g.Weight, g.CodeDType())
-	}
-	role := map[string]*quant.Group{}
-	for _, g := range plan.Groups {
-		for _, m := range g.Members() {
-			role[m] = g
-		}
-	}
-	aux := map[string]bool{}
-	for _, a := range plan.Aux {
-		aux[a] = true
-	}
-	d, ok := root.(*statedict.Dict)
-	if !ok {
-		return nil, fmt.Errorf("%s: a quantized checkpoint must be a flat state dict, not a %T", src.Path, root)
-	}
-	if !unpack {
-		ex.kept = true
-		for _, e := range d.Entries() {
-			name := statedict.KeyString(e.Key)
-			if t, ok := e.Value.(*statedict.Tensor); ok && (role[name] != nil || aux[name]) {
-				pol[t] = statedict.Policy{NoCast: true, Why: "member of a quantized layer kept as stored"}
-			}
-		}
-		return root, nil
-	}
-	ex.unpacked = true
-	out := statedict.BFloat16
-	if c.Recorded && c.DType != statedict.Invalid {
-		out = c.DType
-	}
-	nd := statedict.NewDict(d.Class)
-	nd.Attrs = d.Attrs
-	for _, e := range d.Entries() {
-		name := statedict.KeyString(e.Key)
-		g := role[name]
-		switch {
-		case g != nil && name == g.Weight:
-			t, err := g.Dequantize(out)
-			if err != nil {
-				return nil, err
-			}
-			t.Attrs = &origin{name: g.Weight, group: g}
-			nd.Set(g.Name, t)
-		case g != nil || aux[name]:
-		default:
-			nd.Set(e.Key, e.Value)
-		}
-	}
-	return nd, nil
+		return nil
+	})
+	return ex, err
 }
 
 // cloner copies a checkpoint tree, keeping shared containers shared, and marks every

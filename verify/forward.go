@@ -24,8 +24,12 @@ type ForwardOptions struct {
 	Tokens []int
 	// Generation is the TPU generation the converted checkpoint is for: FP8 weights it
 	// runs natively (runtime.Generation.NativeWeight) stay FP8 in the converted run. nil
-	// dequantizes every FP8 weight to bfloat16, as a TPU without FP8 matrix units runs it.
+	// takes the generation of the target DST's manifest records, else dequantizes every
+	// FP8 weight to bfloat16, as a TPU without FP8 matrix units runs it.
 	Generation *runtime.Generation
+	// Manifest is the manifest the conversion is read from, as for ParityOptions ("" DST's
+	// own, "-" none).
+	Manifest string
 	// Config is config.json for both sides; nil reads each side's own (in its folder or
 	// beside its file), or the other side's when one has none.
 	Config []byte
@@ -174,6 +178,15 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 	scfg, dcfg, err := configs(sck, dck, opts.Config)
 	if err != nil {
 		return nil, nil, err
+	}
+	if opts.Generation == nil && opts.Manifest != "-" {
+		c, _, _, err := conversionFor(dst, ParityOptions{Manifest: opts.Manifest})
+		if err != nil {
+			return nil, nil, err
+		}
+		if c.Target != nil {
+			opts.Generation = c.Target.Generation
+		}
 	}
 	keep, err := keepFP8(dck, dcfg, opts.Generation)
 	if err != nil {

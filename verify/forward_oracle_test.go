@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -96,7 +98,7 @@ func TestMain(m *testing.M) {
 // conversion is one way of converting a forward case.
 type conversion struct {
 	label  string
-	format convert.Format
+	format formats.Layout
 	args   []string
 	gen    string // --tpu-gen, and the generation the forward runs for
 }
@@ -106,27 +108,27 @@ func conversionsOf(name string) []conversion {
 	switch name {
 	case "llama_fp8":
 		return []conversion{
-			{"dequantized", convert.Safetensors, []string{"--dequantize"}, ""},
-			{"fp8 kept for tpu7x", convert.Safetensors, []string{"--dequantize=auto"}, "tpu7x"},
-			{"dequantized for v6e, dcp", convert.DCP, []string{"--dequantize=auto"}, "v6e"},
+			{"dequantized", formats.SafetensorsFile, []string{"--dequantize"}, ""},
+			{"fp8 kept for tpu7x", formats.SafetensorsFile, []string{"--dequantize=auto"}, "tpu7x"},
+			{"dequantized for v6e, dcp", formats.DCPFolder, []string{"--dequantize=auto"}, "v6e"},
 		}
 	case "gpt_oss_mxfp4":
 		return []conversion{
-			{"dequantized for v6e", convert.Safetensors, []string{"--dequantize=auto"}, "v6e"},
-			{"mxfp4 kept", convert.Safetensors, nil, ""},
+			{"dequantized for v6e", formats.SafetensorsFile, []string{"--dequantize=auto"}, "v6e"},
+			{"mxfp4 kept", formats.SafetensorsFile, nil, ""},
 		}
 	case "qwen2_tied_bf16":
 		return []conversion{
-			{"plain", convert.Safetensors, nil, ""},
-			{"float32", convert.Safetensors, []string{"--dtype", "float32"}, ""},
-			{"torch file", convert.Torch, nil, ""},
+			{"plain", formats.SafetensorsFile, nil, ""},
+			{"float32", formats.SafetensorsFile, []string{"--dtype", "float32"}, ""},
+			{"torch file", formats.TorchFile, nil, ""},
 		}
 	}
 	return []conversion{
-		{"bfloat16", convert.Safetensors, []string{"--dtype", "bfloat16"}, ""},
-		{"plain", convert.Safetensors, nil, ""},
-		{"dcp", convert.DCP, nil, ""},
-		{"renamed", convert.Safetensors, []string{"--rename", `^(model|transformer|gpt_neox|lm_head|embed_out)\.=wrapped.$1.`}, ""},
+		{"bfloat16", formats.SafetensorsFile, []string{"--dtype", "bfloat16"}, ""},
+		{"plain", formats.SafetensorsFile, nil, ""},
+		{"dcp", formats.DCPFolder, nil, ""},
+		{"renamed", formats.SafetensorsFile, []string{"--rename", `^(model|transformer|gpt_neox|lm_head|embed_out)\.=wrapped.$1.`}, ""},
 	}
 }
 
@@ -137,14 +139,14 @@ func convertCase(t *testing.T, src, dst string, c conversion) {
 		for i := 0; i < len(c.args); i++ {
 			switch a := c.args[i]; {
 			case a == "--dtype":
-				o.Remap.DType, _ = statedict.ParseDType(c.args[i+1])
+				o.Plan.DType, _ = statedict.ParseDType(c.args[i+1])
 			case a == "--dequantize":
-				o.Dequantize = convert.DequantizeAll
+				o.Plan.Dequantize = quant.DequantizeAll
 			case a == "--dequantize=auto":
-				o.Dequantize = convert.DequantizeAuto
+				o.Plan.Dequantize = quant.DequantizeAuto
 				o.Target.Generation = mustGen(t, c.gen)
 			case a == "--rename":
-				o.Remap.Renames = append(o.Remap.Renames, mustRename(t, c.args[i+1]))
+				o.Plan.Renames = append(o.Plan.Renames, mustRename(t, c.args[i+1]))
 			}
 		}
 	})
@@ -247,7 +249,7 @@ func TestForwardThresholds(t *testing.T) {
 		}
 		for i, c := range conversionsOf(name) {
 			dst := filepath.Join(host, name, fmt.Sprintf("conv%d", i))
-			if c.format == convert.Safetensors {
+			if c.format == formats.SafetensorsFile {
 				dst += ".hf"
 			}
 			convertCase(t, src, dst, c)

@@ -11,8 +11,8 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -224,7 +224,7 @@ func conversionFor(dst string, opts ParityOptions) (*Conversion, string, []strin
 	if err != nil {
 		return nil, "", nil, err
 	}
-	conv, warn, err := FromManifest(m, store.Dir(mpath))
+	conv, warn, err := FromManifest(m)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("%s: %w", mpath, err)
 	}

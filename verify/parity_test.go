@@ -10,7 +10,10 @@ import (
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/convert"
-	"github.com/ckpt-dev/ckpt/formats/manifest"
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/manifest"
+	"github.com/ckpt-dev/ckpt/plan"
+	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -19,7 +22,7 @@ import (
 
 // convertTo converts src to dst as `ckpt convert --to tpu ARGS SRC DST` does (the command
 // line recorded in the manifest as the CLI records it), with opts adjusting the options.
-func convertTo(t testing.TB, src, dst string, format convert.Format, args []string, opts func(*convert.Options)) {
+func convertTo(t testing.TB, src, dst string, format formats.Layout, args []string, opts func(*convert.Options)) {
 	t.Helper()
 	o := convert.DefaultOptions(src, dst)
 	o.Format = format
@@ -43,35 +46,35 @@ func mustRename(t testing.TB, s string) remap.Rename {
 // TestParityOfConversions converts fixtures in every output format, with casts, renames
 // and dequantization, and checks that Parity pairs every tensor and finds them all equal.
 func TestParityOfConversions(t *testing.T) {
-	bf16 := func(o *convert.Options) { o.Remap.DType = statedict.BFloat16 }
+	bf16 := func(o *convert.Options) { o.Plan.DType = statedict.BFloat16 }
 	for _, tc := range []struct {
 		name, src string
-		format    convert.Format
+		format    formats.Layout
 		dst       string
 		args      []string
 		opts      func(*convert.Options)
 		cast, deq int
 	}{
-		{"torch", "../testdata/torch/training_cuda.pt", convert.Torch, "out.pt", nil, nil, 0, 0},
-		{"dcp", "../testdata/torch/training_cuda.pt", convert.DCP, "out", nil, nil, 0, 0},
-		{"safetensors views", "../testdata/torch/views.pt", convert.Safetensors, "out.safetensors", nil, nil, 0, 0},
-		{"hf bf16", "../testdata/hf/mistral_sharded", convert.Safetensors, "out", []string{"--dtype", "bfloat16"}, bf16, -1, 0},
-		{"torch bf16 training", "../testdata/torch/training_cuda.pt", convert.Torch, "out.pt", []string{"--dtype", "bfloat16"}, bf16, -1, 0},
-		{"rename", "../testdata/hf/mistral_sharded", convert.Safetensors, "out.safetensors", []string{"--rename", `^model\.=backbone.`},
-			func(o *convert.Options) { o.Remap.Renames = []remap.Rename{mustRename(t, `^model\.=backbone.`)} }, 0, 0},
-		{"fp8 dequantized", "../testdata/quantized/fp8_block", convert.Safetensors, "out", []string{"--dequantize"},
-			func(o *convert.Options) { o.Dequantize = convert.DequantizeAll }, 0, -1},
-		{"fp8 kept, cast", "../testdata/quantized/fp8_block", convert.Torch, "out.pt", []string{"--dtype", "float32"},
-			func(o *convert.Options) { o.Remap.DType = statedict.Float32 }, -1, 0},
-		{"mxfp4 auto", "../testdata/quantized/mxfp4", convert.Safetensors, "out", []string{"--dequantize=auto", "--tpu-gen", "v6e"},
+		{"torch", "../testdata/torch/training_cuda.pt", formats.TorchFile, "out.pt", nil, nil, 0, 0},
+		{"dcp", "../testdata/torch/training_cuda.pt", formats.DCPFolder, "out", nil, nil, 0, 0},
+		{"safetensors views", "../testdata/torch/views.pt", formats.SafetensorsFile, "out.safetensors", nil, nil, 0, 0},
+		{"hf bf16", "../testdata/hf/mistral_sharded", formats.SafetensorsFile, "out", []string{"--dtype", "bfloat16"}, bf16, -1, 0},
+		{"torch bf16 training", "../testdata/torch/training_cuda.pt", formats.TorchFile, "out.pt", []string{"--dtype", "bfloat16"}, bf16, -1, 0},
+		{"rename", "../testdata/hf/mistral_sharded", formats.SafetensorsFile, "out.safetensors", []string{"--rename", `^model\.=backbone.`},
+			func(o *convert.Options) { o.Plan.Renames = []remap.Rename{mustRename(t, `^model\.=backbone.`)} }, 0, 0},
+		{"fp8 dequantized", "../testdata/quantized/fp8_block", formats.SafetensorsFile, "out", []string{"--dequantize"},
+			func(o *convert.Options) { o.Plan.Dequantize = quant.DequantizeAll }, 0, -1},
+		{"fp8 kept, cast", "../testdata/quantized/fp8_block", formats.TorchFile, "out.pt", []string{"--dtype", "float32"},
+			func(o *convert.Options) { o.Plan.DType = statedict.Float32 }, -1, 0},
+		{"mxfp4 auto", "../testdata/quantized/mxfp4", formats.SafetensorsFile, "out", []string{"--dequantize=auto", "--tpu-gen", "v6e"},
 			func(o *convert.Options) {
-				o.Dequantize = convert.DequantizeAuto
+				o.Plan.Dequantize = quant.DequantizeAuto
 				o.Target = &runtime.Target{Device: "tpu", Generation: mustGen(t, "v6e")}
 			}, 0, -1},
-		{"sharded dcp source", "../testdata/dcp/sharded", convert.Torch, "out.pt", nil, nil, 0, 0},
-		{"numpy and namespace", "../testdata/torch/numpy_args.pt", convert.DCP, "out", nil, nil, 0, 0},
-		{"optimizer and schedulers", "../testdata/optim/llama_cuda.pt", convert.DCP, "out", []string{"--optimizer-dtype", "bfloat16"},
-			func(o *convert.Options) { o.Remap.OptimizerDType = statedict.BFloat16 }, -1, 0},
+		{"sharded dcp source", "../testdata/dcp/sharded", formats.TorchFile, "out.pt", nil, nil, 0, 0},
+		{"numpy and namespace", "../testdata/torch/numpy_args.pt", formats.DCPFolder, "out", nil, nil, 0, 0},
+		{"optimizer and schedulers", "../testdata/optim/llama_cuda.pt", formats.DCPFolder, "out", []string{"--optimizer-dtype", "bfloat16"},
+			func(o *convert.Options) { o.Plan.OptimizerDType = statedict.BFloat16 }, -1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), tc.dst)
@@ -125,16 +128,16 @@ func mustGen(t *testing.T, name string) *runtime.Generation {
 func TestParityFindsOneChangedElement(t *testing.T) {
 	for _, tc := range []struct {
 		name, src string
-		format    convert.Format
+		format    formats.Layout
 		dst       string
 		args      []string
 		opts      func(*convert.Options)
 	}{
-		{"safetensors", "../testdata/torch/shufflenet_cuda.pt", convert.Safetensors, "out.safetensors", nil, nil},
-		{"torch bf16", "../testdata/torch/training_cuda.pt", convert.Torch, "out.pt", []string{"--dtype", "bfloat16"},
-			func(o *convert.Options) { o.Remap.DType = statedict.BFloat16 }},
-		{"fp8 dequantized", "../testdata/quantized/fp8_block", convert.Safetensors, "out.safetensors", []string{"--dequantize"},
-			func(o *convert.Options) { o.Dequantize = convert.DequantizeAll }},
+		{"safetensors", "../testdata/torch/shufflenet_cuda.pt", formats.SafetensorsFile, "out.safetensors", nil, nil},
+		{"torch bf16", "../testdata/torch/training_cuda.pt", formats.TorchFile, "out.pt", []string{"--dtype", "bfloat16"},
+			func(o *convert.Options) { o.Plan.DType = statedict.BFloat16 }},
+		{"fp8 dequantized", "../testdata/quantized/fp8_block", formats.SafetensorsFile, "out.safetensors", []string{"--dequantize"},
+			func(o *convert.Options) { o.Plan.Dequantize = quant.DequantizeAll }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), tc.dst)
@@ -176,26 +179,31 @@ func largestTensor(t *testing.T, path string) string {
 	return best
 }
 
-// TestParityAgainstRecordedOptions edits the command line a manifest records and checks
-// that Parity holds the output to it: a cast the output lacks is a dtype problem, a rename
-// it lacks leaves every renamed tensor missing and the old names extra.
+// TestParityAgainstRecordedOptions edits the conversion a manifest records and checks that
+// Parity holds the output to it: a cast the output lacks is a dtype problem, a rename it
+// lacks leaves every renamed tensor missing and the old names extra. The command line is
+// for people: editing it changes nothing.
 func TestParityAgainstRecordedOptions(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		args []string
+		edit func(m *manifest.Manifest)
 		kind string
 		n    int
 	}{
-		{"cast not done", []string{"--dtype", "bfloat16"}, "dtype", 6},
-		{"rename not done", []string{"--rename", `^model\.=m.`}, "missing", 6},
-		{"unknown flags ignored", []string{"--mesh", "fsdp=8", "--json"}, "", 0},
+		{"cast not done", func(m *manifest.Manifest) { m.Conversion.DType = "bfloat16" }, "dtype", 6},
+		{"rename not done", func(m *manifest.Manifest) {
+			m.Conversion.Renames = []manifest.Rename{{Pattern: `^model\.`, Replacement: "m."}}
+		}, "missing", 6},
+		{"the command line is not read", func(m *manifest.Manifest) {
+			m.Args = append(m.Args[:len(m.Args)-2:len(m.Args)-2], "--dtype", "bfloat16", "--rename", `^model\.=m.`, "a", "b")
+		}, "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := "../testdata/hf/mistral_sharded"
 			dst := filepath.Join(t.TempDir(), "out.safetensors")
-			convertTo(t, src, dst, convert.Safetensors, nil, nil)
+			convertTo(t, src, dst, formats.SafetensorsFile, nil, nil)
 			m := readManifest(t, dst)
-			m.Args = append(append(m.Args[:len(m.Args)-2:len(m.Args)-2], tc.args...), src, dst)
+			tc.edit(m)
 			writeManifest(t, dst, m)
 			rep, err := verify.Parity(t.Context(), src, dst, verify.ParityOptions{})
 			if err != nil {
@@ -217,7 +225,7 @@ func TestParityAgainstRecordedOptions(t *testing.T) {
 // element in one rank's file and checks the tensor is named.
 func TestParityShardedDestination(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "whole.pt")
-	convertTo(t, "../testdata/dcp/sharded", src, convert.Torch, nil, nil)
+	convertTo(t, "../testdata/dcp/sharded", src, formats.TorchFile, nil, nil)
 	sharded := filepath.Join(t.TempDir(), "sharded")
 	if err := os.CopyFS(sharded, os.DirFS("../testdata/dcp/sharded")); err != nil {
 		t.Fatal(err)
@@ -264,7 +272,7 @@ func TestParityTrainerFolder(t *testing.T) {
 	b, _ := os.ReadFile("../testdata/torch/training_cuda.pt")
 	os.WriteFile(filepath.Join(src, "optimizer.pt"), b, 0o644)
 	dst := filepath.Join(t.TempDir(), "out")
-	convertTo(t, src, dst, convert.Safetensors, []string{"--dtype", "bfloat16"}, func(o *convert.Options) { o.Remap.DType = statedict.BFloat16 })
+	convertTo(t, src, dst, formats.SafetensorsFile, []string{"--dtype", "bfloat16"}, func(o *convert.Options) { o.Plan.DType = statedict.BFloat16 })
 	rep, err := verify.Parity(t.Context(), src, dst, verify.ParityOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -313,7 +321,7 @@ func writeManifest(t *testing.T, dst string, m *manifest.Manifest) {
 func TestParityZeROOptimizer(t *testing.T) {
 	src := "../testdata/ecosystem/zero/zero2"
 	dst := filepath.Join(t.TempDir(), "out.pt")
-	o := convert.Options{Src: src, Dst: dst, Format: convert.Torch, ZeROOptimizer: true,
+	o := convert.Options{Src: src, Dst: dst, Format: formats.TorchFile, Plan: plan.Options{ZeROOptimizer: true},
 		Args: []string{"ckpt", "convert", "--to", "tpu", "--format", "torch", "--zero-optimizer", src, dst}}
 	if _, err := convert.Run(t.Context(), o); err != nil {
 		t.Fatal(err)

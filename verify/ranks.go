@@ -1,10 +1,10 @@
 package verify
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"path/filepath"
 
 	"github.com/ckpt-dev/ckpt/formats"
@@ -31,9 +31,9 @@ func replicas(dir string, expected func(name string) *statedict.Tensor) (out []r
 	if st, err := store.Stat(dir); err != nil || !st.IsDir() {
 		return nil, release, nil
 	}
-	b, err := store.ReadFile(store.Join(dir, safetensors.ShardingFile), formats.MaxShardingFile)
+	m, err := safetensors.ReadSharding(dir)
 	if err != nil {
-		if os.IsNotExist(err) {
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil, release, nil
 		}
 		return nil, release, err
@@ -42,10 +42,6 @@ func replicas(dir string, expected func(name string) *statedict.Tensor) (out []r
 	// hold (replicated over a mesh axis) is stored once per rank. formats.Open reassembles
 	// each tensor from the first copy of each piece; the others are what the other devices
 	// load, and are checked here against the same expected values.
-	var m safetensors.Sharding
-	if err := json.Unmarshal(b, &m); err != nil || m.Format != safetensors.ShardingFormat || m.Version != 1 || len(m.Files) != m.WorldSize {
-		return nil, release, fmt.Errorf("%s: %w: not a version 1 sharding manifest (%v)", store.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, err)
-	}
 	opened := map[int]map[string]*statedict.Tensor{}
 	var cks []io.Closer
 	release = func() {

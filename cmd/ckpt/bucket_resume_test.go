@@ -119,7 +119,7 @@ func TestBucketKillResume(t *testing.T) {
 			}
 			killed := false
 			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-				j, _ := b.ReadAll(context.Background(), journalKey)
+				j, _ := b.ReadAll(context.Background(), journalKey, 1<<20)
 				if len(finished.FindAll(j, -1)) >= 5 {
 					killed = cmd.Process.Signal(syscall.SIGKILL) == nil
 					break
@@ -134,7 +134,7 @@ func TestBucketKillResume(t *testing.T) {
 				t.Fatalf("check passes a killed run's output:\n%s", out)
 			}
 			// What the killed run finished, by its journal.
-			jb, err := b.ReadAll(context.Background(), journalKey)
+			jb, err := b.ReadAll(context.Background(), journalKey, 1<<20)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +219,7 @@ func TestBucketKillResume(t *testing.T) {
 			// A single file: an interrupted upload leaves its marker and no object.
 			file := c.scheme + "://ckpt/resume/one.safetensors"
 			fl, _ := bucket.Parse(file)
-			if err := b.WriteAll(context.Background(), fl.Key+bucket.PartialMarker, []byte("ckpt output in progress\nrun 0123\n"), nil); err != nil {
+			if err := b.Put(context.Background(), fl.Key+bucket.PartialMarker, []byte("ckpt output in progress\nrun 0123\n"), bucket.PutOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			if out, err := ckptCmd(args(file, "--resume")...).CombinedOutput(); err == nil || !strings.Contains(string(out), "leaves nothing to keep") {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -12,7 +11,8 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/convert"
-	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -69,10 +69,13 @@ prefix the kept objects are not uploaded again, a resume whose source or options
 from the killed run's is refused, and since a bucket has no lock a killed run's leftovers
 there are taken over only with --resume or --force. A single-file DST in a bucket cannot
 be resumed: its object appears only once complete, so a killed run left nothing to keep.
-The output is written under a temporary name, fsynced and renamed when complete; an
-existing DST is replaced only with --force. A manifest (DST.ckpt-manifest.json, or
-ckpt-manifest.json inside a folder) records the source, options, version and an xxhash64 of
-every tensor.
+The output is written in a partial folder beside it (.DST.partial), fsynced and moved into
+place when complete; ckpt removes or keeps only what that folder's journal proves it made
+there, and refuses, naming it, anything else it finds. An existing DST is replaced only
+with --force, and only when its manifest proves every file an earlier conversion's (each
+file's size and xxhash64). A manifest (DST.ckpt-manifest.json, or ckpt-manifest.json
+inside a folder) records the source, options, version, each file's xxhash64 and an xxhash64
+of every tensor.
 
 SRC may also be a DeepSpeed ZeRO folder (consolidated as zero_to_fp32.py does), a diffusers
 pipeline (written as a folder of components), a PEFT adapter folder, or an HF Trainer
@@ -103,83 +106,70 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			}
 			opts := convert.Options{Src: args[0], Dst: args[1], Force: force, Resume: resume, Strict: strict, WeightsOnly: weightsOnly, ToolVersion: toolVersion(),
 				Args: recordedArgs(cmd, args, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, compressChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype"))}
-			to, err := targetChoice.parse(to)
-			if err != nil {
+			if to, err = targetChoice.parse(to); err != nil {
 				return err
 			}
-			opts.Target = &runtime.Target{Device: to}
 			if format != "" {
 				if format, err = formatChoice.parse(format); err != nil {
 					return err
 				}
 			}
-			if format == "" && (shard.mesh != "" || shard.topology != "") {
-				format = "dcp" // a per-device output: one file per rank
-			}
-			if opts.Dst, opts.Format, err = destination(args[0], args[1], format); err != nil {
-				return err
-			}
+			opts.Format = formats.Layout(format)
 			if compress != "" {
 				if opts.Compress, err = compressChoice.parse(compress); err != nil {
 					return err
 				}
-				if opts.Format != convert.DCP {
-					return usage(fmt.Errorf("--compress applies to DCP outputs (--format dcp); this one is %s", opts.Format))
-				}
 			}
-			if cmd.Flags().Changed("map-location") {
-				if opts.Remap.Place, err = remap.ParseMapLocation(mapLoc); err != nil {
-					return usage(err)
-				}
-			}
-			if opts.Remap.DType, err = parseDType(dtypeChoice("dtype"), dtype); err != nil {
+			if opts.Plan.DType, err = parseDType(dtypeChoice("dtype"), dtype); err != nil {
 				return err
 			}
-			if opts.Remap.OptimizerDType, err = parseDType(dtypeChoice("optimizer-dtype"), optimDType); err != nil {
+			if opts.Plan.OptimizerDType, err = parseDType(dtypeChoice("optimizer-dtype"), optimDType); err != nil {
 				return err
 			}
-			if opts.Remap.OptimizerNames, err = parseOptimizerNames(optimNames); err != nil {
+			if opts.Plan.OptimizerNames, err = parseOptimizerNames(optimNames); err != nil {
 				return err
 			}
-			opts.Remap.KeepCUDARNG = keepCUDARNG
-			opts.ZeROOptimizer = zeroOptimizer
+			opts.Plan.KeepCUDARNG = keepCUDARNG
+			opts.Plan.ZeROOptimizer = zeroOptimizer
 			if dequantize != "" {
 				d, err := dequantizeChoice.parse(dequantize)
 				if err != nil {
 					return err
 				}
-				opts.Dequantize = convert.DequantizeMode(d)
+				opts.Plan.Dequantize = quant.Mode(d)
 			}
-			if opts.Dequantize == convert.DequantizeAuto && tpuGen == "" && shard.topology == "" {
-				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (v4, v5e, v5p, v6e or tpu7x) or --topology"))
+			if opts.Plan.Dequantize == quant.DequantizeAuto && tpuGen == "" && shard.topology == "" {
+				return usage(fmt.Errorf("--dequantize=auto needs --tpu-gen (%s) or --topology", runtime.GenerationNames()))
 			}
-			if tpuGen != "" {
-				if opts.Dequantize != convert.DequantizeAuto {
-					return usage(fmt.Errorf("--tpu-gen applies to --dequantize=auto only"))
+			if tpuGen != "" && opts.Plan.Dequantize != quant.DequantizeAuto {
+				return usage(fmt.Errorf("--tpu-gen applies to --dequantize=auto only"))
+			}
+			spec := runtime.Spec{Device: to, Generation: tpuGen}
+			if cmd.Flags().Changed("map-location") {
+				spec.MapLocation = mapLoc
+				if spec.MapLocation == "" {
+					return usage(fmt.Errorf("--map-location: empty"))
 				}
-				if opts.Target.Generation, err = runtime.LookupGeneration(tpuGen); err != nil {
-					return usage(fmt.Errorf("--tpu-gen: %w", err))
-				}
 			}
-			if err := shard.apply(cmd.Flags(), &opts, os.Getenv); err != nil {
+			if err := shard.apply(cmd.Flags(), &opts, spec, os.Getenv); err != nil {
 				return err
 			}
-			opts.Remap.StripWrappers = !noStrip
-			opts.Remap.PlainData = true
-			opts.Remap.Select = sel
+			opts.Plan.StripWrappers = !noStrip
+			opts.Plan.PlainData = true
+			opts.Plan.Select = sel
 			for _, r := range renames {
 				rr, err := remap.ParseRename(r)
 				if err != nil {
 					return err
 				}
-				opts.Remap.Renames = append(opts.Remap.Renames, rr)
+				opts.Plan.Renames = append(opts.Plan.Renames, rr)
 			}
 			for _, d := range drops {
 				re, err := regexp.Compile(d)
 				if err != nil {
 					return usage(fmt.Errorf("--drop %q: %w", d, err))
 				}
-				opts.Remap.Drop = append(opts.Remap.Drop, re)
+				opts.Plan.Drop = append(opts.Plan.Drop, re)
 			}
 			if maxShard != "" {
 				if opts.MaxShardSize, err = parseSize(maxShard); err != nil {
@@ -224,7 +214,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				fmt.Fprintf(out, "storages tagged %s → %s\n", from, to)
 			}
 			if sum.Remap.Cast > 0 {
-				fmt.Fprintf(out, "cast %s to %s\n", plural(sum.Remap.Cast, "tensor"), opts.Remap.DType)
+				fmt.Fprintf(out, "cast %s to %s\n", plural(sum.Remap.Cast, "tensor"), opts.Plan.DType)
 			}
 			if sum.ConfigDType != "" {
 				fmt.Fprintf(out, "config.json dtype %s\n", sum.ConfigDType)
@@ -280,7 +270,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.BoolVar(&keepCUDARNG, "keep-cuda-rng", false, "keep CUDA RNG states (as CPU byte tensors) instead of dropping them")
 	f.BoolVar(&zeroOptimizer, "zero-optimizer", false, "read a DeepSpeed ZeRO folder with its optimizer state consolidated for resume: the output holds {\"model\": weights, \"optimizer\": state by parameter name}")
 	f.StringVar(&dequantize, "dequantize", "", "unpack quantized tensors to --dtype (default bfloat16): --dequantize (all) or --dequantize=auto (with --tpu-gen)")
-	f.Lookup("dequantize").NoOptDefVal = string(convert.DequantizeAll)
+	f.Lookup("dequantize").NoOptDefVal = string(quant.DequantizeAll)
 	shard.register(f)
 	f.StringVar(&tpuGen, "tpu-gen", "", "target TPU generation for --dequantize=auto: v4, v5e, v5p, v6e or tpu7x (v7x)")
 	f.StringArrayVar(&renames, "rename", nil, "REGEX=REPL applied to tensor names, in order (repeatable)")
@@ -288,7 +278,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	f.StringArrayVar(&drops, "drop", nil, "drop entries whose flattened name matches REGEX (repeatable)")
 	f.BoolVar(&noStrip, "no-strip-wrappers", false, "keep DDP module. and torch.compile _orig_mod. prefixes")
 	f.StringVar(&maxShard, "max-shard-size", "", "largest safetensors shard in a folder output, e.g. 5GB, 500MB (default 5GB)")
-	f.BoolVar(&force, "force", false, "replace an existing DST (a file, or a folder an earlier conversion wrote)")
+	f.BoolVar(&force, "force", false, "replace an existing DST that an earlier conversion wrote (its manifest records every file's size and xxhash64)")
 	f.BoolVar(&resume, "resume", false, "continue a folder output whose conversion was killed, keeping the files it finished (checked against their checksums), locally or in a bucket; with --num-hosts, this host's share")
 	f.BoolVar(&asJSON, "json", false, "print a machine-readable summary")
 	f.BoolVarP(&verbose, "verbose", "v", false, "list every value or file a warning concerns")
@@ -316,65 +306,6 @@ func parseDType(c choice, s string) (statedict.DType, error) {
 	}
 	d, _ := statedict.ParseDType(v)
 	return d, nil
-}
-
-// destination applies the destination rules (docs/formats.md, "Where the output goes") to the
-// command line's SRC, DST and --format (empty when not given): the output path and format.
-//
-//   - DST ending in .safetensors, .pt, .pth or .bin names a file of that format.
-//   - A folder source, a DST ending in "/" or an existing folder give a folder output:
-//     with --format safetensors or without --format a Hugging Face folder (a DCP source, a
-//     DCP folder), with --format dcp a DCP folder — at DST itself, the configuration and
-//     tokenizer files carried along.
-//   - A single-file format (--format torch, or a file source without --format) with a
-//     folder DST writes a file inside it named after the source, as cp does.
-//   - Otherwise DST is a torch.save file.
-func destination(src, dst, format string) (string, convert.Format, error) {
-	st, err := store.Stat(src)
-	srcDir := err == nil && st.IsDir()
-	dstSt, err := store.Stat(dst)
-	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || err == nil && dstSt.IsDir()
-	ext := strings.ToLower(path.Ext(filepath.ToSlash(dst)))
-	inside := func(f convert.Format, suffix string) (string, convert.Format, error) {
-		base := strings.TrimSuffix(store.Base(src), path.Ext(store.Base(src)))
-		return store.Join(dst, base+suffix), f, nil
-	}
-	switch format {
-	case "torch":
-		if dstDir {
-			return inside(convert.Torch, ".pt")
-		}
-		return dst, convert.Torch, nil
-	case "dcp":
-		return dst, convert.DCP, nil
-	case "safetensors":
-		if dstDir || ext != ".safetensors" {
-			return dst, convert.Safetensors, nil // a folder
-		}
-		return dst, convert.Safetensors, nil
-	}
-	switch {
-	case ext == ".safetensors" && !dstDir:
-		return dst, convert.Safetensors, nil
-	case (ext == ".pt" || ext == ".pth" || ext == ".bin") && !dstDir:
-		return dst, convert.Torch, nil
-	case srcDir && isDCP(src):
-		return dst, convert.DCP, nil
-	case srcDir:
-		return dst, convert.Safetensors, nil // a Hugging Face folder
-	case dstDir:
-		if strings.HasSuffix(strings.ToLower(src), ".safetensors") {
-			return inside(convert.Safetensors, ".safetensors")
-		}
-		return inside(convert.Torch, ".pt")
-	}
-	return dst, convert.Torch, nil
-}
-
-// isDCP reports whether the folder dir is a torch.distributed.checkpoint directory.
-func isDCP(dir string) bool {
-	_, err := store.Stat(store.Join(dir, ".metadata"))
-	return err == nil
 }
 
 // warningHints point each kind of warning at the flag that changes it.

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
@@ -59,7 +60,7 @@ func exitStatus(err error) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.As(err, &u):
+	case errors.As(err, &u), errors.Is(err, formats.ErrLayout):
 		return exitUsage
 	case errors.Is(err, statedict.ErrDangerous):
 		return exitDangerous

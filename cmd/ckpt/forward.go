@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/verify/forward"
 	"github.com/ckpt-dev/ckpt/verify/forward/kernel"
 	"github.com/spf13/cobra"
@@ -71,7 +71,7 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 			case tokens != "" && promptIDs != "":
 				return usage(fmt.Errorf("--tokens and --prompt-ids exclude each other"))
 			case promptIDs != "":
-				b, err := os.ReadFile(promptIDs)
+				b, err := regular.ReadFile(promptIDs, maxPromptIDs)
 				if err != nil {
 					return err
 				}
@@ -92,7 +92,7 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 			}
 			opts := forward.Options{Precision: prec, KeepFP8: keepFP8}
 			if config != "" {
-				if opts.Config, err = os.ReadFile(config); err != nil {
+				if opts.Config, err = regular.ReadFile(config, maxConfig); err != nil {
 					return err
 				}
 			}
@@ -218,7 +218,7 @@ func (l *logitsWriter) WriteTo(w io.Writer) (int64, error) {
 // writeLogits writes logits [1, T, vocab] as the float32 tensor "logits" of a safetensors
 // file, atomically.
 func writeLogits(path string, logits io.WriterTo, T, vocab int, force bool) error {
-	f, err := atomicfile.Create(path, force)
+	f, err := atomicfile.Create(path, atomicfile.FileOptions{Force: force})
 	if err != nil {
 		return err
 	}

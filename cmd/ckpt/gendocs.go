@@ -1,3 +1,5 @@
+//go:build gendocs
+
 package main
 
 import (
@@ -10,16 +12,23 @@ import (
 	"github.com/spf13/cobra/doc"
 )
 
-// newGenDocsCmd writes the reference pages generated from the commands themselves: one
-// Markdown page per command under DIR/cli and one man page per command under DIR/man. The
-// committed docs/ are regenerated with `go run ./cmd/ckpt gen-docs docs`; CI regenerates
-// them and fails when they differ, so the reference never drifts from the commands.
+// The reference pages are generated from the commands themselves by a build of ckpt with
+// the gendocs tag, which alone links cobra/doc (and its Markdown and man-page renderers):
+//
+//	go run -tags gendocs ./cmd/ckpt gen-docs docs
+//
+// CI regenerates them and fails when they differ, so the reference never drifts from the
+// commands; the shipped binary carries no generator.
+func init() { toolCommands = append(toolCommands, newGenDocsCmd) }
+
+// newGenDocsCmd writes one Markdown page per command under DIR/cli and one man page per
+// command under DIR/man.
 func newGenDocsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    "gen-docs DIR",
 		Short:  "Write the generated command reference (Markdown and man pages) under DIR",
 		Hidden: true,
-		Args:   positional("DIR", "ckpt gen-docs docs"),
+		Args:   positional("DIR", "go run -tags gendocs ./cmd/ckpt gen-docs docs"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			root := cmd.Root()
 			root.DisableAutoGenTag = true

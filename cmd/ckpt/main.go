@@ -138,6 +138,13 @@ wins).
 	root.Version = toolVersion()
 	root.SetVersionTemplate("ckpt {{.Version}}\n")
 	root.PersistentFlags().BoolP("quiet", "q", false, "print errors only (no summary, warnings or progress)")
-	root.AddCommand(newVersionCmd(), newInspectCmd(), newScanCmd(), newConvertCmd(), newCheckCmd(), newDevicesCmd(), newPlanCmd(), newForwardCmd(), newVerifyCmd(), newGenDocsCmd())
+	root.AddCommand(newVersionCmd(), newInspectCmd(), newScanCmd(), newConvertCmd(), newCheckCmd(), newDevicesCmd(), newPlanCmd(), newForwardCmd(), newVerifyCmd())
+	for _, c := range toolCommands {
+		root.AddCommand(c())
+	}
 	return root
 }
+
+// toolCommands are hidden commands of the developers' builds (build tags), which the
+// shipped binary does not link: gen-docs (gendocs.go).
+var toolCommands []func() *cobra.Command

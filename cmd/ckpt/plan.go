@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/optimizerstate"
+	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/spf13/cobra"
@@ -50,23 +50,18 @@ would, each planned: more devices, FSDP, bfloat16 weights (--dtype), no optimize
 Activations, gradients and XLA's workspace come on top. Exit status 6: does not fit.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := runtime.ParseTopology(topology)
-			if err != nil {
-				return err
-			}
-			if mesh == "" {
-				mesh = fmt.Sprintf("fsdp=%d", t.Devices)
-			}
-			m, err := runtime.ParseMesh(mesh)
-			if err != nil {
-				return err
-			}
-			opts := runtime.MemoryOptions{Topology: t, Mesh: m}
+			spec := runtime.Spec{Topology: topology, Mesh: mesh}
+			var err error
 			if planFile != "" {
-				if opts.Plan, err = runtime.LoadPlan(planFile); err != nil {
+				if spec.Plan, err = runtime.LoadPlan(planFile); err != nil {
 					return err
 				}
 			}
+			t, err := newTarget(spec)
+			if err != nil {
+				return err
+			}
+			opts := runtime.MemoryOptions{Topology: t.Topology, Mesh: t.Mesh, Plan: t.Plan}
 			if opts.WeightDType, err = parseDType(dtypeChoice("dtype"), dtype); err != nil {
 				return err
 			}
@@ -116,92 +111,25 @@ Activations, gradients and XLA's workspace come on top. Exit status 6: does not 
 	return cmd
 }
 
-// tensorSpecs lists a checkpoint's tensors for the memory plan: the entries of model state
-// dicts are weights, optimizer state tensors belong to the parameter the optimizer maps them
-// to, everything else is other. A tensor viewing the same bytes as an earlier one (tied
-// weights) is one tensor on the device and is listed once.
+// tensorSpecs lists a checkpoint's tensors for the memory plan as the conversion's plan
+// sees them (plan.TensorSpecs): the weights, each optimizer state tensor with the parameter
+// it belongs to, everything else (every tensor of the source: nothing renamed or dropped).
+// The placements are the memory plan's own (it also plans the alternatives), so the
+// conversion is planned for the device alone.
 func tensorSpecs(ck *statedict.Checkpoint, names map[string][]string) ([]runtime.TensorSpec, []string, error) {
-	tensors, err := ck.Tensors()
-	if err != nil {
-		return nil, nil, err
-	}
-	found, err := optimizerstate.Find(ck.Root, names)
+	pl, err := plan.Make(ck, plan.Options{Layout: formats.TorchFile, OptimizerNames: names, KeepCUDARNG: true}, nil)
 	if err != nil {
 		return nil, nil, err
 	}
 	var warnings []string
-	param := map[*statedict.Tensor]string{} // optimizer state → its parameter's flattened name
-	for _, f := range found {
-		if f.Optimizer == nil {
-			warnings = append(warnings, fmt.Sprintf("optimizer state %s: %v; its tensors are placed by their own names", label(f.Path), f.Err))
-			continue
-		}
-		if f.Err != nil {
-			warnings = append(warnings, fmt.Sprintf("optimizer state %s is not mapped onto the model (%v); its tensors are placed by their own names", label(f.Path), f.Err))
-		}
-		for i, p := range f.Optimizer.Params {
-			if p.State == nil {
-				continue
-			}
-			name := ""
-			if f.Mapping != nil {
-				name = statedict.JoinName(f.ModelPath, f.Mapping.Params[i].Name)
-			}
-			for _, e := range p.State.Entries() {
-				if t, ok := e.Value.(*statedict.Tensor); ok {
-					param[t] = name
-				}
-			}
+	for _, w := range pl.Warnings {
+		switch w.Kind {
+		case "optimizer_not_understood", "optimizer_unmapped":
+			warnings = append(warnings, w.Message+"; its tensors are placed by their own names")
 		}
 	}
-	weights := map[*statedict.Tensor]bool{}
-	var visit func(v statedict.Value)
-	visit = func(v statedict.Value) {
-		switch c := v.(type) {
-		case *statedict.Dict:
-			if optimizerstate.IsModelStateDict(c) {
-				for _, e := range c.Entries() {
-					weights[e.Value.(*statedict.Tensor)] = true
-				}
-				return
-			}
-			for _, e := range c.Entries() {
-				visit(e.Value)
-			}
-		case *statedict.List:
-			for _, x := range c.Items {
-				visit(x)
-			}
-		case statedict.Tuple:
-			for _, x := range c {
-				visit(x)
-			}
-		}
-	}
-	visit(ck.Root)
-	type view struct {
-		st     *statedict.Storage
-		offset int64
-		shape  string
-	}
-	seen := map[view]bool{}
-	specs := make([]runtime.TensorSpec, 0, len(tensors))
-	for _, nt := range tensors {
-		t := nt.Tensor
-		v := view{t.Storage, t.Offset, fmt.Sprint(t.Shape, t.Strides)}
-		if t.Storage != nil && seen[v] {
-			continue
-		}
-		seen[v] = true
-		s := runtime.TensorSpec{Name: nt.Name, DType: t.DType, Shape: t.Shape, Role: runtime.RoleOther}
-		if p, ok := param[t]; ok {
-			s.Role, s.Param = runtime.RoleOptimizer, p
-		} else if weights[t] {
-			s.Role = runtime.RoleWeight
-		}
-		specs = append(specs, s)
-	}
-	return specs, warnings, nil
+	specs, err := pl.TensorSpecs()
+	return specs, warnings, err
 }
 
 // printPlan writes the human-readable memory plan.

@@ -66,6 +66,12 @@ func treeHashes(t *testing.T, dir string) map[string]string {
 	return out
 }
 
+// finishedLines counts the files a journal records as finished (it also records each file
+// as it is created).
+func finishedLines(journal []byte) int {
+	return bytes.Count(journal, []byte(`"xxhash64"`))
+}
+
 func ckptCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "CKPT_TEST_MAIN=1")
@@ -103,7 +109,7 @@ func TestKillResume(t *testing.T) {
 			killed := false
 			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
 				b, _ := os.ReadFile(journal)
-				if bytes.Count(b, []byte("\n")) >= killAt {
+				if finishedLines(b) >= killAt {
 					if killAt == 7 {
 						// A second conversion into the same destination is refused, not raced.
 						// The first is stopped meanwhile, so that it still holds the lock
@@ -160,7 +166,7 @@ func TestKillResume(t *testing.T) {
 	cmd.Start()
 	journal := filepath.Join(dir, ".fresh.partial", ".ckpt-journal")
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
-		if b, _ := os.ReadFile(journal); bytes.Count(b, []byte("\n")) >= 3 {
+		if b, _ := os.ReadFile(journal); finishedLines(b) >= 3 {
 			break
 		}
 	}
@@ -172,5 +178,95 @@ func TestKillResume(t *testing.T) {
 	}
 	if got := treeHashes(t, dst); len(got) != len(want) {
 		t.Fatalf("%d files after a fresh rerun, want %d", len(got), len(want))
+	}
+}
+
+// TestKillResumePlanted kills a conversion, then plants in its partial folder — a link to
+// a file outside and a hard link to it in place of finished shards, a FIFO in place of one
+// being written, a link to a folder outside — one at a time: every rerun, with --resume or
+// without, refuses naming the plant, and neither the plant nor what it leads to changes.
+// Once the plants are gone the run resumes (issue 29, class 2).
+func TestKillResumePlanted(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src.safetensors")
+	bigSource(t, src, 24, 1<<20)
+	outside := filepath.Join(dir, "outside")
+	os.MkdirAll(filepath.Join(outside, "folder"), 0o755)
+	victim := filepath.Join(outside, "victim.txt")
+	os.WriteFile(victim, []byte("VICTIM"), 0o644)
+	os.WriteFile(filepath.Join(outside, "folder", "inner.txt"), []byte("INNER"), 0o644)
+	dst := filepath.Join(dir, "out")
+	args := func(extra ...string) []string {
+		return append([]string{"convert", "--to", "tpu", "--format", "safetensors", "--dtype", "bfloat16", "--max-shard-size", "2MiB", src, dst}, extra...)
+	}
+	partial := filepath.Join(dir, ".out.partial")
+	cmd := ckptCmd(args()...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
+		if b, _ := os.ReadFile(filepath.Join(partial, ".ckpt-journal")); finishedLines(b) >= 6 {
+			break
+		}
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	var finished []string
+	b, _ := os.ReadFile(filepath.Join(partial, ".ckpt-journal"))
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"xxhash64"`) {
+			name := strings.Split(strings.Split(line, `"file":"`)[1], `"`)[0]
+			finished = append(finished, name)
+		}
+	}
+	if len(finished) < 5 {
+		t.Fatalf("the run was not killed midway: finished %v", finished)
+	}
+	outsideState := func() string {
+		var s strings.Builder
+		filepath.WalkDir(outside, func(p string, d os.DirEntry, err error) error {
+			st, _ := os.Lstat(p)
+			c, _ := os.ReadFile(p)
+			fmt.Fprintf(&s, "%s %v %d %q\n", p, st.Mode(), st.Sys().(*syscall.Stat_t).Ino, c)
+			return nil
+		})
+		return s.String()
+	}
+	before := outsideState()
+	for i, pl := range []struct {
+		name string
+		make func(p string) error
+	}{
+		{"a link to a file outside", func(p string) error { return os.Symlink(victim, p) }},
+		{"a hard link to a file outside", func(p string) error { return os.Link(victim, p) }},
+		{"a link to a folder outside", func(p string) error { return os.Symlink(filepath.Join(outside, "folder"), p) }},
+		{"a FIFO", func(p string) error { return syscall.Mkfifo(p, 0o644) }},
+	} {
+		at := filepath.Join(partial, finished[i])
+		os.Remove(at)
+		if err := pl.make(at); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := os.Lstat(at)
+		for _, extra := range [][]string{{"--resume"}, nil, {"--resume", "--force"}} {
+			out, err := ckptCmd(args(extra...)...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), finished[i]) {
+				t.Errorf("%s in place of %s, convert %v: %v, want a refusal naming it\n%s", pl.name, finished[i], extra, err, out)
+			}
+			if got, _ := os.Lstat(at); got == nil || !os.SameFile(st, got) || got.Mode() != st.Mode() {
+				t.Errorf("%s in place of %s, convert %v: the plant changed", pl.name, finished[i], extra)
+			}
+			if after := outsideState(); after != before {
+				t.Fatalf("%s, convert %v: outside changed:\n%s\n→\n%s", pl.name, extra, before, after)
+			}
+		}
+		os.Remove(at)
+	}
+	out, err := ckptCmd(args("--resume")...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "resumed: kept") {
+		t.Fatalf("resume once the plants are gone: %v\n%s", err, out)
+	}
+	if out, err := ckptCmd("check", dst).CombinedOutput(); err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
 	}
 }

@@ -66,11 +66,16 @@ func newScanCmd() *cobra.Command {
 		Example: `  ckpt scan downloaded.pt
   ckpt scan --json checkpoint_dcp/     # every pickle DCP's loader would unpickle`,
 		Short: "Check that loading a checkpoint with torch would run no code",
-		Long: `scan finds every pickle torch.load(weights_only=False) or DCP's loader would unpickle
-in a checkpoint file or folder, where they find it — a torch.save zip's data.pkl, the
-pickles of a legacy stream or tar, a bare pickle, a DCP folder's .metadata and each item
-its storage entries locate — and lists each Python global referenced. Nothing is decoded
-into objects or executed.
+		Long: `scan finds every pickle torch.load(weights_only=False), DCP's loader, NeMo's
+restore_from or np.load(allow_pickle=True) would unpickle in a checkpoint file or folder,
+where they find it — a torch.save zip's data.pkl, the pickles of a legacy stream or tar,
+the weights of a .nemo archive, a bare pickle, the object arrays of .npy and .npz files, a
+DCP folder's .metadata and each item its storage entries locate — and lists each Python
+global referenced. Nothing is decoded into objects or executed. Archives are read as the
+loaders read them (tar as Python's tarfile, zip records whatever their case, as torch's
+reader); a file several loaders read, or that the CPython versions torch runs on read
+differently, is scanned in every reading, the worst verdict winning. A pickle the scanner
+cannot follow to its end (deeper or longer than its limits) is refused as unknown code.
 
 The policy is default-deny. Allowed: torch's weights_only allowlist ("allowed") and the
 pure-data reconstructors ckpt models ("data": builtin containers, copyreg's instance
@@ -160,8 +165,12 @@ func printScan(out io.Writer, res *formats.ScanResult) {
 	}
 	for _, g := range res.SortedGlobals() {
 		line := fmt.Sprintf("  %-10s %s", g.Class, g.Global)
-		if g.Opcode == "STACK_GLOBAL" && g.Global.Module == "" && g.Global.Name == "" {
-			line = fmt.Sprintf("  %-10s (dynamic STACK_GLOBAL)", g.Class)
+		if g.Global.Module == "" && g.Global.Name == "" {
+			what := g.Opcode
+			if what == "STACK_GLOBAL" {
+				what = "dynamic STACK_GLOBAL"
+			}
+			line = fmt.Sprintf("  %-10s (%s)", g.Class, what)
 		}
 		if sev := g.Class.Severity(); sev != "" {
 			line += "  — " + sev

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -28,21 +29,24 @@ func (s *shardFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&s.wait, "host-wait", convert.DefaultHostWait, "how long host 0 waits for the other hosts before giving up")
 }
 
-// apply fills opts.Target and opts.Hosts from the flags, the target device and the
-// environment of a multi-host job (getenv): a Kubernetes Indexed Job or JobSet sets
-// JOB_COMPLETION_INDEX, GKE's TPU webhook TPU_WORKER_ID and TPU_WORKER_HOSTNAMES.
-func (s *shardFlags) apply(flags *pflag.FlagSet, opts *convert.Options, getenv func(string) string) error {
-	var topo *runtime.Topology
-	var err error
-	if s.topology != "" {
-		if topo, err = runtime.ParseTopology(s.topology); err != nil {
-			return usage(fmt.Errorf("--topology: %w", err))
+// apply builds opts.Target, in one step, from the target spec of the other flags (device,
+// generation, map_location) with the slice, mesh and plan of these, and fills opts.Hosts
+// from the flags and the environment of a multi-host job (getenv): a Kubernetes Indexed Job
+// or JobSet sets JOB_COMPLETION_INDEX, GKE's TPU webhook TPU_WORKER_ID and
+// TPU_WORKER_HOSTNAMES.
+func (s *shardFlags) apply(flags *pflag.FlagSet, opts *convert.Options, spec runtime.Spec, getenv func(string) string) error {
+	spec.Topology, spec.Mesh = s.topology, s.mesh
+	if s.plan != "" {
+		var err error
+		if spec.Plan, err = runtime.LoadPlan(s.plan); err != nil {
+			return err
 		}
 	}
-	if s.mesh == "" && topo != nil {
-		s.mesh = fmt.Sprintf("fsdp=%d", topo.Devices)
+	var err error
+	if opts.Target, err = newTarget(spec); err != nil {
+		return err
 	}
-	if s.mesh == "" {
+	if opts.Target.Mesh == nil {
 		for _, name := range []string{"plan", "host-index", "num-hosts"} {
 			if flags.Changed(name) {
 				return usage(fmt.Errorf("--%s needs --mesh (or --topology): it applies to per-device outputs", name))
@@ -50,23 +54,7 @@ func (s *shardFlags) apply(flags *pflag.FlagSet, opts *convert.Options, getenv f
 		}
 		return nil
 	}
-	mesh, err := runtime.ParseMesh(s.mesh)
-	if err != nil {
-		return usage(fmt.Errorf("--mesh: %w", err))
-	}
-	var plan *runtime.Plan
-	if s.plan != "" {
-		if plan, err = runtime.LoadPlan(s.plan); err != nil {
-			return err
-		}
-	}
-	gen := opts.Target.Generation
-	if gen != nil && topo != nil && gen != topo.Gen {
-		return usage(fmt.Errorf("--tpu-gen %s does not match --topology %s", gen, topo))
-	}
-	if opts.Target, err = runtime.NewTarget(opts.Target.Device, gen, topo, mesh, plan); err != nil {
-		return usage(err)
-	}
+	topo := opts.Target.Topology
 	h := convert.Hosts{Index: s.hostIndex, Count: s.numHosts, Wait: s.wait}
 	from := ""
 	if !flags.Changed("host-index") {
@@ -123,4 +111,18 @@ func rankList(r []int) string {
 		return fmt.Sprintf("%d-%d", r[0], r[len(r)-1])
 	}
 	return strings.Trim(fmt.Sprint(r), "[]")
+}
+
+// targetFlags name the flag that sets each field of a runtime.Spec.
+var targetFlags = map[string]string{"device": "--to", "generation": "--tpu-gen", "topology": "--topology", "mesh": "--mesh",
+	"plan": "--plan", "map_location": "--map-location"}
+
+// newTarget builds the target spec names, a mistake in it a usage error naming its flag.
+func newTarget(spec runtime.Spec) (*runtime.Target, error) {
+	t, err := runtime.NewTarget(spec)
+	var se *runtime.SpecError
+	if errors.As(err, &se) {
+		return nil, usage(fmt.Errorf("%s: %w", targetFlags[se.Field], se.Err))
+	}
+	return t, err
 }

@@ -112,8 +112,8 @@ func TestShardFlags(t *testing.T) {
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatal(err)
 		}
-		opts := convert.Options{Target: &runtime.Target{Device: "tpu"}}
-		err := s.apply(fs, &opts, func(k string) string { return c.env[k] })
+		var opts convert.Options
+		err := s.apply(fs, &opts, runtime.Spec{Device: "tpu"}, func(k string) string { return c.env[k] })
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%v %v: %v, want %q", c.args, c.env, err, c.err)
@@ -159,8 +159,16 @@ func TestKillResumeHost(t *testing.T) {
 	killed := false
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
 		b, _ := os.ReadFile(journal)
-		if bytes.Contains(b, []byte(`"__4_0.distcp","size":`)) && !bytes.Contains(b, []byte(`"__4_0.distcp","size":-1`)) ||
-			bytes.Count(b, []byte(`"size":-1`)) >= 2 {
+		// A journal line per file created, and one with its digest once it is finished.
+		finished4, started := false, 0
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			done := bytes.Contains(line, []byte(`"xxhash64"`))
+			finished4 = finished4 || done && bytes.Contains(line, []byte(`"file":"__4_0.distcp"`))
+			if !done && bytes.Contains(line, []byte(`"file":`)) {
+				started++
+			}
+		}
+		if finished4 || started >= 2 {
 			killed = host1.Process.Signal(syscall.SIGKILL) == nil
 			break
 		}

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/verify"
 	"github.com/spf13/cobra"
@@ -49,7 +49,7 @@ with its counterpart in DST through the conversion's renames, the stripping of D
 torch.compile prefixes and the dropping of tied aliases (lm_head.weight); its dtype and shape
 are checked, and its value compared bit for bit with the source's, or with exactly what the
 conversion's cast (torch's rounding) or dequantization (the reference dequantizer) gives.
-The conversion's options are read from DST's ckpt-manifest.json (its recorded command line);
+The conversion's options are read from DST's ckpt-manifest.json (its conversion record);
 without one (--no-manifest) names are matched as convert's defaults give them and any float
 cast or dequantization DST shows is reproduced and checked. A per-device DST (a multi-rank
 DCP directory, a per-device safetensors folder) is compared as the tensors its shards
@@ -59,7 +59,8 @@ tensor, first differing element, both values.
 --forward also runs the model (a decoder-only transformers model with config.json) on the
 same tokens twice: the source in float32, quantized weights dequantized exactly, and DST as
 a TPU runs it — every matrix product's inputs rounded to bfloat16, float32 accumulation, FP8
-weights kept FP8 where --tpu-gen's matrix units take them — and compares the logits of every
+weights kept FP8 where the matrix units of --tpu-gen (default: the generation DST's manifest
+records) take them — and compares the logits of every
 position: max and mean absolute error, cosine similarity, KL divergence, top-1 agreement.
 A per-device DST runs as its devices hold it: every matrix product is computed rank by rank
 from the pieces they store and combined as the collectives would.
@@ -106,6 +107,7 @@ Exits 0 on parity (and, with --forward, agreement), 5 naming every problem other
 			case noManifest:
 				popts.Manifest = "-"
 			}
+			fopts.Manifest = popts.Manifest
 			rep := &verifyReport{}
 			if rep.Tensors, err = verify.Parity(cmd.Context(), src, dst, popts); err != nil {
 				return err
@@ -157,7 +159,7 @@ Exits 0 on parity (and, with --forward, agreement), 5 naming every problem other
 	f.BoolVar(&fwd, "forward", false, "also run both models on the same tokens and compare their logits")
 	f.StringVar(&tokens, "tokens", "", "comma-separated token ids for --forward")
 	f.StringVar(&promptIDs, "prompt-ids", "", "a file of token ids for --forward")
-	f.StringVar(&tpuGen, "tpu-gen", "", "the TPU generation DST is for (v4, v5e, v5p, v6e, tpu7x): FP8 weights it runs natively stay FP8 in the forward")
+	f.StringVar(&tpuGen, "tpu-gen", "", "the TPU generation DST is for (v4, v5e, v5p, v6e, tpu7x; default: the one its manifest records): FP8 weights it runs natively stay FP8 in the forward")
 	f.StringVar(&config, "config", "", "the model's config.json (default: each side's own, or the other side's)")
 	f.Float64Var(&th.MaxKL, "max-kl", def.MaxKL, "largest KL divergence of the next-token distributions at any position, in nats")
 	f.Float64Var(&th.MinCosine, "min-cosine", def.MinCosine, "smallest cosine similarity of the logits at any position")
@@ -187,7 +189,7 @@ func forwardFlags(cmd *cobra.Command, fwd bool, tokens, promptIDs, tpuGen, confi
 			return usage(err)
 		}
 	case promptIDs != "":
-		b, err := os.ReadFile(promptIDs)
+		b, err := regular.ReadFile(promptIDs, maxPromptIDs)
 		if err != nil {
 			return err
 		}
@@ -201,7 +203,7 @@ func forwardFlags(cmd *cobra.Command, fwd bool, tokens, promptIDs, tpuGen, confi
 		}
 	}
 	if config != "" {
-		if opts.Config, err = os.ReadFile(config); err != nil {
+		if opts.Config, err = regular.ReadFile(config, maxConfig); err != nil {
 			return err
 		}
 	}
@@ -213,10 +215,12 @@ func forwardFlags(cmd *cobra.Command, fwd bool, tokens, promptIDs, tpuGen, confi
 func parsePromptIDs(s string) ([]int, error) {
 	s = strings.NewReplacer("[", " ", "]", " ", ",", " ").Replace(s)
 	var ids []int
-	for _, f := range strings.Fields(s) {
+	for i, f := range strings.Fields(s) {
 		v, err := strconv.Atoi(f)
 		if err != nil || v < 0 {
-			return nil, fmt.Errorf("%q is not a token id", f)
+			// Named by position, not repeated: a file that is not a list of ids may be
+			// anything (a link to a secret).
+			return nil, fmt.Errorf("entry %d (of %d bytes) is not a token id", i+1, len(f))
 		}
 		ids = append(ids, v)
 	}
@@ -311,3 +315,10 @@ func printParity(w io.Writer, r *verify.ParityReport, indent string) {
 		printParity(w, a, indent+"  ")
 	}
 }
+
+// maxConfig bounds a config.json given with --config (as the one beside a checkpoint is);
+// maxPromptIDs a --prompt-ids file.
+const (
+	maxConfig    = 64 << 20
+	maxPromptIDs = 64 << 20
+)

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -74,6 +76,37 @@ func TestVerifyCommand(t *testing.T) {
 	}
 	if p := rep.Tensors.Problems; len(p) != 1 || p[0].Tensor != victim || p[0].Kind != "value" || p[0].Flat != 7 || p[0].Want == p[0].Got {
 		t.Fatalf("problems %+v", p)
+	}
+}
+
+// TestVerifyLibraryConversion: a conversion made through the library — convert.Run with
+// DType bfloat16 and no command line — records what it did in its manifest, and `ckpt
+// verify` holds the output to it: parity passes, and one changed element fails naming the
+// cast it checked, without any flag re-parsed.
+func TestVerifyLibraryConversion(t *testing.T) {
+	src := "../../testdata/hf/mistral_sharded"
+	dst := filepath.Join(t.TempDir(), "out.safetensors")
+	opts := convert.DefaultOptions(src, dst)
+	opts.Plan.DType = statedict.BFloat16
+	if _, err := convert.Run(t.Context(), opts); err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifest.Read(dst + "." + manifest.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Args != nil || m.Conversion == nil || m.Conversion.DType != "bfloat16" || m.Conversion.Target.Device != "tpu" {
+		t.Fatalf("manifest args %q, conversion %+v", m.Args, m.Conversion)
+	}
+	out, err := run(t, "verify", src, dst)
+	if err != nil || !strings.Contains(out, "conversion: --dtype bfloat16") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	const victim = "model.layers.1.self_attn.o_proj.weight"
+	changeElement(t, dst, victim, 3)
+	out, err = run(t, "verify", src, dst)
+	if exitStatus(err) != exitCorrupt || !strings.Contains(out, victim+": 1 of ") || !strings.Contains(out, "[cast float32 → bfloat16]") {
+		t.Fatalf("exit %d: %v\n%s", exitStatus(err), err, out)
 	}
 }
 

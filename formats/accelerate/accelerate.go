@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"sort"
 
+	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -41,7 +42,7 @@ func Detect(dir string) []string {
 	var out []string
 	for _, e := range entries {
 		if e.IsDir() && modelDir.MatchString(e.Name()) {
-			if st, err := store.Stat(store.Join(dir, e.Name(), ".metadata")); err == nil && st.Mode().IsRegular() {
+			if dcp.IsCheckpoint(store.Join(dir, e.Name())) {
 				out = append(out, e.Name())
 			}
 		}

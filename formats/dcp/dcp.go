@@ -29,6 +29,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
+	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -37,6 +38,13 @@ const Format = "dcp"
 
 // MetadataFile is the name of the metadata pickle in a DCP folder.
 const MetadataFile = ".metadata"
+
+// IsCheckpoint reports whether the folder dir is a torch.distributed.checkpoint directory:
+// it holds a .metadata file.
+func IsCheckpoint(dir string) bool {
+	st, err := store.Stat(store.Join(dir, MetadataFile))
+	return err == nil && st.Mode().IsRegular()
+}
 
 // ErrUnsupported is matched by errors.Is for valid DCP features ckpt cannot read (stream
 // transforms other than torch's ZStandard extension, non-strided layouts).
@@ -140,24 +148,21 @@ func openMetadata(root *os.Root, dir, mdPath string) (*Metadata, error) {
 	var size int64
 	var err error
 	if root != nil {
+		// A regular file only, opened without waiting (a FIFO there is refused).
 		var lf *os.File
-		if lf, err = root.Open(MetadataFile); err == nil {
-			var st os.FileInfo
-			if st, err = lf.Stat(); err == nil {
-				f, size = lf, st.Size()
-			} else {
-				lf.Close()
-			}
+		var st os.FileInfo
+		if lf, st, err = regular.OpenIn(root, MetadataFile); err == nil {
+			f, size = lf, st.Size()
 		}
 	} else {
 		var sf store.File
 		if sf, err = store.Open(mdPath); err == nil {
 			f, size = sf, sf.Size()
-			if size > MaxMetadata {
-				sf.Close()
-				return nil, fmt.Errorf("%s: %d bytes, more than the %d a .metadata may have", mdPath, size, int64(MaxMetadata))
-			}
 		}
+	}
+	if err == nil && size > MaxMetadata {
+		f.Close()
+		return nil, fmt.Errorf("%s: %d bytes, more than the %d a .metadata may have", mdPath, size, int64(MaxMetadata))
 	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {

@@ -68,6 +68,9 @@ func Components(index []byte) ([]string, error) {
 	return names, nil
 }
 
+// maxIndex bounds model_index.json: a line per component.
+const maxIndex = 16 << 20
+
 // Open reads the pipeline at dir. openDir opens one component folder in whatever layout it
 // is (passed in to keep this package independent of the readers); a component folder that
 // holds no weights contributes its files as extras.
@@ -82,7 +85,7 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 			ck.Close()
 		}
 	}()
-	index, err := store.ReadFile(store.Join(dir, IndexFile), -1)
+	index, err := store.ReadFile(store.Join(dir, IndexFile), maxIndex)
 	if err != nil {
 		return nil, err
 	}

@@ -3,11 +3,13 @@ package hf
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/internal/regular"
+	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // The local Hugging Face hub cache, as huggingface_hub lays it out:
@@ -102,6 +104,9 @@ func ParseRef(b []byte) (string, bool) {
 	return s, isCommit(s)
 }
 
+// maxRef bounds a refs/ file: a 40-digit commit hash and a newline.
+const maxRef = 256
+
 // ErrNotCached is returned for a repository or revision the cache does not hold.
 var ErrNotCached = fmt.Errorf("not in the local Hugging Face cache: %w", fs.ErrNotExist)
 
@@ -123,21 +128,19 @@ func Snapshot(cache string, id RepoID) (string, error) {
 	}
 	commit := rev
 	if !isCommit(rev) {
-		f, err := os.Open(filepath.Join(repo, "refs", filepath.FromSlash(rev)))
+		ref := filepath.Join(repo, "refs", filepath.FromSlash(rev))
+		b, err := regular.ReadFile(ref, maxRef)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return "", missing("no refs/" + rev)
 			}
 			return "", err
 		}
-		b, err := io.ReadAll(io.LimitReader(f, 256))
-		f.Close()
-		if err != nil {
-			return "", err
-		}
 		var ok bool
+		// What the file holds is not repeated: a ref that is not a hash may be anything (a
+		// link to a secret).
 		if commit, ok = ParseRef(b); !ok {
-			return "", fmt.Errorf("%s: refs/%s holds %q, not a commit hash", repo, rev, b)
+			return "", fmt.Errorf("%s: %w: it does not hold a commit hash (%d bytes)", ref, statedict.ErrCorrupt, len(b))
 		}
 	}
 	dir := filepath.Join(repo, "snapshots", commit)

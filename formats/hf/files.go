@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/internal/regular"
 )
 
 // Folder gives read access to the files of a checkpoint folder, confined to it: a file, or
@@ -79,7 +80,8 @@ func (f *Folder) Confined(name string) bool {
 	return inside(real, f.real) || f.blobs != "" && inside(real, f.blobs)
 }
 
-// Open opens name (slash-separated, relative to the folder) if it is confined.
+// Open opens name (slash-separated, relative to the folder) if it is confined and a
+// regular file (package regular: a FIFO or device is refused, never waited on).
 func (f *Folder) Open(name string) (fs.File, error) {
 	if !fs.ValidPath(name) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
@@ -90,7 +92,11 @@ func (f *Folder) Open(name string) (fs.File, error) {
 	if !f.Confined(name) {
 		return nil, &fs.PathError{Op: "open", Path: store.Join(f.dir, name), Err: ErrOutside}
 	}
-	return f.root.Open(path.Join(f.sub, name))
+	file, _, err := regular.OpenIn(f.root, path.Join(f.sub, name))
+	if err != nil {
+		return nil, err
+	}
+	return file, nil
 }
 
 // ErrOutside is returned for a file whose link leads outside the checkpoint folder.

@@ -141,9 +141,13 @@ func flatTensorDict(path string, root statedict.Value) (*statedict.Dict, error) 
 	return d, nil
 }
 
+// MaxIndex bounds an index file: a weight_map entry of some hundred bytes for each of up to
+// millions of tensors.
+const MaxIndex = 1 << 30
+
 // ReadIndex parses an index file, keeping weight_map order and rejecting duplicate names.
 func ReadIndex(path string) (*Index, error) {
-	b, err := store.ReadFile(path, -1)
+	b, err := store.ReadFile(path, MaxIndex)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +309,8 @@ func addFiles(ck *statedict.Checkpoint, dir string, weights map[string]bool) err
 // converters copy, and apart from them the files holding weights or pickles of another
 // layout, which they must not carry along unconverted. Symbolic links to regular files
 // count when they stay inside the folder or its hub cache blobs (a Hugging Face hub cache
-// snapshot is made of them); links leading elsewhere are listed in outside, never read.
+// snapshot is made of them); links leading elsewhere, and entries that are not files
+// (FIFOs, devices, sockets), are listed in outside, never read.
 func extraFiles(f *Folder, weights map[string]bool) (extras, ignored, outside []string, err error) {
 	entries, err := store.ReadDir(f.dir)
 	if err != nil {
@@ -317,14 +322,22 @@ func extraFiles(f *Folder, weights map[string]bool) (extras, ignored, outside []
 			continue
 		}
 		if de.Type()&fs.ModeSymlink != 0 {
-			if !exists(store.Join(f.dir, name)) {
+			st, err := store.Stat(store.Join(f.dir, name))
+			if err != nil || st.IsDir() {
 				continue // dangling, or a link to a folder
+			}
+			if !st.Mode().IsRegular() { // to a FIFO or a device: never opened
+				outside = append(outside, name)
+				continue
 			}
 			if !f.Confined(name) {
 				outside = append(outside, name)
 				continue
 			}
 		} else if !de.Type().IsRegular() {
+			if !de.IsDir() { // a FIFO, device or socket: never opened
+				outside = append(outside, name)
+			}
 			continue
 		}
 		if otherWeights(name) {

@@ -28,14 +28,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -68,16 +72,11 @@ func ParseTracker(b []byte) (string, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
-		return "", fmt.Errorf("%w: %s holds %q, not an iteration number or \"release\"", statedict.ErrCorrupt, TrackerFile, truncate(s))
+		// What it holds is not repeated: a tracker that is not one may be anything (a link
+		// to a secret).
+		return "", fmt.Errorf("%w: %s holds %d bytes that are not an iteration number or \"release\"", statedict.ErrCorrupt, TrackerFile, len(b))
 	}
 	return fmt.Sprintf("iter_%07d", n), nil
-}
-
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
 }
 
 // ParseBackend reads a dist_checkpointing metadata.json and returns its sharded backend
@@ -102,42 +101,30 @@ func ParseBackend(b []byte) (string, error) {
 // Detect reports whether dir is a Megatron checkpoint: a save folder (it has the tracker
 // file), an iteration folder of rank folders, or a dist_checkpointing folder.
 func Detect(dir string) bool {
-	return store.IsFile(store.Join(dir, TrackerFile)) || len(ranks(dir)) > 0 || IsDist(dir)
+	return store.IsFile(store.Join(dir, TrackerFile)) || slices.ContainsFunc(ranks(dir), func(e fs.DirEntry) bool { return rankDir.MatchString(e.Name()) }) || IsDist(dir)
 }
 
 // IsDist reports whether dir is a Megatron-core dist_checkpointing folder: a DCP .metadata
 // beside common.pt and metadata.json.
 func IsDist(dir string) bool {
-	return store.IsFile(store.Join(dir, ".metadata")) && store.IsFile(store.Join(dir, CommonFile)) && store.IsFile(store.Join(dir, MetadataJSON))
+	return dcp.IsCheckpoint(dir) && store.IsFile(store.Join(dir, CommonFile)) && store.IsFile(store.Join(dir, MetadataJSON))
 }
 
-// ranks lists dir's rank folders (mp_rank_*), in rank order.
-func ranks(dir string) []string {
+// ranks lists dir's entries named as rank folders (mp_rank_*, folders or not: a link or
+// file in a rank folder's place is refused by name when read), in rank order.
+func ranks(dir string) []fs.DirEntry {
 	entries, err := store.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
-	var out []string
+	var out []fs.DirEntry
 	for _, e := range entries {
-		if rankDir.MatchString(e.Name()) && e.IsDir() {
-			out = append(out, e.Name())
+		if strings.HasPrefix(e.Name(), "mp_rank_") {
+			out = append(out, e)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return rankLess(out[i], out[j]) })
+	sort.Slice(out, func(i, j int) bool { return compareRanks(out[i].Name(), out[j].Name()) < 0 })
 	return out
-}
-
-// rankLess orders rank folders by (tensor, pipeline, expert) rank, numerically.
-func rankLess(a, b string) bool {
-	ma, mb := rankDir.FindStringSubmatch(a), rankDir.FindStringSubmatch(b)
-	for i := 1; i < len(ma); i++ {
-		x, _ := strconv.ParseInt(ma[i], 10, 64)
-		y, _ := strconv.ParseInt(mb[i], 10, 64)
-		if x != y {
-			return x < y
-		}
-	}
-	return a < b
 }
 
 // Openers are the readers Open reads the parts with, passed in to keep this package
@@ -179,9 +166,19 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 	if IsDist(at) {
 		return openDist(dir, iter, op, folder)
 	}
-	rs := ranks(at)
-	if len(rs) == 0 {
+	entries := ranks(at)
+	if len(entries) == 0 {
 		return nil, fmt.Errorf("%s: %w: neither mp_rank_* folders (%s) nor a dist_checkpointing folder (.metadata, %s, %s)", at, statedict.ErrCorrupt, RankFile, CommonFile, MetadataJSON)
+	}
+	// Every rank folder a folder of the save (not a link to another save's), each rank file
+	// a file of its own inside the folder (a link into a hub cache's blobs/ is one; a link
+	// leading outside, or to another rank's file, is not).
+	var rs []string
+	for _, e := range entries {
+		if !e.IsDir() {
+			return nil, fmt.Errorf("%s: %w: %s is %s, not a rank folder", at, statedict.ErrCorrupt, e.Name(), regular.Kind(e.Type()))
+		}
+		rs = append(rs, e.Name())
 	}
 	out := &statedict.Checkpoint{Format: Legacy, Path: dir}
 	defer func() {
@@ -190,21 +187,38 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 		}
 	}()
 	root := statedict.NewDict("")
-	for _, r := range rs {
+	var seen []fs.FileInfo
+	for i, r := range rs {
 		rel := sub(path.Join(r, RankFile))
 		p := store.Join(dir, rel)
-		if !store.IsFile(p) {
-			return nil, fmt.Errorf("%s: %w: the rank folder %s has no %s", at, statedict.ErrCorrupt, r, RankFile)
+		st, err := store.Stat(p)
+		if err != nil || !st.Mode().IsRegular() {
+			what := "no " + RankFile
+			if err == nil {
+				what = fmt.Sprintf("a %s that is %s", RankFile, regular.Kind(st.Mode()))
+			}
+			return nil, fmt.Errorf("%s: %w: the rank folder %s has %s", at, statedict.ErrCorrupt, r, what)
 		}
 		if !folder.Confined(rel) {
-			out.Outside = append(out.Outside, rel)
-			continue
+			return nil, fmt.Errorf("%s: %w: %s is %w", at, statedict.ErrCorrupt, rel, hf.ErrOutside)
 		}
+		for j, o := range seen {
+			if os.SameFile(o, st) {
+				return nil, fmt.Errorf("%s: %w: %s and %s are the same file", at, statedict.ErrCorrupt, path.Join(rs[j], RankFile), path.Join(r, RankFile))
+			}
+		}
+		seen = append(seen, st)
 		ck, err := op.File(p)
 		if err != nil {
 			return nil, err
 		}
 		out.Closers = append(out.Closers, ck.Closers...)
+		if i == 0 {
+			// The save's args say how many ranks it has: the folders must be them all.
+			if err := CheckRanks(rs, ParallelOf(ck.Root)); err != nil {
+				return nil, fmt.Errorf("%s: %w", at, err)
+			}
+		}
 		if len(rs) == 1 {
 			out.Root = ck.Root
 		} else {
@@ -221,9 +235,6 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 		}
 	}
 	if out.Root == nil {
-		if root.Len() == 0 {
-			return nil, fmt.Errorf("%s: %w: every rank file leads outside the folder", at, statedict.ErrCorrupt)
-		}
 		out.Root = root
 	}
 	return out, nil
@@ -295,7 +306,7 @@ func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Che
 	}
 	for _, e := range entries {
 		n := e.Name()
-		if n != ".metadata" && n != CommonFile && n != MetadataJSON && !strings.HasSuffix(n, ".distcp") {
+		if n != dcp.MetadataFile && n != CommonFile && n != MetadataJSON && !strings.HasSuffix(n, ".distcp") {
 			out.Ignored = append(out.Ignored, path.Join(iter, n))
 		}
 	}

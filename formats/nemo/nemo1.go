@@ -23,11 +23,13 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ckpt-dev/ckpt/formats/megatron"
+	"github.com/ckpt-dev/ckpt/formats/pytar"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -47,245 +49,70 @@ type Member struct {
 	Offset, Size int64
 }
 
-const block = 512
-
 // Index lists the regular-file members of the uncompressed tar archive data, with names
-// cleaned of a leading "./" (a later member of a name replaces an earlier one, as tarfile's
-// getmember finds the last). Long names (GNU 'L' records, PAX headers) are honoured;
-// sparse members and names leaving the archive are errors.
+// cleaned of a leading "./" (a later member of a name replaces an earlier one, as NeMo's
+// extraction overwrites it). See IndexAt.
 func Index(data []byte) ([]Member, error) {
 	return IndexAt(bytes.NewReader(data), int64(len(data)))
 }
 
-// maxHeaderRecord bounds a long-name or PAX record: tar tools write a few hundred bytes;
-// a larger one is refused rather than read into memory.
-const maxHeaderRecord = 1 << 20
-
-// IndexAt is Index over the size bytes of r: only the headers (and long-name and PAX
-// records) are read, in reads of up to headerWindow bytes — so an archive in a bucket is
-// indexed in one ranged read per stretch of small members plus one per large member,
-// never read whole.
+// IndexAt is Index over the size bytes of r. The archive is read as NeMo's restore_from
+// reads it — with Python's tarfile (package pytar), whose member list is what it
+// extracts — and refused, naming the member and its byte offset, where that reading is
+// one ckpt cannot follow or the archive is forged: tarfile cannot open or list it, the
+// CPython versions read it differently, a member's name is absolute or climbs out of the
+// archive (NeMo skips it with a warning), its PAX size contradicts its header's, its
+// bytes run past the end of the archive, or its type is one tarfile does not know (NeMo
+// extracts it as a file with CPython before 3.14 and fails with 3.14). Only the headers
+// (and long-name and PAX records) are read: an archive in a bucket is indexed in one
+// ranged read per stretch of small members plus one per large member, never read whole.
 func IndexAt(r io.ReaderAt, size int64) ([]Member, error) {
-	hr := headerReader{r: r, size: size}
+	a, err := pytar.Read(r, size)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
+	}
+	if a.Err != nil {
+		kind := statedict.ErrCorrupt
+		if errors.Is(a.Err, pytar.ErrUnsure) {
+			kind = statedict.ErrUnsupported
+		}
+		return nil, fmt.Errorf("%w: %w", kind, a.Err)
+	}
 	var out []Member
 	at := map[string]int{}
-	var longName string
-	var pax map[string]string
-	for off := int64(0); ; {
-		if off+block > size {
-			if off == size {
-				break // no end-of-archive blocks: tarfile accepts it
-			}
-			return nil, fmt.Errorf("%w: tar header at byte %d: %d bytes left, a header is %d", statedict.ErrCorrupt, off, size-off, block)
+	for _, m := range a.Members {
+		if !m.HasData() {
+			continue // folders, links (NeMo skips them) and devices hold no file bytes
 		}
-		h, err := hr.read(off, block)
+		if !m.Supported() {
+			return nil, fmt.Errorf("%w: tar member %q at byte %d has type %q, which NeMo's restore extracts as a file with CPython before 3.14 and refuses with 3.14", statedict.ErrUnsupported, m.Name, m.Offset, m.Type)
+		}
+		clean, err := cleanName(m.Name)
 		if err != nil {
-			return nil, fmt.Errorf("tar header at byte %d: %w", off, err)
+			return nil, fmt.Errorf("%w: tar member %q at byte %d: its name is absolute or climbs out of the archive (NeMo's restore skips it)", statedict.ErrCorrupt, m.Name, m.Offset)
 		}
-		if allZero(h) {
-			break
+		if m.Size != m.HeaderSize {
+			return nil, fmt.Errorf("%w: tar member %q at byte %d: its PAX record gives %d bytes, its header %d", statedict.ErrCorrupt, m.Name, m.Offset, m.Size, m.HeaderSize)
 		}
-		if !checksumOK(h) {
-			return nil, fmt.Errorf("%w: tar header at byte %d: bad checksum", statedict.ErrCorrupt, off)
+		if m.Size > size-m.Data {
+			return nil, fmt.Errorf("%w: tar member %q at byte %d: %d bytes, the archive has %d after its header", statedict.ErrCorrupt, m.Name, m.Offset, m.Size, size-m.Data)
 		}
-		n, err := octal(h[124:136])
-		if err != nil {
-			return nil, fmt.Errorf("%w: tar header at byte %d: size: %w", statedict.ErrCorrupt, off, err)
+		if i, ok := at[clean]; ok {
+			out[i] = Member{clean, m.Data, m.Size}
+		} else {
+			at[clean] = len(out)
+			out = append(out, Member{clean, m.Data, m.Size})
 		}
-		start := off + block
-		if n > size-start {
-			return nil, fmt.Errorf("%w: tar member at byte %d: %d bytes, the archive has %d after its header", statedict.ErrCorrupt, off, n, size-start)
-		}
-		next := start + (n+block-1)/block*block
-		name := cstr(h[0:100])
-		if string(h[257:262]) == "ustar" {
-			if prefix := cstr(h[345:500]); prefix != "" {
-				name = prefix + "/" + name
-			}
-		}
-		typ := h[156] // h is the reader's window: read what is needed before the next read
-		body := func() ([]byte, error) {
-			if n > maxHeaderRecord {
-				return nil, fmt.Errorf("%w: tar %c record at byte %d holds %d bytes (at most %d)", statedict.ErrUnsupported, typ, off, n, maxHeaderRecord)
-			}
-			b, err := hr.read(start, int(n))
-			if err != nil {
-				return nil, fmt.Errorf("tar %c record at byte %d: %w", typ, off, err)
-			}
-			return b, nil
-		}
-		switch typ {
-		case 'L':
-			b, err := body()
-			if err != nil {
-				return nil, err
-			}
-			longName = cstr(b)
-		case 'x':
-			b, err := body()
-			if err != nil {
-				return nil, err
-			}
-			if pax, err = parsePAX(b); err != nil {
-				return nil, fmt.Errorf("%w: tar PAX header at byte %d: %w", statedict.ErrCorrupt, off, err)
-			}
-		case 'g', 'K':
-		case 'S':
-			return nil, fmt.Errorf("%w: tar member at byte %d is a sparse file", statedict.ErrUnsupported, off)
-		default:
-			if longName != "" {
-				name = longName
-			}
-			if p, ok := pax["path"]; ok {
-				name = p
-			}
-			if s, ok := pax["size"]; ok {
-				if v, err := strconv.ParseInt(s, 10, 64); err != nil || v != n {
-					return nil, fmt.Errorf("%w: tar member %q at byte %d: PAX size %q, the header's %d", statedict.ErrUnsupported, name, off, s, n)
-				}
-			}
-			longName, pax = "", nil
-			if typ != '0' && typ != 0 && typ != '7' {
-				break // folders, links and devices hold no file bytes
-			}
-			clean, err := cleanName(name)
-			if err != nil {
-				return nil, fmt.Errorf("%w: tar member at byte %d: %w", statedict.ErrCorrupt, off, err)
-			}
-			if i, ok := at[clean]; ok {
-				out[i] = Member{clean, start, n}
-			} else {
-				at[clean] = len(out)
-				out = append(out, Member{clean, start, n})
-			}
-		}
-		off = min(next, size)
 	}
 	return out, nil
 }
 
-// headerWindow is how much IndexAt reads at once: the headers of small members that follow
-// each other come in one read.
-const headerWindow = 64 << 10
-
-// headerReader reads ranges of a tar through a window of the last headerWindow bytes read.
-type headerReader struct {
-	r    io.ReaderAt
-	size int64
-	win  []byte
-	at   int64 // offset of win in the archive
-}
-
-// read returns the n bytes at off (valid until the next read).
-func (h *headerReader) read(off int64, n int) ([]byte, error) {
-	if off >= h.at && off+int64(n) <= h.at+int64(len(h.win)) {
-		return h.win[off-h.at : off-h.at+int64(n)], nil
-	}
-	want := min(max(int64(n), headerWindow), h.size-off)
-	if int64(cap(h.win)) < want {
-		h.win = make([]byte, want)
-	}
-	h.win = h.win[:want]
-	k, err := h.r.ReadAt(h.win, off)
-	if k < n {
-		if err == nil || err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		h.win = h.win[:0]
-		return nil, err
-	}
-	h.win, h.at = h.win[:k], off
-	return h.win[:n], nil
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// checksumOK checks a header's checksum: the sum of its bytes with the checksum field as
-// spaces (unsigned, or signed as some old tars wrote it).
-func checksumOK(h []byte) bool {
-	want, err := octal(h[148:156])
-	if err != nil {
-		return false
-	}
-	var u, s int64
-	for i, c := range h {
-		if i >= 148 && i < 156 {
-			c = ' '
-		}
-		u += int64(c)
-		s += int64(int8(c))
-	}
-	return want == u || want == s
-}
-
-// octal reads a numeric header field: octal digits (space or NUL terminated), or GNU's
-// base-256 form for large sizes.
-func octal(b []byte) (int64, error) {
-	if len(b) > 0 && b[0]&0x80 != 0 {
-		if b[0] != 0x80 || len(b) < 9 {
-			return 0, errors.New("negative or oversized base-256 number")
-		}
-		var n int64
-		for _, c := range b[1:] {
-			if n > (1<<62)>>8 {
-				return 0, errors.New("base-256 number too large")
-			}
-			n = n<<8 | int64(c)
-		}
-		return n, nil
-	}
-	s := strings.Trim(string(b), " \x00")
-	if s == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(s, 8, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%q is not an octal number", s)
-	}
-	return n, nil
-}
-
-func cstr(b []byte) string {
-	if i := bytes.IndexByte(b, 0); i >= 0 {
-		b = b[:i]
-	}
-	return string(b)
-}
-
-func parsePAX(b []byte) (map[string]string, error) {
-	out := map[string]string{}
-	for len(b) > 0 {
-		sp := bytes.IndexByte(b, ' ')
-		if sp <= 0 {
-			return nil, errors.New("record without a length")
-		}
-		n, err := strconv.Atoi(string(b[:sp]))
-		if err != nil || n <= sp+1 || n > len(b) || b[n-1] != '\n' {
-			return nil, fmt.Errorf("record length %q", b[:sp])
-		}
-		kv := string(b[sp+1 : n-1])
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, fmt.Errorf("record %q has no '='", kv)
-		}
-		out[k] = v
-		b = b[n:]
-	}
-	return out, nil
-}
-
-// cleanName is a member's name relative to the archive root: "./a/b" → "a/b"; absolute
-// names and names climbing out are refused.
+// cleanName is a member's name relative to the archive root, normalized as the path
+// NeMo's extraction writes ("./a/b" and ".//a//b" → "a/b"); absolute names and names with
+// a ".." component are refused.
 func cleanName(name string) (string, error) {
-	c := path.Clean(strings.TrimPrefix(name, "./"))
-	if c == "." || c == "" || path.IsAbs(name) || c == ".." || strings.HasPrefix(c, "../") {
+	c := path.Clean(name)
+	if c == "." || path.IsAbs(c) || slices.Contains(strings.Split(name, "/"), "..") {
 		return "", fmt.Errorf("member name %q is not a file inside the archive", name)
 	}
 	return c, nil
@@ -302,6 +129,16 @@ func IsArchive(members []Member) bool {
 	return false
 }
 
+// IsTarArchive reports whether a member list as Python's tarfile reads it is a .nemo
+// archive's (IsArchive of the normalized names, whatever their types).
+func IsTarArchive(a *pytar.Archive) bool {
+	ms := make([]Member, len(a.Members))
+	for i, m := range a.Members {
+		ms[i].Name = strings.TrimPrefix(path.Clean(m.Name), "./")
+	}
+	return IsArchive(ms)
+}
+
 // IsGzipArchive reports whether head, the start of a gzip stream, inflates to the start of
 // a tar whose first members are a .nemo archive's. It inflates at most 1 MiB.
 func IsGzipArchive(head []byte) bool {
@@ -310,19 +147,14 @@ func IsGzipArchive(head []byte) bool {
 		return false
 	}
 	b, _ := io.ReadAll(io.LimitReader(zr, 1<<20))
-	for off := 0; off+block <= len(b); off += block {
-		h := b[off : off+block]
-		if allZero(h) || !checksumOK(h) {
-			return false
-		}
-		if n := path.Base(strings.TrimPrefix(cstr(h[0:100]), "./")); n == ConfigMember || n == WeightsMember || n == "model_weights" {
+	a, err := pytar.Read(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return false
+	}
+	for _, m := range a.Members {
+		if n := path.Base(strings.TrimPrefix(m.Name, "./")); n == ConfigMember || n == WeightsMember || n == "model_weights" {
 			return true
 		}
-		size, err := octal(h[124:136])
-		if err != nil || size < 0 {
-			return false
-		}
-		off += int((size + block - 1) / block * block)
 	}
 	return false
 }
@@ -364,6 +196,16 @@ func Open(file string, decode func(r io.ReaderAt, base, size int64, file string)
 	}
 	if len(weights) == 0 {
 		return nil, fmt.Errorf("%s: %w: a .nemo archive without %s (it holds %s)", file, statedict.ErrCorrupt, WeightsMember, names(members))
+	}
+	if len(weights) > 1 || weights[0].Name != WeightsMember {
+		// The rank folders must be every rank of the model-parallel grid, once each.
+		var ranks []string
+		for _, m := range weights {
+			ranks = append(ranks, path.Dir(m.Name))
+		}
+		if err := megatron.CheckNeMoRanks(ranks); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
 	}
 	root := statedict.NewDict("")
 	for _, m := range weights {

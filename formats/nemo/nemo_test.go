@@ -74,19 +74,34 @@ func TestIndex(t *testing.T) {
 	}
 }
 
-// TestIndexRefuses: truncated members, bad checksums, names leaving the archive.
+// TestIndexRefuses: truncated members, bad checksums, names leaving the archive, a PAX
+// size contradicting the header's, a size past the end — each named with its member and
+// byte offset (issue 29, class 9).
 func TestIndexRefuses(t *testing.T) {
 	good := archive(t, tar.FormatGNU, file{"./model_weights.ckpt", strings.Repeat("x", 1000), 0})
 	badSum := bytes.Clone(good)
 	badSum[0] ^= 1
+	// A PAX record saying 2000 bytes before a header saying 1000: tarfile takes the PAX
+	// size (and its member then runs past the end).
+	var lying bytes.Buffer
+	w := tar.NewWriter(&lying)
+	w.WriteHeader(&tar.Header{Name: "model_config.yaml", Size: 2, Mode: 0o644, Typeflag: tar.TypeReg})
+	w.Write([]byte("a\n"))
+	w.WriteHeader(&tar.Header{Name: "model_weights.ckpt", Size: 1000, Mode: 0o644, Typeflag: tar.TypeReg, PAXRecords: map[string]string{"comment": "x"}})
+	w.Write(make([]byte, 1000))
+	w.Write(make([]byte, 4096))
+	w.Close()
+	lie := bytes.Replace(lying.Bytes(), []byte("13 comment=x\n"), []byte("13 size=1200\n"), 1)
 	for name, c := range map[string]struct {
 		data []byte
 		says string
 	}{
-		"truncated":  {good[:900], "1000 bytes, the archive has 388"},
+		"truncated":  {good[:900], `"./model_weights.ckpt" at byte 0: 1000 bytes at byte 512 run past the end of the 900-byte archive`},
 		"checksum":   {badSum, "bad checksum"},
-		"escape":     {archive(t, tar.FormatGNU, file{"../../etc/x", "y", 0}), "not a file inside the archive"},
-		"short head": {good[:100], "a header is 512"},
+		"escape":     {archive(t, tar.FormatGNU, file{"../../etc/x", "y", 0}), `tar member "../../etc/x" at byte 0: its name is absolute or climbs out of the archive (NeMo's restore skips it)`},
+		"absolute":   {archive(t, tar.FormatGNU, file{"/etc/x", "y", 0}), `tar member "/etc/x" at byte 0: its name is absolute`},
+		"lying PAX":  {lie, `tar member "model_weights.ckpt" at byte 1024: its PAX record gives 1200 bytes, its header 1000`},
+		"short head": {good[:100], "truncated header"},
 	} {
 		_, err := Index(c.data)
 		if !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), c.says) {
@@ -150,7 +165,7 @@ func TestIndexAtReadsHeaders(t *testing.T) {
 	if !slices.Equal(got, want) || len(got) != 4 {
 		t.Fatalf("IndexAt found %v, Index %v", got, want)
 	}
-	if r.n > 4*headerWindow {
+	if r.n > 4*(64<<10) {
 		t.Errorf("indexing read %d of the archive's %d bytes", r.n, len(data))
 	}
 }

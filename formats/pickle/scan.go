@@ -1,6 +1,8 @@
 package pickle
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -31,15 +33,18 @@ func (r *ScanReport) Worst() Safety {
 	return w
 }
 
-// ScannedGlobal is one global reference found by [Scan].
+// ScannedGlobal is one global reference found by [Scan], or a finding that stands for the
+// globals the scanner cannot see (Global empty): a STACK_GLOBAL whose operands are not
+// string literals, a pickle the CPython versions torch runs on read differently (FRAME),
+// a pickle beyond the scanner's limits.
 type ScannedGlobal struct {
-	// Global is the referenced name after Python 2→3 renaming; empty when
-	// STACK_GLOBAL's operands are not string literals the scanner can see.
+	// Global is the referenced name after Python 2→3 renaming; empty for a finding that
+	// names no global.
 	Global Global
-	Offset int64  // offset of the GLOBAL, STACK_GLOBAL or INST opcode
-	Opcode string // "GLOBAL", "STACK_GLOBAL" or "INST"
+	Offset int64  // offset of the GLOBAL, STACK_GLOBAL or INST opcode (or the finding's)
+	Opcode string // "GLOBAL", "STACK_GLOBAL" or "INST" (or the finding's opcode)
 	Class  Safety
-	Why    string // for Unsafe: the reason from Dangerous
+	Why    string // for Unsafe: the reason from Dangerous; for a finding: what is unseen
 }
 
 // scanStrMax is the longest string the scanner keeps as a possible
@@ -53,14 +58,16 @@ const scanStrMax = 1024
 // pass only the pickle bytes of a legacy torch file (Decoder.Offset tells
 // where they end). On a malformed pickle Scan returns what it found up to
 // the failing opcode (which Python would not get past either) and an
-// [*Error]. Scan uses DefaultLimits for stack, mark and memo sizes.
+// [*Error]. Scan uses DefaultLimits for stack, mark and memo sizes; a pickle
+// beyond them, or one the supported CPythons read differently (see [ScanOne]),
+// gets an Unknown finding.
 func Scan(data []byte) (ScanReport, error) {
-	s := scanner{r: reader{data: data}, lim: DefaultLimits()}
+	s := newScanner(data)
 	if len(data) == 0 {
 		return s.rep, &Error{Err: io.EOF}
 	}
 	for s.r.remaining() > 0 {
-		if err := s.scanOne(); err != nil {
+		if err := s.scanReadings(); err != nil {
 			return s.rep, err
 		}
 		s.rep.Pickles++
@@ -73,17 +80,70 @@ func Scan(data []byte) (ScanReport, error) {
 // stops after its STOP: End is where it ends and the bytes after it are not looked at. A
 // torch.save legacy stream or a DCP item is a sequence of such loads, each of which may
 // stop the reader; callers that know the layout scan it one pickle at a time.
+//
+// Every reading a supported CPython (3.10 and later) takes is scanned. They differ on
+// FRAMEs: CPython before 3.14.7 / 3.13.15, reading a file object without peek() (a zip
+// record's BytesIO, a tar member) or a frame of 8 KiB or more, fetches a frame's bytes
+// and nothing more, and an argument that does not fit the rest of them is read from
+// after the frame, the rest dropped; reading bytes, or a small frame through peek(), it
+// reads on; later CPythons refuse the pickle there. A pickle with such an argument (or a
+// frame that runs past its STOP, which moves where the next load starts) gets an Unknown
+// finding, and the globals of both readings are listed.
 func ScanOne(data []byte) (ScanReport, error) {
-	s := scanner{r: reader{data: data}, lim: DefaultLimits()}
+	s := newScanner(data)
 	if len(data) == 0 {
 		return s.rep, &Error{Err: io.EOF}
 	}
-	if err := s.scanOne(); err != nil {
+	if err := s.scanReadings(); err != nil {
 		return s.rep, err
 	}
 	s.rep.Pickles = 1
 	s.rep.End = int64(s.r.pos)
 	return s.rep, nil
+}
+
+func newScanner(data []byte) *scanner {
+	return &scanner{r: reader{data: data}, lim: DefaultLimits(), win: -1, straddle: -1}
+}
+
+// scanReadings scans one pickle as it is read by CPython with frames taken as whatever
+// follows them (contiguously), watching where the other reading (frames as the only bytes
+// fetched, see ScanOne) would differ; when it would, that reading's globals are added.
+// A pickle beyond the scanner's limits gets an Unknown finding too: Python reads on.
+func (s *scanner) scanReadings() error {
+	start := s.r.pos
+	s.straddle, s.why = -1, ""
+	err := s.scanOne()
+	var le *LimitError
+	if errors.As(err, &le) {
+		var off int64
+		var op string
+		if pe := (*Error)(nil); errors.As(err, &pe) {
+			off, op = pe.Offset, pe.Op
+		}
+		s.rep.Globals = append(s.rep.Globals, ScannedGlobal{Offset: off, Opcode: op, Class: Unknown,
+			Why: fmt.Sprintf("the pickle goes beyond the scanner's limits (%v): Python reads on, and what it would import and call from byte %d of the pickle on is unknown", le, off)})
+	}
+	if s.straddle < 0 {
+		return err
+	}
+	s.rep.Globals = append(s.rep.Globals, ScannedGlobal{Offset: int64(s.straddle), Opcode: "FRAME", Class: Unknown, Why: s.why})
+	// The other reading: a fresh unpickler from the same start, dropping the rest of a
+	// frame a read does not fit.
+	other := newScanner(s.r.data)
+	other.r.pos, other.discard = start, true
+	other.scanOne() // its own error ends it where Python would stop
+	seen := map[ScannedGlobal]bool{}
+	for _, g := range s.rep.Globals {
+		seen[g] = true
+	}
+	for _, g := range other.rep.Globals {
+		if !seen[g] {
+			s.rep.Globals = append(s.rep.Globals, g)
+		}
+	}
+	s.rep.Opcodes += other.rep.Opcodes
+	return err
 }
 
 // sym is the scanner's abstraction of a stack value: a str it knows, or
@@ -101,6 +161,18 @@ type scanner struct {
 	marks []int
 	memo  memo[sym]
 	proto int
+	// win is the end of the bytes CPython's C unpickler last fetched from a file object
+	// without peek() while they are not all read: a frame's end (or past it, when the
+	// frame was within bytes already fetched); -1 when every fetched byte was read.
+	win int
+	// discard takes the reading of CPythons before 3.14.7 / 3.13.15 on such a file: a
+	// read that does not fit the rest of the fetched bytes drops them and reads from
+	// after them. Otherwise the scanner reads on contiguously.
+	discard bool
+	// straddle is the offset of the first read the two readings take differently (-1:
+	// none), why says how.
+	straddle int
+	why      string
 }
 
 func (s *scanner) fence() int {
@@ -151,7 +223,7 @@ func (s *scanner) record(g Global, off int, op byte) {
 }
 
 func (s *scanner) scanOne() error {
-	s.stack, s.marks, s.proto = s.stack[:0], s.marks[:0], 0
+	s.stack, s.marks, s.proto, s.win = s.stack[:0], s.marks[:0], 0, -1
 	s.memo.reset()
 	start := s.r.pos
 	for {
@@ -174,39 +246,142 @@ func (s *scanner) scanOne() error {
 }
 
 // args reads the inline argument of op: num for integer kinds, a and b for
-// lines and counted payloads (aliasing data).
+// lines and counted payloads (aliasing data), each read as CPython's C unpickler reads
+// it (see fit).
 func (s *scanner) args(op byte) (num uint64, a, b []byte, err error) {
 	switch k := opTable[op].arg; k {
 	case argNone:
 	case argU1:
-		var v byte
-		v, err = s.r.u1()
-		num = uint64(v)
+		var v []byte
+		v, err = s.read(1)
+		if err == nil {
+			num = uint64(v[0])
+		}
 	case argU2:
-		var v uint16
-		v, err = s.r.u2()
-		num = uint64(v)
+		var v []byte
+		if v, err = s.read(2); err == nil {
+			num = uint64(binary.LittleEndian.Uint16(v))
+		}
 	case argI4, argU4:
-		var v uint32
-		v, err = s.r.u4()
-		num = uint64(v)
+		var v []byte
+		if v, err = s.read(4); err == nil {
+			num = uint64(binary.LittleEndian.Uint32(v))
+		}
 	case argU8:
-		num, err = s.r.u8()
+		var v []byte
+		if v, err = s.read(8); err == nil {
+			num = binary.LittleEndian.Uint64(v)
+		}
 	case argF8:
-		_, err = s.r.take(8, "argument")
+		_, err = s.read(8)
 	case argLine:
-		a, err = s.r.line(s.lim.MaxStringLen)
+		a, err = s.readline()
 	case argLine2:
-		if a, err = s.r.line(s.lim.MaxStringLen); err == nil {
-			b, err = s.r.line(s.lim.MaxStringLen)
+		if a, err = s.readline(); err == nil {
+			b, err = s.readline()
 		}
 	default:
+		var p []byte
+		if p, err = s.read(countLen(k)); err != nil {
+			return
+		}
 		var n uint64
-		if n, err = s.r.countPrefix(k); err == nil {
+		switch len(p) {
+		case 1:
+			n = uint64(p[0])
+		case 4:
+			n = uint64(binary.LittleEndian.Uint32(p))
+		default:
+			n = binary.LittleEndian.Uint64(p)
+		}
+		if k == argCount4s && int32(n) < 0 {
+			return 0, nil, nil, fmt.Errorf("negative byte count %d", int32(n))
+		}
+		switch op {
+		case opShortBinBytes, opBinBytes, opBinBytes8, opByteArray8:
+			// Read with _Unpickler_ReadInto: what the fetched bytes lack comes from
+			// the file right after them, in every version.
 			a, err = s.r.take(n, "argument")
+			if s.win <= s.r.pos {
+				s.win = -1
+			}
+		default:
+			a, err = s.read(n)
 		}
 	}
 	return num, a, b, err
+}
+
+// countLen is the length of a counted argument's length prefix.
+func countLen(k argKind) uint64 {
+	switch k {
+	case argCount1:
+		return 1
+	case argCount8:
+		return 8
+	}
+	return 4
+}
+
+// read reads n bytes as _Unpickler_Read does.
+func (s *scanner) read(n uint64) ([]byte, error) {
+	s.fit(n, "an argument")
+	return s.r.take(n, "argument")
+}
+
+// readline reads a text argument as _Unpickler_Readline does.
+func (s *scanner) readline() ([]byte, error) {
+	if s.win > s.r.pos && bytes.IndexByte(s.r.data[s.r.pos:s.win], '\n') < 0 {
+		s.fit(uint64(s.win-s.r.pos)+1, "a text argument")
+	}
+	return s.r.line(s.lim.MaxStringLen)
+}
+
+// fit accounts for a read of n bytes at the current position: one that does not fit the
+// rest of the fetched bytes is where the readings differ (CPython before 3.14.7 / 3.13.15
+// reading a file without peek() drops that rest and reads from after it; reading bytes it
+// reads on; later versions refuse the pickle). After it, every fetched byte is read.
+func (s *scanner) fit(n uint64, what string) {
+	pos := s.r.pos
+	if s.win <= pos {
+		s.win = -1
+		return
+	}
+	if uint64(s.win-pos) >= n {
+		return
+	}
+	s.diverge(pos, fmt.Sprintf("%s at byte %d of the pickle runs past the end of its FRAME at byte %d: CPython 3.14.7 / 3.13.15 and later refuse the pickle there, earlier ones reading a file take the argument from after the frame, reading bytes they read on", what, pos, s.win))
+	if s.discard {
+		s.r.pos = s.win
+	}
+	s.win = -1
+}
+
+// diverge records the first place the readings differ.
+func (s *scanner) diverge(off int, why string) {
+	if s.straddle < 0 {
+		s.straddle, s.why = off, why
+	}
+}
+
+// frame reads a FRAME of n bytes as load_frame does: the n bytes are fetched (unless
+// already fetched) and read from their start.
+func (s *scanner) frame(n uint64) error {
+	pos := s.r.pos
+	if s.win > pos && uint64(s.win-pos) < n {
+		s.diverge(pos, fmt.Sprintf("a FRAME of %d bytes at byte %d of the pickle starts inside the previous one, which ends at byte %d: CPython 3.14.7 / 3.13.15 and later refuse the pickle there, earlier ones reading a file drop the rest of the previous frame", n, pos, s.win))
+		if s.discard {
+			s.r.pos = s.win
+		}
+		s.win = -1
+	}
+	if n > uint64(s.r.remaining()) {
+		return truncated("frame", n, s.r.remaining())
+	}
+	if s.win <= s.r.pos {
+		s.win = s.r.pos + int(n)
+	}
+	return nil
 }
 
 // strSym makes a sym for a string opcode's decoded text.
@@ -227,8 +402,13 @@ func (s *scanner) step(op byte, off int) (done bool, err error) {
 	}
 	switch op {
 	case opStop:
-		_, err = s.popN(1)
-		return err == nil, err
+		if _, err = s.popN(1); err != nil {
+			return false, err
+		}
+		if s.win > s.r.pos {
+			s.diverge(off, fmt.Sprintf("the FRAME ends at byte %d of the pickle, past its STOP: where the next pickle.load starts differs between CPython's readers (after the STOP, or after the frame)", s.win))
+		}
+		return true, nil
 	case opMark:
 		if len(s.marks) >= s.lim.MaxMarkDepth {
 			return false, &LimitError{Limit: "MaxMarkDepth", What: fmt.Sprintf("%d nested marks", len(s.marks)+1), Max: int64(s.lim.MaxMarkDepth)}
@@ -254,8 +434,8 @@ func (s *scanner) step(op byte, off int) (done bool, err error) {
 		s.proto = int(num)
 		s.rep.Protocol = max(s.rep.Protocol, s.proto)
 	case opFrame:
-		if num > uint64(s.r.remaining()) {
-			return false, truncated("frame", num, s.r.remaining())
+		if err = s.frame(num); err != nil {
+			return false, err
 		}
 
 	case opString, opBinString, opShortBinString, opUnicode, opBinUnicode, opShortBinUnicode, opBinUnicode8:

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash"
+	"path/filepath"
 	"slices"
 	"strconv"
 
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -310,4 +312,56 @@ func marshalSharding(m *Sharding) ([]byte, error) {
 	}
 	out.WriteString("\n ]\n}")
 	return out.Bytes(), nil
+}
+
+// MaxShardingFile bounds a sharding manifest: a few hundred bytes per tensor and rank.
+const MaxShardingFile = 256 << 20
+
+// maxRanks bounds a world: more processes than any TPU pod has devices.
+const maxRanks = 1 << 16
+
+// ReadSharding reads and checks the sharding manifest of the per-device folder dir: its
+// format and version, a world of one file per rank, each a file of the folder, and a mesh
+// of that many ranks. The tensors' pieces are the reader's to check against the files. A
+// folder without one gives an error matching fs.ErrNotExist.
+func ReadSharding(dir string) (*Sharding, error) {
+	mpath := store.Join(dir, ShardingFile)
+	b, err := store.ReadFile(mpath, MaxShardingFile+1)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%s: %w: %s", mpath, statedict.ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	if len(b) > MaxShardingFile {
+		return nil, fail("larger than %d bytes", MaxShardingFile)
+	}
+	var m Sharding
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fail("%v", err)
+	}
+	if m.Format != ShardingFormat || m.Version != 1 {
+		return nil, fmt.Errorf("%s: %w: format %q version %d (ckpt reads %s version 1)", mpath, statedict.ErrUnsupported, m.Format, m.Version, ShardingFormat)
+	}
+	if m.WorldSize < 1 || m.WorldSize > maxRanks || len(m.Files) != m.WorldSize {
+		return nil, fail("%d files for a world of %d ranks", len(m.Files), m.WorldSize)
+	}
+	for r, name := range m.Files {
+		if !filepath.IsLocal(name) || filepath.Base(name) != name {
+			return nil, fail("rank %d's file %q is not a file of the folder", r, name)
+		}
+	}
+	size := 1
+	for _, a := range m.Mesh {
+		if a.Size < 1 || a.Size > maxRanks {
+			return nil, fail("mesh axis %q of size %d", a.Name, a.Size)
+		}
+		if size *= a.Size; size > maxRanks {
+			return nil, fail("a mesh of more than %d ranks", maxRanks)
+		}
+	}
+	if size != m.WorldSize {
+		return nil, fail("the mesh has %d ranks, the world %d", size, m.WorldSize)
+	}
+	return &m, nil
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ckpt-dev/ckpt/internal/mmap"
+	"github.com/ckpt-dev/ckpt/internal/regular"
 )
 
 // File is an open file or object: random access to its bytes, and its size. Reads past
@@ -137,18 +138,23 @@ func IsFile(p string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
-// ReadFile reads the whole of p, refusing files larger than limit bytes (limit < 0: no
-// bound) so that a small metadata file that turns out huge cannot exhaust memory.
+// ReadFile reads the whole of p, refusing files larger than limit bytes, so that a small
+// metadata file that turns out huge cannot exhaust memory. A local file goes through
+// regular.ReadFile: a regular file only (not a FIFO, device or folder, even through a
+// link), never waited on.
 func ReadFile(p string, limit int64) ([]byte, error) {
-	if !IsRemote(p) && limit < 0 {
-		return os.ReadFile(p)
+	if limit < 0 {
+		return nil, fmt.Errorf("store: %s: a read needs a bound", p)
+	}
+	if !IsRemote(p) {
+		return regular.ReadFile(p, limit)
 	}
 	f, err := Open(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if limit >= 0 && f.Size() > limit {
+	if f.Size() > limit {
 		return nil, fmt.Errorf("%s: %d bytes, more than the %d this file may have", p, f.Size(), limit)
 	}
 	if m, ok := f.(Mapped); ok {
@@ -336,13 +342,8 @@ type unmapped struct {
 func (u unmapped) Size() int64 { return u.size }
 
 func openUnmapped(name string) (File, error) {
-	f, err := os.Open(name)
+	f, st, err := regular.Open(name)
 	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	return unmapped{f, st.Size()}, nil

@@ -223,9 +223,13 @@ func decode(data source, file string) (statedict.Value, error) {
 			return nil, fail(f.name(), -1, fmt.Errorf("%w: record is not in the archive folder %s, which torch refuses", statedict.ErrCorrupt, prefix))
 		}
 	}
-	// records finds a record by its name inside the archive folder.
+	if a, b, ok := zr.caseClash(); ok {
+		return nil, fail(b, -1, fmt.Errorf("%w: records %q and %q differ only in case: torch's reader finds either for one name", statedict.ErrCorrupt, a, b))
+	}
+	// records finds a record by its name inside the archive folder, whatever its case.
 	records := func(rest string) *zipFile { return zr.find(prefix + rest) }
-	if records("constants.pkl") != nil || records(".data/version") != nil && records("version") == nil {
+	// torch.load takes an archive with a record named exactly constants.pkl for TorchScript.
+	if c := records("constants.pkl"); c != nil && string(c.Name) == prefix+"constants.pkl" || records(".data/version") != nil && records("version") == nil {
 		return nil, fail(prefix+"constants.pkl", -1, fmt.Errorf("%w: this is a TorchScript archive (torch.jit.save), not a torch.save checkpoint", statedict.ErrUnsupported))
 	}
 	read := func(name string) ([]byte, int64, error) {

@@ -67,7 +67,7 @@ func (f *zipFile) DataOffset() (int64, error) {
 // zipDir is a parsed directory and the buffers it is parsed into, reused through dirPool.
 type zipDir struct {
 	File   []zipFile
-	sorted []int32 // indexes of File by name, then by position (find)
+	sorted []int32 // indexes of File by name (letters folded), then by position (find)
 	names  []byte
 	spans  []int // [start, end) of each name in names
 	end    []byte
@@ -113,19 +113,52 @@ func (z *zipDir) release() {
 	dirPool.Put(z)
 }
 
-// find returns the record named name (the last one of that name, as a map filled in
-// directory order would hold), or nil.
+// find returns the record named name whatever the case of its letters, as torch's reader
+// (miniz, mz_zip_reader_locate_file) finds records — archive/DATA.PKL answers data.pkl —
+// the last one of that name as a map filled in directory order would hold, or nil. Names
+// that differ only in case make the lookup ambiguous (caseClash).
 func (z *zipDir) find(name string) *zipFile {
 	i, ok := slices.BinarySearchFunc(z.sorted, name, func(k int32, name string) int {
-		return bytes.Compare(z.File[k].Name, []byte(name))
+		return foldCompare(z.File[k].Name, name)
 	})
 	if !ok {
 		return nil
 	}
-	for i+1 < len(z.sorted) && string(z.File[z.sorted[i+1]].Name) == name {
+	for i+1 < len(z.sorted) && foldCompare(z.File[z.sorted[i+1]].Name, name) == 0 {
 		i++
 	}
 	return &z.File[z.sorted[i]]
+}
+
+// caseClash returns two records whose names differ only in case, when there are: torch's
+// reader may open either for one name.
+func (z *zipDir) caseClash() (a, b string, ok bool) {
+	for i := 1; i < len(z.sorted); i++ {
+		x, y := z.File[z.sorted[i-1]].Name, z.File[z.sorted[i]].Name
+		if foldCompare(x, string(y)) == 0 && !bytes.Equal(x, y) {
+			return string(x), string(y), true
+		}
+	}
+	return "", "", false
+}
+
+// foldCompare compares a name with ASCII letters folded to lower case, as miniz's
+// MZ_TOLOWER does.
+func foldCompare(a []byte, b string) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		x, y := lower(a[i]), lower(b[i])
+		if x != y {
+			return int(x) - int(y)
+		}
+	}
+	return len(a) - len(b)
+}
+
+func lower(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 type directoryEnd struct {
@@ -171,7 +204,7 @@ func (z *zipDir) init(r io.ReaderAt, data []byte, size int64) error {
 		z.File[i].Name = z.names[z.spans[2*i]:z.spans[2*i+1]:z.spans[2*i+1]]
 		z.sorted = append(z.sorted, int32(i))
 	}
-	slices.SortStableFunc(z.sorted, func(a, b int32) int { return bytes.Compare(z.File[a].Name, z.File[b].Name) })
+	slices.SortStableFunc(z.sorted, func(a, b int32) int { return foldCompare(z.File[a].Name, string(z.File[b].Name)) })
 	return nil
 }
 

@@ -15,6 +15,7 @@ package zero
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -29,10 +30,14 @@ import (
 // Format is the statedict.Checkpoint.Format of consolidated ZeRO checkpoints.
 const Format = "deepspeed-zero"
 
+// maxLatest bounds the `latest` file: a tag name ("global_step1000").
+const maxLatest = 4096
+
 // Detect returns the tag folder of a ZeRO checkpoint at dir: the folder `latest` names, or
-// dir itself when it holds the ranks' *_optim_states.pt files.
+// dir itself when it holds the ranks' *_optim_states.pt files. A `latest` that is not a
+// small regular file (a FIFO, a device, a folder) names nothing.
 func Detect(dir string) (string, bool) {
-	if b, err := store.ReadFile(store.Join(dir, "latest"), -1); err == nil {
+	if b, err := store.ReadFile(store.Join(dir, "latest"), maxLatest); err == nil {
 		tag := strings.TrimSpace(string(b))
 		if tag != "" && filepath.Base(tag) == tag && tag != ".." && tag != "." && len(files(store.Join(dir, tag), optimFile)) > 0 {
 			return store.Join(dir, tag), true
@@ -49,6 +54,37 @@ var (
 	modelFile = regexp.MustCompile(`_model_states\.pt$`)
 	digits    = regexp.MustCompile(`\d+`)
 )
+
+// entries lists the entries of dir matching re, whatever they are.
+func entries(dir string, re *regexp.Regexp) []fs.DirEntry {
+	all, err := store.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []fs.DirEntry
+	for _, e := range all {
+		if re.MatchString(e.Name()) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// reorder returns items (one for each of names) in the order of the names in order.
+func reorder[T any](names, order []string, items []T) []T {
+	if len(items) == 0 {
+		return items
+	}
+	at := make(map[string]int, len(names))
+	for i, n := range names {
+		at[n] = i
+	}
+	out := make([]T, len(order))
+	for i, n := range order {
+		out[i] = items[at[n]]
+	}
+	return out
+}
 
 // files lists the regular files of dir matching re, in natural order (rank 10 after rank 2),
 // as zero_to_fp32's get_checkpoint_files sorts them.
@@ -145,6 +181,13 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		}
 		return d, nil
 	}
+	// A link or anything but a file in a rank file's place is refused by name (files lists
+	// regular files only, and would otherwise pass over it).
+	for _, re := range []*regexp.Regexp{modelFile, optimFile} {
+		if err := filesOnly(entries(dir, re)); err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
+		}
+	}
 	var models []*modelStates
 	for _, name := range files(dir, modelFile) {
 		d, err := open(name)
@@ -178,9 +221,9 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		if !ok {
 			return nil, fmt.Errorf("%s: %w: not a ZeRO checkpoint (no zero_stage)", p, statedict.ErrCorrupt)
 		}
-		n, ok := partitionCount(field(osd, "partition_count"))
-		if !ok {
-			return nil, fmt.Errorf("%s: %w: partition_count is %T", p, statedict.ErrCorrupt, field(osd, "partition_count"))
+		n, err := partitionCount(field(osd, "partition_count"))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		if i == 0 {
 			stage, ws = st, n
@@ -207,11 +250,27 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 			bases = append(bases, b)
 		}
 	}
-	if int64(len(optims)) != ws || ws == 0 {
-		return nil, fmt.Errorf("%s: %w: %d *_optim_states.pt files for a world size of %d (a rank's file is missing or left over from another run)", dir, statedict.ErrCorrupt, len(optims), ws)
+	if len(optims) == 0 {
+		return nil, fmt.Errorf("%s: %w: no *_optim_states.pt file", dir, statedict.ErrCorrupt)
 	}
-	if stage == 3 && int64(len(models)) != ws {
-		return nil, fmt.Errorf("%s: %w: ZeRO-3 over %d ranks needs every rank's model states, found %d", dir, statedict.ErrCorrupt, ws, len(models))
+	// The ranks' files must be exactly ranks 0 … ws-1, once each; they are consolidated in
+	// rank order.
+	order, err := checkRanks("optim_states.pt", optimName, entries(dir, optimFile), ws)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	groups, bases = reorder(optims, order, groups), reorder(optims, order, bases)
+	optims = order
+	if stage == 3 {
+		morder, err := checkRanks("model_states.pt", modelName, entries(dir, modelFile), ws)
+		if err != nil {
+			return nil, fmt.Errorf("%s: ZeRO-3 keeps every rank's model states: %w", dir, err)
+		}
+		names := make([]string, len(models))
+		for i, m := range models {
+			names[i] = store.Base(m.file)
+		}
+		models = reorder(names, morder, models)
 	}
 	c := &consolidator{dir: dir, ws: ws, stage: stage, models: models, groups: groups, out: statedict.NewDict("collections.OrderedDict")}
 	if err := c.run(); err != nil {
@@ -318,25 +377,35 @@ func intValue(v statedict.Value) (int64, bool) {
 	return 0, false
 }
 
-// partitionCount is the data-parallel world size: an int, or the largest of a list of
-// per-group counts (expert groups may have their own).
-func partitionCount(v statedict.Value) (int64, bool) {
+// partitionCount is the data-parallel world size: an int, or a list of per-group counts,
+// which must agree. (Expert groups partitioned over an expert data-parallel group of their
+// own have a smaller count: their partitions on different ranks hold different experts, so
+// concatenating every rank's, as zero_to_fp32 does with the largest count, would mix them.)
+func partitionCount(v statedict.Value) (int64, error) {
 	if n, ok := intValue(v); ok {
-		return n, n > 0
+		if n < 1 || n > maxWorld {
+			return 0, fmt.Errorf("%w: partition_count is %d", statedict.ErrCorrupt, n)
+		}
+		return n, nil
 	}
 	l, ok := v.(*statedict.List)
 	if !ok || len(l.Items) == 0 {
-		return 0, false
+		return 0, fmt.Errorf("%w: partition_count is %T, not a count", statedict.ErrCorrupt, v)
 	}
-	var most int64
-	for _, it := range l.Items {
+	counts := make([]int64, len(l.Items))
+	for i, it := range l.Items {
 		n, ok := intValue(it)
-		if !ok {
-			return 0, false
+		if !ok || n < 1 || n > maxWorld {
+			return 0, fmt.Errorf("%w: partition_count[%d] is %v, not a count", statedict.ErrCorrupt, i, it)
 		}
-		most = max(most, n)
+		counts[i] = n
 	}
-	return most, most > 0
+	for i, n := range counts {
+		if n != counts[0] {
+			return 0, fmt.Errorf("%w: partition_count %v: parameter group %d is partitioned over %d ranks, group 0 over %d (expert groups of their own are not consolidated)", statedict.ErrUnsupported, counts, i, n, counts[0])
+		}
+	}
+	return counts[0], nil
 }
 
 // tensorList reads a list of 1-D tensors (a rank's flat groups).

@@ -1,20 +1,26 @@
 // Package atomicfile writes outputs so that a crash or error never leaves something that
-// looks like a finished checkpoint: everything is written under a temporary name in the
-// destination's folder, fsynced, and renamed into place only when complete.
+// looks like a finished checkpoint: everything is written in a partial folder beside the
+// destination, fsynced, and moved into place only when complete.
 //
-// It never deletes what it did not write. Replacing an existing destination (force) is
-// allowed for a single file, an empty folder, or a folder whose every entry the caller's
-// [Owner] claims (the files a manifest of an earlier conversion lists); a folder holding
-// anything else is refused, naming what it holds. The final output gets the mode a new file
-// or folder gets under the process's umask, as cp gives it; only the temporary one is
-// private while being written.
+// It never deletes, truncates or writes through what it did not write, whatever is
+// planted where it works. A partial folder is held by descriptor and everything in it is
+// created and removed beneath that descriptor without following links (beneath_*.go); a
+// journal records each entry with the inode it got when ckpt made it (journal.go), and
+// only an entry the journal lists that is still that inode is ever removed, kept on
+// resume, or committed — anything else makes ckpt refuse, naming it, with nothing
+// touched. A partial folder is never removed whole: its own entries go one by one, and the
+// folder only once empty.
+//
+// Replacing an existing destination (force) is allowed only for what an earlier run can be
+// proven to have written ([Owner]: the size and xxhash64 its manifest records for each
+// file) or an empty folder; anything else is refused, naming it. The final output gets the
+// mode a new file or folder gets under the process's umask, as cp gives it; only the
+// partial folder is private while being written.
 package atomicfile
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -23,11 +29,11 @@ import (
 )
 
 // pending holds how to undo each output still being written, for RemovePending. Its lock
-// is also the gate every name an output creates passes through: a temporary output is
-// created, a file made inside one and an output renamed into place only while holding it
-// and before RemovePending has run (stopped), so that once RemovePending has removed what
-// was being written nothing new appears — the interrupted command's goroutines run on
-// until the process exits, and would otherwise make again what was just removed.
+// is also the gate every name an output creates passes through: a partial folder is
+// made, a file made inside one and an output renamed into place only while holding it and
+// before RemovePending has run (stopped), so that once RemovePending has removed what was
+// being written nothing new appears — the interrupted command's goroutines run on until
+// the process exits, and would otherwise make again what was just removed.
 var pending struct {
 	sync.Mutex
 	next    int
@@ -50,15 +56,12 @@ func gated(f func() error) error {
 }
 
 // trackCreate runs create and, when it succeeds, registers undo — both holding the gate —
-// so that a signal arriving between the two cannot leave what create made behind. A nil
-// create registers undo for what exists already.
+// so that a signal arriving between the two cannot leave what create made behind.
 func trackCreate(create func() error, undo func()) (int, error) {
 	var key int
 	err := gated(func() error {
-		if create != nil {
-			if err := create(); err != nil {
-				return err
-			}
+		if err := create(); err != nil {
+			return err
 		}
 		if pending.undos == nil {
 			pending.undos = map[int]func(){}
@@ -77,22 +80,9 @@ func untrack(key int) {
 	delete(pending.undos, key)
 }
 
-// commitGated runs commit, which moves an output into place, holding the gate, and
-// untracks the output (key) when it succeeds: a signal finds the output either still
-// pending (removed) or complete in place, never in between.
-func commitGated(key int, commit func() error) error {
-	return gated(func() error {
-		err := commit()
-		if err == nil {
-			delete(pending.undos, key)
-		}
-		return err
-	})
-}
-
-// RemovePending removes every output still being written (temporary files and folders;
-// a member of a shared output removes only its own files) and returns how many there
-// were. It is for a signal handler: an interrupted conversion, which Go ends without
+// RemovePending removes every output still being written (what ckpt made in each partial
+// folder; a member of a shared output removes only its own files) and returns how many
+// there were. It is for a signal handler: an interrupted conversion, which Go ends without
 // running deferred Aborts, leaves nothing behind. It is final: from then on no output can
 // be started, written into or committed in this process (ErrInterrupted), which is about
 // to exit.
@@ -114,95 +104,126 @@ var ErrExists = errors.New("destination exists")
 // ErrIsFolder is returned when a file output would replace a folder.
 var ErrIsFolder = errors.New("destination is a folder; a file output never replaces one")
 
-// ErrForeign is returned when replacing a folder would delete what ckpt did not write.
-var ErrForeign = errors.New("refusing to replace a folder holding files ckpt did not write")
+// ErrForeign is returned when writing would delete or take over what ckpt did not write.
+var ErrForeign = errors.New("refusing to touch what ckpt cannot prove it wrote")
 
 // ErrBusy is returned when another process is writing the same destination.
 var ErrBusy = errors.New("another ckpt is writing this destination")
 
-// Owner reports which entries of the existing folder dir an earlier run wrote (names
-// relative to dir, the manifest itself included), so that replacing dir deletes nothing
-// else. ok is false when dir is not an output of an earlier run.
-type Owner func(dir string) (owned []string, ok bool)
+// Owner reports which files of the earlier output at path an earlier run wrote: each with
+// the size and xxhash64 recorded as it was written (names relative to path for a folder
+// output, to its folder for a file output). A claim with Size < 0 is the record itself —
+// the manifest the claims come from — which is ckpt's when it is a regular file. ok is
+// false when path is not an output of an earlier run.
+type Owner func(path string) (claims []Journaled, ok bool)
 
-// File is an output file being written under a temporary name.
-type File struct {
-	*os.File
-	// CleanedUp is set when the partial output of an earlier, killed run was removed.
-	CleanedUp bool
-	final     string
-	done      bool
-	key       int
+// Journaled is a file of an output recorded as finished: fsynced, with its size and the
+// xxhash64 of its bytes (16 lower-case hex digits).
+type Journaled struct {
+	File     string `json:"file"`
+	Size     int64  `json:"size"`
+	XXHash64 string `json:"xxhash64"`
 }
 
-// Create starts writing path. With force false an existing path is an error; with force an
-// existing file (or link) is replaced on Commit, but never a folder. The file is written as
-// .NAME.partial beside path, locked: a second writer of the same path is refused while
-// this one runs, and the leftover of a killed run is removed (File.CleanedUp).
-func Create(path string, force bool) (*File, error) {
-	if st, err := os.Lstat(path); err == nil {
-		if st.IsDir() {
-			return nil, fmt.Errorf("%s: %w", path, ErrIsFolder)
-		}
-		if !force {
-			return nil, fmt.Errorf("%s: %w", path, ErrExists)
-		}
-	}
-	if err := checkParent(path); err != nil {
-		return nil, err
-	}
-	tmp := partialName(path)
-	cleaned := false
-	for {
-		var f *os.File
-		key, err := trackCreate(func() (err error) {
-			f, err = os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-			return err
-		}, func() { os.Remove(tmp) })
-		if err == nil {
-			if lerr := lock(f); lerr != nil {
-				untrack(key)
-				f.Close()
-				return nil, fmt.Errorf("%s: %w", path, ErrBusy)
-			}
-			return &File{File: f, final: path, CleanedUp: cleaned, key: key}, nil
-		}
-		if !errors.Is(err, os.ErrExist) || cleaned {
-			return nil, err
-		}
-		// A leftover: busy if another writer holds it, else a killed run's, removed.
-		old, oerr := os.Open(tmp)
-		if oerr != nil {
-			return nil, oerr
-		}
-		st, serr := old.Stat()
-		if serr != nil || !st.Mode().IsRegular() {
-			old.Close()
-			return nil, fmt.Errorf("%s: %s is in the way and is not a partial output ckpt wrote", path, tmp)
-		}
-		if lock(old) != nil {
-			old.Close()
-			return nil, fmt.Errorf("%s: %w", path, ErrBusy)
-		}
-		os.Remove(tmp)
-		old.Close()
-		cleaned = true
-	}
-}
+// journalName is the journal inside a single process's partial folder.
+const journalName = ".ckpt-journal"
 
 // partialName is where path is written until it is complete.
 func partialName(path string) string {
 	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".partial")
 }
 
-// Commit fsyncs the file, renames it to its final name and fsyncs the folder.
+// File is an output file being written in a partial folder.
+type File struct {
+	*os.File
+	// CleanedUp is set when the partial output of an earlier, killed run was removed.
+	CleanedUp bool
+	final     string
+	base      string
+	d         *Dir
+	// replace identifies the earlier output at final that Commit replaces (nil: none).
+	replace *ident
+	done    bool
+}
+
+// FileOptions say how a file output may be created.
+type FileOptions struct {
+	// Force allows replacing an existing file: one Owner proves an earlier run wrote; with
+	// no Owner (outputs that carry no record, as forward's logits), a regular file. Never
+	// a folder, a link or anything but a regular file.
+	Force bool
+	Owner Owner
+}
+
+// Create starts writing the file path (see FileOptions). It is written in the partial
+// folder .NAME.partial beside path, locked: a second writer of the same path is refused
+// while this one runs, and the leftover of a killed run is removed (File.CleanedUp).
+func Create(path string, opts FileOptions) (*File, error) {
+	var replace *ident
+	if id, err := lstatPath(path); err == nil {
+		switch {
+		case id.isDir():
+			return nil, fmt.Errorf("%s: %w", path, ErrIsFolder)
+		case !opts.Force:
+			return nil, fmt.Errorf("%s: %w", path, ErrExists)
+		}
+		got, err := proveFile(path, id, opts.Owner)
+		if err != nil {
+			return nil, err
+		}
+		replace = &got
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err := checkParent(path); err != nil {
+		return nil, err
+	}
+	base := filepath.Base(path)
+	if isControl(base) {
+		return nil, fmt.Errorf("%s: the name %s is reserved for ckpt's control files", path, base)
+	}
+	d, err := startDir(path, DirOptions{})
+	if err != nil {
+		return nil, err
+	}
+	f, err := d.Create(base)
+	if err != nil {
+		d.Abort()
+		return nil, err
+	}
+	return &File{File: f, CleanedUp: d.CleanedUp, final: path, base: base, d: d, replace: replace}, nil
+}
+
+// proveFile checks that the existing file at path (id) may be replaced: a regular file
+// that owner proves an earlier run wrote, or with no owner any regular file.
+func proveFile(path string, id ident, owner Owner) (ident, error) {
+	if !id.isReg() {
+		return ident{}, fmt.Errorf("%s: %w: it is %s", path, ErrForeign, id.kind())
+	}
+	if owner == nil {
+		return id, nil
+	}
+	claims, ok := owner(path)
+	if !ok {
+		return ident{}, fmt.Errorf("%s: %w: no ckpt manifest beside it records it", path, ErrForeign)
+	}
+	for _, c := range claims {
+		if c.File == filepath.Base(path) {
+			return proveOpen(path, c, func() (*os.File, ident, error) { return openNoFollow(path) })
+		}
+	}
+	return ident{}, fmt.Errorf("%s: %w: the ckpt manifest beside it does not record its size and xxhash64 (one written before ckpt recorded them proves nothing: remove the file yourself)", path, ErrForeign)
+}
+
+// Commit fsyncs the file, moves it to its final name and fsyncs the folder.
 func (f *File) Commit() error { return CommitAll(f) }
 
-// CommitAll commits files together, in order: each is fsynced, then all are renamed into
+// CommitAll commits files together, in order: each is fsynced, then all are moved into
 // place at once as far as an interruption can tell (RemovePending finds them all pending or
-// all in place), so that a file and its manifest, renamed last, never stand apart. When a
-// rename fails, the files renamed before it are removed again: nothing is left that the
-// manifest does not vouch for.
+// all in place), so that a file and its manifest, moved last, never stand apart. When a
+// move fails, the files moved before it are removed again: nothing is left that the
+// manifest does not vouch for. A file replaces only the earlier output proven at Create,
+// and only if it is still that file; else only a free name.
 func CommitAll(files ...*File) error {
 	for _, f := range files {
 		if f.done {
@@ -210,21 +231,39 @@ func CommitAll(files ...*File) error {
 		}
 	}
 	var err error
-	for _, f := range files {
+	made := make([]ident, len(files))
+	for i, f := range files {
 		f.done = true
 		if err == nil {
-			err = f.prepare()
+			made[i], err = f.prepare()
 		}
 	}
 	if err == nil {
-		err = gated(func() error { return renameAll(files) })
+		err = gated(func() error {
+			for i, f := range files {
+				if err := f.d.p.fo.renameOut(f.base, f.final, f.replace); err != nil {
+					for j, g := range files[:i] {
+						if got, serr := lstatPath(g.final); serr == nil && got.ino == made[j].ino && got.dev == made[j].dev {
+							os.Remove(g.final)
+						}
+					}
+					return fmt.Errorf("%s: %w", f.final, err)
+				}
+			}
+			// The partial folders hold only their journals now.
+			for _, f := range files {
+				f.d.discard()
+				delete(pending.undos, f.d.key)
+			}
+			return nil
+		})
 	}
 	for _, f := range files {
-		untrack(f.key)
 		if err != nil && !errors.Is(err, ErrInterrupted) { // else RemovePending removed it
 			f.File.Close()
-			os.Remove(f.Name())
+			f.d.discard()
 		}
+		untrack(f.d.key)
 	}
 	if err != nil {
 		return err
@@ -241,51 +280,36 @@ func CommitAll(files ...*File) error {
 	return nil
 }
 
-// prepare makes the file durable and gives it its final mode, before its rename (through
-// the descriptor: the name may be gone, removed by RemovePending).
-func (f *File) prepare() error {
+// prepare makes the file durable and gives it its final mode before it moves (through the
+// descriptor: the name may be gone, removed by RemovePending), returning its identity.
+func (f *File) prepare() (ident, error) {
 	if err := f.Sync(); err != nil {
-		return err
+		return ident{}, err
 	}
 	if err := f.File.Chmod(fileMode()); err != nil {
-		return err
+		return ident{}, err
 	}
-	return f.File.Close()
+	id, err := identFile(f.File)
+	if err != nil {
+		return ident{}, err
+	}
+	return id, f.File.Close()
 }
 
-// renameAll moves files into place, holding the gate; on a failure it removes the ones
-// already moved.
-func renameAll(files []*File) error {
-	for i, f := range files {
-		err := fmt.Errorf("%s: %w", f.final, ErrIsFolder)
-		if st, serr := os.Lstat(f.final); serr != nil || !st.IsDir() {
-			err = os.Rename(f.Name(), f.final)
-		}
-		if err != nil {
-			for _, g := range files[:i] {
-				os.Remove(g.final)
-			}
-			return err
-		}
-		delete(pending.undos, f.key)
-	}
-	return nil
-}
-
-// Abort removes the temporary file. It is safe to call after Commit (it does nothing).
+// Abort removes the partial file and its folder. It is safe to call after Commit (it does
+// nothing).
 func (f *File) Abort() {
 	if f.done {
 		return
 	}
 	f.done = true
 	f.File.Close()
-	os.Remove(f.Name())
-	untrack(f.key)
+	f.d.Abort()
 }
 
-// Dir is an output folder being written under a temporary name.
+// Dir is an output folder being written as a partial folder.
 type Dir struct {
-	// Path is the temporary folder to write into.
+	// Path is the partial folder to write into (through Create).
 	Path string
 	// Resumed lists the files an earlier, killed run of the same output finished (with
 	// DirOptions.Resume): their sizes and checksums as its journal recorded them, the files
@@ -296,18 +320,20 @@ type Dir struct {
 	CleanedUp bool
 	final     string
 	opts      DirOptions
-	lockf     *os.File
-	journal   *os.File
-	done      bool
-	key       int
+	p         *partial
+	// proof identifies the entries of the existing destination proven to be an earlier
+	// run's, for Commit to replace.
+	proof map[string]ident
+	done  bool
+	key   int
 	// member is set for one of several processes writing the folder (JoinDir).
 	member *member
 }
 
 // DirOptions say how a folder output may be created.
 type DirOptions struct {
-	// Force allows replacing an existing destination: a file, or a folder whose entries
-	// Owner all claims (see [Owner]; a nil owner claims nothing).
+	// Force allows replacing an existing destination: a folder whose every entry Owner
+	// proves an earlier run wrote (see [Owner]; a nil owner proves nothing).
 	Force bool
 	Owner Owner
 	// Resume keeps what a killed run of the same output finished (Dir.Resumed) instead of
@@ -315,33 +341,33 @@ type DirOptions struct {
 	Resume bool
 }
 
-// Journaled is a file of a folder output recorded as finished: fsynced, with its size and
-// the xxhash64 of its bytes.
-type Journaled struct {
-	File     string `json:"file"`
-	Size     int64  `json:"size"`
-	XXHash64 string `json:"xxhash64"`
-}
-
-// journalName is the journal inside a partial folder: one JSON line per finished file.
-const journalName = ".ckpt-journal"
-
 // CreateDir starts writing the folder path. An existing empty folder is replaced; with
-// force false any other existing path is an error; with force a file is replaced, and a
-// folder only when the owner claims every entry in it. The folder is built as
-// .NAME.partial beside path, locked against a second writer of the same path; the leftover
-// of a killed run is resumed (opts.Resume) or removed.
+// force false any other existing path is an error; with force a folder is replaced when
+// the owner proves every entry in it. The folder is built as .NAME.partial beside path,
+// locked against a second writer of the same path; the leftover of a killed run is
+// resumed (opts.Resume) or removed — what its journal proves ckpt made, and only if
+// nothing else is there.
 func CreateDir(path string, opts DirOptions) (*Dir, error) {
-	if err := replaceable(path, opts.Force, opts.Owner); err != nil {
+	proof, err := replaceable(path, opts.Force, opts.Owner)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkParent(path); err != nil {
 		return nil, err
 	}
-	tmp := partialName(path)
-	d := &Dir{Path: tmp, final: path, opts: opts}
-	// Made (or taken over from a killed run) and registered in one step, holding the gate.
-	key, err := trackCreate(d.start, func() { os.RemoveAll(tmp) })
+	d, err := startDir(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	d.proof = proof
+	return d, nil
+}
+
+// startDir makes (or takes over) the partial folder of path and registers its undo, in
+// one step holding the gate.
+func startDir(path string, opts DirOptions) (*Dir, error) {
+	d := &Dir{Path: partialName(path), final: path, opts: opts}
+	key, err := trackCreate(d.start, d.discard)
 	if err != nil {
 		return nil, err
 	}
@@ -349,170 +375,231 @@ func CreateDir(path string, opts DirOptions) (*Dir, error) {
 	return d, nil
 }
 
+// inTheWay is the error for a partial folder's name taken by something ckpt cannot take
+// over.
+func (d *Dir) inTheWay(why error) error {
+	return fmt.Errorf("%s: %w: %s is in the way and is not a partial output ckpt wrote (%w); nothing was removed", d.final, ErrForeign, d.Path, why)
+}
+
 // start makes the partial folder, or deals with the one a killed run left (leftover), and
 // locks it and opens its journal.
 func (d *Dir) start() error {
-	if err := os.Mkdir(d.Path, 0o700); err != nil {
-		if !errors.Is(err, os.ErrExist) {
-			return err
-		}
-		if err := d.leftover(); err != nil {
-			return err
-		}
-	} else if err := d.lockDir(); err != nil {
+	err := os.Mkdir(d.Path, 0o700)
+	fresh := err == nil
+	if err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	j, err := os.OpenFile(filepath.Join(d.Path, journalName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	fo, err := openFolder(d.Path, true)
 	if err != nil {
-		d.lockf.Close()
+		return d.inTheWay(err)
+	}
+	if fo.lock() != nil {
+		fo.close()
+		return fmt.Errorf("%s: %w", d.final, ErrBusy)
+	}
+	d.p = newPartial(fo)
+	if !fresh {
+		if err := d.leftover(); err != nil {
+			fo.close()
+			d.p = nil
+			return err
+		}
+	}
+	if d.p.j == nil {
+		if d.p.j, err = newJournal(fo, journalName); err != nil {
+			if fresh {
+				fo.removeFolder()
+			}
+			fo.close()
+			d.p = nil
+			return err
+		}
+	}
+	return nil
+}
+
+// leftover deals with a partial folder already there (locked): another writer's (busy),
+// something ckpt did not write (refused, nothing touched), or a killed run's — resumed or
+// removed entry by entry, what its journal proves ckpt made.
+func (d *Dir) leftover() error {
+	fo := d.p.fo
+	j, jid, err := readJournal(fo, journalName)
+	if err != nil {
+		return d.inTheWay(err)
+	}
+	all, err := surveyAll(fo)
+	if err != nil {
 		return err
 	}
-	d.journal = j
+	if j == nil {
+		if len(all) == 0 {
+			return nil // a kill between making the folder and its journal
+		}
+		for name := range all {
+			if strings.HasPrefix(name, memberPrefix) {
+				return fmt.Errorf("%s: %s is the partial output of a multi-host conversion; finish it with its hosts or remove it first", d.final, d.Path)
+			}
+		}
+		return d.inTheWay(errors.New("it has no journal"))
+	}
+	var foreign []string
+	for name, id := range all {
+		if name == journalName || j.proves(name, id) {
+			continue
+		}
+		foreign = append(foreign, name)
+	}
+	if len(foreign) > 0 {
+		return fmt.Errorf("%s: %w: %s holds %s, which ckpt cannot prove it made; nothing was removed", d.final, ErrForeign, d.Path, listNames(foreign))
+	}
+	d.p.adopt(j, all)
+	if d.opts.Resume {
+		d.Resumed = map[string]Journaled{}
+		for name, e := range j.files {
+			if id, ok := d.p.files[name]; ok && e.finished && id.size == e.size {
+				d.Resumed[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
+				d.p.sums[name] = d.Resumed[name]
+				continue
+			}
+			if err := d.p.removeFile(name); err != nil {
+				return err
+			}
+		}
+		d.p.j, err = appendJournal(fo, journalName, jid)
+		return err
+	}
+	if err := d.p.removeAll(); err != nil {
+		return err
+	}
+	if err := fo.remove(journalName, jid); err != nil {
+		return err
+	}
+	d.CleanedUp = true
 	return nil
 }
 
 // Create creates the file name (slash-separated, relative to the folder; the folders on its
-// way are made) for writing. It fails once the output is committed or aborted, or was
+// way are made) for writing. Nothing there may be in its way: a file is never opened
+// twice or through a link. It fails once the output is committed or aborted, or was
 // removed by RemovePending (ErrInterrupted): never does it make the partial folder again.
 func (d *Dir) Create(name string) (*os.File, error) {
-	if !fs.ValidPath(name) || name == "." {
+	if err := checkName(name); err != nil {
 		return nil, fmt.Errorf("%s: %q is not a file name inside the output folder", d.final, name)
 	}
-	p := filepath.Join(d.Path, filepath.FromSlash(name))
+	if first, _, _ := strings.Cut(name, "/"); isControl(first) {
+		return nil, fmt.Errorf("%s: the name %s is reserved for ckpt's control files", d.final, first)
+	}
 	var f *os.File
 	err := gated(func() error {
 		if d.done {
 			return errors.New("atomicfile: Create after Commit or Abort")
 		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
 		var err error
-		f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+		f, err = d.p.create(name)
 		return err
 	})
 	return f, err
 }
 
-// lockDir takes the partial folder's lock.
-func (d *Dir) lockDir() error {
-	f, err := os.Open(d.Path)
-	if err != nil {
-		return err
-	}
-	if lock(f) != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", d.final, ErrBusy)
-	}
-	d.lockf = f
-	return nil
-}
-
-// leftover deals with a partial folder already there: another writer's (busy), something
-// ckpt did not write (refused), or a killed run's — resumed or removed.
-func (d *Dir) leftover() error {
-	st, err := os.Lstat(d.Path)
-	if err != nil {
-		return err
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("%s: %s is in the way and is not a partial output ckpt wrote", d.final, d.Path)
-	}
-	if err := d.lockDir(); err != nil {
-		return err
-	}
-	b, err := os.ReadFile(filepath.Join(d.Path, journalName))
-	if err != nil {
-		d.lockf.Close()
-		return fmt.Errorf("%s: %s is in the way and is not a partial output ckpt wrote (no journal)", d.final, d.Path)
-	}
-	if !d.opts.Resume {
-		d.lockf.Close()
-		if err := os.RemoveAll(d.Path); err != nil {
-			return err
-		}
-		if err := os.Mkdir(d.Path, 0o700); err != nil {
-			return err
-		}
-		d.CleanedUp = true
-		return d.lockDir()
-	}
-	d.Resumed = map[string]Journaled{}
-	for _, line := range strings.Split(string(b), "\n") {
-		var j Journaled
-		if json.Unmarshal([]byte(line), &j) != nil || j.File == "" {
-			continue // a line cut short by the kill: that file is redone
-		}
-		if st, err := os.Stat(filepath.Join(d.Path, filepath.FromSlash(j.File))); err == nil && st.Size() == j.Size {
-			d.Resumed[j.File] = j
-		}
-	}
-	return nil
+// Open opens the finished file name of a resumed output for reading: only a file this
+// output's journal proves ckpt made, never through a link.
+func (d *Dir) Open(name string) (*os.File, error) {
+	return d.p.open(name)
 }
 
 // Finished records in the journal that the file name (fsynced by the caller) is complete,
-// so that a resumed run keeps it.
+// with its size and xxhash64, so that a resumed run keeps it.
 func (d *Dir) Finished(j Journaled) error {
-	b, err := json.Marshal(j)
-	if err != nil {
-		return err
+	return d.p.finished(j)
+}
+
+// Sums returns the size and xxhash64 of every finished file of the output, by name: this
+// run's, the resumed ones and, for the finisher of a shared output, every member's.
+func (d *Dir) Sums() (map[string]Journaled, error) {
+	if d.member != nil {
+		return d.member.sums(d)
 	}
-	if _, err := d.journal.Write(append(b, '\n')); err != nil {
-		return err
-	}
-	return d.journal.Sync()
+	return d.p.finishedSums(), nil
 }
 
 // replaceable checks that the folder output path may be written: it does not exist, or is
-// an empty folder, or (with force) a file or a folder whose entries owner all claims.
-func replaceable(path string, force bool, owner Owner) error {
-	st, err := os.Lstat(path)
+// an empty folder, or (with force) a folder whose every entry owner proves an earlier
+// run wrote. It returns what it proved.
+func replaceable(path string, force bool, owner Owner) (map[string]ident, error) {
+	id, err := lstatPath(path)
 	if err != nil {
-		return nil
-	}
-	if !st.IsDir() {
-		if !force {
-			return fmt.Errorf("%s: %w", path, ErrExists)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
 		}
-		return nil
+		return nil, err
 	}
-	foreign, n, err := foreignEntries(path, owner)
+	if !id.isDir() {
+		if !force {
+			return nil, fmt.Errorf("%s: %w", path, ErrExists)
+		}
+		return nil, fmt.Errorf("%s: %w: a folder output never replaces %s", path, ErrForeign, id.kind())
+	}
+	fo, err := openFolder(path, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	switch {
-	case n == 0:
-		return nil
-	case !force:
-		return fmt.Errorf("%s: %w", path, ErrExists)
-	case len(foreign) > 0:
-		return fmt.Errorf("%s: %w: %s", path, ErrForeign, listNames(foreign))
-	}
-	return nil
+	defer fo.close()
+	return proveFolder(fo, path, force, owner)
 }
 
-// foreignEntries lists the entries of dir that owner does not claim, and how many entries
-// dir has.
-func foreignEntries(dir string, owner Owner) (foreign []string, n int, err error) {
-	entries, err := os.ReadDir(dir)
+// proveFolder checks the entries of the existing destination folder fo (at path) as
+// replaceable does.
+func proveFolder(fo *folder, path string, force bool, owner Owner) (map[string]ident, error) {
+	es, err := fo.list("")
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	owned := map[string]bool{}
+	if len(es) == 0 {
+		return map[string]ident{}, nil
+	}
+	if !force {
+		return nil, fmt.Errorf("%s: %w", path, ErrExists)
+	}
+	var claims []Journaled
+	ok := false
 	if owner != nil {
-		if names, ok := owner(dir); ok {
-			for _, nm := range names {
-				owned[filepath.Clean(nm)] = true
-			}
-		}
+		claims, ok = owner(path)
 	}
-	for _, e := range entries {
-		// Only regular files can be claimed: ckpt writes no links or subfolders.
-		if !owned[e.Name()] || !e.Type().IsRegular() {
-			foreign = append(foreign, e.Name())
+	if !ok {
+		names := make([]string, 0, len(es))
+		for n := range es {
+			names = append(names, n)
 		}
+		return nil, fmt.Errorf("%s: %w: no ckpt manifest there proves it wrote %s", path, ErrForeign, listNames(names))
 	}
-	return foreign, len(entries), nil
+	byName := map[string]Journaled{}
+	for _, c := range claims {
+		byName[filepath.Clean(c.File)] = c
+	}
+	proof := map[string]ident{}
+	var foreign []string
+	for n, id := range es {
+		c, ok := byName[n]
+		if !ok || !id.isReg() {
+			// ckpt's outputs hold files only; a subfolder, a link or anything unlisted is
+			// not proven.
+			foreign = append(foreign, n)
+			continue
+		}
+		got, err := proveOpen(filepath.Join(path, n), c, func() (*os.File, ident, error) {
+			f, id, _, err := fo.open(n, os.O_RDONLY)
+			return f, id, err
+		})
+		if err != nil {
+			foreign = append(foreign, n)
+			continue
+		}
+		proof[n] = got
+	}
+	if len(foreign) > 0 {
+		return nil, fmt.Errorf("%s: %w: %s (not recorded by the ckpt manifest there with its size and xxhash64, or not what it records)", path, ErrForeign, listNames(foreign))
+	}
+	return proof, nil
 }
 
 // listNames names up to five entries and how many more there are.
@@ -524,80 +611,95 @@ func listNames(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-// Commit fsyncs every file in the folder and the folder, then moves it into place. An
-// existing destination is replaced only after the new one is complete, and only if it may
-// be (checked again here: files added to it meanwhile are never deleted).
+// Commit fsyncs every file in the folder and the folder, then moves it into place. The
+// folder must hold nothing but what this output made (and, shared, its members). An
+// existing destination is replaced only after the new one is complete, and only if it is
+// still what was proven replaceable: anything added to it meanwhile is never deleted.
 func (d *Dir) Commit() error {
 	if d.done {
 		return errors.New("atomicfile: already committed or aborted")
 	}
 	d.done = true
 	defer untrack(d.key)
+	fo := d.p.fo
 	fail := func(err error) error {
-		d.journal.Close()
-		os.RemoveAll(d.Path)
-		d.lockf.Close()
+		d.discard()
 		return err
 	}
 	if d.member != nil {
 		// The other members' files stay for another attempt: a failed finish removes nothing.
 		fail = func(err error) error {
+			for name, id := range d.member.made { // the other hosts' locks it made
+				fo.remove(name, id)
+			}
 			d.member.release(d)
 			return err
 		}
 		if err := d.member.prepareCommit(d); err != nil {
 			return fail(err)
 		}
+	} else {
+		all, err := surveyAll(fo)
+		if err != nil {
+			return fail(err)
+		}
+		var foreign []string
+		for name, id := range all {
+			if !(name == journalName && id.ino == d.p.j.id.ino) && !d.p.made(name, id) {
+				foreign = append(foreign, name)
+			}
+		}
+		if len(foreign) > 0 {
+			return fail(fmt.Errorf("%s: %w: %s holds %s, which this conversion did not write", d.final, ErrForeign, d.Path, listNames(foreign)))
+		}
 	}
-	entries, err := os.ReadDir(d.Path)
-	if err != nil {
-		return fail(err)
-	}
-	for _, e := range entries {
-		if err := syncPath(filepath.Join(d.Path, e.Name())); err != nil {
+	// What was proven at the start (hashed) is checked again as it moves (stillProven); a
+	// destination that appeared since is proven now.
+	proof := d.proof
+	if proof == nil {
+		var err error
+		if proof, err = replaceable(d.final, d.opts.Force, d.opts.Owner); err != nil {
 			return fail(err)
 		}
 	}
-	if err := os.Chmod(d.Path, dirMode()); err != nil {
+	if err := d.p.syncAll(); err != nil {
 		return fail(err)
 	}
-	if err := syncDir(d.Path); err != nil {
-		return fail(err)
-	}
-	d.journal.Close()
 	if d.member == nil {
-		os.Remove(filepath.Join(d.Path, journalName))
+		d.p.j.close()
+		if err := fo.remove(journalName, d.p.j.id); err != nil {
+			return fail(err)
+		}
 	} else if err := d.member.removeControl(d); err != nil {
 		return fail(err)
 	}
-	if err := replaceable(d.final, d.opts.Force, d.opts.Owner); err != nil {
+	if err := fo.sync(); err != nil {
 		return fail(err)
 	}
 	// Moved into place holding the gate: an interruption finds the old destination in
 	// place and the new folder pending, or the new one in place.
 	var old string
-	err = commitGated(d.key, func() error {
-		if st, err := os.Lstat(d.final); err == nil {
+	err := commitGated(d.key, func() error {
+		if _, err := lstatPath(d.final); err == nil {
 			old = d.Path + ".old"
-			if err := os.Rename(d.final, old); err != nil {
+			if err := renamePath(d.final, old); err != nil {
 				old = ""
 				return err
 			}
-			if st.IsDir() {
-				// Whatever arrived between the check and the move stays: put it all back.
-				if foreign, _, err := foreignEntries(old, d.opts.Owner); err != nil || len(foreign) > 0 {
-					os.Rename(old, d.final)
-					old = ""
-					if err == nil {
-						err = fmt.Errorf("%s: %w: %s", d.final, ErrForeign, listNames(foreign))
-					}
-					return err
-				}
+			// Whatever arrived between the check and the move stays: put it all back.
+			if err := stillProven(old, proof); err != nil {
+				renamePath(old, d.final)
+				old = ""
+				return fmt.Errorf("%s: %w", d.final, err)
 			}
 		}
-		if err := os.Rename(d.Path, d.final); err != nil {
+		if err := fo.chmod(dirMode()); err != nil {
+			return err
+		}
+		if err := fo.renameFolder(d.final); err != nil {
+			fo.chmod(0o700)
 			if old != "" {
-				os.Rename(old, d.final)
+				renamePath(old, d.final)
 				old = ""
 			}
 			return err
@@ -606,8 +708,6 @@ func (d *Dir) Commit() error {
 	})
 	if d.member != nil {
 		d.member.release(d)
-	} else {
-		d.lockf.Close()
 	}
 	switch {
 	case errors.Is(err, ErrInterrupted):
@@ -615,48 +715,96 @@ func (d *Dir) Commit() error {
 	case err != nil:
 		return fail(err)
 	}
+	if d.member == nil {
+		d.p.close()
+	}
 	if old != "" {
-		removeOwned(old)
+		removeProven(old, proof)
 	}
 	return syncDir(filepath.Dir(d.final))
 }
 
-// removeOwned deletes a replaced destination moved aside: a file, or a folder of the files
-// (only) that were checked to be ckpt's own.
-func removeOwned(old string) {
-	st, err := os.Lstat(old)
+// commitGated runs commit, which moves an output into place, holding the gate, and
+// untracks the output (key) when it succeeds: a signal finds the output either still
+// pending (removed) or complete in place, never in between.
+func commitGated(key int, commit func() error) error {
+	return gated(func() error {
+		err := commit()
+		if err == nil {
+			delete(pending.undos, key)
+		}
+		return err
+	})
+}
+
+// stillProven checks that the folder at path holds exactly the entries proof identifies,
+// unchanged.
+func stillProven(path string, proof map[string]ident) error {
+	fo, err := openFolder(path, false)
+	if err != nil {
+		return err
+	}
+	defer fo.close()
+	es, err := fo.list("")
+	if err != nil {
+		return err
+	}
+	var foreign []string
+	for n, id := range es {
+		if want, ok := proof[n]; !ok || !id.sameFile(want) {
+			foreign = append(foreign, n)
+		}
+	}
+	if len(foreign) > 0 {
+		return fmt.Errorf("%w: %s arrived or changed while the output was written", ErrForeign, listNames(foreign))
+	}
+	return nil
+}
+
+// removeProven deletes a replaced destination moved aside to old: the entries proof
+// identifies (each only if it is still that file), then the folder if nothing else is
+// left.
+func removeProven(old string, proof map[string]ident) {
+	fo, err := openFolder(old, false)
 	if err != nil {
 		return
 	}
-	if !st.IsDir() {
-		os.Remove(old)
-		return
+	defer fo.close()
+	for n, id := range proof {
+		fo.remove(n, id)
 	}
-	entries, _ := os.ReadDir(old)
-	for _, e := range entries {
-		if e.Type().IsRegular() {
-			os.Remove(filepath.Join(old, e.Name()))
-		}
-	}
-	os.Remove(old) // fails, keeping it, if anything else is left
+	fo.removeFolder() // fails, keeping it, if anything else is left
 }
 
-// Abort removes the temporary folder — for a member of a shared output (JoinDir), only
-// what it wrote, and nothing once its share is sealed.
+// Abort removes what this output made in its partial folder, and the folder once empty —
+// for a member of a shared output (JoinDir), only what it wrote, and nothing once its
+// share is sealed.
 func (d *Dir) Abort() {
 	if d.done {
 		return
 	}
 	d.done = true
+	d.discard()
+	untrack(d.key)
+}
+
+// discard removes what the output made, its journal and the partial folder once empty,
+// and lets go of it (RemovePending's undo).
+func (d *Dir) discard() {
 	if d.member != nil {
 		d.member.abort(d)
-		untrack(d.key)
 		return
 	}
-	d.journal.Close()
-	os.RemoveAll(d.Path)
-	d.lockf.Close()
-	untrack(d.key)
+	if d.p == nil || d.p.closed {
+		return
+	}
+	d.p.removeAll()
+	if d.p.j != nil {
+		d.p.j.close()
+		d.p.fo.remove(journalName, d.p.j.id)
+	}
+	d.p.fo.removeFolder() // fails, keeping it, while anything foreign is left in it
+	d.p.close()
 }
 
 // checkParent says plainly when the folder an output would go into does not exist.
@@ -675,13 +823,12 @@ func checkParent(path string) error {
 	return nil
 }
 
-func syncPath(p string) error {
-	f, err := os.Open(p)
+// syncDir fsyncs the folder dir.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	return f.Sync()
 }
-
-func syncDir(dir string) error { return syncPath(dir) }

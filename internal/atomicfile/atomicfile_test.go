@@ -28,7 +28,7 @@ func entries(t *testing.T, dir string) []string {
 func TestFile(t *testing.T) {
 	dir := t.TempDir()
 	dst := filepath.Join(dir, "out.pt")
-	f, err := Create(dst, false)
+	f, err := Create(dst, FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,16 +40,16 @@ func TestFile(t *testing.T) {
 	if got := entries(t, dir); len(got) != 0 {
 		t.Fatalf("Abort left %v", got)
 	}
-	f, _ = Create(dst, false)
+	f, _ = Create(dst, FileOptions{})
 	f.WriteString("v1")
 	if err := f.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	f.Abort() // no effect after Commit
-	if _, err := Create(dst, false); !errors.Is(err, ErrExists) {
+	if _, err := Create(dst, FileOptions{}); !errors.Is(err, ErrExists) {
 		t.Fatalf("overwrote without force: %v", err)
 	}
-	f, _ = Create(dst, true)
+	f, _ = Create(dst, FileOptions{Force: true})
 	f.WriteString("v2")
 	if err := f.Commit(); err != nil {
 		t.Fatal(err)
@@ -74,19 +74,19 @@ func TestDir(t *testing.T) {
 	if err != nil {
 		t.Fatalf("an empty folder: %v", err)
 	}
-	os.WriteFile(filepath.Join(d.Path, "old"), []byte("x"), 0o644)
+	writeFile(t, d, "old", "x")
 	if err := d.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := CreateDir(dst, DirOptions{}); !errors.Is(err, ErrExists) {
 		t.Fatalf("overwrote without force: %v", err)
 	}
-	owner := func(string) ([]string, bool) { return []string{"old", "manifest"}, true }
+	owner := claimed(map[string]string{"old": "x"})
 	d, err = CreateDir(dst, DirOptions{Force: true, Owner: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(d.Path, "model.safetensors"), []byte("y"), 0o644)
+	writeFile(t, d, "model.safetensors", "y")
 	if got := entries(t, dst); len(got) != 1 || got[0] != "old" {
 		t.Fatalf("destination changed before Commit: %v", got)
 	}
@@ -110,8 +110,9 @@ func TestDir(t *testing.T) {
 // (a file, a subfolder, a link) is refused naming it, before and at Commit, and nothing of
 // it is touched.
 func TestDirKeepsForeign(t *testing.T) {
-	ours := func(string) ([]string, bool) { return []string{"model.safetensors", "ckpt-manifest.json"}, true }
-	notOurs := func(string) ([]string, bool) { return nil, false }
+	ours := claimed(map[string]string{"model.safetensors": "x", "ckpt-manifest.json": ""})
+	old := claimed(map[string]string{"model.safetensors": "old"})
+	notOurs := func(string) ([]Journaled, bool) { return nil, false }
 	cases := []struct {
 		name  string
 		make  func(dst string)
@@ -126,6 +127,10 @@ func TestDirKeepsForeign(t *testing.T) {
 		}, ours},
 		{"listed name is a folder", func(dst string) { os.MkdirAll(filepath.Join(dst, "model.safetensors"), 0o755) }, ours},
 		{"link", func(dst string) { os.Symlink("/etc/passwd", filepath.Join(dst, "model.safetensors")) }, ours},
+		// A forged manifest listing a user's file: its bytes are not what it records.
+		{"listed file of other bytes", func(dst string) { os.WriteFile(filepath.Join(dst, "model.safetensors"), []byte("y"), 0o644) }, ours},
+		{"listed file of another size", func(dst string) { os.WriteFile(filepath.Join(dst, "model.safetensors"), []byte("mine"), 0o644) }, ours},
+		{"listed name is a FIFO", func(dst string) { mkfifo(t, filepath.Join(dst, "model.safetensors")) }, ours},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -145,11 +150,11 @@ func TestDirKeepsForeign(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "out")
 	os.Mkdir(dst, 0o755)
 	os.WriteFile(filepath.Join(dst, "model.safetensors"), []byte("old"), 0o644)
-	d, err := CreateDir(dst, DirOptions{Force: true, Owner: ours})
+	d, err := CreateDir(dst, DirOptions{Force: true, Owner: old})
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(d.Path, "model.safetensors"), []byte("new"), 0o644)
+	writeFile(t, d, "model.safetensors", "new")
 	os.WriteFile(filepath.Join(dst, "arrived.txt"), []byte("x"), 0o644)
 	if err := d.Commit(); !errors.Is(err, ErrForeign) {
 		t.Fatalf("Commit: %v", err)
@@ -165,7 +170,7 @@ func TestDirKeepsForeign(t *testing.T) {
 // TestFileNeverReplacesFolder: a file output refuses an existing folder, even with force.
 func TestFileNeverReplacesFolder(t *testing.T) {
 	dst := t.TempDir()
-	if _, err := Create(dst, true); !errors.Is(err, ErrIsFolder) {
+	if _, err := Create(dst, FileOptions{Force: true}); !errors.Is(err, ErrIsFolder) {
 		t.Fatalf("Create over a folder: %v", err)
 	}
 }
@@ -175,7 +180,7 @@ func TestFileNeverReplacesFolder(t *testing.T) {
 func TestModes(t *testing.T) {
 	want := umask()
 	dir := t.TempDir()
-	f, err := Create(filepath.Join(dir, "f.pt"), false)
+	f, err := Create(filepath.Join(dir, "f.pt"), FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,17 +210,17 @@ func TestModes(t *testing.T) {
 func TestRemovePending(t *testing.T) {
 	restart(t)
 	dir := t.TempDir()
-	done, err := Create(filepath.Join(dir, "done.pt"), false)
+	done, err := Create(filepath.Join(dir, "done.pt"), FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := done.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	f, _ := Create(filepath.Join(dir, "half.pt"), false)
+	f, _ := Create(filepath.Join(dir, "half.pt"), FileOptions{})
 	f.WriteString("half")
 	d, _ := CreateDir(filepath.Join(dir, "folder"), DirOptions{})
-	os.WriteFile(filepath.Join(d.Path, "model.safetensors"), []byte("x"), 0o644)
+	writeFile(t, d, "model.safetensors", "x")
 	if n := RemovePending(); n != 2 {
 		t.Errorf("RemovePending removed %d outputs, want 2", n)
 	}
@@ -235,7 +240,7 @@ func TestRemovePending(t *testing.T) {
 	if _, err := d.Create("model.safetensors"); !errors.Is(err, ErrInterrupted) {
 		t.Errorf("Dir.Create after RemovePending: %v, want ErrInterrupted", err)
 	}
-	if _, err := Create(filepath.Join(dir, "late.pt"), false); !errors.Is(err, ErrInterrupted) {
+	if _, err := Create(filepath.Join(dir, "late.pt"), FileOptions{}); !errors.Is(err, ErrInterrupted) {
 		t.Errorf("Create after RemovePending: %v, want ErrInterrupted", err)
 	}
 	if _, err := CreateDir(filepath.Join(dir, "late"), DirOptions{}); !errors.Is(err, ErrInterrupted) {
@@ -305,7 +310,7 @@ func TestCommitAll(t *testing.T) {
 	start := func(names ...string) []*File {
 		var fs []*File
 		for _, n := range names {
-			f, err := Create(filepath.Join(dir, n), false)
+			f, err := Create(filepath.Join(dir, n), FileOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -341,10 +346,189 @@ func TestCommitAll(t *testing.T) {
 // TestMissingParent: an output in a folder that does not exist is refused naming the folder.
 func TestMissingParent(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
-	if _, err := Create(filepath.Join(dir, "out.pt"), false); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
+	if _, err := Create(filepath.Join(dir, "out.pt"), FileOptions{}); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
 		t.Errorf("Create: %v", err)
 	}
 	if _, err := CreateDir(filepath.Join(dir, "out"), DirOptions{}); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
 		t.Errorf("CreateDir: %v", err)
 	}
+}
+
+// TestRemovePendingKeepsPlanted: an interrupted output removes only what it made: a link
+// planted beside its files, a file put in place of one of its own and a folder made where
+// it would write stay, and what the links lead to is untouched (issue 29, class 2).
+func TestRemovePendingKeepsPlanted(t *testing.T) {
+	restart(t)
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim.txt")
+	os.WriteFile(victim, []byte("VICTIM"), 0o644)
+	d, err := CreateDir(filepath.Join(base, "out"), DirOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, d, "a.safetensors", "a")
+	writeFile(t, d, "sub/b.safetensors", "b")
+	writeFile(t, d, "c.safetensors", "c")
+	os.Symlink(victim, filepath.Join(d.Path, "link"))
+	os.Remove(filepath.Join(d.Path, "c.safetensors"))
+	os.Link(victim, filepath.Join(d.Path, "c.safetensors"))
+	os.Mkdir(filepath.Join(d.Path, "sub", "planted"), 0o755)
+	f, err := Create(filepath.Join(base, "f.pt"), FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("half")
+	os.Symlink(victim, filepath.Join(base, ".f.pt.partial", "beside"))
+	if n := RemovePending(); n != 2 {
+		t.Errorf("RemovePending removed %d outputs, want 2", n)
+	}
+	if got := entries(t, d.Path); strings.Join(got, " ") != "c.safetensors link sub" {
+		t.Errorf("left in the partial folder: %v, want the plants alone", got)
+	}
+	if got := entries(t, filepath.Join(d.Path, "sub")); strings.Join(got, " ") != "planted" {
+		t.Errorf("left in sub: %v", got)
+	}
+	if got := entries(t, filepath.Join(base, ".f.pt.partial")); strings.Join(got, " ") != "beside" {
+		t.Errorf("left in the file's partial folder: %v", got)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "VICTIM" {
+		t.Errorf("the victim changed: %q", b)
+	}
+}
+
+// TestLeftoverProven: a killed run's partial folder is resumed or removed only as far as
+// its journal proves ckpt made each entry; a link, hard link, FIFO or folder in the place
+// of a file it made, or anything beside, makes the next run refuse with nothing touched.
+func TestLeftoverProven(t *testing.T) {
+	kill := func(t *testing.T, dst string) *Dir {
+		d, err := CreateDir(dst, DirOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, d, "a.safetensors", "aaaa")
+		writeFile(t, d, "sub/b.safetensors", "bb")
+		f, _ := d.Create("c.safetensors")
+		f.WriteString("c")
+		f.Close()
+		// Killed: the lock goes with the process, everything else stays.
+		d.p.fo.close()
+		d.p.j.close()
+		untrack(d.key)
+		return d
+	}
+	t.Run("removed", func(t *testing.T) {
+		dst := filepath.Join(t.TempDir(), "out")
+		kill(t, dst)
+		d, err := CreateDir(dst, DirOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.CleanedUp || len(entries(t, d.Path)) != 1 {
+			t.Fatalf("cleaned %v, left %v", d.CleanedUp, entries(t, d.Path))
+		}
+		d.Abort()
+	})
+	t.Run("resumed", func(t *testing.T) {
+		dst := filepath.Join(t.TempDir(), "out")
+		kill(t, dst)
+		d, err := CreateDir(dst, DirOptions{Resume: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Resumed) != 2 || d.Resumed["sub/b.safetensors"].Size != 2 {
+			t.Fatalf("resumed %v", d.Resumed)
+		}
+		if got := entries(t, d.Path); strings.Join(got, " ") != ".ckpt-journal a.safetensors sub" {
+			t.Fatalf("left %v", got)
+		}
+		f, err := d.Open("a.safetensors")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		d.Abort()
+	})
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim.txt")
+	os.WriteFile(victim, []byte("VICTIM"), 0o644)
+	for _, c := range []struct {
+		name  string
+		plant func(t *testing.T, partial string)
+	}{
+		{"link in place of a finished file", func(t *testing.T, p string) {
+			os.Remove(filepath.Join(p, "a.safetensors"))
+			os.Symlink(victim, filepath.Join(p, "a.safetensors"))
+		}},
+		{"hard link in place of a finished file", func(t *testing.T, p string) {
+			os.Remove(filepath.Join(p, "a.safetensors"))
+			os.Link(victim, filepath.Join(p, "a.safetensors"))
+		}},
+		{"link in place of a file being written", func(t *testing.T, p string) {
+			os.Remove(filepath.Join(p, "c.safetensors"))
+			os.Symlink(victim, filepath.Join(p, "c.safetensors"))
+		}},
+		{"FIFO in place of a file", func(t *testing.T, p string) {
+			os.Remove(filepath.Join(p, "c.safetensors"))
+			mkfifo(t, filepath.Join(p, "c.safetensors"))
+		}},
+		{"link in place of a subfolder", func(t *testing.T, p string) {
+			os.RemoveAll(filepath.Join(p, "sub"))
+			os.Symlink(base, filepath.Join(p, "sub"))
+		}},
+		{"a file beside", func(t *testing.T, p string) { os.WriteFile(filepath.Join(p, "notes.txt"), []byte("x"), 0o644) }},
+		{"a link in a subfolder", func(t *testing.T, p string) { os.Symlink(victim, filepath.Join(p, "sub", "x")) }},
+		{"journal is a link", func(t *testing.T, p string) {
+			os.Rename(filepath.Join(p, journalName), filepath.Join(base, "moved-journal"))
+			os.Symlink(filepath.Join(base, "moved-journal"), filepath.Join(p, journalName))
+		}},
+		{"journal is a copy", func(t *testing.T, p string) {
+			b, _ := os.ReadFile(filepath.Join(p, journalName))
+			os.WriteFile(filepath.Join(p, "copy"), b, 0o600) // a new inode, while the old one lives
+			os.Rename(filepath.Join(p, "copy"), filepath.Join(p, journalName))
+		}},
+	} {
+		for _, resume := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/resume=%v", c.name, resume), func(t *testing.T) {
+				dst := filepath.Join(t.TempDir(), "out")
+				d := kill(t, dst)
+				c.plant(t, d.Path)
+				before := tree(t, filepath.Dir(dst))
+				victimBefore := tree(t, base)
+				_, err := CreateDir(dst, DirOptions{Resume: resume})
+				if !errors.Is(err, ErrForeign) {
+					t.Fatalf("CreateDir: %v, want ErrForeign", err)
+				}
+				if after := tree(t, filepath.Dir(dst)); after != before {
+					t.Errorf("the partial folder changed:\n%s\n→\n%s", before, after)
+				}
+				if after := tree(t, base); after != victimBefore {
+					t.Errorf("outside changed:\n%s\n→\n%s", victimBefore, after)
+				}
+			})
+		}
+	}
+}
+
+// tree describes every entry under root (not following links) with its inode and bytes.
+func tree(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		st, err := os.Lstat(p)
+		if err != nil {
+			return nil
+		}
+		id, _ := lstatPath(p)
+		fmt.Fprintf(&b, "%s %v %d", p, st.Mode(), id.ino)
+		if st.Mode().IsRegular() {
+			c, _ := os.ReadFile(p)
+			fmt.Fprintf(&b, " %q", c)
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	return b.String()
 }

@@ -1,12 +1,10 @@
 package atomicfile
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -21,22 +19,30 @@ import (
 //
 // Each member keeps three control files in the partial folder, all named .ckpt-host-N.*:
 // a lock held while it writes (a second process for the same member is refused), a
-// journal of the files it started and finished (so a killed member's leftovers are
-// resumed or removed, never another member's), and, once all its files are durable, its
-// part: the caller's record of what it wrote, renamed into place atomically. The finisher
-// refuses to commit a folder holding anything no member journaled.
+// journal of the files it made (journal.go: so a killed member's leftovers are resumed or
+// removed, never another member's, and never anything planted), and, once all its files
+// are durable, its part: the caller's record of what it wrote, renamed into place
+// atomically. Its journal records its lock and part too. The finisher refuses to commit a
+// folder holding anything no member's journal proves it made.
 
 // memberPrefix starts the names of the members' control files.
 const memberPrefix = ".ckpt-host-"
+
+// maxPart bounds a part read (a member's record of the items it wrote).
+const maxPart = 256 << 20
 
 // member is one process's share of a shared output.
 type member struct {
 	host, hosts int
 	lockf       *os.File
+	lockID      ident
 	// sealed is the member's part once sealed (by this run or an earlier one).
 	sealed []byte
-	// held are the other members' lock files the finisher holds while committing.
+	// held are the other members' lock files the finisher holds while committing; made
+	// those it created (removed with the control files).
 	held     []*os.File
+	made     map[string]ident
+	controls map[string]ident
 	released bool
 }
 
@@ -44,27 +50,26 @@ func controlName(host int, kind string) string {
 	return memberPrefix + strconv.Itoa(host) + "." + kind
 }
 
-// startedSize marks a journal line recording that a file was started (not finished).
-const startedSize = -1
-
 // JoinDir starts writing the folder path as member host of hosts of a shared output (see
 // above), creating the partial folder if no member has yet. The destination must be
 // replaceable as for CreateDir (opts.Force, opts.Owner). A member that finished its share
 // in an earlier run finds it sealed (Sealed) with its files kept; otherwise the leftovers
 // of its own killed run are resumed (opts.Resume: Dir.Resumed lists what it finished) or
-// removed (Dir.CleanedUp). A member never touches another member's files.
+// removed (Dir.CleanedUp). A member never touches another member's files, nor anything
+// its journal does not prove it made.
 func JoinDir(path string, opts DirOptions, host, hosts int) (*Dir, error) {
 	if hosts < 2 || host < 0 || host >= hosts {
 		return nil, fmt.Errorf("%s: member %d of %d", path, host, hosts)
 	}
-	if err := replaceable(path, opts.Force, opts.Owner); err != nil {
+	proof, err := replaceable(path, opts.Force, opts.Owner)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkParent(path); err != nil {
 		return nil, err
 	}
-	m := &member{host: host, hosts: hosts}
-	d := &Dir{Path: partialName(path), final: path, opts: opts, member: m}
+	m := &member{host: host, hosts: hosts, controls: map[string]ident{}, made: map[string]ident{}}
+	d := &Dir{Path: partialName(path), final: path, opts: opts, member: m, proof: proof}
 	// Joined and registered in one step, holding the gate.
 	key, err := trackCreate(d.join, func() { m.abort(d) })
 	if err != nil {
@@ -77,113 +82,189 @@ func JoinDir(path string, opts DirOptions, host, hosts int) (*Dir, error) {
 // join makes the partial folder unless another member has, takes this member's lock and
 // deals with what an earlier run of it left (sealed, resumed or removed).
 func (d *Dir) join() error {
-	tmp, m := d.Path, d.member
-	if err := os.Mkdir(tmp, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	m := d.member
+	if err := os.Mkdir(d.Path, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	st, err := os.Lstat(tmp)
+	fo, err := openFolder(d.Path, true)
 	if err != nil {
-		return err
+		return d.inTheWay(err)
 	}
-	if !st.IsDir() {
-		return fmt.Errorf("%s: %s is in the way and is not a partial output ckpt wrote", d.final, tmp)
+	if _, err := fo.lstat(journalName); err == nil {
+		fo.close()
+		return fmt.Errorf("%s: %s is the partial output of a single-process conversion; finish it (--resume) or remove it first", d.final, d.Path)
 	}
-	if _, err := os.Lstat(filepath.Join(tmp, journalName)); err == nil {
-		return fmt.Errorf("%s: %s is the partial output of a single-process conversion; finish it (--resume) or remove it first", d.final, tmp)
-	}
-	lf, err := os.OpenFile(filepath.Join(tmp, controlName(m.host, "lock")), os.O_RDWR|os.O_CREATE, 0o600)
+	lockName := controlName(m.host, "lock")
+	lf, lid, created, err := fo.open(lockName, os.O_RDWR|os.O_CREATE)
 	if err != nil {
-		return err
+		fo.close()
+		return d.inTheWay(err)
+	}
+	if lid.nlink != 1 || lid.size != 0 {
+		lf.Close()
+		fo.close()
+		return d.inTheWay(fmt.Errorf("%s is not a lock file ckpt made", fo.pathOf(lockName)))
 	}
 	if lock(lf) != nil {
 		lf.Close()
+		fo.close()
 		return fmt.Errorf("%s: host %d: %w", d.final, m.host, ErrBusy)
 	}
-	m.lockf = lf
-	if b, err := os.ReadFile(filepath.Join(tmp, controlName(m.host, "part"))); err == nil {
-		m.sealed = b
-	} else if err := d.memberLeftovers(); err != nil {
+	m.lockf, m.lockID = lf, lid
+	d.p = newPartial(fo)
+	if err := d.memberLeftovers(created); err != nil {
+		if created {
+			fo.remove(lockName, lid)
+		}
 		lf.Close()
-		return err
-	}
-	// A sealed member's journal stays open too: the finisher journals the files it adds.
-	if d.journal, err = os.OpenFile(filepath.Join(tmp, controlName(m.host, "journal")), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err != nil {
-		lf.Close()
+		d.p.close()
+		d.p = nil
 		return err
 	}
 	return nil
 }
 
-// readJournal reads the member's journal: the files it finished (last record wins) and
-// every file it started.
-func readJournal(path string) (finished map[string]Journaled, started []string, err error) {
-	b, err := os.ReadFile(path)
+// memberLeftovers reads this member's journal and deals with what a killed run of it left:
+// a sealed share is kept; otherwise the files it finished are resumed (with opts.Resume,
+// when their sizes match) and the rest of what it made is removed. Anything its journal
+// lists that is not what it made, or a lock or part it did not make, is refused with
+// nothing touched. createdLock is set when this run made its lock file.
+func (d *Dir) memberLeftovers(createdLock bool) error {
+	m, fo := d.member, d.p.fo
+	jname := controlName(m.host, "journal")
+	j, jid, err := readJournal(fo, jname)
 	if err != nil {
+		return d.inTheWay(err)
+	}
+	lockName, partName, tmpName := controlName(m.host, "lock"), controlName(m.host, "part"), controlName(m.host, "part.tmp")
+	if j == nil {
+		if !createdLock {
+			return d.inTheWay(fmt.Errorf("%s is not a lock file ckpt made (no journal records it)", fo.pathOf(lockName)))
+		}
+		for _, n := range []string{partName, tmpName} {
+			if _, err := fo.lstat(n); err == nil {
+				return d.inTheWay(fmt.Errorf("%s is not a file ckpt made (no journal records it)", fo.pathOf(n)))
+			}
+		}
+		if d.p.j, err = newJournal(fo, jname); err != nil {
+			return err
+		}
+		return d.p.j.write(record{Control: lockName, Ino: m.lockID.ino})
+	}
+	if !createdLock && j.controls[lockName] != m.lockID.ino {
+		return d.inTheWay(fmt.Errorf("%s is not a lock file ckpt made", fo.pathOf(lockName)))
+	}
+	// Every entry this member's journal names must be what it made.
+	var foreign []string
+	found := map[string]ident{}
+	check := func(name string) {
+		id, err := fo.lstat(name)
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil, nil
+			return
 		}
-		return nil, nil, err
+		if err != nil || !j.proves(name, id) {
+			foreign = append(foreign, name)
+			return
+		}
+		found[name] = id
 	}
-	finished = map[string]Journaled{}
-	seen := map[string]bool{}
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		var j Journaled
-		if json.Unmarshal(line, &j) != nil || j.File == "" || !filepath.IsLocal(filepath.FromSlash(j.File)) {
-			continue // a line cut short by a kill
-		}
-		if !seen[j.File] {
-			seen[j.File] = true
-			started = append(started, j.File)
-		}
-		if j.Size != startedSize {
-			finished[j.File] = j
-		}
+	for name := range j.files {
+		check(name)
 	}
-	return finished, started, nil
-}
-
-// memberLeftovers deals with what a killed run of this member left: the files it finished
-// are resumed (with opts.Resume, when their sizes match) and the rest of the files it
-// journaled are removed.
-func (d *Dir) memberLeftovers() error {
-	jpath := filepath.Join(d.Path, controlName(d.member.host, "journal"))
-	finished, started, err := readJournal(jpath)
-	if err != nil {
+	for name := range j.dirs {
+		check(name)
+	}
+	controls := map[string]ident{}
+	for _, n := range []string{partName, tmpName} {
+		id, err := fo.lstat(n)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil || !id.isReg() || id.nlink != 1 || j.controls[n] != id.ino {
+			foreign = append(foreign, n)
+			continue
+		}
+		controls[n] = id
+	}
+	if len(foreign) > 0 {
+		return fmt.Errorf("%s: %w: %s holds %s, which host %d's journal lists but ckpt cannot prove it made; nothing was removed", d.final, ErrForeign, d.Path, listNames(foreign), m.host)
+	}
+	d.p.adopt(j, found)
+	for n, id := range controls {
+		m.controls[n] = id
+	}
+	if d.p.j, err = appendJournal(fo, jname, jid); err != nil {
 		return err
+	}
+	if createdLock {
+		if err := d.p.j.write(record{Control: lockName, Ino: m.lockID.ino}); err != nil {
+			return err
+		}
+	}
+	if id, ok := controls[tmpName]; ok { // a seal cut short
+		if err := fo.remove(tmpName, id); err != nil {
+			return err
+		}
+		delete(m.controls, tmpName)
+	}
+	if id, ok := controls[partName]; ok {
+		b, err := readControl(fo, partName, id)
+		if err != nil {
+			return err
+		}
+		m.sealed = b
+		for name, e := range j.files {
+			if _, ok := d.p.files[name]; ok && e.finished {
+				d.p.sums[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
+			}
+		}
+		return nil
 	}
 	if d.opts.Resume {
 		d.Resumed = map[string]Journaled{}
 	}
-	for _, name := range started {
-		p := filepath.Join(d.Path, filepath.FromSlash(name))
-		if j, ok := finished[name]; ok && d.opts.Resume {
-			if st, err := os.Stat(p); err == nil && st.Size() == j.Size {
-				d.Resumed[name] = j
-				continue
-			}
+	for _, name := range j.order {
+		id, ok := d.p.files[name]
+		if !ok {
+			continue
 		}
-		if err := os.Remove(p); err == nil {
-			d.CleanedUp = true
-		} else if !errors.Is(err, os.ErrNotExist) {
+		if e := j.files[name]; e.finished && d.opts.Resume && id.size == e.size {
+			d.Resumed[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
+			d.p.sums[name] = d.Resumed[name]
+			continue
+		}
+		if err := d.p.removeFile(name); err != nil {
 			return err
 		}
+		d.CleanedUp = true
 	}
 	if d.opts.Resume {
 		return nil
 	}
-	if err := os.Remove(jpath); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := d.p.removeAll(); err != nil {
 		return err
 	}
-	return nil
+	if err := d.p.j.truncate(fo); err != nil {
+		return err
+	}
+	return d.p.j.write(record{Control: lockName, Ino: m.lockID.ino})
 }
 
-// Started records in a member's journal that it is about to write the file name, so that
-// a killed run's leftovers are known to be its own. It does nothing for a plain Dir.
-func (d *Dir) Started(name string) error {
-	if d.member == nil {
-		return nil
+// readControl reads the control file name of fo, which must still be id: bounded, never
+// through a link, never waiting.
+func readControl(fo *folder, name string, id ident) ([]byte, error) {
+	f, got, _, err := fo.open(name, os.O_RDONLY)
+	if err != nil {
+		return nil, err
 	}
-	return d.Finished(Journaled{File: name, Size: startedSize})
+	defer f.Close()
+	if got.ino != id.ino || got.nlink != 1 {
+		return nil, fmt.Errorf("%s is no longer the file ckpt made there", fo.pathOf(name))
+	}
+	if got.size > maxPart {
+		return nil, fmt.Errorf("%s: %d bytes, more than the %d a part may have", fo.pathOf(name), got.size, maxPart)
+	}
+	return io.ReadAll(io.LimitReader(f, maxPart))
 }
 
 // Sealed returns the part of a member whose share is sealed, by this run or an earlier one.
@@ -195,27 +276,24 @@ func (d *Dir) Sealed() ([]byte, bool) {
 }
 
 // Unseal discards a member's sealed share — an earlier run's, of another conversion — so
-// that it writes its share anew: the files it journaled and its part are removed.
+// that it writes its share anew: the files it made and its part are removed.
 func (d *Dir) Unseal() error {
 	m := d.member
 	if m == nil || m.sealed == nil {
 		return nil
 	}
-	jpath := filepath.Join(d.Path, controlName(m.host, "journal"))
-	_, started, err := readJournal(jpath)
-	if err != nil {
+	if err := d.p.removeAll(); err != nil {
 		return err
 	}
-	for _, name := range started {
-		if err := os.Remove(filepath.Join(d.Path, filepath.FromSlash(name))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
-	if err := os.Remove(filepath.Join(d.Path, controlName(m.host, "part"))); err != nil {
+	partName := controlName(m.host, "part")
+	if err := d.p.fo.remove(partName, m.controls[partName]); err != nil {
 		return err
 	}
-	d.journal.Close()
-	if d.journal, err = os.OpenFile(jpath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600); err != nil {
+	delete(m.controls, partName)
+	if err := d.p.j.truncate(d.p.fo); err != nil {
+		return err
+	}
+	if err := d.p.j.write(record{Control: controlName(m.host, "lock"), Ino: m.lockID.ino}); err != nil {
 		return err
 	}
 	m.sealed, d.Resumed, d.CleanedUp = nil, nil, true
@@ -230,30 +308,54 @@ func (d *Dir) Seal(part []byte) error {
 	if m == nil || d.done || m.sealed != nil {
 		return errors.New("atomicfile: Seal is for a member still writing")
 	}
-	final := filepath.Join(d.Path, controlName(m.host, "part"))
-	tmp := final + ".tmp"
+	fo := d.p.fo
+	partName, tmpName := controlName(m.host, "part"), controlName(m.host, "part.tmp")
 	// Holding the gate: once RemovePending has removed this member's files, no part may
 	// claim them.
 	err := gated(func() error {
-		if err := os.WriteFile(tmp, part, 0o600); err != nil {
+		f, id, err := fo.create(tmpName, 0o600, nil)
+		if err != nil {
 			return err
 		}
-		if err := syncPath(tmp); err != nil {
+		m.controls[tmpName] = id
+		err = d.p.j.write(record{Control: tmpName, Ino: id.ino})
+		if err == nil {
+			_, err = f.Write(part)
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = d.p.j.write(record{Control: partName, Ino: id.ino})
+		}
+		if err == nil {
+			err = fo.rename(tmpName, partName)
+		}
+		if err != nil {
+			fo.remove(tmpName, id)
+			delete(m.controls, tmpName)
 			return err
 		}
-		return os.Rename(tmp, final)
+		delete(m.controls, tmpName)
+		m.controls[partName] = id
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if err := syncDir(d.Path); err != nil {
+	if err := fo.sync(); err != nil {
 		return err
 	}
 	m.sealed = part
 	return nil
 }
 
-// Parts returns every member's part, in member order, nil for those not sealed yet.
+// Parts returns every member's part, in member order, nil for those not sealed yet (each
+// read bounded, a regular file only; the finisher checks each against its member's
+// journal before committing).
 func (d *Dir) Parts() ([][]byte, error) {
 	m := d.member
 	if m == nil {
@@ -261,10 +363,18 @@ func (d *Dir) Parts() ([][]byte, error) {
 	}
 	out := make([][]byte, m.hosts)
 	for h := range m.hosts {
-		b, err := os.ReadFile(filepath.Join(d.Path, controlName(h, "part")))
-		if err == nil {
-			out[h] = b
-		} else if !errors.Is(err, os.ErrNotExist) {
+		name := controlName(h, "part")
+		id, err := d.p.fo.lstat(name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !id.isReg() || id.nlink != 1 {
+			return nil, fmt.Errorf("%s: %w: %s is %s, not a part ckpt wrote", d.final, ErrForeign, d.p.fo.pathOf(name), id.kind())
+		}
+		if out[h], err = readControl(d.p.fo, name, id); err != nil {
 			return nil, err
 		}
 	}
@@ -275,75 +385,166 @@ func (d *Dir) Parts() ([][]byte, error) {
 // of its lock.
 const sealedExit = 30 * time.Second
 
+// Verify checks, for the finisher of a shared output, that every member has sealed its
+// share and that the partial folder holds nothing but what the members' journals prove
+// they made — before anything there is read back.
+func (d *Dir) Verify() error {
+	if d.member == nil {
+		return errors.New("atomicfile: Verify is for the members of a shared output")
+	}
+	_, err := d.member.survey(d)
+	return err
+}
+
+// survey reads every member's journal and checks the partial folder against them: each
+// member sealed, its part and lock what it made, every entry proven made by a member. It
+// returns the control files to remove when committing.
+func (m *member) survey(d *Dir) (map[string]ident, error) {
+	fo := d.p.fo
+	all, err := surveyAll(fo)
+	if err != nil {
+		return nil, err
+	}
+	controls := map[string]ident{}
+	proven := map[string]bool{}
+	for h := range m.hosts {
+		jname, lockName, partName := controlName(h, "journal"), controlName(h, "lock"), controlName(h, "part")
+		j, jid, err := readJournal(fo, jname)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", d.final, ErrForeign, err)
+		}
+		if j == nil {
+			return nil, fmt.Errorf("%s: host %d has not finished its share", d.final, h)
+		}
+		controls[jname] = jid
+		part, ok := all[partName]
+		if !ok {
+			return nil, fmt.Errorf("%s: host %d has not finished its share", d.final, h)
+		}
+		if !part.isReg() || part.nlink != 1 || j.controls[partName] != part.ino {
+			return nil, fmt.Errorf("%s: %w: %s is not the part host %d wrote", d.final, ErrForeign, fo.pathOf(partName), h)
+		}
+		controls[partName] = part
+		if id, ok := all[lockName]; ok {
+			if made, ok := m.made[lockName]; ok && id.ino == made.ino {
+				controls[lockName] = id
+			} else if h == m.host && id.ino == m.lockID.ino {
+				controls[lockName] = id
+			} else if id.isReg() && id.nlink == 1 && id.size == 0 && j.controls[lockName] == id.ino {
+				controls[lockName] = id
+			}
+		}
+		for name, e := range j.files {
+			if !e.finished {
+				continue // what it started and never finished is not its share: foreign if there
+			}
+			if id, ok := all[name]; !ok || !j.proves(name, id) || id.size != e.size {
+				return nil, fmt.Errorf("%s: host %d's %s is not the %d bytes it finished", d.final, h, name, e.size)
+			}
+			proven[name] = true
+		}
+		for name := range j.dirs {
+			if id, ok := all[name]; ok && j.proves(name, id) {
+				proven[name] = true
+			}
+		}
+	}
+	var foreign []string
+	for name := range all {
+		if _, ok := controls[name]; !ok && !proven[name] {
+			foreign = append(foreign, name)
+		}
+	}
+	if len(foreign) > 0 {
+		return nil, fmt.Errorf("%s: %w: %s holds %s, which no host of this conversion wrote", d.final, ErrForeign, d.Path, listNames(foreign))
+	}
+	return controls, nil
+}
+
+// sums returns every member's finished files (for the finisher's manifest).
+func (m *member) sums(d *Dir) (map[string]Journaled, error) {
+	out := d.p.finishedSums()
+	for h := range m.hosts {
+		if h == m.host {
+			continue
+		}
+		j, _, err := readJournal(d.p.fo, controlName(h, "journal"))
+		if err != nil {
+			return nil, err
+		}
+		if j == nil {
+			continue
+		}
+		for name, e := range j.files {
+			if e.finished {
+				out[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
+			}
+		}
+	}
+	return out, nil
+}
+
 // prepareCommit readies a shared output for the finisher's commit: every member sealed
 // and none still running (the finisher takes their locks), and nothing in the folder that
-// no member journaled.
+// no member's journal proves it made.
 func (m *member) prepareCommit(d *Dir) error {
 	if m.host != 0 {
 		return fmt.Errorf("%s: host %d cannot finish the output; host 0 does", d.final, m.host)
 	}
-	allowed := map[string]bool{}
+	fo := d.p.fo
+	if m.made == nil {
+		m.made = map[string]ident{}
+	}
 	for h := range m.hosts {
-		if h != m.host {
-			lf, err := os.OpenFile(filepath.Join(d.Path, controlName(h, "lock")), os.O_RDWR|os.O_CREATE, 0o600)
-			if err != nil {
-				return err
-			}
-			m.held = append(m.held, lf)
-			// A host that sealed its share holds its lock until its process is done:
-			// give it a moment (under load, the time between its seal and its exit).
-			err = lock(lf)
-			if _, serr := os.Stat(filepath.Join(d.Path, controlName(h, "part"))); serr == nil {
-				for deadline := time.Now().Add(sealedExit); err != nil && time.Now().Before(deadline); err = lock(lf) {
-					time.Sleep(50 * time.Millisecond)
-				}
-			}
-			if err != nil {
-				return fmt.Errorf("%s: host %d is still writing (it holds its lock)", d.final, h)
-			}
+		if h == m.host {
+			continue
 		}
-		if _, err := os.Stat(filepath.Join(d.Path, controlName(h, "part"))); err != nil {
-			return fmt.Errorf("%s: host %d has not finished its share", d.final, h)
-		}
-		finished, _, err := readJournal(filepath.Join(d.Path, controlName(h, "journal")))
+		name := controlName(h, "lock")
+		lf, id, created, err := fo.open(name, os.O_RDWR|os.O_CREATE)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w: %w", d.final, ErrForeign, err)
 		}
-		for name, j := range finished {
-			st, err := os.Stat(filepath.Join(d.Path, filepath.FromSlash(name)))
-			if err != nil || st.Size() != j.Size {
-				return fmt.Errorf("%s: host %d's %s is not the %d bytes it finished", d.final, h, name, j.Size)
+		if created {
+			m.made[name] = id
+		}
+		m.held = append(m.held, lf)
+		// A host that sealed its share holds its lock until its process is done: give it
+		// a moment (under load, the time between its seal and its exit).
+		err = lock(lf)
+		if _, serr := fo.lstat(controlName(h, "part")); serr == nil {
+			for deadline := time.Now().Add(sealedExit); err != nil && time.Now().Before(deadline); err = lock(lf) {
+				time.Sleep(50 * time.Millisecond)
 			}
-			allowed[name] = true
+		}
+		if err != nil {
+			return fmt.Errorf("%s: host %d is still writing (it holds its lock)", d.final, h)
 		}
 	}
-	entries, err := os.ReadDir(d.Path)
+	controls, err := m.survey(d)
 	if err != nil {
 		return err
 	}
-	var foreign []string
-	for _, e := range entries {
-		if !allowed[e.Name()] && !strings.HasPrefix(e.Name(), memberPrefix) {
-			foreign = append(foreign, e.Name())
-		}
-	}
-	if len(foreign) > 0 {
-		return fmt.Errorf("%s: %w: %s holds %s, which no host of this conversion wrote", d.final, ErrForeign, d.Path, listNames(foreign))
-	}
+	m.controls = controls
 	return nil
 }
 
-// removeControl removes every member's control files before the folder moves into place.
+// removeControl removes every member's control files the survey proved (prepareCommit)
+// before the folder moves into place.
 func (m *member) removeControl(d *Dir) error {
-	entries, err := os.ReadDir(d.Path)
+	d.p.j.close()
+	for name, id := range m.controls {
+		if err := d.p.fo.remove(name, id); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	// Anything left that is not a member's data is not proven: the commit stops here.
+	es, err := d.p.fo.list("")
 	if err != nil {
 		return err
 	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), memberPrefix) {
-			if err := os.Remove(filepath.Join(d.Path, e.Name())); err != nil {
-				return err
-			}
+	for name := range es {
+		if strings.HasPrefix(name, memberPrefix) {
+			return fmt.Errorf("%s: %w: %s holds %s, which no host of this conversion made", d.final, ErrForeign, d.Path, name)
 		}
 	}
 	return nil
@@ -355,30 +556,45 @@ func (m *member) release(d *Dir) {
 		return
 	}
 	m.released = true
-	if d.journal != nil {
-		d.journal.Close()
-	}
 	for _, f := range m.held {
 		f.Close()
 	}
-	m.lockf.Close()
+	if d.p != nil {
+		d.p.close()
+	}
+	if m.lockf != nil {
+		m.lockf.Close()
+	}
 }
 
 // abort ends a member's writing without finishing the output: a sealed share stays for the
-// finisher; otherwise the files it journaled, its journal and its lock are removed, and the
-// partial folder too once no member has anything left in it.
+// finisher; otherwise the files it made and its journal are removed. Its lock goes too,
+// and the partial folder once no member has anything left in it.
 func (m *member) abort(d *Dir) {
-	if m.released {
+	if m.released || d.p == nil {
 		return
 	}
+	fo := d.p.fo
 	if m.sealed == nil {
-		_, started, _ := readJournal(filepath.Join(d.Path, controlName(m.host, "journal")))
-		for _, name := range started {
-			os.Remove(filepath.Join(d.Path, filepath.FromSlash(name)))
+		d.p.removeAll()
+		if d.p.j != nil {
+			d.p.j.close()
+			fo.remove(controlName(m.host, "journal"), d.p.j.id)
 		}
-		os.Remove(filepath.Join(d.Path, controlName(m.host, "journal")))
 	}
+	// The folder stays open (for the removals below) after the locks are let go.
+	dup, err := openFolder(fo.path, false)
 	m.release(d)
-	os.Remove(filepath.Join(d.Path, controlName(m.host, "lock")))
-	os.Remove(d.Path) // fails, keeping it, while anything is left in it
+	if err != nil {
+		return
+	}
+	defer dup.close()
+	if dup.id.ino != fo.id.ino {
+		return
+	}
+	dup.remove(controlName(m.host, "lock"), m.lockID)
+	for name, id := range m.made {
+		dup.remove(name, id)
+	}
+	dup.removeFolder() // fails, keeping it, while anything is left in it
 }

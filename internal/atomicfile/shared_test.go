@@ -10,21 +10,6 @@ import (
 	"time"
 )
 
-// writeMember writes a file of a member's share as a caller does: journaled as started,
-// written, journaled as finished.
-func writeMember(t *testing.T, d *Dir, name, content string) {
-	t.Helper()
-	if err := d.Started(name); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d.Path, name), []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Finished(Journaled{File: name, Size: int64(len(content)), XXHash64: "0"}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestShared: three members write one folder; it appears under its final name only when
 // member 0 commits after every share is sealed, holding their files and no control file.
 func TestShared(t *testing.T) {
@@ -45,7 +30,7 @@ func TestShared(t *testing.T) {
 		t.Fatal("a single-process output into a shared partial folder")
 	}
 	for h, d := range ds {
-		writeMember(t, d, "__"+string(rune('0'+h))+"_0.distcp", strings.Repeat("x", h+1))
+		writeFile(t, d, "__"+string(rune('0'+h))+"_0.distcp", strings.Repeat("x", h+1))
 	}
 	if err := ds[0].Seal([]byte("part 0")); err != nil {
 		t.Fatal(err)
@@ -91,10 +76,10 @@ func TestShared(t *testing.T) {
 	if _, ok := d2.Sealed(); ok || slices.Contains(entries(t, d2.Path), "__2_0.distcp") {
 		t.Fatalf("unsealed: %v", entries(t, d2.Path))
 	}
-	writeMember(t, d2, "__2_0.distcp", "yyy")
+	writeFile(t, d2, "__2_0.distcp", "yyy")
 	d2.Seal([]byte("part 2"))
 	d2.Abort()
-	writeMember(t, d0, ".metadata", "md")
+	writeFile(t, d0, ".metadata", "md")
 	os.WriteFile(filepath.Join(d0.Path, "stray"), nil, 0o644)
 	if err := d0.Commit(); !errors.Is(err, ErrForeign) {
 		t.Fatalf("commit with a stray file: %v", err)
@@ -104,7 +89,7 @@ func TestShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeMember(t, d0, ".metadata", "md")
+	writeFile(t, d0, ".metadata", "md")
 	if err := d0.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -126,15 +111,19 @@ func TestSharedLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeMember(t, other, "zero", "0")
+	writeFile(t, other, "zero", "0")
 	kill := func() {
 		d, err := JoinDir(dst, DirOptions{}, 1, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeMember(t, d, "done", "12")
-		d.Started("half")
-		os.WriteFile(filepath.Join(d.Path, "half"), []byte("1"), 0o600)
+		writeFile(t, d, "done", "12")
+		f, err := d.Create("half")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString("1")
+		f.Close()
 		d.member.release(d) // the kernel drops a killed process's lock
 		untrack(d.key)
 	}
@@ -159,7 +148,7 @@ func TestSharedLeftovers(t *testing.T) {
 	if got := entries(t, d.Path); slices.Contains(got, "done") || slices.Contains(got, "half") || !slices.Contains(got, "zero") || !d.CleanedUp {
 		t.Fatalf("after starting over: %v", got)
 	}
-	writeMember(t, d, "mine", "m")
+	writeFile(t, d, "mine", "m")
 	d.Abort()
 	if got := entries(t, other.Path); slices.Contains(got, "mine") || !slices.Contains(got, "zero") {
 		t.Fatalf("after host 1 aborted: %v", got)
@@ -181,7 +170,7 @@ func TestSealedHostExiting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeMember(t, d, "__"+string(rune('0'+h))+"_0.distcp", "x")
+		writeFile(t, d, "__"+string(rune('0'+h))+"_0.distcp", "x")
 		if err := d.Seal([]byte("part")); err != nil {
 			t.Fatal(err)
 		}

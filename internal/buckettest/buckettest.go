@@ -1,12 +1,15 @@
 // Package buckettest starts object storage servers on loopback for tests and benchmarks:
-// a GCS emulator (fake-gcs-server, in process) and an S3-compatible server (gofakes3),
-// both over real HTTP, so the real client libraries talk to them. A handler wrapper
-// injects faults (failed or reset requests, delays) into a fraction of the requests and
-// counts the bytes served.
+// a GCS emulator and an S3-compatible server, both in process over real HTTP, so the real
+// clients talk to them. A handler wrapper injects faults (failed or reset requests,
+// delays) into a fraction of the requests and counts the bytes served.
+//
+// The emulators themselves (fake-gcs-server, gofakes3) are set with Use by each test
+// package that starts servers, in a _test.go file (emulators_test.go), and by the bench
+// programs' own module (scripts/bench): no non-test build of ckpt's module links them.
 package buckettest
 
 import (
-	"fmt"
+	"errors"
 	"io"
 	"math/rand"
 	"net/http"
@@ -15,11 +18,24 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/fsouza/fake-gcs-server/fakestorage"
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 )
+
+// Emulators make the servers' handlers.
+type Emulators struct {
+	// GCS is a GCS emulator holding the named (empty) buckets, served at url (objects under
+	// the folder root, in memory for "").
+	GCS func(url, root string, buckets []string) (http.Handler, error)
+	// S3 is an S3 server holding the named (empty) buckets.
+	S3 func(buckets []string) (http.Handler, error)
+}
+
+var emulators Emulators
+
+// Use sets the emulators GCS, GCSIn, S3 and Start run.
+func Use(e Emulators) { emulators = e }
+
+// errNoEmulator is returned when no emulator was set (Use).
+var errNoEmulator = errors.New("buckettest: no emulator set: call buckettest.Use in a _test.go file (emulators_test.go)")
 
 // Faults says which requests fail or wait. Rates are fractions of the matching requests.
 type Faults struct {
@@ -143,39 +159,35 @@ func GCS(buckets ...string) (*Server, error) { return GCSIn("", buckets...) }
 // GCSIn is GCS keeping the objects in the folder root (served streaming from disk, for
 // objects larger than memory should hold); "" keeps them in memory.
 func GCSIn(root string, buckets ...string) (*Server, error) {
-	s := &Server{}
-	var handler http.Handler
-	s.http = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
-	s.http.Start()
-	s.URL, s.Host = s.http.URL, strings.TrimPrefix(s.http.URL, "http://")
-	fake, err := fakestorage.NewServerWithOptions(fakestorage.Options{
-		NoListener: true, Scheme: "http", ExternalURL: s.URL, PublicHost: s.Host, Writer: io.Discard, StorageRoot: root,
-	})
-	if err != nil {
-		s.Close()
-		return nil, err
+	if emulators.GCS == nil {
+		return nil, errNoEmulator
 	}
-	for _, b := range buckets {
-		fake.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: b})
-	}
-	handler = s.wrap(fake.HTTPHandler())
-	return s, nil
+	return Serve(func(url string) (http.Handler, error) { return emulators.GCS(url, root, buckets) })
 }
 
 // S3 starts an S3-compatible server holding the named (empty) buckets. Point clients at it
 // with AWS_ENDPOINT_URL_S3=s.URL (and any AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).
-func S3(buckets ...string) (*Server, error) { return S3On(s3mem.New(), buckets...) }
-
-// S3On is S3 storing objects in backend.
-func S3On(backend gofakes3.Backend, buckets ...string) (*Server, error) {
-	for _, b := range buckets {
-		if err := backend.CreateBucket(b); err != nil {
-			return nil, fmt.Errorf("bucket %s: %w", b, err)
-		}
+func S3(buckets ...string) (*Server, error) {
+	if emulators.S3 == nil {
+		return nil, errNoEmulator
 	}
+	return Serve(func(string) (http.Handler, error) { return emulators.S3(buckets) })
+}
+
+// Serve starts a server on loopback whose requests go, through the fault and counting
+// wrapper, to the handler that handler makes for the server's URL.
+func Serve(handler func(url string) (http.Handler, error)) (*Server, error) {
 	s := &Server{}
-	s.http = httptest.NewServer(s.wrap(gofakes3.New(backend, gofakes3.WithLogger(gofakes3.DiscardLog())).Server()))
+	var h http.Handler
+	s.http = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
+	s.http.Start()
 	s.URL, s.Host = s.http.URL, strings.TrimPrefix(s.http.URL, "http://")
+	inner, err := handler(s.URL)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	h = s.wrap(inner)
 	return s, nil
 }
 

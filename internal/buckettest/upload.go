@@ -2,14 +2,13 @@ package buckettest
 
 import (
 	"context"
-	"io"
+	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"gocloud.dev/blob"
 
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 )
@@ -46,7 +45,7 @@ func put(ctx context.Context, local, dst string) error {
 	if err != nil {
 		return err
 	}
-	return b.WriteAll(ctx, l.Key, data, nil)
+	return b.Put(ctx, l.Key, data, bucket.PutOptions{})
 }
 
 // GetTree downloads every object under the gs:// or s3:// prefix src (or the object src)
@@ -60,21 +59,20 @@ func GetTree(ctx context.Context, src, local string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if data, err := b.ReadAll(ctx, l.Key); err == nil {
+	if data, err := b.ReadAll(ctx, l.Key, math.MaxInt64); err == nil {
 		return []string{""}, os.WriteFile(local, data, 0o644)
 	}
+	objs, err := b.List(ctx, l.Key+"/", "")
+	if err != nil {
+		return nil, err
+	}
 	var names []string
-	it := b.List(&blob.ListOptions{Prefix: l.Key + "/"})
-	for {
-		o, err := it.Next(ctx)
-		if err == io.EOF {
-			return names, nil
-		}
-		if err != nil {
-			return nil, err
-		}
+	for _, o := range objs {
 		rel := strings.TrimPrefix(o.Key, l.Key+"/")
-		data, err := b.ReadAll(ctx, o.Key)
+		if !fs.ValidPath(rel) {
+			return nil, fmt.Errorf("%s: the key %q names no file under the prefix", src, o.Key)
+		}
+		data, err := b.ReadAll(ctx, o.Key, math.MaxInt64)
 		if err != nil {
 			return nil, err
 		}
@@ -87,6 +85,7 @@ func GetTree(ctx context.Context, src, local string) ([]string, error) {
 		}
 		names = append(names, rel)
 	}
+	return names, nil
 }
 
 // Start starts a GCS emulator and an S3 server with the bucket name each, points the

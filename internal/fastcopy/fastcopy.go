@@ -171,7 +171,7 @@ func (f *File) calibrate() {
 // (fastcopy_linux.go); elsewhere, or with CKPT_WRITE_PATH=portable, the portable path writes
 // through the page cache and leaves writeback to the final fsync.
 type osPath struct {
-	openDirect func(name string) (*os.File, error)
+	openDirect func(f *os.File) (*os.File, error)
 	refused    func(err error) bool
 	// writeback starts writing a range back; await waits until it is on disk; flush
 	// waits until all of the file's data written so far is on stable storage.
@@ -183,7 +183,7 @@ type osPath struct {
 }
 
 var portablePath = osPath{
-	openDirect: func(string) (*os.File, error) { return nil, errors.ErrUnsupported },
+	openDirect: func(*os.File) (*os.File, error) { return nil, errors.ErrUnsupported },
 	refused:    func(error) bool { return false },
 	writeback:  func(*os.File, int64, int64) {},
 	await:      func(*os.File, int64, int64) {},
@@ -284,7 +284,7 @@ func NewFile(f *os.File) *File {
 	out.off, out.err = f.Seek(0, io.SeekCurrent)
 	out.start = out.off
 	if out.err == nil && out.off%blockSize == 0 && directIO() {
-		if d, err := out.os.openDirect(f.Name()); err == nil {
+		if d, err := out.os.openDirect(f); err == nil {
 			out.direct = d
 			out.useDirect.Store(true)
 			if dev, ok := out.os.device(f); ok && measuredChoice() {

@@ -6,7 +6,8 @@ package mmap
 import (
 	"fmt"
 	"io"
-	"os"
+
+	"github.com/ckpt-dev/ckpt/internal/regular"
 )
 
 // File is a read-only memory mapping of a whole file.
@@ -15,20 +16,14 @@ type File struct {
 	data []byte
 }
 
-// Open maps the named file read-only. An empty file maps to an empty slice.
+// Open maps the named file read-only: a regular file only, opened without waiting (see
+// package regular). An empty file maps to an empty slice.
 func Open(name string) (*File, error) {
-	f, err := os.Open(name)
+	f, st, err := regular.Open(name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", name)
-	}
 	size := st.Size()
 	if size == 0 {
 		return &File{name: name, data: []byte{}}, nil

@@ -17,6 +17,8 @@
 # and GCS → S3 for it too: RSS against size.
 # The `--select` of one layer is a --drop of everything else (the flat file has no
 # `model` sub-tree): the bytes the server sent for it, against the object's size.
+# CKPT_B=path/to/another/ckpt (a build of another commit) adds its GCS → local and GCS → S3
+# runs to every rep, against the same servers: an A/B paired rep by rep.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -24,10 +26,9 @@ reps=${REPS:-3}
 mkdir -p .bench
 src=.bench/llama-2g.pt
 [ -f "$src" ] || scripts/oracle python scripts/bench/make_llama.py "/repo/$src" >&2
-go build -o .bench/ckpt ./cmd/ckpt
-go build -o .bench/bucketserver ./scripts/bench/bucketserver
-go build -o .bench/rangeget ./scripts/bench/rangeget
-go build -o .bench/putobject ./scripts/bench/putobject
+CGO_ENABLED=0 go build -trimpath -o .bench/ckpt ./cmd/ckpt
+# The bench programs are their own module (scripts/bench/go.mod).
+(cd scripts/bench && for p in bucketserver rangeget putobject; do CGO_ENABLED=0 go build -trimpath -o "../../.bench/$p" "./$p"; done)
 bytes=$(stat -c %s "$src")
 small=.bench/llama-1g.pt
 puts=(-put "$src=gs://bench/llama-2g.pt")
@@ -76,6 +77,7 @@ rm -f .bench/*.times .bench/*.rss .bench/*.cpu .bench/*.scpu
 for s in "$src" gs://bench/llama-2g.pt; do
   rm -rf .bench/out*; .bench/ckpt convert -q --to tpu --format safetensors "$s" .bench/out.safetensors
 done
+if [ -n "${CKPT_B:-}" ]; then rm -rf .bench/out*; "$CKPT_B" convert -q --to tpu --format safetensors gs://bench/llama-2g.pt .bench/out.safetensors; fi
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for i in $(seq "$reps"); do
   cat "$src" >/dev/null
@@ -84,6 +86,10 @@ for i in $(seq "$reps"); do
   run gcs2s3 .bench/ckpt convert -q --force --to tpu --format safetensors gs://bench/llama-2g.pt s3://bench/out/llama.safetensors
   run readfloor .bench/rangeget -p 2 gs://bench/llama-2g.pt
   run putfloor .bench/putobject "$src" s3://bench/floor/llama-2g.pt
+  if [ -n "${CKPT_B:-}" ]; then
+    run bgcs2loc "$CKPT_B" convert -q --to tpu --format safetensors gs://bench/llama-2g.pt .bench/out.safetensors
+    run bgcs2s3 "$CKPT_B" convert -q --force --to tpu --format safetensors gs://bench/llama-2g.pt s3://bench/out/llama.safetensors
+  fi
 done
 echo "load average before: $load0; after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
@@ -94,10 +100,20 @@ row "GCS emulator → local" gcs2loc
 row "GCS emulator → S3 server" gcs2s3
 row "floor: ranged GETs of the object, bytes dropped (rangeget -p 2)" readfloor
 row "floor: the file uploaded, nothing else (putobject)" putfloor
+if [ -n "${CKPT_B:-}" ]; then
+  row "B ($CKPT_B): GCS emulator → local" bgcs2loc
+  row "B ($CKPT_B): GCS emulator → S3 server" bgcs2s3
+fi
 ratio() { paste .bench/local.times ".bench/$1.times" | awk '{print $2/$1}' | stats; } # per rep
 read -r rl rllo rlhi < <(ratio gcs2loc)
 read -r rs rslo rshi < <(ratio gcs2s3)
 printf "\nmedian of the per-rep time ratios to local → local: GCS → local %.2f× [%.2f–%.2f], GCS → S3 %.2f× [%.2f–%.2f]\n" "$rl" "$rllo" "$rlhi" "$rs" "$rslo" "$rshi"
+if [ -n "${CKPT_B:-}" ]; then
+  ab() { paste ".bench/b$1.times" ".bench/$1.times" | awk '{print $2/$1}' | stats; } # this build's time / B's, per rep
+  read -r al allo alhi < <(ab gcs2loc)
+  read -r as aslo ashi < <(ab gcs2s3)
+  printf "median of the per-rep time ratios of this build to B: GCS → local %.2f× [%.2f–%.2f], GCS → S3 %.2f× [%.2f–%.2f]\n" "$al" "$allo" "$alhi" "$as" "$aslo" "$ashi"
+fi
 
 if [ -f "$small" ]; then
   for to in .bench/out.safetensors s3://bench/out/llama.safetensors; do

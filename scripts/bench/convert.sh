@@ -10,6 +10,10 @@
 # path with .to(torch.bfloat16), on an 8-layer float32 file of 2.17 GB (also kept in .bench/).
 # The first table ends with a DCP folder written whole and one sharded per device (fsdp=8),
 # run alternately, and the median ratio of their times.
+#
+# CKPT_B=BINARY (another build of ckpt, e.g. of an earlier commit) instead runs an A/B: this
+# build and BINARY paired rep by rep on every conversion of the tables (safetensors, torch,
+# dcp whole and per device, the bfloat16 cast), with the median of the per-rep ratios B/A.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -19,7 +23,7 @@ src=.bench/llama-2g.pt
 f32=.bench/llama-f32.pt
 [ -f "$src" ] || scripts/oracle python scripts/bench/make_llama.py "/repo/$src" >&2
 [ -f "$f32" ] || scripts/oracle python scripts/bench/make_llama.py "/repo/$f32" 8 float32 >&2
-go build -o .bench/ckpt ./cmd/ckpt
+CGO_ENABLED=0 go build -trimpath -o .bench/ckpt ./cmd/ckpt
 bytes=$(stat -c %s "$src")
 
 now() { date +%s.%N; }
@@ -92,6 +96,24 @@ paired() {
   row "$nb" "$(printf '%s\n' "${tb[@]}" | median)" "$(rss .bench/run-b.time)"
   paired_ratio=$(printf '%s\n' "${ratios[@]}" | median)
 }
+
+if [ -n "${CKPT_B:-}" ]; then
+  ab() {
+    local name=$1; shift
+    paired "A: $name" "B: $name" .bench/ckpt "$@" -- "$CKPT_B" "$@"
+    echo "| B/A, median of the paired runs | $paired_ratio | | |"
+  }
+  header
+  ab "→ safetensors" convert --to tpu --format safetensors "$src" .bench/out.safetensors
+  ab "→ torch" convert --to tpu --format torch "$src" .bench/out.pt
+  ab "→ dcp" convert --to tpu --format dcp "$src" .bench/out.dcp
+  ab "--topology v6e-8 → dcp, a file per device" convert --to tpu --topology v6e-8 --format dcp "$src" .bench/out.dcp
+  src=$f32
+  bytes=$(stat -c %s "$src")
+  ab "--dtype bfloat16 → safetensors (float32 source)" convert --to tpu --dtype bfloat16 --format safetensors "$src" .bench/out.safetensors
+  rm -rf .bench/out*
+  exit 0
+fi
 
 header
 measure "cp" cp "$src" .bench/out.cp

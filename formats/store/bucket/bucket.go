@@ -4,26 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync"
-	"time"
-
-	"cloud.google.com/go/storage"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"gocloud.dev/blob"
-	"gocloud.dev/blob/gcsblob"
-	"gocloud.dev/blob/s3blob"
-	"gocloud.dev/gcerrors"
-	"google.golang.org/api/googleapi"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 func init() {
@@ -32,14 +19,14 @@ func init() {
 }
 
 // Default is the backend registered for gs:// and s3://, with the clients the environment
-// configures (see Open).
+// configures (see Bucket).
 var Default = &FS{}
 
 // FS reads and lists objects of gs:// and s3:// URLs; it implements store.FS. Buckets are
 // opened on first use and kept.
 type FS struct {
 	mu      sync.Mutex
-	buckets map[string]*blob.Bucket
+	buckets map[string]*Bucket
 }
 
 // Bucket returns the opened bucket of l, opening it on first use: a GCS bucket with
@@ -48,25 +35,20 @@ type FS struct {
 // shared config and credentials files, AWS_PROFILE, instance roles; AWS_ENDPOINT_URL_S3 or
 // AWS_ENDPOINT_URL names an S3-compatible endpoint, addressed path-style; the region
 // defaults to us-east-1 when none is configured).
-func (f *FS) Bucket(ctx context.Context, l Location) (*blob.Bucket, error) {
+func (f *FS) Bucket(ctx context.Context, l Location) (*Bucket, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	id := l.Scheme + "://" + l.Bucket
 	if b := f.buckets[id]; b != nil {
 		return b, nil
 	}
-	var b *blob.Bucket
+	var api objectAPI
 	var err error
 	switch l.Scheme {
 	case "gs":
-		var c *storage.Client
-		if c, err = storage.NewClient(ctx); err == nil {
-			// retry is the one layer of retries; uploads set their own (writerOptions).
-			c.SetRetry(storage.WithPolicy(storage.RetryNever))
-			b, err = gcsblob.OpenBucket(ctx, nil, l.Bucket, &gcsblob.Options{Client: c})
-		}
+		api, err = newGCS(ctx, l.Bucket)
 	case "s3":
-		b, err = openS3(ctx, l.Bucket)
+		api, err = newS3(ctx, l.Bucket)
 	default:
 		err = fmt.Errorf("scheme %q", l.Scheme)
 	}
@@ -75,48 +57,32 @@ func (f *FS) Bucket(ctx context.Context, l Location) (*blob.Bucket, error) {
 		return nil, fmt.Errorf("%s: opening the bucket: %w", id, err)
 	}
 	if f.buckets == nil {
-		f.buckets = map[string]*blob.Bucket{}
+		f.buckets = map[string]*Bucket{}
 	}
+	b := &Bucket{api: api}
 	f.buckets[id] = b
 	return b, nil
 }
 
-func openS3(ctx context.Context, name string) (*blob.Bucket, error) {
-	// retry is the one layer of retries, around every request (s3put.go's too).
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }))
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Region == "" {
-		cfg.Region = "us-east-1"
-	}
-	custom := os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
-	c := s3.NewFromConfig(cfg, func(o *s3.Options) {
-		// S3-compatible servers (MinIO, emulators) are addressed by path, not by host name.
-		o.UsePathStyle = o.UsePathStyle || custom
-	})
-	return s3blob.OpenBucket(ctx, c, name, nil)
-}
-
-// Close closes the opened buckets.
+// Close closes the opened buckets' idle connections and forgets them: the next use opens
+// them again, with the environment then in force.
 func (f *FS) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var errs []error
-	for id, b := range f.buckets {
-		errs = append(errs, b.Close())
-		delete(f.buckets, id)
+	for _, b := range f.buckets {
+		b.api.closeIdle()
 	}
-	return errors.Join(errs...)
+	clear(f.buckets)
+	return nil
 }
 
 // pathError names the object URL (which holds no credentials: Parse refuses URLs with
 // user information) and maps a missing object to fs.ErrNotExist.
 func pathError(op string, l Location, err error) error {
-	switch gcerrors.Code(err) {
-	case gcerrors.NotFound:
+	switch {
+	case NotFound(err):
 		err = fs.ErrNotExist
-	case gcerrors.PermissionDenied:
+	case denied(err):
 		err = fmt.Errorf("%w (permission denied: check the credentials the environment provides)", fs.ErrPermission)
 	}
 	return &fs.PathError{Op: op, Path: l.String(), Err: err}
@@ -133,7 +99,7 @@ func (f *FS) Open(name string) (store.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	attrs, err := attributes(ctx, b, l.Key)
+	attrs, err := b.Attributes(ctx, l.Key)
 	if err != nil {
 		return nil, pathError("open", l, err)
 	}
@@ -153,17 +119,17 @@ func (f *FS) Stat(name string) (fs.FileInfo, error) {
 	}
 	base := l.Key[strings.LastIndexByte(l.Key, '/')+1:]
 	if l.Key != "" {
-		attrs, err := attributes(ctx, b, l.Key)
+		attrs, err := b.Attributes(ctx, l.Key)
 		if err == nil {
 			return store.FileInfo(base, attrs.Size, false), nil
 		}
-		if gcerrors.Code(err) != gcerrors.NotFound {
+		if !NotFound(err) {
 			return nil, pathError("stat", l, err)
 		}
 	}
 	var found bool
 	err = retry(ctx, func() error {
-		page, _, err := b.ListPage(ctx, blob.FirstPageToken, 1, &blob.ListOptions{Prefix: prefix(l)})
+		page, _, err := b.api.list(ctx, prefix(l), "", "")
 		found = len(page) > 0
 		return err
 	})
@@ -187,7 +153,8 @@ func prefix(l Location) string {
 	return l.Key + "/"
 }
 
-// ReadDir lists the folder name: its objects and subfolders, by name.
+// ReadDir lists the folder name: its objects and subfolders, by name. A key that is no
+// path element under the folder is refused (entryName).
 func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 	l, err := Parse(name)
 	if err != nil {
@@ -198,7 +165,7 @@ func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs, err := list(ctx, b, prefix(l), "/")
+	objs, err := b.List(ctx, prefix(l), "/")
 	if err != nil {
 		return nil, pathError("readdir", l, err)
 	}
@@ -209,122 +176,43 @@ func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 	}
 	out := make([]fs.DirEntry, 0, len(objs))
 	for _, o := range objs {
-		n := strings.TrimPrefix(o.Key, prefix(l))
-		n = strings.TrimSuffix(n, "/")
-		if n == "" {
-			continue // a folder placeholder object ("dir/")
+		n, ok, err := entryName(prefix(l), o.Key, o.IsDir)
+		if err != nil {
+			return nil, &fs.PathError{Op: "readdir", Path: l.String(), Err: err}
 		}
-		out = append(out, fs.FileInfoToDirEntry(store.FileInfo(n, o.Size, o.IsDir)))
+		if ok {
+			out = append(out, fs.FileInfoToDirEntry(store.FileInfo(n, o.Size, o.IsDir)))
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
 	return out, nil
 }
 
-// list returns every object (and, with a delimiter, every subfolder) under prefix.
-func list(ctx context.Context, b *blob.Bucket, prefix, delim string) ([]*blob.ListObject, error) {
-	var out []*blob.ListObject
-	token := blob.FirstPageToken
-	for {
-		var page []*blob.ListObject
-		var next []byte
-		err := retry(ctx, func() error {
-			var err error
-			page, next, err = b.ListPage(ctx, token, 1000, &blob.ListOptions{Prefix: prefix, Delimiter: delim})
-			return err
-		})
-		if err != nil {
-			return nil, err
+// errKeyPath is a listed key that names no file or folder of the listed folder.
+var errKeyPath = errors.New("a key with an empty, . or .. path element")
+
+// entryName is the name, in the folder listed by prefix ("" or ending in "/"), of a key
+// that listing returned: an object's key, or a subfolder's (dir, ending in "/"). It is one
+// path element. A key with an empty, "." or ".." element there ("run//x", "run/./x",
+// "run/../x") is refused: joined to the folder's path it would name the folder itself or
+// its parent, and a walk through it would never end or would leave the prefix — and no
+// path can name the object. The folder's placeholder object (the key prefix itself) has
+// no name (ok false).
+func entryName(prefix, key string, dir bool) (name string, ok bool, err error) {
+	rest, found := strings.CutPrefix(key, prefix)
+	if !found {
+		return "", false, fmt.Errorf("%w: the listing of %q returned %q, outside it", statedict.ErrUnsupported, prefix, key)
+	}
+	if dir {
+		var slash bool
+		if rest, slash = strings.CutSuffix(rest, "/"); !slash {
+			return "", false, fmt.Errorf("%w: the listing of %q returned the folder %q, which does not end in /", statedict.ErrUnsupported, prefix, key)
 		}
-		out = append(out, page...)
-		if len(next) == 0 {
-			return out, nil
-		}
-		token = next
+	} else if rest == "" {
+		return "", false, nil // a folder placeholder object ("dir/")
 	}
-}
-
-// transient reports whether err may go away when the request is repeated: server errors,
-// throttling, timeouts, connections reset or closed without an answer, bodies cut short.
-// A missing object, a refused permission, a failed precondition, any other answer of
-// status 4xx or a cancelled context is final. It is the one test of every retry, ours
-// (retry) and the GCS client's for uploads (writerOptions).
-func transient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
+	if rest == "" || rest == "." || rest == ".." || strings.Contains(rest, "/") {
+		return "", false, fmt.Errorf("%w: %q: %w: refused (a path cannot name it, and following it would loop or leave the folder)", statedict.ErrUnsupported, key, errKeyPath)
 	}
-	if s := httpStatus(err); s != 0 {
-		return s == http.StatusRequestTimeout || s == http.StatusTooManyRequests || s >= 500
-	}
-	switch gcerrors.Code(err) {
-	case gcerrors.NotFound, gcerrors.PermissionDenied, gcerrors.InvalidArgument,
-		gcerrors.FailedPrecondition, gcerrors.Unimplemented, gcerrors.AlreadyExists, gcerrors.Canceled:
-		return false
-	}
-	return true // a network error: refused, reset, EOF, timed out
-}
-
-// httpStatus is the status of the HTTP answer err reports (either client's), 0 if none.
-func httpStatus(err error) int {
-	var ge *googleapi.Error
-	if errors.As(err, &ge) {
-		return ge.Code
-	}
-	var re interface{ HTTPStatusCode() int }
-	if errors.As(err, &re) {
-		return re.HTTPStatusCode()
-	}
-	return 0
-}
-
-// Retries is how many times a request is tried; the waits between tries double from
-// 50 ms up to 2 s, so a request that keeps failing is given up after about 5 s of waiting.
-const Retries = 8
-
-// backoff is the wait before try i+1 (from 0).
-func backoff(i int) time.Duration { return min(50*time.Millisecond<<i, 2*time.Second) }
-
-// retry runs op until it succeeds, fails for good (transient), or has been tried Retries
-// times. The clients' own retries are off (Bucket): this is the only layer, so a
-// persistent failure is reported within seconds, not after Retries² tries.
-func retry(ctx context.Context, op func() error) error {
-	var err error
-	for i := 0; i < Retries; i++ {
-		if err = op(); !transient(err) {
-			return err
-		}
-		if i == Retries-1 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff(i)):
-		}
-	}
-	return err
-}
-
-// attributes reads the attributes of the object key, retrying transient failures.
-func attributes(ctx context.Context, b *blob.Bucket, key string) (*blob.Attributes, error) {
-	var a *blob.Attributes
-	err := retry(ctx, func() error {
-		var err error
-		a, err = b.Attributes(ctx, key)
-		return err
-	})
-	return a, err
-}
-
-// readRange reads exactly len(p) bytes of the object at off, retrying transient failures
-// (a response cut short is retried too).
-func readRange(ctx context.Context, b *blob.Bucket, key string, p []byte, off int64) error {
-	return retry(ctx, func() error {
-		r, err := b.NewRangeReader(ctx, key, off, int64(len(p)), nil)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		_, err = io.ReadFull(r, p)
-		return err
-	})
+	return rest, true, nil
 }

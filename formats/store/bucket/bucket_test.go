@@ -196,7 +196,7 @@ func TestStreamsStayInTheirRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.WriteAll(context.Background(), l.Key, data, nil); err != nil {
+	if err := b.Put(context.Background(), l.Key, data, bucket.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f, err := store.Open(url)
@@ -344,5 +344,38 @@ func TestStreamsStayInTheirRange(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if n := bucket.OutstandingBuffers(); n != before {
 		t.Errorf("%d buffers not given back", n-before)
+	}
+}
+
+// TestReadCancelled: every call of the client layer takes a context — a ranged read in
+// flight against a server that stalls ends within a second of its context's cancellation,
+// on GCS and on S3.
+func TestReadCancelled(t *testing.T) {
+	gcs, s3 := buckettest.Start(t, "ckpt")
+	for _, c := range []struct {
+		scheme string
+		srv    *buckettest.Server
+	}{{"gs", gcs}, {"s3", s3}} {
+		l := bucket.Location{Scheme: c.scheme, Bucket: "ckpt", Key: "stall/object"}
+		b, err := bucket.Default.Bucket(context.Background(), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Put(context.Background(), l.Key, make([]byte, 1<<20), bucket.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.srv.SetFaults(buckettest.Faults{Match: buckettest.Reads, Delay: 1, DelayBy: 3 * time.Second, Seed: 1})
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		start := time.Now()
+		err = b.ReadRange(ctx, l.Key, make([]byte, 1<<20), 0)
+		took := time.Since(start)
+		c.srv.SetFaults(buckettest.Faults{})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: a read cancelled in flight: %v", c.scheme, err)
+		}
+		if took > 1200*time.Millisecond {
+			t.Errorf("%s: the cancelled read returned after %v", c.scheme, took)
+		}
 	}
 }

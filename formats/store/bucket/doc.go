@@ -1,5 +1,6 @@
 // Package bucket reads and writes checkpoints in Google Cloud Storage (gs://bucket/prefix)
-// and Amazon S3 or S3-compatible stores (s3://bucket/prefix) through gocloud.dev/blob.
+// and Amazon S3 or S3-compatible stores (s3://bucket/prefix), through each service's REST
+// API over net/http (client.go: one client layer per cloud, every call taking a context).
 // Importing it registers both schemes with package store, after which formats.Open,
 // formats.Scan, convert.Run and verify.Check take such URLs wherever they take paths:
 //
@@ -9,8 +10,9 @@
 //
 // Credentials come from the standard places and never from the URL (Parse refuses user
 // information, queries and fragments, so a URL in a message or a manifest holds no
-// secret): GCS uses Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud
-// auth application-default login, the metadata server); S3 uses the AWS SDK's default
+// secret): GCS uses Application Default Credentials through golang.org/x/oauth2/google
+// (GOOGLE_APPLICATION_CREDENTIALS, gcloud auth application-default login, the metadata
+// server); S3 requests are signed by the AWS SDK's SigV4 signer with the SDK's default
 // chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared files,
 // instance and container roles) and AWS_REGION (default us-east-1). Endpoints for emulators
 // and S3-compatible stores come from STORAGE_EMULATOR_HOST=host:port (GCS, no credentials)
@@ -32,17 +34,19 @@
 // is bounded whatever the object's or checkpoint's size. Scanning a torch.save zip (ckpt
 // scan, inspect's safety scan) reads its directory, local headers and pickles in ranges,
 // not the object. Transient failures (5xx, 429, resets, bodies cut short) are retried with
-// backoff, each request tried at most Retries times: one layer of retries (retry; the
-// clients' own are off but for the GCS client's within a resumable upload, which counts the
-// same), so a persistent failure is reported within seconds.
+// backoff, each request tried at most Retries times: one layer of retries (retry, and a
+// resumable upload's chunks, which count the same), so a persistent failure is reported
+// within seconds.
 //
 // # Writing
 //
 // An output (store.Output) streams each file to its final name: a GCS resumable upload or
 // an S3 multipart upload, which the service makes visible only when it is finalized, so no
-// object is ever seen half-written. S3 uploads go through the S3 client directly
-// (s3put.go): parts in reused buffers outside the Go heap, at most UploadParallel in
-// flight, each carrying its CRC32 for the service to check. After each upload the stored
+// object is ever seen half-written. Uploads fill reused buffers outside the Go heap: a GCS
+// upload's chunks (gcs.go) are sent one at a time while the next one fills; an S3
+// upload's parts (s3put.go), at most UploadParallel in flight, each carry their CRC32 for
+// the service to check. An object smaller than a chunk or a part is sent in one request,
+// with its checksum. After each upload the stored
 // size, and the CRC32C of a GCS object (the composite CRC32 of an S3 one, when reported),
 // are compared with what was sent. The output writes a
 // PartialMarker object first and removes it last; its manifest is uploaded after every

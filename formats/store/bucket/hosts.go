@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"gocloud.dev/gcerrors"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -147,7 +146,7 @@ func (m *member) join() error {
 			return nil
 		}
 		if !found || m.opts.Host == 0 {
-			objs, err := list(m.ctx, m.b, m.l.Key+"/", "")
+			objs, err := m.b.List(m.ctx, m.l.Key+"/", "")
 			if err != nil {
 				return pathError("list", m.l, err)
 			}
@@ -162,18 +161,15 @@ func (m *member) join() error {
 				}
 				fallthrough
 			case len(objs) == 0:
-				if _, err := attributes(m.ctx, m.b, m.l.Key); err == nil {
+				if _, err := m.b.Attributes(m.ctx, m.l.Key); err == nil {
 					return fmt.Errorf("%s: %w: an object of that name exists; a folder output needs a free prefix", m.l, store.ErrForeign)
 				}
-				opts := m.writerOptions()
-				opts.IfNotExist = true // hosts racing on an empty prefix make one marker
-				err := retry(m.ctx, func() error {
-					return m.b.WriteAll(m.ctx, m.key(PartialMarker), []byte(markerText+m.run+"\n"), opts)
-				})
+				// Put only if absent: hosts racing on an empty prefix make one marker.
+				err := m.put(m.key(PartialMarker), []byte(markerText+m.run+"\n"), true)
 				if err == nil {
 					return nil
 				}
-				if gcerrors.Code(err) != gcerrors.FailedPrecondition {
+				if !Precondition(err) {
 					return pathError("create", m.l, err)
 				}
 				continue // another host's marker appeared: read it
@@ -236,17 +232,8 @@ func (m *member) markerRun() (run string, found bool, err error) {
 
 // read returns the object key whole (up to limit bytes), nil if there is none.
 func (m *member) read(key string, limit int64) ([]byte, error) {
-	var b []byte
-	err := retry(m.ctx, func() error {
-		r, err := m.b.NewReader(m.ctx, key, nil)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		b, err = io.ReadAll(io.LimitReader(r, limit))
-		return err
-	})
-	if gcerrors.Code(err) == gcerrors.NotFound {
+	b, err := m.b.ReadAll(m.ctx, key, limit)
+	if NotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
@@ -257,8 +244,8 @@ func (m *member) read(key string, limit int64) ([]byte, error) {
 
 // ours reads the run of the object key: exists is false when there is none.
 func (m *member) ours(ctx context.Context, key string) (mine, exists bool, size int64, err error) {
-	a, err := attributes(ctx, m.b, key)
-	if gcerrors.Code(err) == gcerrors.NotFound {
+	a, err := m.b.Attributes(ctx, key)
+	if NotFound(err) {
 		return false, false, 0, nil
 	}
 	if err != nil {
@@ -410,8 +397,7 @@ func (m *member) readPart(host int) ([]byte, error) {
 
 // remove deletes key (nothing when it is gone).
 func (m *member) remove(ctx context.Context, key string) error {
-	err := retry(ctx, func() error { return m.b.Delete(ctx, key) })
-	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+	if err := m.b.Delete(ctx, key); err != nil {
 		return pathError("remove", m.loc(key), err)
 	}
 	return nil
@@ -570,7 +556,7 @@ func (m *member) Commit(last []store.NamedBytes) error {
 	if err := m.ctx.Err(); err != nil {
 		return err
 	}
-	objs, err := list(m.ctx, m.b, m.l.Key+"/", "")
+	objs, err := m.b.List(m.ctx, m.l.Key+"/", "")
 	if err != nil {
 		return pathError("list", m.l, err)
 	}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"gocloud.dev/blob"
-
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
@@ -230,7 +228,7 @@ func putObjectRun(t *testing.T, scheme, key, data, run string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.WriteAll(context.Background(), key, []byte(data), &blob.WriterOptions{Metadata: map[string]string{bucket.RunMetadata: run}}); err != nil {
+	if err := b.Put(context.Background(), key, []byte(data), bucket.PutOptions{Metadata: map[string]string{bucket.RunMetadata: run}}); err != nil {
 		t.Fatal(err)
 	}
 }

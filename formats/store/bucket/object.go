@@ -6,8 +6,6 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
-
-	"gocloud.dev/blob"
 )
 
 // Reading objects: every read is a ranged GET of exactly the bytes asked for, so opening a
@@ -51,13 +49,13 @@ const (
 
 // object is an open object: a store.File.
 type object struct {
-	b     *blob.Bucket
+	b     *Bucket
 	l     Location
 	size  int64
 	whole *stream // reads through the object itself
 }
 
-func newObject(b *blob.Bucket, l Location, size int64) *object {
+func newObject(b *Bucket, l Location, size int64) *object {
 	o := &object{b: b, l: l, size: size}
 	o.whole = &stream{o: o, lo: 0, hi: size, next: -1} // a first read at 0 (a header) is no stream
 	return o
@@ -149,7 +147,8 @@ func (c *chunk) release() {
 // Buffers come by size class (powers of two from minStream to BlockSize) from anonymous
 // memory outside the Go heap (mapBuf) and are kept for reuse up to keptBytes, so that
 // streaming gigabytes maps a few buffers and the heap stays as small as for a local file.
-// The pool serves the upload side's parts too (s3put.go): a conversion from a bucket into
+// The pool serves the upload side too (S3 parts, s3put.go; GCS chunks, gcs.go — two of
+// UploadBuffer, as many bytes as UploadParallel+1 parts): a conversion from a bucket into
 // one keeps the blocks of its reads and the parts of its uploads, which a fresh mapping
 // would otherwise cost a page fault per 4 KiB to fill (a third of the CPU time of the
 // 2 GiB conversion, BENCHMARKS.md).
@@ -374,7 +373,7 @@ func (s *stream) issue(n int64) {
 	go func() {
 		requests <- struct{}{}
 		data := getBuf(c.end - c.start)
-		err := readRange(context.Background(), s.o.b, s.o.l.Key, data, c.start)
+		err := s.o.b.ReadRange(context.Background(), s.o.l.Key, data, c.start)
 		<-requests
 		s.mu.Lock()
 		c.data, c.err, c.fetched = data, err, true
@@ -502,5 +501,5 @@ func (o *object) readDirect(p []byte, off int64) error {
 func (o *object) fetch(p []byte, off int64) error {
 	requests <- struct{}{}
 	defer func() { <-requests }()
-	return readRange(context.Background(), o.b, o.l.Key, p, off)
+	return o.b.ReadRange(context.Background(), o.l.Key, p, off)
 }

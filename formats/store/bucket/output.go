@@ -5,20 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"hash"
-	"hash/crc32"
 	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
-
-	"cloud.google.com/go/storage"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/googleapis/gax-go/v2"
-	"gocloud.dev/blob"
-	"gocloud.dev/gcerrors"
 
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -35,9 +25,6 @@ const PartialMarker = ".ckpt-partial"
 // RunMetadata is the object metadata key holding the run that uploaded an object: a random
 // 128-bit identifier drawn when the output is created.
 const RunMetadata = "ckpt-run"
-
-// UploadBuffer is the size of one request of a GCS resumable upload (S3 parts: UploadPart).
-const UploadBuffer = 16 << 20
 
 // CreateOutput starts an output at url (see store.Output). What is already there is
 // refused unless opts.Force and ckpt wrote all of it: an earlier output whose manifest
@@ -59,7 +46,7 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOpti
 	// The marker goes first: from now on every object here carrying its run is this output's.
 	// A second conversion claiming the prefix at once is refused (put only if absent).
 	err = o.put(o.key(PartialMarker), []byte(markerText+o.run+"\n"), true)
-	if gcerrors.Code(err) == gcerrors.FailedPrecondition || httpStatus(err) == http.StatusPreconditionFailed {
+	if Precondition(err) {
 		o.cancel()
 		return nil, fmt.Errorf("%s: %w: another conversion is writing here (its %s appeared meanwhile)", o.l, store.ErrForeign, PartialMarker)
 	}
@@ -71,8 +58,7 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOpti
 }
 
 // newOutput is the output of run at url, not yet started: the checks every bucket output
-// makes (a prefix inside the bucket, no control characters, an S3 bucket's client for the
-// uploads) and the options it keeps (folder, the manifest's name, which clearing an
+// makes (a prefix inside the bucket, no control characters) and the options it keeps (folder, the manifest's name, which clearing an
 // earlier output removes first). CreateOutput and JoinOutput both start from it.
 func (f *FS) newOutput(ctx context.Context, url string, opts store.OutputOptions, run string) (*output, error) {
 	l, err := Parse(url)
@@ -90,9 +76,6 @@ func (f *FS) newOutput(ctx context.Context, url string, opts store.OutputOptions
 		return nil, err
 	}
 	o := &output{b: b, l: l, folder: opts.Folder, manifest: opts.Manifest, run: run, done: map[string]bool{}}
-	if l.Scheme == "s3" && !b.As(&o.s3) {
-		return nil, fmt.Errorf("%s: the bucket has no S3 client", l)
-	}
 	o.ctx, o.cancel = context.WithCancel(ctx)
 	return o, nil
 }
@@ -100,8 +83,7 @@ func (f *FS) newOutput(ctx context.Context, url string, opts store.OutputOptions
 type output struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
-	b        *blob.Bucket
-	s3       *s3.Client // S3 outputs upload through it (s3put.go)
+	b        *Bucket
 	l        Location
 	folder   bool
 	manifest string // the manifest's file name (store.OutputOptions.Manifest)
@@ -110,7 +92,7 @@ type output struct {
 	mu      sync.Mutex
 	done    map[string]bool // names completed (or started) by this output
 	open    int
-	uploads []*s3Upload // S3 uploads started, stopped by Abort
+	uploads []Writer // uploads started, stopped by Abort
 }
 
 // key is the object key of name: under the folder, or for a file output "" is the file
@@ -131,12 +113,12 @@ func (o *output) key(name string) string {
 func (o *output) clear(opts store.OutputOptions) error {
 	var there []string // keys
 	if o.folder {
-		if _, err := attributes(o.ctx, o.b, o.l.Key); err == nil {
+		if _, err := o.b.Attributes(o.ctx, o.l.Key); err == nil {
 			return fmt.Errorf("%s: %w: an object of that name exists; a folder output needs a free prefix", o.l, store.ErrForeign)
-		} else if gcerrors.Code(err) != gcerrors.NotFound {
+		} else if !NotFound(err) {
 			return pathError("stat", o.l, err)
 		}
-		objs, err := list(o.ctx, o.b, o.l.Key+"/", "")
+		objs, err := o.b.List(o.ctx, o.l.Key+"/", "")
 		if err != nil {
 			return pathError("list", o.l, err)
 		}
@@ -145,13 +127,13 @@ func (o *output) clear(opts store.OutputOptions) error {
 		}
 	} else {
 		for _, k := range append([]string{o.l.Key, o.l.Key + PartialMarker}, companions(o.l.Key, opts.Companions)...) {
-			if _, err := attributes(o.ctx, o.b, k); err == nil {
+			if _, err := o.b.Attributes(o.ctx, k); err == nil {
 				there = append(there, k)
-			} else if gcerrors.Code(err) != gcerrors.NotFound {
+			} else if !NotFound(err) {
 				return pathError("stat", Location{o.l.Scheme, o.l.Bucket, k}, err)
 			}
 		}
-		objs, err := list(o.ctx, o.b, o.l.Key+"/", "")
+		objs, err := o.b.List(o.ctx, o.l.Key+"/", "")
 		if err != nil {
 			return pathError("list", o.l, err)
 		}
@@ -219,7 +201,7 @@ func (o *output) clear(opts store.OutputOptions) error {
 		return rank(a) - rank(b)
 	})
 	for _, k := range there {
-		if err := retry(o.ctx, func() error { return o.b.Delete(o.ctx, k) }); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		if err := o.b.Delete(o.ctx, k); err != nil {
 			return pathError("remove", Location{o.l.Scheme, o.l.Bucket, k}, err)
 		}
 	}
@@ -234,16 +216,7 @@ const markerText = "ckpt output in progress\nrun "
 func (o *output) unfinished(there []string) error {
 	mk := o.key(PartialMarker)
 	mloc := Location{o.l.Scheme, o.l.Bucket, mk}
-	var text []byte
-	err := retry(o.ctx, func() error {
-		r, err := o.b.NewReader(o.ctx, mk, nil)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		text, err = io.ReadAll(io.LimitReader(r, 4096))
-		return err
-	})
+	text, err := o.b.ReadAll(o.ctx, mk, 4096)
 	if err != nil {
 		return pathError("read", mloc, err)
 	}
@@ -259,8 +232,8 @@ func (o *output) unfinished(there []string) error {
 		if k == mk {
 			continue
 		}
-		a, err := attributes(o.ctx, o.b, k)
-		if gcerrors.Code(err) == gcerrors.NotFound {
+		a, err := o.b.Attributes(o.ctx, k)
+		if NotFound(err) {
 			continue
 		}
 		if err != nil {
@@ -282,62 +255,23 @@ func companions(key string, names []string) []string {
 	return out
 }
 
-// writerOptions are a GCS upload's: the object carries the run that uploaded it, and
-// every request of the upload is retried by the client on transient errors — the object is
-// this output's, so repeating a chunk is safe, and retry cannot repeat a chunk of a stream
-// whose bytes were sent. A request is tried Retries times: the failures are counted since
-// the last chunk stored (the client's chunk retries otherwise go on for 32 s).
-func (o *output) writerOptions() *blob.WriterOptions {
-	var failures atomic.Int64 // since the last chunk stored
-	giveUp := func(err error) bool {
-		return transient(err) && failures.Add(1) < Retries
-	}
-	return &blob.WriterOptions{
-		BufferSize:                  UploadBuffer,
-		ContentType:                 "application/octet-stream",
-		DisableContentTypeDetection: true,
-		Metadata:                    map[string]string{RunMetadata: o.run},
-		BeforeWrite: func(as func(any) bool) error {
-			var oh **storage.ObjectHandle
-			if as(&oh) {
-				*oh = (*oh).Retryer(storage.WithPolicy(storage.RetryAlways), storage.WithMaxAttempts(Retries), storage.WithErrorFunc(giveUp),
-					storage.WithBackoff(gax.Backoff{Initial: backoff(0), Max: backoff(Retries), Multiplier: 2}))
-			}
-			var w *storage.Writer
-			if as(&w) {
-				w.ProgressFunc = func(int64) { failures.Store(0) }
-			}
-			return nil
-		},
-	}
-}
-
 // put uploads a small object whole; ifAbsent refuses to replace an object.
 func (o *output) put(key string, data []byte, ifAbsent bool) error {
-	w, err := o.writer(key, ifAbsent)
-	if err == nil {
-		_, err = w.Write(data)
-		if cerr := w.Close(); err == nil {
-			err = cerr
-		}
+	w := o.writer(key, ifAbsent)
+	_, err := w.Write(data)
+	if cerr := w.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }
 
-// writer starts the upload of key: through the S3 client (s3put.go) or a GCS resumable
-// upload.
-func (o *output) writer(key string, ifAbsent bool) (io.WriteCloser, error) {
-	if o.s3 != nil {
-		u := newS3Upload(o.ctx, o.s3, o.l.Bucket, key, map[string]string{RunMetadata: o.run})
-		u.ifNone = ifAbsent
-		o.mu.Lock()
-		o.uploads = append(o.uploads, u)
-		o.mu.Unlock()
-		return u, nil
-	}
-	opts := o.writerOptions()
-	opts.IfNotExist = ifAbsent
-	return o.b.NewWriter(o.ctx, key, opts)
+// writer starts the upload of key, carrying this output's run.
+func (o *output) writer(key string, ifAbsent bool) Writer {
+	w := o.b.NewWriter(o.ctx, key, PutOptions{Metadata: map[string]string{RunMetadata: o.run}, IfAbsent: ifAbsent})
+	o.mu.Lock()
+	o.uploads = append(o.uploads, w)
+	o.mu.Unlock()
+	return w
 }
 
 // Create starts the upload of name; the object appears when Close succeeds.
@@ -361,33 +295,25 @@ func (o *output) Create(name string) (io.WriteCloser, error) {
 	o.done[key] = true
 	o.open++
 	o.mu.Unlock()
-	w, err := o.writer(key, false)
-	if err != nil {
-		return nil, pathError("create", Location{o.l.Scheme, o.l.Bucket, key}, err)
-	}
-	u := &upload{o: o, key: key, w: w}
-	if o.s3 == nil {
-		u.crc = crc32.New(crc32.MakeTable(crc32.Castagnoli)) // s3Upload checks its parts' own
-	}
-	return u, nil
+	return &upload{o: o, key: key, w: o.writer(key, false)}, nil
 }
 
-// upload is one object being streamed up. A GCS object's CRC32C is computed as it goes,
-// for the check after Close; an S3 object's parts carry theirs (s3put.go).
+// upload is one object being streamed up.
 type upload struct {
 	o      *output
 	key    string
-	w      io.WriteCloser
-	crc    hash.Hash32
+	w      Writer
 	n      int64
 	closed bool
 }
 
+// crcWriter is a Writer that knows the CRC32C of what it was given (a GCS upload): the
+// stored object's is compared with it. An S3 upload's parts carry their CRC32s, which the
+// service checks (s3put.go).
+type crcWriter interface{ crc32c() uint32 }
+
 func (u *upload) Write(p []byte) (int, error) {
 	n, err := u.w.Write(p)
-	if u.crc != nil {
-		u.crc.Write(p[:n])
-	}
 	u.n += int64(n)
 	if err != nil {
 		err = fmt.Errorf("%s: uploading at byte %d: %w", Location{u.o.l.Scheme, u.o.l.Bucket, u.key}, u.n, err)
@@ -412,17 +338,17 @@ func (u *upload) Close() error {
 	if err := u.w.Close(); err != nil {
 		return pathError("upload", loc, err)
 	}
-	attrs, err := attributes(u.o.ctx, u.o.b, u.key)
+	attrs, err := u.o.b.Attributes(u.o.ctx, u.key)
 	if err != nil {
 		return pathError("upload", loc, err)
 	}
 	var bad string
-	var ga storage.ObjectAttrs
+	c, hasCRC := u.w.(crcWriter)
 	switch {
 	case attrs.Size != u.n:
 		bad = fmt.Sprintf("%d bytes stored, %d sent", attrs.Size, u.n)
-	case u.crc != nil && attrs.As(&ga) && ga.CRC32C != 0 && ga.CRC32C != u.crc.Sum32():
-		bad = fmt.Sprintf("CRC32C %08x stored, %08x sent", ga.CRC32C, u.crc.Sum32())
+	case hasCRC && attrs.HasCRC32C && attrs.CRC32C != c.crc32c():
+		bad = fmt.Sprintf("CRC32C %08x stored, %08x sent", attrs.CRC32C, c.crc32c())
 	}
 	if bad != "" {
 		return fmt.Errorf("%s: %w: the upload was damaged: %s", loc, statedict.ErrCorrupt, bad)
@@ -450,8 +376,7 @@ func (o *output) Commit(last []store.NamedBytes) error {
 			return pathError("upload", Location{o.l.Scheme, o.l.Bucket, key}, err)
 		}
 	}
-	err := retry(o.ctx, func() error { return o.b.Delete(o.ctx, o.key(PartialMarker)) })
-	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+	if err := o.b.Delete(o.ctx, o.key(PartialMarker)); err != nil {
 		return pathError("remove", o.l, err)
 	}
 	o.mu.Lock()
@@ -472,7 +397,7 @@ func (o *output) Abort() {
 	o.done, o.uploads = nil, nil
 	o.mu.Unlock()
 	for _, u := range uploads {
-		u.stop()
+		u.Abort()
 	}
 	if done == nil {
 		return
@@ -485,17 +410,17 @@ func (o *output) Abort() {
 	slices.Sort(keys)
 	for _, k := range append(keys, o.key(PartialMarker)) {
 		// Only an object this run uploaded goes: a name it started may hold another's.
-		a, err := attributes(ctx, o.b, k)
-		if gcerrors.Code(err) == gcerrors.NotFound {
+		a, err := o.b.Attributes(ctx, k)
+		if NotFound(err) {
 			continue
 		}
 		if err == nil && a.Metadata[RunMetadata] != o.run {
 			continue
 		}
 		if err == nil {
-			err = retry(ctx, func() error { return o.b.Delete(ctx, k) })
+			err = o.b.Delete(ctx, k)
 		}
-		if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		if err != nil {
 			// The marker stays when something could not be removed: a later --force
 			// conversion removes the rest.
 			return

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"gocloud.dev/blob"
-
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
@@ -25,18 +23,15 @@ func keys(t *testing.T, scheme, prefix string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	objs, err := b.List(context.Background(), prefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []string
-	it := b.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		o, err := it.Next(context.Background())
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, o := range objs {
 		out = append(out, o.Key)
 	}
+	return out
 }
 
 // putObject uploads data to key in the bucket "ckpt" of scheme, as anyone but ckpt would.
@@ -46,7 +41,7 @@ func putObject(t *testing.T, scheme, key, data string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.WriteAll(context.Background(), key, []byte(data), nil); err != nil {
+	if err := b.Put(context.Background(), key, []byte(data), bucket.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -332,5 +327,34 @@ func TestCreateAfterEnd(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestNoCredentialsReportedAtOnce: with no credentials anywhere the AWS chain looks, an S3
+// open fails at once with an error about credentials, having sent the server nothing —
+// not after Retries tries of a search that cannot find more the second time.
+func TestNoCredentialsReportedAtOnce(t *testing.T) {
+	_, s3 := buckettest.Start(t, "ckpt")
+	putObject(t, "s3", "creds/object", "some bytes")
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	bucket.Default.Close() // the client made with the credentials
+	before := s3.Requests.Load()
+	start := time.Now()
+	f, err := store.Open("s3://ckpt/creds/object")
+	took := time.Since(start)
+	if err == nil {
+		f.Close()
+		t.Fatal("opened an S3 object without credentials")
+	}
+	t.Logf("%v: %v", took.Round(time.Millisecond), err)
+	if !strings.Contains(err.Error(), "credentials") {
+		t.Errorf("the error does not say credentials are missing: %v", err)
+	}
+	if took > time.Second {
+		t.Errorf("the failure took %v to report", took)
+	}
+	if n := s3.Requests.Load() - before; n != 0 {
+		t.Errorf("%d requests reached the server", n)
 	}
 }

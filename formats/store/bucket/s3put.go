@@ -5,38 +5,30 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/xml"
 	"fmt"
 	"hash/crc32"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
 	"sync"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
-// Uploads to S3 go through the S3 client itself rather than gocloud.dev/blob's writer
-// (the SDK's transfer manager), which costs a conversion more than the bytes: it allocates
-// its part buffers on the Go heap for every object (concurrency+1 parts, 80 MiB for 16 MiB
-// parts and 4 in flight, before the first byte is sent), reads the first part through a
-// growing io.ReadAll, copies every byte through a pipe, and over plain HTTP (emulators,
-// S3-compatible stores on a private network) hashes every part twice, CRC32 and SHA-256.
-// BENCHMARKS.md "Buckets" has the profiles.
-//
-// Here an object's bytes are copied once, into a part buffer of anonymous memory outside
-// the Go heap, reused through the same size-class pool as the read side's blocks (getBuf);
-// a full part is sent by a goroutine while the next one fills, at most UploadParallel
-// parts in flight in the process. Each part's CRC32 is computed once, as it is sent, and
-// sent as the part's checksum, which S3 verifies before accepting the part; the payload is
-// not hashed a second time for the request signature (UNSIGNED-PAYLOAD, what the SDK
-// sends over HTTPS anyway). The object's composite CRC32, when the service reports it, is
-// compared with the parts' after completion. CRC32 (not CRC32C) is the SDK's default, so
-// an object's checksum is of one kind whichever client wrote it (gofakes3 keeps an
-// object's checksum header when another client overwrites it with another kind's). Every
-// request is retried by retry (the client's own retries are off): a part's bytes stay in
-// hand until it is stored.
+// An S3 object's bytes are copied once, into a part buffer of anonymous memory outside the
+// Go heap, reused through the same size-class pool as the read side's blocks (getBuf); a
+// full part is sent by a goroutine while the next one fills, at most UploadParallel parts
+// in flight in the process. Each part's CRC32 is computed once, as it is sent, and sent as
+// the part's checksum, which S3 verifies before accepting the part; the payload is not
+// hashed a second time for the request signature (UNSIGNED-PAYLOAD). The object's
+// composite CRC32, when the service reports it, is compared with the parts' after
+// completion. CRC32 (not CRC32C) is the AWS SDK's default, so an object's checksum is of
+// one kind whichever client wrote it (gofakes3 keeps an object's checksum header when
+// another client overwrites it with another kind's). Every request is retried by retry: a
+// part's bytes stay in hand until it is stored. An object smaller than a part is one
+// PutObject when it is closed.
 const (
 	// UploadPart is the size of an S3 part while an object has fewer than partsPerSize
 	// parts; each further partsPerSize parts double it, so the 10 000 parts S3 allows
@@ -51,12 +43,6 @@ const (
 
 // uploadSlots holds a token for each part being sent.
 var uploadSlots = make(chan struct{}, UploadParallel)
-
-// unsigned makes a request's payload unsigned: its integrity is the CRC32 checksum the
-// request carries, which the service verifies.
-func unsigned(o *s3.Options) {
-	o.APIOptions = append(o.APIOptions, v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware)
-}
 
 // partSize is the size of part n (from 1).
 func partSize(n int32) int64 {
@@ -73,8 +59,7 @@ func crcBase64(c uint32) string {
 type s3Upload struct {
 	ctx    context.Context
 	cancel context.CancelFunc // stops the parts in flight when one fails for good
-	c      *s3.Client
-	bucket string
+	a      *s3API
 	key    string
 	meta   map[string]string
 	ifNone bool // PutObject only if no object has the key
@@ -86,19 +71,26 @@ type s3Upload struct {
 	fill  int
 	next  int32 // number of the part being filled
 
-	id *string // the multipart upload, once its first part is full
+	id string // the multipart upload, once its first part is full
 	wg sync.WaitGroup
 
 	mu        sync.Mutex
-	parts     []types.CompletedPart // by part number - 1
+	parts     []completedPart // by part number - 1
 	err       error
 	completed bool   // the multipart upload was completed
 	stored    string // the object's CRC32 as the service reports it
 	once      sync.Once
 }
 
-func newS3Upload(ctx context.Context, c *s3.Client, bucket, key string, meta map[string]string) *s3Upload {
-	u := &s3Upload{c: c, bucket: bucket, key: key, meta: meta, next: 1}
+// completedPart is a part of a multipart upload as CompleteMultipartUpload lists it.
+type completedPart struct {
+	Number int    `xml:"PartNumber"`
+	ETag   string `xml:"ETag"`
+	CRC32  string `xml:"ChecksumCRC32"`
+}
+
+func newS3Upload(ctx context.Context, a *s3API, key string, opts PutOptions) *s3Upload {
+	u := &s3Upload{a: a, key: key, meta: opts.Metadata, ifNone: opts.IfAbsent, next: 1}
 	u.ctx, u.cancel = context.WithCancel(ctx)
 	return u
 }
@@ -150,22 +142,16 @@ func (u *s3Upload) fail(err error) {
 // send starts sending the filled part, waiting for a slot; the multipart upload is
 // created with the first part.
 func (u *s3Upload) send() error {
-	if u.id == nil {
-		var out *s3.CreateMultipartUploadOutput
+	if u.id == "" {
 		err := retry(u.ctx, func() error {
 			var err error
-			out, err = u.c.CreateMultipartUpload(u.ctx, &s3.CreateMultipartUploadInput{
-				Bucket: &u.bucket, Key: &u.key, Metadata: u.meta,
-				ContentType:       aws.String("application/octet-stream"),
-				ChecksumAlgorithm: types.ChecksumAlgorithmCrc32,
-			})
+			u.id, err = u.a.createMultipart(u.ctx, u.key, u.meta)
 			return err
 		})
 		if err != nil {
 			u.fail(err)
 			return err
 		}
-		u.id = out.UploadId
 	}
 	select {
 	case uploadSlots <- struct{}{}:
@@ -185,14 +171,10 @@ func (u *s3Upload) send() error {
 		defer func() { <-uploadSlots }()
 		defer putBuf(part)
 		sum := crcBase64(crc32.ChecksumIEEE(part))
-		var out *s3.UploadPartOutput
+		var etag string
 		err := retry(u.ctx, func() error {
 			var err error
-			out, err = u.c.UploadPart(u.ctx, &s3.UploadPartInput{
-				Bucket: &u.bucket, Key: &u.key, UploadId: u.id, PartNumber: aws.Int32(num),
-				Body: bytes.NewReader(part), ContentLength: aws.Int64(int64(len(part))),
-				ChecksumAlgorithm: types.ChecksumAlgorithmCrc32, ChecksumCRC32: &sum,
-			}, unsigned)
+			etag, err = u.a.uploadPart(u.ctx, u.key, u.id, num, part, sum)
 			return err
 		})
 		if err != nil {
@@ -201,9 +183,9 @@ func (u *s3Upload) send() error {
 		}
 		u.mu.Lock()
 		for int(num) > len(u.parts) {
-			u.parts = append(u.parts, types.CompletedPart{})
+			u.parts = append(u.parts, completedPart{})
 		}
-		u.parts[num-1] = types.CompletedPart{PartNumber: aws.Int32(num), ETag: out.ETag, ChecksumCRC32: &sum}
+		u.parts[num-1] = completedPart{Number: int(num), ETag: etag, CRC32: sum}
 		u.mu.Unlock()
 	}()
 	return nil
@@ -214,23 +196,10 @@ func (u *s3Upload) send() error {
 // upload is stopped (its multipart upload aborted) before Close returns.
 func (u *s3Upload) Close() error {
 	u.bufMu.Lock()
-	if u.id == nil && u.failed() == nil {
+	if u.id == "" && u.failed() == nil {
 		data := u.buf[:u.fill]
-		sum := crcBase64(crc32.ChecksumIEEE(data))
-		in := &s3.PutObjectInput{
-			Bucket: &u.bucket, Key: &u.key, Metadata: u.meta,
-			ContentType:       aws.String("application/octet-stream"),
-			ContentLength:     aws.Int64(int64(len(data))),
-			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32, ChecksumCRC32: &sum,
-		}
-		if u.ifNone {
-			in.IfNoneMatch = aws.String("*")
-		}
-		err := retry(u.ctx, func() error {
-			in.Body = bytes.NewReader(data)
-			_, err := u.c.PutObject(u.ctx, in, unsigned)
-			return err
-		})
+		opts := PutOptions{Metadata: u.meta, IfAbsent: u.ifNone}
+		err := retry(u.ctx, func() error { return u.a.putObject(u.ctx, u.key, data, opts) })
 		u.release()
 		u.bufMu.Unlock()
 		u.cancel()
@@ -245,27 +214,24 @@ func (u *s3Upload) Close() error {
 	err := u.failed()
 	if err == nil {
 		err = retry(u.ctx, func() error {
-			out, err := u.c.CompleteMultipartUpload(u.ctx, &s3.CompleteMultipartUploadInput{
-				Bucket: &u.bucket, Key: &u.key, UploadId: u.id,
-				MultipartUpload: &types.CompletedMultipartUpload{Parts: u.parts},
-			})
+			stored, err := u.a.completeMultipart(u.ctx, u.key, u.id, u.parts)
 			if err == nil {
 				u.mu.Lock()
 				u.completed = true
 				u.mu.Unlock()
-				u.stored = aws.ToString(out.ChecksumCRC32)
+				u.stored = stored
 			}
 			return err
 		})
 	}
-	u.stop()
+	u.Abort()
 	if err != nil {
 		return err
 	}
 	// S3's checksum of a multipart object is the CRC32 of its parts' CRC32s, "-parts".
 	var crcs []byte
 	for _, p := range u.parts {
-		b, _ := base64.StdEncoding.DecodeString(*p.ChecksumCRC32)
+		b, _ := base64.StdEncoding.DecodeString(p.CRC32)
 		crcs = append(crcs, b...)
 	}
 	want := fmt.Sprintf("%s-%d", crcBase64(crc32.ChecksumIEEE(crcs)), len(u.parts))
@@ -273,6 +239,100 @@ func (u *s3Upload) Close() error {
 		return fmt.Errorf("%w: the upload was damaged: CRC32 %s stored, %s sent", statedict.ErrCorrupt, u.stored, want)
 	}
 	return nil
+}
+
+// putObject uploads data as the object key in one PutObject, with its CRC32 for the
+// service to check (tried once).
+func (a *s3API) putObject(ctx context.Context, key string, data []byte, opts PutOptions) error {
+	hdr := a.objectHeader(opts.Metadata)
+	hdr.Set("X-Amz-Sdk-Checksum-Algorithm", "CRC32")
+	hdr.Set("X-Amz-Checksum-Crc32", crcBase64(crc32.ChecksumIEEE(data)))
+	if opts.IfAbsent {
+		hdr.Set("If-None-Match", "*")
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	resp, err := a.do(ctx, http.MethodPut, a.url(key, nil), data, hdr)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// objectHeader are the headers of an object's creation: its type and metadata.
+func (a *s3API) objectHeader(meta map[string]string) http.Header {
+	hdr := http.Header{"Content-Type": {"application/octet-stream"}}
+	for k, v := range meta {
+		hdr.Set("X-Amz-Meta-"+k, v)
+	}
+	return hdr
+}
+
+// createMultipart starts a multipart upload of key whose parts carry CRC32s.
+func (a *s3API) createMultipart(ctx context.Context, key string, meta map[string]string) (string, error) {
+	hdr := a.objectHeader(meta)
+	hdr.Set("X-Amz-Checksum-Algorithm", "CRC32")
+	resp, err := a.do(ctx, http.MethodPost, a.url(key, url.Values{"uploads": {""}}), nil, hdr)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		UploadID string `xml:"UploadId"`
+	}
+	if err := xml.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out); err != nil || out.UploadID == "" {
+		return "", fmt.Errorf("the service started a multipart upload without its id (%v)", err)
+	}
+	return out.UploadID, nil
+}
+
+// uploadPart sends part number num of the upload id, with its CRC32 sum (base64), and
+// returns its ETag.
+func (a *s3API) uploadPart(ctx context.Context, key, id string, num int32, part []byte, sum string) (string, error) {
+	hdr := http.Header{"X-Amz-Sdk-Checksum-Algorithm": {"CRC32"}, "X-Amz-Checksum-Crc32": {sum}}
+	q := url.Values{"partNumber": {strconv.Itoa(int(num))}, "uploadId": {id}}
+	resp, err := a.do(ctx, http.MethodPut, a.url(key, q), part, hdr)
+	if err != nil {
+		return "", err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	return resp.Header.Get("ETag"), nil
+}
+
+// completeMultipart makes the object of the upload id from its parts, and returns the
+// object's CRC32 as the service reports it ("" when it does not).
+func (a *s3API) completeMultipart(ctx context.Context, key, id string, parts []completedPart) (string, error) {
+	body, err := xml.Marshal(struct {
+		XMLName xml.Name        `xml:"CompleteMultipartUpload"`
+		Parts   []completedPart `xml:"Part"`
+	}{Parts: parts})
+	if err != nil {
+		return "", err
+	}
+	resp, err := a.do(ctx, http.MethodPost, a.url(key, url.Values{"uploadId": {id}}), body, nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	// The service may answer 200 and report an error in the body.
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		XMLName xml.Name
+		CRC32   string `xml:"ChecksumCRC32"`
+	}
+	if err := xml.Unmarshal(b, &out); err != nil {
+		return "", fmt.Errorf("the completion's answer: %w", err)
+	}
+	if out.XMLName.Local == "Error" {
+		return "", s3Error(http.StatusInternalServerError, bytes.NewReader(b))
+	}
+	return out.CRC32, nil
 }
 
 // release returns the part being filled to the pool. u.bufMu is held.
@@ -283,11 +343,11 @@ func (u *s3Upload) release() {
 	}
 }
 
-// stop ends the upload: the parts in flight are cancelled, the part being filled goes
+// Abort ends the upload: the parts in flight are cancelled, the part being filled goes
 // back to the pool and, unless the object was completed, the multipart upload is
 // aborted, so that the service drops the parts it holds. Output.Abort calls it for the
 // uploads not closed.
-func (u *s3Upload) stop() {
+func (u *s3Upload) Abort() {
 	u.cancel() // a Write or Close waiting to send returns, and lets go of bufMu
 	u.bufMu.Lock()
 	u.release()
@@ -305,12 +365,15 @@ func (u *s3Upload) stop() {
 
 // abort drops the multipart upload and the parts the service holds for it.
 func (u *s3Upload) abort() {
-	if u.id == nil {
+	if u.id == "" {
 		return
 	}
 	ctx := context.WithoutCancel(u.ctx)
 	retry(ctx, func() error {
-		_, err := u.c.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &u.bucket, Key: &u.key, UploadId: u.id})
+		resp, err := u.a.do(ctx, http.MethodDelete, u.a.url(u.key, url.Values{"uploadId": {u.id}}), nil, nil)
+		if err == nil {
+			resp.Body.Close()
+		}
 		return err
 	})
 }

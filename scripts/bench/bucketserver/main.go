@@ -13,18 +13,20 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"strings"
 	"syscall"
 
-	"cloud.google.com/go/storage"
+	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
+	"github.com/ckpt-dev/ckpt/internal/mmap"
 )
 
 func main() {
@@ -42,7 +44,16 @@ func main() {
 	if err := os.MkdirAll(*root, 0o755); err != nil {
 		log.Fatal(err)
 	}
-	srv, err := buckettest.GCSIn(*root, *bucket)
+	srv, err := buckettest.Serve(func(url string) (http.Handler, error) {
+		fake, err := fakestorage.NewServerWithOptions(fakestorage.Options{
+			NoListener: true, Scheme: "http", ExternalURL: url, PublicHost: strings.TrimPrefix(url, "http://"), Writer: io.Discard, StorageRoot: *root,
+		})
+		if err != nil {
+			return nil, err
+		}
+		fake.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: *bucket})
+		return fake.HTTPHandler(), nil
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -66,7 +77,12 @@ func main() {
 	if *keep {
 		backend = s3mem.New()
 	}
-	s3, err := buckettest.S3On(backend, *bucket)
+	if err := backend.CreateBucket(*bucket); err != nil {
+		log.Fatal(err)
+	}
+	s3, err := buckettest.Serve(func(string) (http.Handler, error) {
+		return gofakes3.New(backend, gofakes3.WithLogger(gofakes3.DiscardLog())).Server(), nil
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -90,28 +106,21 @@ func main() {
 }
 
 // upload sends the file local to url in one request (the emulator rewrites a file for
-// every chunk of a resumable upload, which is slow for gigabytes).
+// every chunk of a resumable upload, which is slow for gigabytes), from its mapping.
 func upload(local, url string) error {
 	l, err := bucket.Parse(url)
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
-	c, err := storage.NewClient(ctx)
+	b, err := bucket.Default.Bucket(ctx, l)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	f, err := os.Open(local)
+	m, err := mmap.Open(local)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	w := c.Bucket(l.Bucket).Object(l.Key).NewWriter(ctx)
-	w.ChunkSize = 0
-	if _, err := io.Copy(w, f); err != nil {
-		w.Close()
-		return err
-	}
-	return w.Close()
+	defer m.Close()
+	return b.Put(ctx, l.Key, m.Bytes(), bucket.PutOptions{})
 }

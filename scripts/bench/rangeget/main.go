@@ -7,7 +7,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"sync"
@@ -54,12 +53,7 @@ func main() {
 			defer wg.Done()
 			buf := make([]byte, *block)
 			for off := range offs {
-				r, err := b.NewRangeReader(ctx, l.Key, off, min(*block, size-off), nil)
-				if err == nil {
-					_, err = io.ReadFull(r, buf[:min(*block, size-off)])
-					r.Close()
-				}
-				if err != nil {
+				if err := b.ReadRange(ctx, l.Key, buf[:min(*block, size-off)], off); err != nil {
 					mu.Lock()
 					firstErr = err
 					mu.Unlock()

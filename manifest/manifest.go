@@ -1,6 +1,6 @@
 // Package manifest reads and writes ckpt-manifest.json, the record ckpt convert leaves
-// with every output: how it was produced (tool, version, command line, source, options)
-// and what it holds (every tensor's name, dtype, shape, device tag, size and the xxhash64 of
+// with every output: how it was produced (tool, version, the conversion's options as a
+// typed record, the command line for people, the source) and what it holds (every tensor's name, dtype, shape, device tag, size and the xxhash64 of
 // its contiguous little-endian bytes). `ckpt check` compares an output with it; a later
 // forced conversion replaces only the files it lists.
 package manifest
@@ -36,6 +36,9 @@ type Manifest struct {
 	Args    []string `json:"args,omitempty"`
 	Source  Source   `json:"source"`
 	Output  Output   `json:"output"`
+	// Conversion is what the conversion was asked to do, typed and versioned: the options
+	// `ckpt verify` replays. nil in manifests of ckpt versions before it was recorded.
+	Conversion *Conversion `json:"conversion,omitempty"`
 	// Remap is the conversion's report of what it changed, as it chose to record it.
 	Remap   any      `json:"remap"`
 	Tensors []Tensor `json:"tensors"`
@@ -62,6 +65,17 @@ type Output struct {
 	// Run identifies a multi-host conversion: a host run again after the output is complete
 	// finds its run here and has nothing to do.
 	Run string `json:"run,omitempty"`
+	// Sums records each file of the output (the manifests themselves aside) as it was
+	// written: its size and the xxhash64 of its bytes. It is how a later forced conversion
+	// proves a file ckpt's before replacing it (an output in a bucket records none: its
+	// objects carry their run).
+	Sums map[string]FileSum `json:"sums,omitempty"`
+}
+
+// FileSum is a file's size and the xxhash64 of its bytes (16 lower-case hex digits).
+type FileSum struct {
+	Size     int64  `json:"size"`
+	XXHash64 string `json:"xxhash64"`
 }
 
 // Tensor describes one written tensor; XXHash64 is the xxhash64 of its contiguous
@@ -365,9 +379,10 @@ func Write(w io.Writer, m *Manifest) error {
 	return bw.Flush()
 }
 
-// Owned lists the files of the folder dir that a ckpt conversion wrote — the files its
-// manifest lists and the manifest itself — for replacing it (see atomicfile.Owner). A
-// folder without a manifest claims nothing.
+// Owned lists the objects of the bucket folder dir that a ckpt conversion wrote — the
+// files its manifest lists and the manifest itself — for replacing it (a local output is
+// proven file by file from Output.Sums instead). A folder without a manifest claims
+// nothing.
 func Owned(dir string) ([]string, bool) {
 	m, err := Read(store.Join(dir, Name))
 	if err != nil {
