@@ -6,8 +6,10 @@ For every case it builds a model with random weights from a small config of one
 architecture, saves it under OUTDIR/CASE (a Hugging Face folder, a torch file, ...),
 reloads it with transformers' from_pretrained in float32 with eager attention, runs
 TOKENS through it and writes the logits [1, T, vocab] as OUTDIR/CASE.logits.safetensors
-(tensor "logits"), and as OUTDIR/CASE.tpu.safetensors the logits of the same model with
-every matrix product's inputs rounded to bfloat16 (tpu_matmuls). It prints a JSON list of {"name", "path", "tokens", "model_type", "architecture", "generic"} on
+(tensor "logits"), those of LONG_TOKENS as OUTDIR/CASE.long.safetensors, and as
+OUTDIR/CASE.tpu.safetensors the logits of TOKENS with every matrix product's inputs rounded
+to bfloat16 (tpu_matmuls). It prints a JSON list of {"name", "path", "tokens",
+"long_tokens", "model_type", "architecture", "generic"} on
 stdout; "path" is what to hand to `ckpt forward`, relative to OUTDIR; "generic" marks the
 architectures ckpt's Go forward pass does not run (for `ckpt verify --emit-torch`).
 """
@@ -22,6 +24,9 @@ from safetensors.torch import save_file
 import transformers
 
 TOKENS = [1, 5, 9, 2, 7, 3, 11, 4, 8, 6, 10, 12]
+# LONG_TOKENS, a few dozen positions, runs every window, chunk and scaled rope well past its
+# length; its float32 logits are OUTDIR/CASE.long.safetensors.
+LONG_TOKENS = [(37 * i + 13) % 89 + 1 for i in range(40)]
 
 def base(**kw):
     c = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -292,7 +297,10 @@ CASES.update({
                                         num_shared_experts=1, first_k_dense_replace=1, prefix_dense_intermediate_size=48,
                                         sliding_window=3, sliding_window_pattern=2, logit_scale=0.5, rms_norm_eps=None,
                                         layer_norm_eps=1e-5, pad_token_id=0), "safetensors"),
-    "cohere2_moe_sigmoid": ("cohere2_moe", base(head_dim=16, num_hidden_layers=3, num_experts=6, num_experts_per_tok=2,
+    # Four layers: with three, one position's second and third router logits lie 1e-3 apart,
+    # less than rounding the matrix inputs to bfloat16 moves them, so its experts under
+    # tpu_matmuls depend on the summation order (here the nearest pair is 1.5e-2 apart).
+    "cohere2_moe_sigmoid": ("cohere2_moe", base(head_dim=16, num_hidden_layers=4, num_experts=6, num_experts_per_tok=2,
                                                 num_shared_experts=1, shared_expert_combination_strategy="sum",
                                                 expert_selection_fn="sigmoid", sliding_window=3, pad_token_id=0),
                             "safetensors"),
@@ -512,12 +520,14 @@ def make(name, outdir):
     ref.eval()
     with torch.no_grad():
         logits = ref(torch.tensor([TOKENS])).logits.float().contiguous()
+        long = ref(torch.tensor([LONG_TOKENS])).logits.float().contiguous()
         with tpu_matmuls():
             tpu = ref(torch.tensor([TOKENS])).logits.float().contiguous()
     save_file({"logits": logits}, os.path.join(outdir, name + ".logits.safetensors"))
+    save_file({"logits": long}, os.path.join(outdir, name + ".long.safetensors"))
     save_file({"logits": tpu}, os.path.join(outdir, name + ".tpu.safetensors"))
-    return {"name": name, "path": path, "tokens": TOKENS, "model_type": model_type, "architecture": model_cls.__name__,
-            "generic": name in GENERIC}
+    return {"name": name, "path": path, "tokens": TOKENS, "long_tokens": LONG_TOKENS, "model_type": model_type,
+            "architecture": model_cls.__name__, "generic": name in GENERIC}
 
 
 def main():

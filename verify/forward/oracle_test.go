@@ -22,10 +22,12 @@ import (
 
 // Case is one tiny model written by testdata/forward/gen.py.
 type Case struct {
-	Name      string `json:"name"`
-	Path      string `json:"path"`
-	Tokens    []int  `json:"tokens"`
-	ModelType string `json:"model_type"`
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Tokens []int  `json:"tokens"`
+	// LongTokens are a few dozen ids whose float32 logits are NAME.long.safetensors.
+	LongTokens []int  `json:"long_tokens"`
+	ModelType  string `json:"model_type"`
 	// Architecture is the causal-LM class transformers built.
 	Architecture string `json:"architecture"`
 	// Generic marks an architecture the Go pass does not run (for verify --emit-torch).
@@ -123,9 +125,9 @@ func maxAbsDiff(a, b []float32) float64 {
 	return m
 }
 
-// TestMatchesTransformers runs every generated model in float32 and compares the logits
-// with transformers' float32 eager forward: at most 1e-4 apart. It runs once per matmul
-// kernel this machine has (AVX-512, AVX2, the portable fallback).
+// TestMatchesTransformers runs every generated model in float32 on its 12 and its 40 tokens
+// and compares the logits with transformers' float32 eager forward: at most 1e-4 apart. It
+// runs once per matmul kernel this machine has (AVX-512, AVX2, the portable fallback).
 func TestMatchesTransformers(t *testing.T) {
 	cs, dir := generated(t)
 	def := kernel.Current()
@@ -154,24 +156,34 @@ func checkCase(t *testing.T, dir string, c Case) {
 	}
 }
 
-// caseError runs a generated model in float32 and returns the largest absolute difference
-// of its logits from transformers'.
+// caseError runs a generated model in float32 on its tokens and on its long tokens and
+// returns the largest absolute difference of its logits from transformers'.
 func caseError(t *testing.T, dir string, c Case) float64 {
 	t.Helper()
-	want, shape := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
+	if len(c.LongTokens) == 0 {
+		t.Fatalf("%s: the generator wrote no long tokens", c.Name)
+	}
 	m, err := Open(filepath.Join(dir, c.Path), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	got, err := m.Forward(c.Tokens)
-	if err != nil {
-		t.Fatal(err)
+	var d float64
+	for _, run := range []struct {
+		file   string
+		tokens []int
+	}{{".logits.safetensors", c.Tokens}, {".long.safetensors", c.LongTokens}} {
+		want, shape := readLogits(t, filepath.Join(dir, c.Name+run.file))
+		got, err := m.Forward(run.tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(shape) != 3 || shape[1] != int64(len(run.tokens)) || int(shape[2]) != m.Config().Vocab || len(got) != len(want) {
+			t.Fatalf("%s: logits shape %v, got %d values for %d tokens × vocab %d", run.file, shape, len(got), len(run.tokens), m.Config().Vocab)
+		}
+		d = max(d, maxAbsDiff(got, want))
 	}
-	if len(shape) != 3 || shape[1] != int64(len(c.Tokens)) || int(shape[2]) != m.Config().Vocab || len(got) != len(want) {
-		t.Fatalf("logits shape %v, got %d values for %d tokens × vocab %d", shape, len(got), len(c.Tokens), m.Config().Vocab)
-	}
-	return maxAbsDiff(got, want)
+	return d
 }
 
 // TestMXFP4MatchesQuant checks the forward pass's MXFP4 row decoder bit for bit against
