@@ -34,10 +34,10 @@ type model struct {
 // (Conv1D, per-head fused QKV, ALiBi, grouped fused QKV, learned positions, MLA with
 // in-place pairs, mixture of attention heads), MLPs (ungated GELU, ReLU², fused gate_up) and
 // mixtures of experts (sigmoid with groups, softmax of the top-k logits, sparsemixer,
-// input-weighted with a shared expert).
+// input-weighted with a shared expert) — and the state-space block (Mamba, Falcon-Mamba).
 var forwardCases = slices.Concat(calibration, []string{
 	"gpt2", "gpt_neox", "bloom", "falcon_new_arch_bf16", "opt", "nemotron", "glm4", "deepseek_v2", "jetmoe", "glm4_moe", "granitemoe",
-	"phimoe", "llama4_text"})
+	"phimoe", "llama4_text", "mamba", "falcon_mamba"})
 
 // calibration are the models the default thresholds were derived from
 // (testdata/verify/README.md).
@@ -128,7 +128,7 @@ func conversionsOf(name string) []conversion {
 		{"bfloat16", formats.SafetensorsFile, []string{"--dtype", "bfloat16"}, ""},
 		{"plain", formats.SafetensorsFile, nil, ""},
 		{"dcp", formats.DCPFolder, nil, ""},
-		{"renamed", formats.SafetensorsFile, []string{"--rename", `^(model|transformer|gpt_neox|lm_head|embed_out)\.=wrapped.$1.`}, ""},
+		{"renamed", formats.SafetensorsFile, []string{"--rename", `^(model|transformer|gpt_neox|backbone|lm_head|embed_out)\.=wrapped.$1.`}, ""},
 	}
 }
 
