@@ -171,3 +171,28 @@ func TestDescribedUnknownChild(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStoredApartInto: a stored key that is no parameter names the parameters transformers
+// loads it into, and only those (families.json records, per such key, the parameters whose
+// change changes what save_pretrained writes under it).
+func TestStoredApartInto(t *testing.T) {
+	for _, tc := range []struct {
+		modelType, key string
+		into           []string
+	}{
+		{"mixtral", "model.layers.3.block_sparse_moe.experts.1.w1.weight", []string{"model.layers.*.mlp.experts.gate_up_proj"}},
+		{"mixtral", "model.layers.0.block_sparse_moe.experts.0.w2.weight", []string{"model.layers.*.mlp.experts.down_proj"}},
+		{"mixtral", "model.layers.0.block_sparse_moe.gate.weight", []string{"model.layers.*.mlp.gate.weight"}},
+		{"qwen3_moe", "layers.1.mlp.experts.7.down_proj.weight", []string{"layers.*.mlp.experts.down_proj"}},
+	} {
+		m, err := FromConfig([]byte(`{"model_type": "` + tc.modelType + `"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = m.Order([]string{tc.key})
+		var sa *StoredApartError
+		if !errors.As(err, &sa) || !slices.Equal(sa.Into, tc.into) {
+			t.Errorf("%s %s: %v, want it loaded into %v", tc.modelType, tc.key, err, tc.into)
+		}
+	}
+}

@@ -9,7 +9,8 @@ Each case: the model_type, the head, the configuration changes, and
   params     model.named_parameters() (the order the Trainer's groups list them in);
   decay      Trainer.get_decay_parameter_names(model) in named_parameters() order;
   buffers    the state-dict keys that are not parameters;
-  fused      whether some stored key is no parameter (experts fused on load)."""
+  fused      whether some stored key is neither a parameter nor a buffer (experts fused
+             on load, modules renamed)."""
 import json
 import os
 import sys
@@ -62,11 +63,12 @@ def main():
                 params = [n for n, _ in model.named_parameters()]
                 every = {n for n, _ in model.named_parameters(remove_duplicate=False)}
                 decay = set(Trainer.get_decay_parameter_names(None, model))
+                buffers = sorted(k for k in model.state_dict() if k not in every)
                 cases.append({
                     "model_type": mt, "head": type(model).__name__, "config": kw,
                     "stored": sorted(stored), "params": params, "decay": [n for n in params if n in decay],
-                    "buffers": sorted(k for k in model.state_dict() if k not in every),
-                    "fused": bool(set(stored) - every),
+                    "buffers": buffers,
+                    "fused": bool(set(stored) - every - set(buffers)),
                 })
     with open(out, "w") as f:
         json.dump({"cases": cases}, f, indent=0)
