@@ -184,6 +184,10 @@ func TestStoredApartInto(t *testing.T) {
 		{"mixtral", "model.layers.0.block_sparse_moe.experts.0.w2.weight", []string{"model.layers.*.mlp.experts.down_proj"}},
 		{"mixtral", "model.layers.0.block_sparse_moe.gate.weight", []string{"model.layers.*.mlp.gate.weight"}},
 		{"qwen3_moe", "layers.1.mlp.experts.7.down_proj.weight", []string{"layers.*.mlp.experts.down_proj"}},
+		// renamed, not fused
+		{"hy_v3", "model.layers.2.mlp.shared_mlp.up_proj.weight", []string{"model.layers.*.mlp.shared_experts.up_proj.weight"}},
+		{"hy_v3", "model.layers.2.mlp.router.gate.weight", []string{"model.layers.*.mlp.gate.weight"}},
+		{"laguna", "model.layers.1.mlp.shared_expert.down_proj.weight", []string{"model.layers.*.mlp.shared_experts.down_proj.weight"}},
 	} {
 		m, err := FromConfig([]byte(`{"model_type": "` + tc.modelType + `"}`))
 		if err != nil {

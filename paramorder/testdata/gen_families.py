@@ -15,7 +15,8 @@ and records, per module path with layer indices written "*":
              parameters (or buffers) they are loaded into (experts transformers fuses on
              load, modules it renames): those whose change changes the tensor saved under
              that name.
-The orders of all configurations are merged; two that disagree stop the generator."""
+The orders of every module a path pattern names (each layer), in every configuration and
+head, are merged; two that disagree stop the generator."""
 import json
 import os
 import re
