@@ -8,6 +8,9 @@ and records, per module path with layer indices written "*":
   children   its parameters and child modules in the order model.named_parameters() lists
              them (parents whose children are only weight then bias, the default, are left
              out);
+  never_together  the pairs of those no module built held both of (a dense MLP's projections
+             and a MoE block's experts, q_proj and q_a_proj): their order is not known, so a
+             state dict holding both is refused rather than ordered by guess;
   layer_norm the modules that are torch.nn.LayerNorm (whose parameters transformers' Trainer
              never decays, whatever their names);
   buffers    the persistent buffers (state-dict entries that are not parameters);
@@ -137,13 +140,19 @@ def main():
                 buffers |= b
                 for p, f in s.items():
                     stored.setdefault(p, set()).update(f)
-        children = {}
+        children, apart = {}, {}
         for p, ss in sorted(seqs.items()):
             order = merge(ss)
-            if order == ["*"] or order in (["weight"], ["bias"], ["weight", "bias"]):
+            together = {frozenset((a, b)) for s in ss for i, a in enumerate(s) for b in s[i + 1:]}
+            never = [[a, b] for i, a in enumerate(order) for b in order[i + 1:] if frozenset((a, b)) not in together]
+            if never:
+                apart[p] = never
+            elif order == ["*"] or order in (["weight"], ["bias"], ["weight", "bias"]):
                 continue  # layer lists, and weight before bias: the defaults
             children[p] = order
         fam = {"children": children}
+        if apart:
+            fam["never_together"] = apart
         if norms:
             fam["layer_norm"] = sorted(norms)
         if buffers:
