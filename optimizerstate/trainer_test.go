@@ -44,12 +44,13 @@ func transformersCases(t *testing.T) []struct {
 }
 
 // TestTrainerGroupingMatchesTransformers builds, for every model transformers built in
-// paramorder/testdata/cases.json (17 model types, three heads), the optimizer state its
-// Trainer would save — group 0 the parameters get_decay_parameter_names lists, group 1 the
-// others, each in named_parameters() order — and the model state dict model.safetensors
-// holds (keys sorted). Every tensor has the same shape, so shapes decide nothing: only the
-// registration order and the Trainer's rule can tie each id to its parameter. Models whose
-// stored experts transformers fuses on load are refused, naming such a key.
+// paramorder/testdata/cases.json (every model type paramorder describes, three heads), the
+// optimizer state its Trainer would save — group 0 the parameters get_decay_parameter_names
+// lists, group 1 the others, each in named_parameters() order — and the model state dict
+// model.safetensors holds (keys sorted). Every tensor has the same shape, so shapes decide
+// nothing: only the registration order and the Trainer's rule can tie each id to its
+// parameter. Models whose stored experts transformers fuses on load are refused, naming such
+// a key.
 func TestTrainerGroupingMatchesTransformers(t *testing.T) {
 	for _, c := range transformersCases(t) {
 		model := statedict.NewDict("")

@@ -14,6 +14,8 @@ func FuzzOrder(f *testing.F) {
 	f.Add([]byte(`{"model_type":"qwen3_moe"}`), "model.layers.0.mlp.experts.0.gate_proj.weight\nmodel.embed_tokens.weight")
 	f.Add([]byte(`{"model_type":"deepseek_v3"}`), "model.layers.1.mlp.gate.e_score_correction_bias\nmodel.layers.1.mlp.gate.weight")
 	f.Add([]byte(`{"model_type":"gpt_oss"}`), "model.layers.0.self_attn.sinks\nmodel.layers.0.self_attn.q_proj.weight")
+	f.Add([]byte(`{"model_type":"falcon"}`), "transformer.h.0.ln_attn.weight\ntransformer.h.0.input_layernorm.weight\nlm_head.weight")
+	f.Add([]byte(`{"model_type":"modernbert-decoder"}`), "model.layers.1.attn_norm.weight\nmodel.layers.1.attn.Wo.weight\nmodel.layers.0.attn.Wo.weight")
 	f.Add([]byte(`{"model_type": 7}`), "0.bias\n0.weight\n10.weight\n2.weight")
 	f.Add([]byte(`{}`), "a\na.b\n.\n..x\n00.w\n0.w")
 	f.Fuzz(func(t *testing.T, config []byte, keyText string) {

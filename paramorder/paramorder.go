@@ -13,7 +13,8 @@
 // (Families), that code's order is kept here as data, written by transformers itself
 // (testdata/gen_families.py) from models with every optional piece switched on, and
 // checked against model.named_parameters() for other configurations (the oracle test). A
-// key whose place neither says is an error: the order is never guessed.
+// key whose place neither says is an error, and so are two children of one module that no
+// model built held together (their order was never seen): the order is never guessed.
 package paramorder
 
 import (
@@ -34,6 +35,10 @@ type family struct {
 	// Children lists, per module, its parameters and submodules in the order
 	// named_parameters() lists them; modules not listed follow Structure.
 	Children map[string][]string `json:"children"`
+	// NeverTogether lists, per module, the pairs of its children no model built held both
+	// of (a dense MLP's projections and a MoE block's experts): Children does not say their
+	// order, so keys holding both are refused.
+	NeverTogether map[string][][2]string `json:"never_together"`
 	// LayerNorm are the modules that are torch.nn.LayerNorm.
 	LayerNorm []string `json:"layer_norm"`
 	// Buffers are the state-dict entries that are persistent buffers, not parameters.
@@ -253,6 +258,25 @@ func (m *Model) sortKids(n *node, path []string) ([]string, error) {
 		return &UnorderedError{Key: firstKey(n.kids[sib[0]]), Parent: parent, Siblings: sib, Type: m.Type}
 	}
 	if m.fam != nil {
+		if pairs := m.fam.NeverTogether[pattern(path)]; len(pairs) > 0 {
+			held := map[string]string{} // name in the description → child
+			for _, k := range kids {
+				name := k
+				if isNumber(k) {
+					name = "*"
+				}
+				if _, ok := held[name]; !ok {
+					held[name] = k
+				}
+			}
+			for _, p := range pairs {
+				a, okA := held[p[0]]
+				b, okB := held[p[1]]
+				if okA && okB {
+					return nil, fail([]string{a, b})
+				}
+			}
+		}
 		if desc, ok := m.fam.Children[pattern(path)]; ok {
 			rank := map[string]int{}
 			for _, k := range kids {

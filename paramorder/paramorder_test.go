@@ -171,3 +171,70 @@ func TestDescribedUnknownChild(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStoredApartInto: a stored key that is no parameter names the parameters transformers
+// loads it into, and only those (families.json records, per such key, the parameters whose
+// change changes what save_pretrained writes under it).
+func TestStoredApartInto(t *testing.T) {
+	for _, tc := range []struct {
+		modelType, key string
+		into           []string
+	}{
+		{"mixtral", "model.layers.3.block_sparse_moe.experts.1.w1.weight", []string{"model.layers.*.mlp.experts.gate_up_proj"}},
+		{"mixtral", "model.layers.0.block_sparse_moe.experts.0.w2.weight", []string{"model.layers.*.mlp.experts.down_proj"}},
+		{"mixtral", "model.layers.0.block_sparse_moe.gate.weight", []string{"model.layers.*.mlp.gate.weight"}},
+		{"qwen3_moe", "layers.1.mlp.experts.7.down_proj.weight", []string{"layers.*.mlp.experts.down_proj"}},
+		// renamed, not fused
+		{"hy_v3", "model.layers.2.mlp.shared_mlp.up_proj.weight", []string{"model.layers.*.mlp.shared_experts.up_proj.weight"}},
+		{"hy_v3", "model.layers.2.mlp.router.gate.weight", []string{"model.layers.*.mlp.gate.weight"}},
+		{"laguna", "model.layers.1.mlp.shared_expert.down_proj.weight", []string{"model.layers.*.mlp.shared_experts.down_proj.weight"}},
+	} {
+		m, err := FromConfig([]byte(`{"model_type": "` + tc.modelType + `"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = m.Order([]string{tc.key})
+		var sa *StoredApartError
+		if !errors.As(err, &sa) || !slices.Equal(sa.Into, tc.into) {
+			t.Errorf("%s %s: %v, want it loaded into %v", tc.modelType, tc.key, err, tc.into)
+		}
+	}
+}
+
+// TestNeverTogether: two children of one module that no model transformers built held
+// together — their order was never seen — are refused, naming both, not placed by the order
+// of the configurations that held one or the other.
+func TestNeverTogether(t *testing.T) {
+	for _, tc := range []struct {
+		modelType string
+		keys      []string
+		err       string
+	}{
+		{"qwen3_moe", []string{"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.experts.down_proj"},
+			`model_type qwen3_moe does not say in which order the model registers "experts", "gate_proj" under model.layers.0.mlp`},
+		{"deepseek_v2", []string{"model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.q_a_proj.weight"},
+			`"q_a_proj", "q_proj" under model.layers.1.self_attn`},
+		{"falcon", []string{"transformer.h.0.ln_attn.weight", "transformer.h.0.input_layernorm.weight"},
+			`"ln_attn", "input_layernorm" under transformer.h.0`},
+		{"llama", []string{"lm_head.weight", "layers.0.mlp.up_proj.weight"},
+			`"lm_head", "layers" under the top level`},
+		// held together by some layer: ordered
+		{"qwen3_moe", []string{"model.layers.0.mlp.experts.down_proj", "model.layers.0.mlp.gate.weight", "model.layers.1.mlp.gate_proj.weight"}, ""},
+	} {
+		m, err := FromConfig([]byte(`{"model_type": "` + tc.modelType + `"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = m.Order(tc.keys)
+		var ue *UnorderedError
+		if tc.err == "" {
+			if err != nil {
+				t.Errorf("%s %v: %v", tc.modelType, tc.keys, err)
+			}
+			continue
+		}
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s %v: %v, want %q", tc.modelType, tc.keys, err, tc.err)
+		}
+	}
+}
