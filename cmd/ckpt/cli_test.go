@@ -58,8 +58,7 @@ func TestConventions(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
-	root.SetArgs([]string{"convert", "-q", src, filepath.Join(t.TempDir(), "q.pt")})
-	if err := execute(root); err != nil || stdout.Len() != 0 || stderr.Len() != 0 {
+	if err := execute(root, []string{"convert", "-q", src, filepath.Join(t.TempDir(), "q.pt")}); err != nil || stdout.Len() != 0 || stderr.Len() != 0 {
 		t.Errorf("-q printed %q / %q (%v)", stdout.String(), stderr.String(), err)
 	}
 	root = newRoot()
@@ -67,8 +66,7 @@ func TestConventions(t *testing.T) {
 	stderr.Reset()
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
-	root.SetArgs([]string{"convert", src, filepath.Join(t.TempDir(), "p.pt")})
-	if err := execute(root); err != nil || !strings.Contains(stderr.String(), "converting: ") || !strings.Contains(stderr.String(), "(100%)") {
+	if err := execute(root, []string{"convert", src, filepath.Join(t.TempDir(), "p.pt")}); err != nil || !strings.Contains(stderr.String(), "converting: ") || !strings.Contains(stderr.String(), "(100%)") {
 		t.Errorf("progress lines on a non-terminal stderr: %q (%v)", stderr.String(), err)
 	}
 	for flag, want := range map[string]string{"--format": "safetensors", "--dtype": "bfloat16", "--tpu-gen": "tpu7x", "--progress": "never", "--map-location": "cpu"} {

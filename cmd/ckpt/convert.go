@@ -160,7 +160,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			for _, r := range renames {
 				rr, err := remap.ParseRename(r)
 				if err != nil {
-					return err
+					return usage(err)
 				}
 				opts.Plan.Renames = append(opts.Plan.Renames, rr)
 			}
@@ -173,7 +173,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			}
 			if maxShard != "" {
 				if opts.MaxShardSize, err = parseSize(maxShard); err != nil {
-					return err
+					return usage(fmt.Errorf("--max-shard-size: %w", err))
 				}
 			}
 			prog, err := newProgress(cmd.ErrOrStderr(), flagString(cmd, "progress"), quiet(cmd) || asJSON && !cmd.Flags().Changed("progress"), "converting")

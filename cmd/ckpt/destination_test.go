@@ -58,8 +58,7 @@ func TestDestinationRules(t *testing.T) {
 			var stdout, stderr strings.Builder
 			root.SetOut(&stdout)
 			root.SetErr(&stderr)
-			root.SetArgs(append(args, c.src, dst))
-			if err := execute(root); err != nil {
+			if err := execute(root, append(args, c.src, dst)); err != nil {
 				t.Fatal(err)
 			}
 			out := filepath.Join(dir, c.want.path)

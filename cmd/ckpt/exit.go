@@ -15,6 +15,7 @@ import (
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit statuses. They are computed once, by exitStatus in main, from the error a command
@@ -109,20 +110,35 @@ func describe(err error) error {
 	return &cliError{msg, err}
 }
 
-// execute runs the command line and returns its error as the command line shows it. A
-// command run with --json that fails also prints the error as a JSON object on stdout, so
-// a program reading the output always gets JSON.
-func execute(root *cobra.Command) error {
+// execute runs the command line args under root and returns its error as the command line
+// shows it. A command run with --json that fails also prints the error as a JSON object on
+// stdout, so a program reading the output always gets JSON — also when the flags failed to
+// parse before --json was reached.
+func execute(root *cobra.Command, args []string) error {
 	printedJSON = false
+	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
 	err = describe(err)
 	// A finding (failed check, plan that does not fit) comes with the report already printed.
 	if err != nil && cmd != nil && !printedJSON {
-		if j, _ := cmd.Flags().GetBool("json"); j {
+		if j, _ := cmd.Flags().GetBool("json"); j || wantsJSON(args) {
 			printJSON(cmd.OutOrStdout(), errorJSON{Error: errorReport{Message: err.Error(), Kind: errorKind(err), ExitStatus: exitStatus(err)}})
 		}
 	}
 	return err
+}
+
+// wantsJSON reports whether args ask for --json before a "--" ending the flags.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "--json=true", "--json=1":
+			return true
+		}
+	}
+	return false
 }
 
 // errorJSON is what a failing command prints with --json.
@@ -161,17 +177,69 @@ func errorKind(err error) string {
 	return "error"
 }
 
-// positional checks a command's arguments against its synopsis ("SRC DST"), saying what is
-// missing or extra with an example, as a usage error.
+// positional checks a command's arguments against its synopsis ("SRC DST"; "" for none),
+// saying what is missing or extra with an example, as a usage error.
 func positional(synopsis, example string) cobra.PositionalArgs {
 	want := strings.Fields(synopsis)
+	takes := synopsis
+	if takes == "" {
+		takes = "no arguments"
+	}
 	return func(cmd *cobra.Command, args []string) error {
 		switch {
 		case len(args) < len(want):
 			return usage(fmt.Errorf("%s needs %s; missing %s (e.g. %s)", cmd.CommandPath(), synopsis, strings.Join(want[len(args):], " "), example))
 		case len(args) > len(want):
-			return usage(fmt.Errorf("%s takes %s; %s %q (e.g. %s)", cmd.CommandPath(), synopsis, plural(len(args)-len(want), "extra argument"), args[len(want):], example))
+			return usage(fmt.Errorf("%s takes %s; %s %q (e.g. %s)", cmd.CommandPath(), takes, plural(len(args)-len(want), "extra argument"), args[len(want):], example))
 		}
 		return nil
 	}
+}
+
+// holdUsageContract makes the command line's mistakes usage errors for every command under
+// root, in this one place rather than in each command: the arguments' check (Args) and the
+// required flags, which cobra reports as plain errors (exit 1). A required flag's absence
+// is said with an example of the command that gives it.
+func holdUsageContract(root *cobra.Command) {
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return requiredFlags(cmd) }
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if args := c.Args; args != nil {
+			c.Args = func(cmd *cobra.Command, a []string) error {
+				err := args(cmd, a)
+				var u *usageError
+				if err != nil && !errors.As(err, &u) {
+					err = usage(err)
+				}
+				return err
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// requiredFlags is a usage error naming the required flags of cmd the command line did not
+// give, with the first example of cmd's help that gives them.
+func requiredFlags(cmd *cobra.Command) error {
+	var missing []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if r := f.Annotations[cobra.BashCompOneRequiredFlag]; len(r) == 1 && r[0] == "true" && !f.Changed {
+			missing = append(missing, "--"+f.Name)
+		}
+	})
+	if len(missing) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("%s needs %s", cmd.CommandPath(), strings.Join(missing, " and "))
+	for _, line := range strings.Split(cmd.Example, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "ckpt ") && strings.Contains(line, missing[0]+" ") {
+			msg += " (e.g. " + line + ")"
+			break
+		}
+	}
+	return usage(errors.New(msg))
 }

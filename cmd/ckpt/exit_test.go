@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -27,6 +29,97 @@ func TestDescribeForceHint(t *testing.T) {
 		got := strings.Contains(describe(c.err).Error(), "--force")
 		if got != c.hint {
 			t.Errorf("%v: --force hint %v, want %v", c.err, got, c.hint)
+		}
+	}
+}
+
+// TestUsageTable: every command's command-line mistakes — missing and extra arguments,
+// missing required flags, unknown flags, bad values, topologies, meshes and token lists —
+// exit 2, and with --json (given last, after the mistake) print {"error": {"kind": "usage",
+// "exit_status": 2}} (issue 28, item 1). Every command has a row.
+func TestUsageTable(t *testing.T) {
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	pt := "../../testdata/torch/training_cuda.pt"
+	hf := "../../testdata/hf/mistral_sharded"
+	out := filepath.Join(t.TempDir(), "out")
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"version", "extra"}, "ckpt version takes no arguments; 1 extra argument"},
+		{[]string{"version", "--nonsense"}, "unknown flag: --nonsense"},
+		{[]string{"inspect"}, "missing PATH"},
+		{[]string{"inspect", "--nonsense", pt}, "unknown flag: --nonsense"},
+		{[]string{"inspect", "--hash=maybe", pt}, `invalid argument "maybe" for "--hash"`},
+		{[]string{"scan"}, "missing PATH"},
+		{[]string{"scan", pt, pt}, "1 extra argument"},
+		{[]string{"scan", "--nonsense", pt}, "unknown flag"},
+		{[]string{"convert", pt}, "missing DST"},
+		{[]string{"convert", "--nonsense", pt, out}, "unknown flag"},
+		{[]string{"convert", "--max-shard-size", "abc", hf, out}, `--max-shard-size: size "abc"`},
+		{[]string{"convert", "--topology", "v3-8", hf, out}, `--topology: topology "v3-8"`},
+		{[]string{"convert", "--topology", "v5p-8", "--mesh", "fsdp=3", hf, out}, "--mesh: mesh fsdp=3 has 3 ranks"},
+		{[]string{"convert", "--progress", "bogus", pt, out}, "one of auto, always or never"},
+		{[]string{"convert", "--rename", "(", pt, out}, `--rename "(" is not REGEX=REPL`},
+		{[]string{"convert", "--drop", "(", pt, out}, `--drop "("`},
+		{[]string{"convert", "--host-wait", "abc", pt, out}, `invalid argument "abc" for "--host-wait"`},
+		{[]string{"convert", "--map-location", "bogus::", pt, out}, "is not a device tag"},
+		{[]string{"check"}, "missing OUTPUT"},
+		{[]string{"check", "--nonsense", pt}, "unknown flag"},
+		{[]string{"devices"}, "ckpt devices needs --topology (e.g. ckpt devices --topology v6e-8)"},
+		{[]string{"devices", "--topology", "v3-8"}, `--topology: topology "v3-8": TPU generation "v3"`},
+		{[]string{"devices", "--topology", "bogus"}, `--topology: topology "bogus"`},
+		{[]string{"devices", "--topology", "v5p-8", "extra"}, "ckpt devices takes no arguments; 1 extra argument"},
+		{[]string{"plan", "--topology", "v5p-8"}, "ckpt plan needs PATH; missing PATH"},
+		{[]string{"plan", hf}, "ckpt plan needs --topology (e.g. ckpt plan Llama-3.1-70B/ --topology v5p-32)"},
+		{[]string{"plan", "--topology", "v3-8", hf}, `--topology: topology "v3-8"`},
+		{[]string{"plan", "--topology", "v5p-8", "--mesh", "fsdp=3", hf}, "--mesh: mesh fsdp=3 has 3 ranks"},
+		{[]string{"plan", "--topology", "v5p-8", "--mesh", "bogus", hf}, `is not NAME=SIZE`},
+		{[]string{"plan", "--topology", "v5p-8", "--dtype", "bf61", hf}, "did you mean bfloat16?"},
+		{[]string{"forward", "--tokens", "1"}, "ckpt forward needs PATH; missing PATH"},
+		{[]string{"forward", hf}, "ckpt forward needs --tokens (e.g. ckpt forward Qwen3-0.6B/ --tokens 151644,872,198)"},
+		{[]string{"forward", "--tokens", "1,x", hf}, `--tokens: "x" is not a token id`},
+		{[]string{"forward", "--tokens", "", hf}, "--tokens: no token ids"},
+		{[]string{"forward", "--tokens", "1", "--precision", "fp8", hf}, "--precision"},
+		{[]string{"verify", pt}, "missing DST"},
+		{[]string{"verify", "--nonsense", pt, pt}, "unknown flag"},
+		{[]string{"verify", "--forward", "--tokens", "x", hf, hf}, `--tokens: "x" is not a token id`},
+		{[]string{"verify", "--min-agree", "abc", hf, hf}, `invalid argument "abc" for "--min-agree"`},
+		{[]string{"verify", "--forward", "--min-agree", "2", hf, hf}, "--min-agree within [0, 1]"},
+		{[]string{"nonsense"}, `unknown command "nonsense"`},
+	}
+	covered := map[string]bool{}
+	root := newRoot()
+	for _, c := range cases {
+		covered[c.args[0]] = true
+		sub, _, _ := root.Find(c.args[:1])
+		for _, asJSON := range []bool{false, true} {
+			args := c.args
+			if asJSON {
+				if sub.Flags().Lookup("json") == nil {
+					continue // the root: an unknown command has no --json
+				}
+				args = append(append([]string(nil), args...), "--json")
+			}
+			stdout, err := run(t, args...)
+			if got := exitStatus(err); got != exitUsage || !strings.Contains(fmt.Sprint(err), c.want) {
+				t.Errorf("%q: exit %d (%v); want exit 2 and %q", args, got, err, c.want)
+				continue
+			}
+			if !asJSON {
+				continue
+			}
+			var e struct {
+				Error errorReport `json:"error"`
+			}
+			if jerr := json.Unmarshal([]byte(stdout), &e); jerr != nil || e.Error.Kind != "usage" || e.Error.ExitStatus != exitUsage || e.Error.Message != err.Error() {
+				t.Errorf("%q: --json printed %+v (%v):\n%s", args, e.Error, jerr, stdout)
+			}
+		}
+	}
+	for _, c := range root.Commands() {
+		if !c.Hidden && c.Name() != "help" && c.Name() != "completion" && !covered[c.Name()] {
+			t.Errorf("no usage mistakes of %s in the table", c.Name())
 		}
 	}
 }

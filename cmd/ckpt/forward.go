@@ -54,7 +54,7 @@ transformers' float32 forward; --precision tpu rounds the inputs of every matrix
 bfloat16 and accumulates in float32, as a TPU's matrix unit does at default precision
 (--keep-fp8: FP8 weights enter the products as code×scale instead of being dequantized to
 bfloat16, as on a TPU with FP8 matrix units).`,
-		Args: cobra.ExactArgs(1),
+		Args: positional("PATH", "ckpt forward Qwen3-0.6B/ --tokens 151644,872,198"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			start := time.Now()
 			ids, err := parseTokens(tokens)

@@ -16,8 +16,7 @@ func run(t *testing.T, args ...string) (string, error) {
 	var out, errb bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := execute(root)
+	err := execute(root, args)
 	return out.String(), err
 }
 

@@ -48,7 +48,7 @@ to TPU tiles (last two dimensions to (8·32/bits, 128); 16-bit arrays at 8 rows 
 TPU7x), the fullest device against its HBM, and — when it does not fit — the changes that
 would, each planned: more devices, FSDP, bfloat16 weights (--dtype), no optimizer state.
 Activations, gradients and XLA's workspace come on top. Exit status 6: does not fit.`,
-		Args: cobra.ExactArgs(1),
+		Args: positional("PATH", "ckpt plan Llama-3.1-70B/ --topology v5p-32"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec := runtime.Spec{Topology: topology, Mesh: mesh}
 			var err error

@@ -46,7 +46,7 @@ func newVersionCmd() *cobra.Command {
 		Use:     "version",
 		Example: `  ckpt version`,
 		Short:   "Print the ckpt version",
-		Args:    cobra.NoArgs,
+		Args:    positional("", "ckpt version"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintln(cmd.OutOrStdout(), "ckpt", toolVersion())
 			return err
