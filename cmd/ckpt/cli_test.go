@@ -201,3 +201,59 @@ func TestEveryCommandHasExamples(t *testing.T) {
 		}
 	}
 }
+
+// TestQuietEverywhere: -q prints nothing on stdout or stderr for every command that
+// succeeds, and only the JSON with --json; a failure is still an error (issue 28, item 5).
+func TestQuietEverywhere(t *testing.T) {
+	src := "../../testdata/torch/training_cuda.pt"
+	hf := "../../testdata/hf/mistral_sharded"
+	dir := t.TempDir()
+	dst := filepath.Join(dir, "o.safetensors")
+	if _, err := run(t, "convert", src, dst); err != nil {
+		t.Fatal(err)
+	}
+	commands := map[string][]string{
+		"inspect": {"inspect", "--optimizer", src},
+		"scan":    {"scan", src},
+		"convert": {"convert", "--force", "--verbose", src, filepath.Join(dir, "q.pt")},
+		"check":   {"check", dst},
+		"devices": {"devices", "--topology", "v5p-32"},
+		"plan":    {"plan", "--topology", "v6e-8", hf},
+		"forward": {"forward", "--tokens", "1,2", hf},
+		"verify":  {"verify", src, dst},
+	}
+	for _, c := range newRoot().Commands() {
+		if c.Hidden || c.Name() == "help" || c.Name() == "completion" || c.Name() == "version" {
+			continue
+		}
+		args, ok := commands[c.Name()]
+		if !ok {
+			t.Errorf("no -q case for %s", c.Name())
+			continue
+		}
+		for _, asJSON := range []bool{false, true} {
+			a := append([]string{args[0], "-q"}, args[1:]...)
+			if asJSON {
+				a = append(a, "--json")
+			}
+			root := newRoot()
+			var stdout, stderr bytes.Buffer
+			root.SetOut(&stdout)
+			root.SetErr(&stderr)
+			err := execute(root, a)
+			if err != nil {
+				t.Errorf("%q: %v", a, err)
+				continue
+			}
+			if stderr.Len() != 0 || asJSON != (stdout.Len() != 0) {
+				t.Errorf("%q printed %q / %q", a, stdout.String(), stderr.String())
+			}
+			if asJSON && !json.Valid(stdout.Bytes()) {
+				t.Errorf("%q: not JSON: %q", a, stdout.String())
+			}
+		}
+	}
+	if _, err := run(t, "scan", "-q", "../../testdata/torch/malicious.pt"); exitStatus(err) != exitDangerous {
+		t.Errorf("scan -q of malicious.pt: %v, want exit 3", err)
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -193,9 +192,6 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				return printJSON(out, sum)
 			}
 			errw := cmd.ErrOrStderr()
-			if quiet(cmd) {
-				out, errw = io.Discard, io.Discard
-			}
 			for _, w := range sum.Warnings {
 				fmt.Fprintln(errw, "warning:", w.Message+warningHints[w.Kind])
 				if verbose {

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"strings"
 
@@ -201,7 +202,10 @@ func positional(synopsis, example string) cobra.PositionalArgs {
 // required flags, which cobra reports as plain errors (exit 1). A required flag's absence
 // is said with an example of the command that gives it.
 func holdUsageContract(root *cobra.Command) {
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return requiredFlags(cmd) }
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		quietOutputs(cmd)
+		return requiredFlags(cmd)
+	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if args := c.Args; args != nil {
@@ -219,6 +223,20 @@ func holdUsageContract(root *cobra.Command) {
 		}
 	}
 	walk(root)
+}
+
+// quietOutputs holds -q ("errors only") for every command in one place: the report on
+// stdout goes (unless --json asks for it: data a program reads) and so do warnings and
+// progress on stderr. The error still reaches stderr: main prints it, and says everything a
+// report would have explained.
+func quietOutputs(cmd *cobra.Command) {
+	if !quiet(cmd) {
+		return
+	}
+	if j, _ := cmd.Flags().GetBool("json"); !j {
+		cmd.SetOut(io.Discard)
+	}
+	cmd.SetErr(io.Discard)
 }
 
 // requiredFlags is a usage error naming the required flags of cmd the command line did not
