@@ -104,6 +104,8 @@ func describe(err error) error {
 		msg += " (--force replaces an earlier output)"
 	case errors.As(err, &ae):
 		msg += " (--optimizer-names FILE)"
+	case errors.Is(err, formats.ErrEarlierOutput):
+		msg += " (name a new DST, or replace that output with --force and a folder --format)"
 	}
 	if msg == err.Error() {
 		return err
