@@ -257,3 +257,29 @@ func TestQuietEverywhere(t *testing.T) {
 		t.Errorf("scan -q of malicious.pt: %v, want exit 3", err)
 	}
 }
+
+// TestSmallContract: a one-value flag names its value (not "one of  or zstd"), version
+// takes --json like every command, --topology completes to accelerator types, and --to
+// cpu says why CUDA RNG states are dropped without speaking of a TPU (issue 28, item 8).
+func TestSmallContract(t *testing.T) {
+	src := "../../testdata/torch/training_cuda.pt"
+	_, err := run(t, "convert", "--compress", "gzip", "../../testdata/hf/mistral_sharded", filepath.Join(t.TempDir(), "o"))
+	if exitStatus(err) != exitUsage || !strings.Contains(err.Error(), `--compress "gzip": zstd is the one value`) {
+		t.Errorf("--compress gzip: %v", err)
+	}
+	out, err := run(t, "version", "--json")
+	var v versionReport
+	if err != nil || json.Unmarshal([]byte(out), &v) != nil || v.Version != toolVersion() || v.GoVersion == "" || v.Platform == "" {
+		t.Errorf("version --json: %q, %v", out, err)
+	}
+	for _, cmd := range []string{"devices", "plan", "convert"} {
+		out, err := run(t, "__complete", cmd, "--topology", "")
+		if err != nil || !strings.Contains(out, "v5p-32\n") || !strings.Contains(out, "v6e-8\n") || !strings.Contains(out, "tpu7x-8\n") {
+			t.Errorf("completion of %s --topology: %q, %v", cmd, out, err)
+		}
+	}
+	out, err = run(t, "convert", "--json", "--to", "cpu", src, filepath.Join(t.TempDir(), "cpu.pt"))
+	if err != nil || !strings.Contains(out, "CUDA RNG state") || strings.Contains(out, "TPU") {
+		t.Errorf("--to cpu: %v\n%s", err, out)
+	}
+}

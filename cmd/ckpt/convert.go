@@ -285,6 +285,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	for _, c := range []choice{compressChoice, progressChoice, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype")} {
 		c.complete(cmd)
 	}
+	completeTopology(cmd)
 	cmd.RegisterFlagCompletionFunc("map-location", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return []string{"tpu", "cpu", "cuda:0=tpu", "xla:0=tpu"}, cobra.ShellCompDirectiveNoFileComp
 	})

@@ -80,6 +80,7 @@ weight dtypes the matrix units take natively.`,
 	cmd.Flags().StringVar(&topology, "topology", "", "the TPU slice: v5p-32, v6e:4x4, tpu7x:2,2,1,2, …")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the description as JSON")
 	cmd.MarkFlagRequired("topology")
+	completeTopology(cmd)
 	return cmd
 }
 

@@ -36,16 +36,38 @@ const (
 	// Interrupted runs exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM.
 )
 
-// exitCodes is the table `ckpt --help` and the README show.
-const exitCodes = `Exit status:
-  0    success
-  1    error (unreadable or corrupt input, I/O error, …)
-  2    usage error (wrong arguments or flags)
-  3    dangerous content: a pickle references code Python would run (scan, inspect)
-  4    an optimizer state does not fit its model (inspect --optimizer, convert)
-  5    verification failed: an output differs from its manifest (check) or its source (verify)
-  6    does not fit: the checkpoint needs more HBM than the slice has (plan)
-  130  interrupted (SIGINT); 143 terminated (SIGTERM) — partial outputs removed`
+// exitTable is the one source of the exit-status table `ckpt --help` (exitCodes) and the
+// README (exitMarkdown, kept equal by TestREADMEExitTable) show.
+var exitTable = []struct{ status, meaning string }{
+	{"0", "success"},
+	{"1", "error: unreadable or corrupt input, I/O error, …"},
+	{"2", "usage error: wrong arguments or flags"},
+	{"3", "dangerous content: a pickle references code Python would run (scan, inspect)"},
+	{"4", "an optimizer state does not fit its model (inspect --optimizer, convert)"},
+	{"5", "verification failed: an output differs from its manifest (check) or its source (verify)"},
+	{"6", "does not fit: the checkpoint needs more HBM than the slice has (plan)"},
+	{"130, 143", "interrupted by SIGINT, terminated by SIGTERM: partial outputs removed"},
+}
+
+// exitCodes is the exit-status table of `ckpt --help`.
+var exitCodes = func() string {
+	var b strings.Builder
+	b.WriteString("Exit status:")
+	for _, e := range exitTable {
+		fmt.Fprintf(&b, "\n  %-9s %s", e.status, e.meaning)
+	}
+	return b.String()
+}()
+
+// exitMarkdown is the exit-status table of the README.
+func exitMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| status | meaning |\n|---|---|\n")
+	for _, e := range exitTable {
+		fmt.Fprintf(&b, "| %s | %s |\n", e.status, e.meaning)
+	}
+	return b.String()
+}
 
 // usageError is a wrong command line: missing or extra arguments, unknown flags or values.
 type usageError struct{ err error }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -122,4 +123,31 @@ func TestUsageTable(t *testing.T) {
 			t.Errorf("no usage mistakes of %s in the table", c.Name())
 		}
 	}
+}
+
+// TestREADMEExitTable: the README's exit-status table is the one `ckpt --help` shows,
+// rendered from exitTable (-update rewrites it) (issue 28, item 8).
+func TestREADMEExitTable(t *testing.T) {
+	const path = "../../README.md"
+	const open, end = "<!-- exit-status: generated from cmd/ckpt/exit.go (go test ./cmd/ckpt -run TestREADMEExitTable -update) -->\n", "<!-- /exit-status -->\n"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	i, j := strings.Index(readme, open), strings.Index(readme, end)
+	if i < 0 || j < i {
+		t.Fatalf("README.md has no exit-status section (%q … %q)", open, end)
+	}
+	got, want := readme[i+len(open):j], exitMarkdown()
+	if got == want {
+		return
+	}
+	if *update {
+		if err := os.WriteFile(path, []byte(readme[:i+len(open)]+want+readme[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("README.md's exit-status table differs from ckpt --help's:\n%s\nwant:\n%s", got, want)
 }

@@ -108,6 +108,7 @@ Activations, gradients and XLA's workspace come on top. Exit status 6: does not 
 	f.StringArrayVar(&optimNames, "optimizer-names", nil, "[PATH=]FILE: the model names of an optimizer's parameters in id order, one per line")
 	f.BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	cmd.MarkFlagRequired("topology")
+	completeTopology(cmd)
 	return cmd
 }
 
