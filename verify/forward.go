@@ -2,7 +2,9 @@ package verify
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 	"time"
@@ -204,7 +206,10 @@ func configs(sck, dck *statedict.Checkpoint, given []byte) ([]byte, []byte, erro
 	d, derr := ownConfig(dck.Path)
 	switch {
 	case serr != nil && derr != nil:
-		return nil, nil, fmt.Errorf("%w; %w (give the model's config.json with --config)", serr, derr)
+		if sck.Path == dck.Path {
+			return nil, nil, serr
+		}
+		return nil, nil, fmt.Errorf("%w; %w", serr, derr)
 	case serr != nil:
 		b, err := borrowConfig(sck, d)
 		return b, d, err
@@ -222,10 +227,10 @@ func ownConfig(path string) ([]byte, error) {
 		dir = store.Dir(path)
 	}
 	b, err := store.ReadFile(store.Join(dir, "config.json"), 64<<20)
-	if err != nil {
-		return nil, fmt.Errorf("%s: no config.json", path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", path, forward.ErrNoConfig)
 	}
-	return b, nil
+	return b, err
 }
 
 // borrowConfig is the other side's config for ck, its quantization config removed when

@@ -15,6 +15,7 @@ import (
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
+	"github.com/ckpt-dev/ckpt/verify/forward"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -128,6 +129,10 @@ func describe(err error) error {
 		msg += " (--optimizer-names FILE)"
 	case errors.Is(err, formats.ErrEarlierOutput):
 		msg += " (name a new DST, or replace that output with --force and a folder --format)"
+	case errors.Is(err, forward.ErrNoConfig):
+		msg += " (--config FILE gives the model's config.json)"
+	case errors.Is(err, atomicfile.ErrUnfinished):
+		msg += " (--resume, with the options of that conversion, finishes it)"
 	}
 	if msg == err.Error() {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/ckpt-dev/ckpt/formats"
@@ -186,7 +187,27 @@ func printPlan(w io.Writer, r *planReport, tensors int) error {
 		if !s.Fits {
 			verdict = "still does not fit"
 		}
-		fmt.Fprintf(w, "  - %s\n      fullest device %s of %s: %s\n", s.Change, humanBytes(s.Fullest.Padded), humanBytes(s.HBMPerDevice), verdict)
+		change := s.Change
+		if flags := suggestionFlags(mp, s); flags != "" {
+			change += ": " + flags
+		}
+		fmt.Fprintf(w, "  - %s\n      fullest device %s of %s: %s\n", change, humanBytes(s.Fullest.Padded), humanBytes(s.HBMPerDevice), verdict)
 	}
 	return nil
+}
+
+// suggestionFlags are the flags of plan (and convert) that set what a suggestion changes
+// from the plan mp: its slice, mesh and weight dtype.
+func suggestionFlags(mp *runtime.MemoryPlan, s runtime.Suggestion) string {
+	var flags []string
+	if s.Topology != mp.AcceleratorType {
+		flags = append(flags, "--topology "+s.Topology)
+	}
+	if s.Mesh != mp.Mesh {
+		flags = append(flags, "--mesh "+s.Mesh)
+	}
+	if s.WeightDType != "" && s.WeightDType != mp.WeightDType {
+		flags = append(flags, "--dtype "+s.WeightDType)
+	}
+	return strings.Join(flags, " ")
 }

@@ -110,6 +110,11 @@ var ErrForeign = errors.New("refusing to touch what ckpt cannot prove it wrote")
 // ErrBusy is returned when another process is writing the same destination.
 var ErrBusy = errors.New("another ckpt is writing this destination")
 
+// ErrUnfinished is returned when the destination holds the partial output of an interrupted
+// conversion of another kind (a single process's, where several hosts would write), which
+// only resuming that conversion finishes.
+var ErrUnfinished = errors.New("an interrupted conversion's partial output is in the way")
+
 // Owner reports which files of the earlier output at path an earlier run wrote: each with
 // the size and xxhash64 recorded as it was written (names relative to path for a folder
 // output, to its folder for a file output). A claim with Size < 0 is the record itself —
