@@ -539,3 +539,22 @@ func tree(t *testing.T, root string) string {
 	})
 	return b.String()
 }
+
+// TestSecondWriterBusy: while one writer holds a destination, a second is refused as busy
+// — on every system: off unix the lock is no longer a silent no-op (issue 28, item 13).
+func TestSecondWriterBusy(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "out")
+	d, err := CreateDir(dst, DirOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CreateDir(dst, DirOptions{}); !errors.Is(err, ErrBusy) {
+		t.Errorf("a second writer: %v", err)
+	}
+	d.Abort()
+	d, err = CreateDir(dst, DirOptions{})
+	if err != nil {
+		t.Fatalf("after the first let go: %v", err)
+	}
+	d.Abort()
+}
