@@ -228,3 +228,21 @@ func TestDescribeHints(t *testing.T) {
 		}
 	}
 }
+
+// TestNoDoubledPrefix: a source's path starts an error once, whichever layer found it — a
+// broken config.json read for --dequantize said "q: q: config.json: …" (issue 28, item 7).
+func TestNoDoubledPrefix(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "q")
+	copyDir(t, "../../testdata/hf/mistral_sharded", dir)
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte("{"), 0o644)
+	for _, args := range [][]string{
+		{"convert", "--dequantize", dir, filepath.Join(t.TempDir(), "o")},
+		{"convert", "--dequantize=auto", "--tpu-gen", "v5p", dir, filepath.Join(t.TempDir(), "o")},
+		{"convert", "--dtype", "bf16", dir, filepath.Join(t.TempDir(), "o")},
+	} {
+		_, err := run(t, args...)
+		if err == nil || strings.Count(err.Error(), dir) != 1 || !strings.Contains(err.Error(), "config.json") {
+			t.Errorf("%v: %v, want the folder named once", args, err)
+		}
+	}
+}
