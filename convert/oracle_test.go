@@ -197,8 +197,9 @@ func unrepresentable(t *testing.T, src string, format formats.Layout) []string {
 	return out
 }
 
-// TestConvertRefusesOverwrite checks that an existing destination is kept without --force
-// and that a failed conversion leaves nothing behind.
+// TestConvertRefusesOverwrite checks that an existing destination is kept without --force —
+// a file ckpt did not write refused with that reason, which force would meet too — and
+// that a failed conversion leaves nothing behind.
 func TestConvertRefusesOverwrite(t *testing.T) {
 	dir := t.TempDir()
 	dst := filepath.Join(dir, "out.pt")
@@ -206,7 +207,7 @@ func TestConvertRefusesOverwrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/torch/views.pt", Dst: dst, Format: formats.TorchFile})
-	if !errors.Is(err, atomicfile.ErrExists) {
+	if !errors.Is(err, atomicfile.ErrForeign) {
 		t.Fatalf("overwrote without --force: %v", err)
 	}
 	if b, _ := os.ReadFile(dst); string(b) != "precious" {

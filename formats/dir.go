@@ -2,6 +2,8 @@ package formats
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/accelerate"
@@ -11,6 +13,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/megatron"
 	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/zero"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -62,8 +65,40 @@ func openDir(dir string) (*statedict.Checkpoint, error) {
 	err := fmt.Errorf("%s: not a checkpoint folder (no DCP .metadata, no model.safetensors, pytorch_model.bin or index file)", dir)
 	if files := hf.WeightFiles(dir); len(files) > 0 {
 		err = fmt.Errorf("%w; it holds %s: pass a file itself (ckpt reads any single checkpoint file)", err, strings.Join(files, ", "))
+	} else if steps := trainerCheckpoints(dir); len(steps) > 0 {
+		list := strings.Join(steps, ", ")
+		if len(steps) > 4 {
+			list = strings.Join(steps[:2], ", ") + ", … " + steps[len(steps)-1]
+		}
+		err = fmt.Errorf("%w; it is a Trainer output folder holding the checkpoints %s: name one, e.g. %s (the latest step)", err, list, store.Join(dir, steps[len(steps)-1]))
 	}
 	return nil, err
+}
+
+// trainerCheckpoints lists the checkpoint-STEP folders of a Hugging Face Trainer's (or
+// accelerate's) output folder dir, by step.
+func trainerCheckpoints(dir string) []string {
+	entries, err := store.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	type step struct {
+		name string
+		n    int
+	}
+	var steps []step
+	for _, e := range entries {
+		num, ok := strings.CutPrefix(e.Name(), "checkpoint-")
+		if n, err := strconv.Atoi(num); ok && err == nil && n >= 0 && e.IsDir() {
+			steps = append(steps, step{e.Name(), n})
+		}
+	}
+	slices.SortFunc(steps, func(a, b step) int { return a.n - b.n })
+	names := make([]string, len(steps))
+	for i, s := range steps {
+		names[i] = s.name
+	}
+	return names
 }
 
 // holdsWeights reports whether the folder dir is one openDir reads as a checkpoint of its

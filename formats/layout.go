@@ -14,6 +14,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
+	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -110,6 +111,10 @@ func ParseLayout(s string) (Layout, error) {
 // ErrLayout marks a layout that cannot be written where or as it was asked.
 var ErrLayout = errors.New("output layout")
 
+// ErrEarlierOutput marks a destination folder that is itself an earlier output, where a
+// single-file output would be written inside (with ErrLayout).
+var ErrEarlierOutput = errors.New("the destination folder is an earlier output, not a folder to write into")
+
 // ChooseLayout applies the destination rules (docs/formats.md, "Where the output goes") to
 // a conversion of src into dst: the output path and the layout written. want is the layout
 // asked for — TorchFile, SafetensorsFile or DCPFolder as a format, any other layout as it
@@ -124,7 +129,9 @@ var ErrLayout = errors.New("output layout")
 //     folder), with dcp a DCP folder — at DST itself, the configuration and tokenizer files
 //     carried along.
 //   - A single-file format (torch, or a file source without a format) with a folder DST
-//     writes a file inside it named after the source, as cp does.
+//     writes a file inside it named after the source, as cp does — unless the folder is
+//     itself an earlier output (it holds a ckpt manifest): a second checkpoint inside it
+//     would go unrecorded by that manifest, and is refused (ErrLayout).
 //   - Otherwise DST is a torch.save file.
 //   - Per rank, the output is a folder: dcp by default, safetensors as one file per rank;
 //     a torch.save file holds whole tensors and cannot be.
@@ -147,6 +154,9 @@ func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, e
 		}
 	}
 	inside := func(l Layout) (string, Layout, error) {
+		if st, err := store.Stat(store.Join(dst, manifest.Name)); err == nil && !st.IsDir() {
+			return "", "", fmt.Errorf("%w: %w: %s holds %s: a %s file written inside would go unrecorded", ErrLayout, ErrEarlierOutput, dst, manifest.Name, l)
+		}
 		base := strings.TrimSuffix(store.Base(src), path.Ext(store.Base(src)))
 		return store.Join(dst, base+l.Ext()), l, nil
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -170,9 +169,4 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func mkfifo(t *testing.T, path string) {
-	t.Helper()
-	must(t, syscall.Mkfifo(path, 0o644))
 }

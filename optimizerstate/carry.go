@@ -76,7 +76,7 @@ func (d *Decisions) carry(root statedict.Value, dataParallel int, keepCUDA bool)
 	for _, n := range d.RNG.CUDAEntries {
 		c := Carried{Path: n, Kind: "CUDA RNG state", Action: Dropped, Why: d.Drop[n]}
 		if keepCUDA {
-			c.Action, c.Why = Replicated, "kept as CPU byte tensors (--keep-cuda-rng): every rank loads the same ones"
+			c.Action, c.Why = Replicated, "kept as CPU byte tensors, as asked: every rank loads the same ones"
 		}
 		add(c, &statedict.Tensor{})
 	}

@@ -161,16 +161,19 @@ type detector struct {
 // DetectCheckpoint reads ck's quantization config (LoadConfig) and finds its quantized
 // groups among its tensors (Detect). plan is nil for a checkpoint that is not quantized;
 // cfg is returned once read even when detection fails, so a caller can name the method.
+// Its errors name ck.Path, once.
 func DetectCheckpoint(ck *statedict.Checkpoint) (cfg *Config, plan *Plan, err error) {
 	if cfg, err = LoadConfig(ck); err != nil {
-		return cfg, nil, err
+		return cfg, nil, err // LoadConfig's errors name ck.Path
 	}
 	tensors, err := ck.Tensors()
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, fmt.Errorf("%s: %w", ck.Path, err)
 	}
-	plan, err = Detect(cfg, tensors)
-	return cfg, plan, err
+	if plan, err = Detect(cfg, tensors); err != nil {
+		return cfg, nil, fmt.Errorf("%s: %w", ck.Path, err)
+	}
+	return cfg, plan, nil
 }
 
 // Detect finds the quantized groups of a checkpoint from its configuration (nil

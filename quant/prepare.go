@@ -101,7 +101,7 @@ func Prepare(ck *statedict.Checkpoint, mode Mode, dtype statedict.DType, cast bo
 	_, plan, err := DetectCheckpoint(ck)
 	if err != nil {
 		if mode != DequantizeNone || cast {
-			return nil, fmt.Errorf("%s: %w", ck.Path, err)
+			return nil, err // naming ck.Path already
 		}
 		q.NotUnderstood = err
 		return q, nil

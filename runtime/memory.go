@@ -123,7 +123,7 @@ type MemoryPlan struct {
 // Suggestion is a change to the target or the checkpoint, planned: the fullest device after
 // it and whether that fits.
 type Suggestion struct {
-	// Change says what to do, in words.
+	// Change says what to do, in words (the setting's fields say it as data).
 	Change string `json:"change"`
 	// Topology, Mesh, WeightDType and DropOptimizer are the planned setting.
 	Topology      string `json:"topology"`
@@ -350,7 +350,7 @@ func suggest(tensors []TensorSpec, o MemoryOptions) ([]Suggestion, error) {
 	if m := fsdpMesh(o.Mesh); m != nil {
 		alt := o
 		alt.Mesh = m
-		s, err := try("shard with FSDP: --mesh "+m.String(), alt)
+		s, err := try("shard with FSDP (mesh "+m.String()+")", alt)
 		if err != nil {
 			return nil, err
 		}
@@ -367,7 +367,7 @@ func suggest(tensors []TensorSpec, o MemoryOptions) ([]Suggestion, error) {
 	}); wide {
 		alt := o
 		alt.WeightDType = statedict.BFloat16
-		s, err := try("convert the weights to bfloat16: --dtype bfloat16", alt)
+		s, err := try("convert the weights to bfloat16", alt)
 		if err != nil {
 			return nil, err
 		}
@@ -398,7 +398,7 @@ func suggest(tensors []TensorSpec, o MemoryOptions) ([]Suggestion, error) {
 	}
 	// No single change fits: all of them together, on as few devices as that needs.
 	change := strings.Join(combined, " + ")
-	c, err := try(change+": --mesh "+all.Mesh.String(), all)
+	c, err := try(change+" (mesh "+all.Mesh.String()+")", all)
 	if err != nil || c.Fits {
 		return append(out, c), err
 	}
@@ -431,7 +431,7 @@ func moreDevices(o MemoryOptions, try func(string, MemoryOptions) (Suggestion, e
 		}
 		alt := o
 		alt.Topology, alt.Mesh = t, scaleFSDP(o.Mesh, f)
-		got, err := try(fmt.Sprintf("use %d× the devices: --topology %s --mesh %s", f, t.AcceleratorType(), alt.Mesh), alt)
+		got, err := try(fmt.Sprintf("use %d× the devices (%s, mesh %s)", f, t.AcceleratorType(), alt.Mesh), alt)
 		if err != nil {
 			return nil, false, err
 		}

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -41,6 +42,9 @@ type EmitOptions struct {
 	Force bool
 }
 
+// ErrNoTokens is EmitTorch's error when it has no token ids to run and cannot choose them.
+var ErrNoTokens = errors.New("no token ids to run")
+
 // EmitTorch writes into dir a self-contained check to run on a TPU VM with torch_tpu and
 // transformers: verify_tpu.py (which loads the converted checkpoint onto the "tpu" device,
 // runs the same tokens under torch.no_grad and prints the same report as Forward, exiting 5
@@ -56,7 +60,7 @@ type EmitOptions struct {
 // whole. Each file appears under its name only when complete; the script is written last.
 func EmitTorch(dir string, lg *Logits, opts EmitOptions) error {
 	if len(lg.Tokens) == 0 {
-		return fmt.Errorf("--emit-torch: no tokens (give --tokens or --prompt-ids: config.json declares no vocab_size to choose them from)")
+		return fmt.Errorf("%w: config.json declares no vocab_size to choose them from", ErrNoTokens)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

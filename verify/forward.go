@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 	"time"
@@ -117,14 +118,13 @@ func (l *Logits) Rows(ref, refTPU, got []float32, t0, t1 int) error {
 func logitRows(vocab int) int { return max(1, (48<<20)/(12*vocab)) }
 
 // NoFamilyError is Forward's error when the Go forward pass has no family for the model:
-// `ckpt verify --emit-torch DIR` still writes a check that runs both sides with
-// transformers.
+// EmitTorch still writes a check that runs both sides with transformers.
 type NoFamilyError struct {
 	Err error
 }
 
 func (e *NoFamilyError) Error() string {
-	return fmt.Sprintf("%v; ckpt verify --emit-torch DIR writes a script that runs both sides with transformers (the source on the CPU in float32, DST on the device) with the same report and thresholds", e.Err)
+	return fmt.Sprintf("%v; a script that runs both sides with transformers (the source on the CPU in float32, DST on the device) checks it with the same report and thresholds", e.Err)
 }
 
 func (e *NoFamilyError) Unwrap() error { return e.Err }
@@ -297,7 +297,10 @@ func configs(sck, dck *statedict.Checkpoint, given []byte) ([]byte, []byte, erro
 	d, derr := ownConfig(dck.Path)
 	switch {
 	case serr != nil && derr != nil:
-		return nil, nil, fmt.Errorf("%w; %w (give the model's config.json with --config)", serr, derr)
+		if sck.Path == dck.Path {
+			return nil, nil, serr
+		}
+		return nil, nil, fmt.Errorf("%w; %w", serr, derr)
 	case serr != nil:
 		b, err := borrowConfig(sck, d)
 		return b, d, err
@@ -315,10 +318,10 @@ func ownConfig(path string) ([]byte, error) {
 		dir = store.Dir(path)
 	}
 	b, err := store.ReadFile(store.Join(dir, "config.json"), 64<<20)
-	if err != nil {
-		return nil, fmt.Errorf("%s: no config.json", path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", path, forward.ErrNoConfig)
 	}
-	return b, nil
+	return b, err
 }
 
 // borrowConfig is the other side's config for ck, its quantization config removed when

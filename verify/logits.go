@@ -314,6 +314,9 @@ func (r *LogitsReport) String() string {
 	if r.ByTPU > 0 {
 		by = fmt.Sprintf(" (%d only with the source on a TPU: the TPU's arithmetic, max KL %.3g from float32, moved them)", r.ByTPU, r.Drift)
 	}
-	return fmt.Sprintf("%d positions, %.3g agree%s; against the float32 source: max abs %.3g (%.3g of spread), mean abs %.3g, min cosine %.6f, top-1 %.3g, max KL %.3g — %s",
-		len(r.Positions), r.Agree, by, r.MaxAbs, r.MaxAbsRel, r.MeanAbs, r.MinCosine, r.Top1, r.MaxKL, verdict)
+	// Counts, not fractions: "1 agree" read as one position of 32.
+	T := len(r.Positions)
+	of := func(frac float64) string { return fmt.Sprintf("%d/%d", int(math.Round(frac*float64(T))), T) }
+	return fmt.Sprintf("%s agree%s; against the float32 source: max abs %.3g (%.3g of spread), mean abs %.3g, min cosine %.6f, top-1 %s, max KL %.3g — %s",
+		of(r.Agree), by, r.MaxAbs, r.MaxAbsRel, r.MeanAbs, r.MinCosine, of(r.Top1), r.MaxKL, verdict)
 }

@@ -58,8 +58,7 @@ func TestConventions(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
-	root.SetArgs([]string{"convert", "-q", src, filepath.Join(t.TempDir(), "q.pt")})
-	if err := execute(root); err != nil || stdout.Len() != 0 || stderr.Len() != 0 {
+	if err := execute(root, []string{"convert", "-q", src, filepath.Join(t.TempDir(), "q.pt")}); err != nil || stdout.Len() != 0 || stderr.Len() != 0 {
 		t.Errorf("-q printed %q / %q (%v)", stdout.String(), stderr.String(), err)
 	}
 	root = newRoot()
@@ -67,8 +66,7 @@ func TestConventions(t *testing.T) {
 	stderr.Reset()
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
-	root.SetArgs([]string{"convert", src, filepath.Join(t.TempDir(), "p.pt")})
-	if err := execute(root); err != nil || !strings.Contains(stderr.String(), "converting: ") || !strings.Contains(stderr.String(), "(100%)") {
+	if err := execute(root, []string{"convert", src, filepath.Join(t.TempDir(), "p.pt")}); err != nil || !strings.Contains(stderr.String(), "converting: ") || !strings.Contains(stderr.String(), "(100%)") {
 		t.Errorf("progress lines on a non-terminal stderr: %q (%v)", stderr.String(), err)
 	}
 	for flag, want := range map[string]string{"--format": "safetensors", "--dtype": "bfloat16", "--tpu-gen": "tpu7x", "--progress": "never", "--map-location": "cpu"} {
@@ -201,5 +199,87 @@ func TestEveryCommandHasExamples(t *testing.T) {
 		if !strings.Contains(c.Example, "ckpt "+c.Name()) {
 			t.Errorf("ckpt %s: no example of its use in its help", c.Name())
 		}
+	}
+}
+
+// TestQuietEverywhere: -q prints nothing on stdout or stderr for every command that
+// succeeds, and only the JSON with --json; a failure is still an error (issue 28, item 5).
+func TestQuietEverywhere(t *testing.T) {
+	src := "../../testdata/torch/training_cuda.pt"
+	hf := "../../testdata/hf/mistral_sharded"
+	dir := t.TempDir()
+	dst := filepath.Join(dir, "o.safetensors")
+	if _, err := run(t, "convert", src, dst); err != nil {
+		t.Fatal(err)
+	}
+	commands := map[string][]string{
+		"inspect": {"inspect", "--optimizer", src},
+		"scan":    {"scan", src},
+		"convert": {"convert", "--force", "--verbose", src, filepath.Join(dir, "q.pt")},
+		"check":   {"check", dst},
+		"devices": {"devices", "--topology", "v5p-32"},
+		"plan":    {"plan", "--topology", "v6e-8", hf},
+		"forward": {"forward", "--tokens", "1,2", hf},
+		"verify":  {"verify", src, dst},
+	}
+	for _, c := range newRoot().Commands() {
+		if c.Hidden || c.Name() == "help" || c.Name() == "completion" || c.Name() == "version" {
+			continue
+		}
+		args, ok := commands[c.Name()]
+		if !ok {
+			t.Errorf("no -q case for %s", c.Name())
+			continue
+		}
+		for _, asJSON := range []bool{false, true} {
+			a := append([]string{args[0], "-q"}, args[1:]...)
+			if asJSON {
+				a = append(a, "--json")
+			}
+			root := newRoot()
+			var stdout, stderr bytes.Buffer
+			root.SetOut(&stdout)
+			root.SetErr(&stderr)
+			err := execute(root, a)
+			if err != nil {
+				t.Errorf("%q: %v", a, err)
+				continue
+			}
+			if stderr.Len() != 0 || asJSON != (stdout.Len() != 0) {
+				t.Errorf("%q printed %q / %q", a, stdout.String(), stderr.String())
+			}
+			if asJSON && !json.Valid(stdout.Bytes()) {
+				t.Errorf("%q: not JSON: %q", a, stdout.String())
+			}
+		}
+	}
+	if _, err := run(t, "scan", "-q", "../../testdata/torch/malicious.pt"); exitStatus(err) != exitDangerous {
+		t.Errorf("scan -q of malicious.pt: %v, want exit 3", err)
+	}
+}
+
+// TestSmallContract: a one-value flag names its value (not "one of  or zstd"), version
+// takes --json like every command, --topology completes to accelerator types, and --to
+// cpu says why CUDA RNG states are dropped without speaking of a TPU (issue 28, item 8).
+func TestSmallContract(t *testing.T) {
+	src := "../../testdata/torch/training_cuda.pt"
+	_, err := run(t, "convert", "--compress", "gzip", "../../testdata/hf/mistral_sharded", filepath.Join(t.TempDir(), "o"))
+	if exitStatus(err) != exitUsage || !strings.Contains(err.Error(), `--compress "gzip": zstd is the one value`) {
+		t.Errorf("--compress gzip: %v", err)
+	}
+	out, err := run(t, "version", "--json")
+	var v versionReport
+	if err != nil || json.Unmarshal([]byte(out), &v) != nil || v.Version != toolVersion() || v.GoVersion == "" || v.Platform == "" {
+		t.Errorf("version --json: %q, %v", out, err)
+	}
+	for _, cmd := range []string{"devices", "plan", "convert"} {
+		out, err := run(t, "__complete", cmd, "--topology", "")
+		if err != nil || !strings.Contains(out, "v5p-32\n") || !strings.Contains(out, "v6e-8\n") || !strings.Contains(out, "tpu7x-8\n") {
+			t.Errorf("completion of %s --topology: %q, %v", cmd, out, err)
+		}
+	}
+	out, err = run(t, "convert", "--json", "--to", "cpu", src, filepath.Join(t.TempDir(), "cpu.pt"))
+	if err != nil || !strings.Contains(out, "CUDA RNG state") || strings.Contains(out, "TPU") {
+		t.Errorf("--to cpu: %v\n%s", err, out)
 	}
 }

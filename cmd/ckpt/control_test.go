@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -109,9 +108,7 @@ func TestControlFilesBounded(t *testing.T) {
 		make func(t *testing.T, dir, p string)
 	}{
 		{"FIFO", func(t *testing.T, dir, p string) {
-			if err := syscall.Mkfifo(p, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			mkfifo(t, p)
 		}},
 		{"link to /dev/zero", func(t *testing.T, dir, p string) { must(t, os.Symlink("/dev/zero", p)) }},
 		{"link to a secret", func(t *testing.T, dir, p string) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -160,7 +159,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			for _, r := range renames {
 				rr, err := remap.ParseRename(r)
 				if err != nil {
-					return err
+					return usage(err)
 				}
 				opts.Plan.Renames = append(opts.Plan.Renames, rr)
 			}
@@ -173,7 +172,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 			}
 			if maxShard != "" {
 				if opts.MaxShardSize, err = parseSize(maxShard); err != nil {
-					return err
+					return usage(fmt.Errorf("--max-shard-size: %w", err))
 				}
 			}
 			prog, err := newProgress(cmd.ErrOrStderr(), flagString(cmd, "progress"), quiet(cmd) || asJSON && !cmd.Flags().Changed("progress"), "converting")
@@ -193,9 +192,6 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				return printJSON(out, sum)
 			}
 			errw := cmd.ErrOrStderr()
-			if quiet(cmd) {
-				out, errw = io.Discard, io.Discard
-			}
 			for _, w := range sum.Warnings {
 				fmt.Fprintln(errw, "warning:", w.Message+warningHints[w.Kind])
 				if verbose {
@@ -290,6 +286,7 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 	for _, c := range []choice{compressChoice, progressChoice, formatChoice, targetChoice, dequantizeChoice, tpuGenChoice, dtypeChoice("dtype"), dtypeChoice("optimizer-dtype")} {
 		c.complete(cmd)
 	}
+	completeTopology(cmd)
 	cmd.RegisterFlagCompletionFunc("map-location", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return []string{"tpu", "cpu", "cuda:0=tpu", "xla:0=tpu"}, cobra.ShellCompDirectiveNoFileComp
 	})

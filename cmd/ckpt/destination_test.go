@@ -1,11 +1,16 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 )
 
 // TestDestinationRules: source kind × destination form × --format decide the output
@@ -58,8 +63,7 @@ func TestDestinationRules(t *testing.T) {
 			var stdout, stderr strings.Builder
 			root.SetOut(&stdout)
 			root.SetErr(&stderr)
-			root.SetArgs(append(args, c.src, dst))
-			if err := execute(root); err != nil {
+			if err := execute(root, append(args, c.src, dst)); err != nil {
 				t.Fatal(err)
 			}
 			out := filepath.Join(dir, c.want.path)
@@ -102,5 +106,62 @@ func TestNoClaimsForFilesNotWritten(t *testing.T) {
 	}
 	if strings.Contains(out, "removed the quantization config") || !strings.Contains(out, "dequantized ") {
 		t.Errorf("summary claims work not done:\n%s", out)
+	}
+}
+
+// TestFirstRefusalSaysWhy: a folder that is itself an earlier output never receives a
+// second checkpoint inside (check would still pass it); and a destination --force would
+// refuse too is refused the first time with that reason, not with a --force hint (issue
+// 28, item 6).
+func TestFirstRefusalSaysWhy(t *testing.T) {
+	pt := "../../testdata/torch/training_cuda.pt"
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	if _, err := run(t, "convert", "-q", "../../testdata/hf/mistral_sharded", out); err != nil {
+		t.Fatal(err)
+	}
+	before := treeHashes(t, out)
+	for _, args := range [][]string{{out}, {out + "/"}, {"--format", "torch", out}, {"--force", out}} {
+		_, err := run(t, append(append([]string{"convert", "-q"}, args[:len(args)-1]...), pt, args[len(args)-1])...)
+		if exitStatus(err) != exitUsage || !strings.Contains(fmt.Sprint(err), "holds ckpt-manifest.json") || !strings.Contains(err.Error(), "name a new DST") {
+			t.Errorf("%v into an earlier output folder: exit %d, %v", args, exitStatus(err), err)
+		}
+	}
+	if got := treeHashes(t, out); !maps.Equal(got, before) {
+		t.Errorf("the earlier output changed: %v, was %v", got, before)
+	}
+	user := filepath.Join(dir, "user")
+	os.Mkdir(user, 0o755)
+	os.WriteFile(filepath.Join(user, "training_cuda.pt"), []byte("mine"), 0o644)
+	other := filepath.Join(dir, "other")
+	os.Mkdir(other, 0o755)
+	os.WriteFile(filepath.Join(other, "notes.txt"), []byte("mine"), 0o644)
+	for _, c := range []struct {
+		args []string
+		why  string
+	}{
+		{[]string{pt, user}, "no ckpt manifest beside it records it"},
+		{[]string{"--format", "dcp", pt, other}, "no ckpt manifest there proves it wrote notes.txt"},
+		{[]string{pt, filepath.Join(user, "training_cuda.pt")}, "no ckpt manifest beside it records it"},
+	} {
+		for _, force := range []bool{false, true} {
+			args := append([]string{"convert", "-q"}, c.args...)
+			if force {
+				args = append(args, "--force")
+			}
+			_, err := run(t, args...)
+			if !errors.Is(err, atomicfile.ErrForeign) || !strings.Contains(err.Error(), c.why) || strings.Contains(err.Error(), "--force") {
+				t.Errorf("%v: %v, want the reason %q and no --force hint", args, err, c.why)
+			}
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(user, "training_cuda.pt")); string(b) != "mine" {
+		t.Errorf("the user's file changed: %q", b)
+	}
+	// An earlier output --force does replace still gets the hint.
+	dst := filepath.Join(dir, "o.pt")
+	run(t, "convert", "-q", pt, dst)
+	if _, err := run(t, "convert", "-q", pt, dst); !errors.Is(err, atomicfile.ErrExists) || !strings.Contains(err.Error(), "--force replaces") {
+		t.Errorf("an earlier output: %v", err)
 	}
 }

@@ -50,11 +50,11 @@ TORCH_TPU_TOPOLOGY, GEN:a,b,c (v6e:2,4,1; TPU7x adds the 2 cores per chip: tpu7x
 It prints the chips, the devices they make (one TorchTPU process each; a TPU7x chip is two
 devices), the hosts and which devices (ranks) each drives, the HBM of one device, and the
 weight dtypes the matrix units take natively.`,
-		Args: cobra.NoArgs,
+		Args: positional("", "ckpt devices --topology v6e-8"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t, err := runtime.ParseTopology(topology)
 			if err != nil {
-				return err
+				return usage(fmt.Errorf("--topology: %w", err))
 			}
 			rep := devicesReport{
 				AcceleratorType: t.AcceleratorType(), Generation: t.Gen.Name, Family: t.Gen.Family, Topology: t.ShapeString(),
@@ -80,6 +80,7 @@ weight dtypes the matrix units take natively.`,
 	cmd.Flags().StringVar(&topology, "topology", "", "the TPU slice: v5p-32, v6e:4x4, tpu7x:2,2,1,2, …")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the description as JSON")
 	cmd.MarkFlagRequired("topology")
+	completeTopology(cmd)
 	return cmd
 }
 

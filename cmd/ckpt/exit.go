@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"strings"
 
@@ -14,7 +15,9 @@ import (
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
+	"github.com/ckpt-dev/ckpt/verify/forward"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit statuses. They are computed once, by exitStatus in main, from the error a command
@@ -34,16 +37,38 @@ const (
 	// Interrupted runs exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM.
 )
 
-// exitCodes is the table `ckpt --help` and the README show.
-const exitCodes = `Exit status:
-  0    success
-  1    error (unreadable or corrupt input, I/O error, …)
-  2    usage error (wrong arguments or flags)
-  3    dangerous content: a pickle references code Python would run (scan, inspect)
-  4    an optimizer state does not fit its model (inspect --optimizer, convert)
-  5    verification failed: an output differs from its manifest (check) or its source (verify)
-  6    does not fit: the checkpoint needs more HBM than the slice has (plan)
-  130  interrupted (SIGINT); 143 terminated (SIGTERM) — partial outputs removed`
+// exitTable is the one source of the exit-status table `ckpt --help` (exitCodes) and the
+// README (exitMarkdown, kept equal by TestREADMEExitTable) show.
+var exitTable = []struct{ status, meaning string }{
+	{"0", "success"},
+	{"1", "error: unreadable or corrupt input, I/O error, …"},
+	{"2", "usage error: wrong arguments or flags"},
+	{"3", "dangerous content: a pickle references code Python would run (scan, inspect)"},
+	{"4", "an optimizer state does not fit its model (inspect --optimizer, convert)"},
+	{"5", "verification failed: an output differs from its manifest (check) or its source (verify)"},
+	{"6", "does not fit: the checkpoint needs more HBM than the slice has (plan)"},
+	{"130, 143", "interrupted by SIGINT, terminated by SIGTERM: partial outputs removed"},
+}
+
+// exitCodes is the exit-status table of `ckpt --help`.
+var exitCodes = func() string {
+	var b strings.Builder
+	b.WriteString("Exit status:")
+	for _, e := range exitTable {
+		fmt.Fprintf(&b, "\n  %-9s %s", e.status, e.meaning)
+	}
+	return b.String()
+}()
+
+// exitMarkdown is the exit-status table of the README.
+func exitMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| status | meaning |\n|---|---|\n")
+	for _, e := range exitTable {
+		fmt.Fprintf(&b, "| %s | %s |\n", e.status, e.meaning)
+	}
+	return b.String()
+}
 
 // usageError is a wrong command line: missing or extra arguments, unknown flags or values.
 type usageError struct{ err error }
@@ -97,11 +122,22 @@ func describe(err error) error {
 		msg = strings.Replace(msg, oe.Error(), "--"+oe.Option+" "+oe.Err.Error(), 1)
 	}
 	var ae *optimizerstate.AmbiguousError
+	var nf *verify.NoFamilyError
 	switch {
 	case errors.Is(err, atomicfile.ErrExists), errors.Is(err, store.ErrExists):
 		msg += " (--force replaces an earlier output)"
 	case errors.As(err, &ae):
 		msg += " (--optimizer-names FILE)"
+	case errors.Is(err, formats.ErrEarlierOutput):
+		msg += " (name a new DST, or replace that output with --force and a folder --format)"
+	case errors.Is(err, forward.ErrNoConfig):
+		msg += " (--config FILE gives the model's config.json)"
+	case errors.Is(err, atomicfile.ErrUnfinished):
+		msg += " (--resume, with the options of that conversion, finishes it)"
+	case errors.Is(err, verify.ErrNoTokens):
+		msg += " (give --tokens or --prompt-ids)"
+	case errors.As(err, &nf):
+		msg += " (ckpt verify --emit-torch DIR writes that script)"
 	}
 	if msg == err.Error() {
 		return err
@@ -109,20 +145,35 @@ func describe(err error) error {
 	return &cliError{msg, err}
 }
 
-// execute runs the command line and returns its error as the command line shows it. A
-// command run with --json that fails also prints the error as a JSON object on stdout, so
-// a program reading the output always gets JSON.
-func execute(root *cobra.Command) error {
+// execute runs the command line args under root and returns its error as the command line
+// shows it. A command run with --json that fails also prints the error as a JSON object on
+// stdout, so a program reading the output always gets JSON — also when the flags failed to
+// parse before --json was reached.
+func execute(root *cobra.Command, args []string) error {
 	printedJSON = false
+	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
 	err = describe(err)
 	// A finding (failed check, plan that does not fit) comes with the report already printed.
 	if err != nil && cmd != nil && !printedJSON {
-		if j, _ := cmd.Flags().GetBool("json"); j {
+		if j, _ := cmd.Flags().GetBool("json"); j || wantsJSON(args) {
 			printJSON(cmd.OutOrStdout(), errorJSON{Error: errorReport{Message: err.Error(), Kind: errorKind(err), ExitStatus: exitStatus(err)}})
 		}
 	}
 	return err
+}
+
+// wantsJSON reports whether args ask for --json before a "--" ending the flags.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "--json=true", "--json=1":
+			return true
+		}
+	}
+	return false
 }
 
 // errorJSON is what a failing command prints with --json.
@@ -161,17 +212,86 @@ func errorKind(err error) string {
 	return "error"
 }
 
-// positional checks a command's arguments against its synopsis ("SRC DST"), saying what is
-// missing or extra with an example, as a usage error.
+// positional checks a command's arguments against its synopsis ("SRC DST"; "" for none),
+// saying what is missing or extra with an example, as a usage error.
 func positional(synopsis, example string) cobra.PositionalArgs {
 	want := strings.Fields(synopsis)
+	takes := synopsis
+	if takes == "" {
+		takes = "no arguments"
+	}
 	return func(cmd *cobra.Command, args []string) error {
 		switch {
 		case len(args) < len(want):
 			return usage(fmt.Errorf("%s needs %s; missing %s (e.g. %s)", cmd.CommandPath(), synopsis, strings.Join(want[len(args):], " "), example))
 		case len(args) > len(want):
-			return usage(fmt.Errorf("%s takes %s; %s %q (e.g. %s)", cmd.CommandPath(), synopsis, plural(len(args)-len(want), "extra argument"), args[len(want):], example))
+			return usage(fmt.Errorf("%s takes %s; %s %q (e.g. %s)", cmd.CommandPath(), takes, plural(len(args)-len(want), "extra argument"), args[len(want):], example))
 		}
 		return nil
 	}
+}
+
+// holdUsageContract makes the command line's mistakes usage errors for every command under
+// root, in this one place rather than in each command: the arguments' check (Args) and the
+// required flags, which cobra reports as plain errors (exit 1). A required flag's absence
+// is said with an example of the command that gives it.
+func holdUsageContract(root *cobra.Command) {
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		quietOutputs(cmd)
+		return requiredFlags(cmd)
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if args := c.Args; args != nil {
+			c.Args = func(cmd *cobra.Command, a []string) error {
+				err := args(cmd, a)
+				var u *usageError
+				if err != nil && !errors.As(err, &u) {
+					err = usage(err)
+				}
+				return err
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// quietOutputs holds -q ("errors only") for every command in one place: the report on
+// stdout goes (unless --json asks for it: data a program reads) and so do warnings and
+// progress on stderr. The error still reaches stderr: main prints it, and says everything a
+// report would have explained.
+func quietOutputs(cmd *cobra.Command) {
+	if !quiet(cmd) {
+		return
+	}
+	if j, _ := cmd.Flags().GetBool("json"); !j {
+		cmd.SetOut(io.Discard)
+	}
+	cmd.SetErr(io.Discard)
+}
+
+// requiredFlags is a usage error naming the required flags of cmd the command line did not
+// give, with the first example of cmd's help that gives them.
+func requiredFlags(cmd *cobra.Command) error {
+	var missing []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if r := f.Annotations[cobra.BashCompOneRequiredFlag]; len(r) == 1 && r[0] == "true" && !f.Changed {
+			missing = append(missing, "--"+f.Name)
+		}
+	})
+	if len(missing) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("%s needs %s", cmd.CommandPath(), strings.Join(missing, " and "))
+	for _, line := range strings.Split(cmd.Example, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "ckpt ") && strings.Contains(line, missing[0]+" ") {
+			msg += " (e.g. " + line + ")"
+			break
+		}
+	}
+	return usage(errors.New(msg))
 }

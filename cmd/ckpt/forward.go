@@ -62,7 +62,7 @@ transformers' float32 forward; --precision tpu rounds the inputs of every matrix
 bfloat16 and accumulates in float32, as a TPU's matrix unit does at default precision
 (--keep-fp8: FP8 weights enter the products as code×scale instead of being dequantized to
 bfloat16, as on a TPU with FP8 matrix units).`,
-		Args: cobra.ExactArgs(1),
+		Args: positional("PATH", "ckpt forward Qwen3-0.6B/ --tokens 151644,872,198"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			start := time.Now()
 			var ids []int
@@ -70,6 +70,8 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 			switch {
 			case tokens != "" && promptIDs != "":
 				return usage(fmt.Errorf("--tokens and --prompt-ids exclude each other"))
+			case !cmd.Flags().Changed("tokens") && promptIDs == "":
+				return usage(fmt.Errorf("%s needs --tokens or --prompt-ids (e.g. ckpt forward Qwen3-0.6B/ --tokens 151644,872,198)", cmd.CommandPath()))
 			case promptIDs != "":
 				b, err := regular.ReadFile(promptIDs, maxPromptIDs)
 				if err != nil {

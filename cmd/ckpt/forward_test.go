@@ -112,7 +112,7 @@ func TestForwardErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--config", cfg}, "not supported by the forward pass (supported: " + strings.Join(forward.Supported(), ", ") + ")"},
-		{[]string{"forward", "../../testdata/torch/training_cuda.pt"}, "--tokens: no token ids"},
+		{[]string{"forward", "../../testdata/torch/training_cuda.pt"}, "ckpt forward needs --tokens or --prompt-ids"},
 		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--prompt-ids", cfg}, "exclude each other"},
 		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1,x"}, `"x" is not a token id`},
 		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--precision", "fp8"}, "float32 or tpu"},

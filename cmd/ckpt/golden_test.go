@@ -37,6 +37,8 @@ var goldenCases = []struct{ name, sh string }{
 	{"scan_dangerous", `$CKPT scan testdata/torch/malicious.pt`},
 	{"scan_dangerous_json", `$CKPT scan --json testdata/hostile/pickle_loads.pkl`},
 	{"scan_no_pickles", `$CKPT scan testdata/hf/mistral_sharded/config.json`},
+	{"scan_safetensors", `$CKPT scan testdata/hf/mistral_sharded`},
+	{"scan_dcp", `$CKPT scan testdata/dcp/model`},
 
 	// Outputs get the modes cp gives under the umask; the temporary name never shows.
 	{"convert", `umask 022; $CKPT convert --to tpu --progress=never testdata/torch/training_cuda.pt $OUT/t.pt && stat -c '%A %n' $OUT/t.pt $OUT/t.pt.ckpt-manifest.json && ls -A $OUT`},

@@ -130,14 +130,21 @@ func TestScanRefusesWhatTorchRuns(t *testing.T) {
 	})
 }
 
-// TestScanNoAllClear: what holds no pickle, or is not a checkpoint, never scans clean.
+// TestScanNoAllClear: what is not a checkpoint never scans clean; a checkpoint holding no
+// pickle (safetensors, a file or a folder) does: nothing in it would run code (issue 28,
+// item 3).
 func TestScanNoAllClear(t *testing.T) {
 	empty := t.TempDir()
 	readme := filepath.Join(t.TempDir(), "README.md")
 	os.WriteFile(readme, []byte("# a model\n"), 0o644)
-	for _, p := range []string{empty, readme, "../../testdata/safetensors/every_dtype.safetensors"} {
+	for _, p := range []string{empty, readme} {
 		if _, err := run(t, "scan", p); exitStatus(err) != exitFailure {
 			t.Errorf("scan %s: %v, want exit 1", p, err)
+		}
+	}
+	for _, p := range []string{"../../testdata/safetensors/every_dtype.safetensors", "../../testdata/hf/mistral_sharded"} {
+		if out, err := run(t, "scan", p); err != nil || !strings.Contains(out, "no pickles: nothing here would run code") {
+			t.Errorf("scan %s: %v, want exit 0 saying no code would run:\n%s", p, err, out)
 		}
 	}
 	if _, err := run(t, "scan", "../../testdata/torch/numpy_args.pt"); err != nil {

@@ -31,6 +31,7 @@ var jsonDocs = []struct {
 	{"forward", "forward", []any{forwardReport{}}},
 	{"devices", "devices", []any{devicesReport{}}},
 	{"plan", "plan", []any{planReport{}}},
+	{"version", "version", []any{versionReport{}}},
 	{"", "Errors", []any{errorJSON{}}},
 }
 

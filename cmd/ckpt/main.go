@@ -28,7 +28,7 @@ func main() {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go removePartialOnSignal(sigs)
 	root := newRoot()
-	err := execute(root)
+	err := execute(root, os.Args[1:])
 	exiting.Lock() // held for good: the process ends here
 	if err != nil {
 		if !printedJSON { // with --json the error is the JSON object on stdout
@@ -142,6 +142,7 @@ wins).
 	for _, c := range toolCommands {
 		root.AddCommand(c())
 	}
+	holdUsageContract(root)
 	return root
 }
 

@@ -16,8 +16,7 @@ func run(t *testing.T, args ...string) (string, error) {
 	var out, errb bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := execute(root)
+	err := execute(root, args)
 	return out.String(), err
 }
 
@@ -85,8 +84,13 @@ func TestScanExitStatus(t *testing.T) {
 	if _, err := run(t, "scan", dir); exitStatus(err) != exitDangerous {
 		t.Fatalf("scan of a folder linking to malicious.pt: %v", err)
 	}
-	if _, err := run(t, "scan", "../../testdata/dcp/model"); err != nil {
+	out, err = run(t, "scan", "../../testdata/dcp/model")
+	if err != nil {
 		t.Fatalf("clean DCP folder: %v", err)
+	}
+	// One line per file, its item pickles summed up (issue 28, item 3).
+	if want := "../../testdata/dcp/model/__0_0.distcp: 40 pickles, 84 globals\n"; !strings.Contains(out, want) || strings.Count(out, "\n") > 20 {
+		t.Errorf("DCP scan, want %q among at most 20 lines:\n%s", want, out)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/ckpt-dev/ckpt/formats"
@@ -48,7 +49,7 @@ to TPU tiles (last two dimensions to (8·32/bits, 128); 16-bit arrays at 8 rows 
 TPU7x), the fullest device against its HBM, and — when it does not fit — the changes that
 would, each planned: more devices, FSDP, bfloat16 weights (--dtype), no optimizer state.
 Activations, gradients and XLA's workspace come on top. Exit status 6: does not fit.`,
-		Args: cobra.ExactArgs(1),
+		Args: positional("PATH", "ckpt plan Llama-3.1-70B/ --topology v5p-32"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec := runtime.Spec{Topology: topology, Mesh: mesh}
 			var err error
@@ -113,6 +114,7 @@ Activations, gradients and XLA's workspace come on top. Exit status 6: does not 
 	f.StringArrayVar(&optimNames, "optimizer-names", nil, "[PATH=]FILE: the model names of an optimizer's parameters in id order, one per line")
 	f.BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	cmd.MarkFlagRequired("topology")
+	completeTopology(cmd)
 	return cmd
 }
 
@@ -190,7 +192,27 @@ func printPlan(w io.Writer, r *planReport, tensors int) error {
 		if !s.Fits {
 			verdict = "still does not fit"
 		}
-		fmt.Fprintf(w, "  - %s\n      fullest device %s of %s: %s\n", s.Change, humanBytes(s.Fullest.Padded), humanBytes(s.HBMPerDevice), verdict)
+		change := s.Change
+		if flags := suggestionFlags(mp, s); flags != "" {
+			change += ": " + flags
+		}
+		fmt.Fprintf(w, "  - %s\n      fullest device %s of %s: %s\n", change, humanBytes(s.Fullest.Padded), humanBytes(s.HBMPerDevice), verdict)
 	}
 	return nil
+}
+
+// suggestionFlags are the flags of plan (and convert) that set what a suggestion changes
+// from the plan mp: its slice, mesh and weight dtype.
+func suggestionFlags(mp *runtime.MemoryPlan, s runtime.Suggestion) string {
+	var flags []string
+	if s.Topology != mp.AcceleratorType {
+		flags = append(flags, "--topology "+s.Topology)
+	}
+	if s.Mesh != mp.Mesh {
+		flags = append(flags, "--mesh "+s.Mesh)
+	}
+	if s.WeightDType != "" && s.WeightDType != mp.WeightDType {
+		flags = append(flags, "--dtype "+s.WeightDType)
+	}
+	return strings.Join(flags, " ")
 }

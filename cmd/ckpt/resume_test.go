@@ -114,9 +114,7 @@ func TestKillResume(t *testing.T) {
 						// A second conversion into the same destination is refused, not raced.
 						// The first is stopped meanwhile, so that it still holds the lock
 						// however slowly the second starts on a loaded machine.
-						if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-							t.Fatal(err)
-						}
+						stopProcess(t, cmd.Process)
 						out, err := ckptCmd(args(dst, "--resume")...).CombinedOutput()
 						if err == nil || !strings.Contains(string(out), "another ckpt is writing") {
 							t.Errorf("second conversion while one runs: %v\n%s", err, out)
@@ -227,7 +225,7 @@ func TestKillResumePlanted(t *testing.T) {
 		filepath.WalkDir(outside, func(p string, d os.DirEntry, err error) error {
 			st, _ := os.Lstat(p)
 			c, _ := os.ReadFile(p)
-			fmt.Fprintf(&s, "%s %v %d %q\n", p, st.Mode(), st.Sys().(*syscall.Stat_t).Ino, c)
+			fmt.Fprintf(&s, "%s %v %d %q\n", p, st.Mode(), inode(st), c)
 			return nil
 		})
 		return s.String()
@@ -240,7 +238,7 @@ func TestKillResumePlanted(t *testing.T) {
 		{"a link to a file outside", func(p string) error { return os.Symlink(victim, p) }},
 		{"a hard link to a file outside", func(p string) error { return os.Link(victim, p) }},
 		{"a link to a folder outside", func(p string) error { return os.Symlink(filepath.Join(outside, "folder"), p) }},
-		{"a FIFO", func(p string) error { return syscall.Mkfifo(p, 0o644) }},
+		{"a FIFO", func(p string) error { mkfifo(t, p); return nil }},
 	} {
 		at := filepath.Join(partial, finished[i])
 		os.Remove(at)

@@ -61,15 +61,15 @@ func measuredMain(out string) {
 	child := exec.Command(os.Args[1], os.Args[2:]...)
 	child.Env = env
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // a test's timeout kill reaches it
+	dieWithParent(child) // a test's timeout kill reaches it
 	err := child.Run()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
 		fmt.Fprintln(os.Stderr, "measuring process:", err)
 		os.Exit(125)
 	}
-	if u, ok := child.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		os.WriteFile(out, []byte(strconv.FormatInt(u.Maxrss, 10)), 0o644)
+	if kib, ok := maxRSS(child.ProcessState); ok {
+		os.WriteFile(out, []byte(strconv.FormatInt(kib, 10)), 0o644)
 	}
 	if ws, ok := child.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		os.Exit(128 + int(ws.Signal()))
@@ -93,7 +93,8 @@ func TestMeasuredIgnoresParentPeak(t *testing.T) {
 	if out, err := direct.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	naive := direct.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	kib, _ := maxRSS(direct.ProcessState)
+	naive := kib << 10
 	got := peak()
 	t.Logf("ckpt version: peak RSS %d MiB measured, %d MiB straight from a 256 MiB parent", got>>20, naive>>20)
 	if got >= 128<<20 {

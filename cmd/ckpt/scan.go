@@ -85,10 +85,14 @@ execution" (os.system, builtins.eval, pickle.loads, a TorchScript archive, ... a
 reached through a dotted name) or "would import and call unknown code" (any other class
 or function, e.g. a pickled nn.Module's class).
 
+A file's pickles are listed one by one when it holds a few; the pickles of a DCP data file
+(one per item) are summed up in a line, which --json lists each.
+
 Exit status: 3 when anything is refused; 1 when the scan cannot vouch for the checkpoint
 (malformed pickles, bytes no record or item accounts for, records torch refuses, a layout
-torch does not load, or no pickle at all); 0 when every pickle was found and every global
-is allowed.`,
+torch does not load, or nothing that is a checkpoint at all); 0 when every pickle was found
+and every global is allowed, or when the checkpoint holds no pickle (safetensors): nothing
+in it would run code.`,
 		Args: positional("PATH", "ckpt scan model.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
@@ -148,14 +152,32 @@ func scanOutput(res *formats.ScanResult) scanJSON {
 	return j
 }
 
-// printScan writes the text report: each file's layout, each pickle, the problems, then the
-// distinct globals with their class and severity, worst first.
+// listedPickles is how many pickles of one file the text report lists one by one; a file
+// holding more (a DCP data file has one per item) gets one line summing them up.
+const listedPickles = 3
+
+// printScan writes the text report: each file's layout, its pickles (or their sum), the
+// problems, then the distinct globals with their class and severity, worst first.
 func printScan(out io.Writer, res *formats.ScanResult) {
 	for _, f := range res.Files {
 		fmt.Fprintf(out, "%s: %s\n", f.Path, f.Layout)
 	}
-	for _, p := range res.Pickles {
-		fmt.Fprintf(out, "%s: %s: %d globals\n", p.File, p.Where, len(p.Report.Globals))
+	for i := 0; i < len(res.Pickles); {
+		j, globals := i, 0
+		for ; j < len(res.Pickles) && res.Pickles[j].File == res.Pickles[i].File; j++ {
+			globals += len(res.Pickles[j].Report.Globals)
+		}
+		if j-i > listedPickles {
+			fmt.Fprintf(out, "%s: %s, %s\n", res.Pickles[i].File, plural(j-i, "pickle"), plural(globals, "global"))
+		} else {
+			for _, p := range res.Pickles[i:j] {
+				fmt.Fprintf(out, "%s: %s: %s\n", p.File, p.Where, plural(len(p.Report.Globals), "global"))
+			}
+		}
+		i = j
+	}
+	if len(res.Pickles) == 0 && holdsCheckpoint(res) && len(res.Problems) == 0 {
+		fmt.Fprintln(out, "no pickles: nothing here would run code when loaded")
 	}
 	for _, p := range res.Problems {
 		fmt.Fprintf(out, "  problem: %s\n", p.Error())
@@ -217,8 +239,20 @@ func scanVerdict(res *formats.ScanResult) error {
 		}
 		return errors.New(msg)
 	}
-	if len(res.Pickles) == 0 {
-		return fmt.Errorf("%s: no pickles found: nothing here is a checkpoint torch.load or DCP would unpickle", res.Path)
+	if len(res.Pickles) == 0 && !holdsCheckpoint(res) {
+		return fmt.Errorf("%s: no checkpoint found: nothing here is a file torch.load, DCP or safetensors would load", res.Path)
 	}
 	return nil
+}
+
+// holdsCheckpoint reports whether the scan read any file as a checkpoint (a safetensors
+// file holds no pickle, and loading it runs no code), not only configs, text and other
+// files ("not a checkpoint", as formats.ScannedFile documents its layouts).
+func holdsCheckpoint(res *formats.ScanResult) bool {
+	for _, f := range res.Files {
+		if f.Layout != "not a checkpoint" {
+			return true
+		}
+	}
+	return false
 }

@@ -78,8 +78,15 @@ func (s *shardFlags) apply(flags *pflag.FlagSet, opts *convert.Options, spec run
 			return usage(fmt.Errorf("$%s=%d is set: give the number of hosts (the Job's completions) with --num-hosts", from, h.Index))
 		}
 	}
-	if h.Count <= 1 && h.Index != 0 {
+	switch {
+	case flags.Changed("num-hosts") && h.Count < 1:
+		return usage(fmt.Errorf("--num-hosts %d: a conversion has at least 1 host", h.Count))
+	case flags.Changed("host-index") && h.Index < 0:
+		return usage(fmt.Errorf("--host-index %d: hosts count from 0", h.Index))
+	case h.Count <= 1 && h.Index != 0:
 		return usage(fmt.Errorf("host index %d of %d hosts: give --num-hosts", h.Index, max(h.Count, 1)))
+	case h.Index >= h.Count && flags.Changed("host-index"):
+		return usage(fmt.Errorf("--host-index %d of %d hosts: hosts count from 0 to %d", h.Index, h.Count, h.Count-1))
 	}
 	opts.Hosts = h
 	return nil

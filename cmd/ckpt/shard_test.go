@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -194,4 +195,56 @@ func TestKillResumeHost(t *testing.T) {
 		t.Fatalf("after the kill: %v\none process: %v\nhost 1 resumed:\n%s", got, want, out)
 	}
 	t.Logf("host 1 resumed:\n%s", out)
+}
+
+// TestPerDeviceOutputsCarryConfig: a per-device output carries the source folder's
+// config.json and generation_config.json byte for byte in both layouts — written by one
+// host or by several — so forward runs on it with the source's logits (issue 28, item 2:
+// the safetensors layout left them out).
+func TestPerDeviceOutputsCarryConfig(t *testing.T) {
+	src := "../../testdata/hf/mistral_sharded"
+	logits := func(path string) string {
+		out, err := run(t, "forward", "--json", "--tokens", "1,2,3", path)
+		if err != nil {
+			t.Fatalf("forward %s: %v", path, err)
+		}
+		var rep struct {
+			Top1      []int     `json:"top1"`
+			Top1Logit []float64 `json:"top1_logit"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Top1) != 3 {
+			t.Fatalf("forward %s: %v\n%s", path, err, out)
+		}
+		return fmt.Sprint(rep.Top1, rep.Top1Logit)
+	}
+	want := logits(src)
+	for _, format := range []string{"safetensors", "dcp"} {
+		for _, hosts := range [][]string{nil, {"1", "0"}} {
+			dst := filepath.Join(t.TempDir(), "out")
+			args := []string{"convert", "-q", "--topology", "v5p-16", "--format", format, src, dst}
+			if hosts == nil {
+				if _, err := run(t, args...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, h := range hosts {
+				if _, err := run(t, append(args, "--num-hosts", "2", "--host-index", h)...); err != nil {
+					t.Fatalf("host %s: %v", h, err)
+				}
+			}
+			for _, name := range []string{"config.json", "generation_config.json"} {
+				a, _ := os.ReadFile(filepath.Join(src, name))
+				b, err := os.ReadFile(filepath.Join(dst, name))
+				if err != nil || !bytes.Equal(a, b) {
+					t.Errorf("%s, %d hosts: %s: %v", format, len(hosts), name, err)
+				}
+			}
+			if _, err := run(t, "check", dst); err != nil {
+				t.Errorf("%s, %d hosts: check: %v", format, len(hosts), err)
+			}
+			if got := logits(dst); got != want {
+				t.Errorf("%s, %d hosts: forward %s, source %s", format, len(hosts), got, want)
+			}
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/runtime"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -47,8 +48,10 @@ func (c choice) parse(s string) (string, error) {
 	if v, ok := c.aliases[l]; ok {
 		return v, nil
 	}
-	list := strings.Join(c.values[:len(c.values)-1], ", ") + " or " + c.values[len(c.values)-1]
-	msg := fmt.Sprintf("--%s %q: one of %s", c.flag, s, list)
+	msg := fmt.Sprintf("--%s %q: one of %s", c.flag, s, orList(c.values))
+	if len(c.values) == 1 {
+		msg = fmt.Sprintf("--%s %q: %s is the one value", c.flag, s, c.values[0])
+	}
 	var cands []string
 	cands = append(cands, c.values...)
 	for a, v := range c.aliases {
@@ -65,10 +68,34 @@ func (c choice) parse(s string) (string, error) {
 	return "", usage(fmt.Errorf("%s", msg))
 }
 
+// orList says values as a choice: "a", "a or b", "a, b or c".
+func orList(values []string) string {
+	if len(values) < 2 {
+		return strings.Join(values, "")
+	}
+	return strings.Join(values[:len(values)-1], ", ") + " or " + values[len(values)-1]
+}
+
 // complete offers the flag's values to shell completion.
 func (c choice) complete(cmd *cobra.Command) {
 	cmd.RegisterFlagCompletionFunc(c.flag, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return c.values, cobra.ShellCompDirectiveNoFileComp
+	})
+}
+
+// completeTopology offers --topology the accelerator types of every generation, slices of
+// 1 to 512 (chips or cores, as the type counts them) in powers of two that runtime accepts.
+func completeTopology(cmd *cobra.Command) {
+	cmd.RegisterFlagCompletionFunc("topology", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		var types []string
+		for _, g := range runtime.Generations() {
+			for n := 1; n <= 512; n *= 2 {
+				if t, err := runtime.ParseTopology(fmt.Sprintf("%s-%d", g.AcceleratorPrefix, n)); err == nil {
+					types = append(types, t.AcceleratorType())
+				}
+			}
+		}
+		return types, cobra.ShellCompDirectiveNoFileComp
 	})
 }
 

@@ -144,7 +144,7 @@ Exits 0 on parity (and, with --forward, agreement), 5 naming every problem other
 				if err := printJSON(out, rep); err != nil {
 					return err
 				}
-			} else if !quiet(cmd) || failed != nil {
+			} else {
 				if err := printVerify(out, rep); err != nil {
 					return err
 				}

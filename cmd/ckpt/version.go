@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
@@ -41,15 +42,29 @@ func toolVersion() string {
 	return v
 }
 
+// versionReport is the --json output of ckpt version.
+type versionReport struct {
+	Version   string `json:"version"`
+	GoVersion string `json:"go_version"`
+	Platform  string `json:"platform"`
+}
+
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "version",
-		Example: `  ckpt version`,
-		Short:   "Print the ckpt version",
-		Args:    cobra.NoArgs,
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use: "version",
+		Example: `  ckpt version
+  ckpt version --json`,
+		Short: "Print the ckpt version",
+		Args:  positional("", "ckpt version"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), versionReport{toolVersion(), runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH})
+			}
 			_, err := fmt.Fprintln(cmd.OutOrStdout(), "ckpt", toolVersion())
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the version as JSON")
+	return cmd
 }

@@ -154,11 +154,9 @@ func WriteRanks(out statedict.Output, ck *statedict.Checkpoint, opts statedict.W
 		}{ranks})
 		return w, err
 	}
-	man, err := finishRanks(out, flat, pieces, sh)
-	if err != nil {
+	if err := finishRanks(out, ck, opts, flat, pieces, w); err != nil {
 		return nil, err
 	}
-	w.Files = append(w.Files, man)
 	return w, nil
 }
 
@@ -237,20 +235,34 @@ func FinishRanks(out statedict.Output, ck *statedict.Checkpoint, opts statedict.
 	for i, nt := range flat.Tensors {
 		pieces[i] = sh.Of(nt.Tensor)
 	}
-	man, err := finishRanks(out, flat, pieces, sh)
-	if err != nil {
-		return nil, err
-	}
 	w := &statedict.Written{Names: flat.Names(), Tied: flat.Tied, NotWritten: flat.NotWritten}
 	for r := range sh.Ranks {
 		w.Files = append(w.Files, RankFile(r, sh.Ranks))
 	}
-	w.Files = append(w.Files, man)
+	if err := finishRanks(out, ck, opts, flat, pieces, w); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 
-// finishRanks writes the sharding manifest.
-func finishRanks(out statedict.Output, flat *Flat, pieces []*statedict.TensorSharding, sh *statedict.Sharding) (string, error) {
+// finishRanks completes a per-device folder, adding its files to w: the sharding manifest,
+// then ck's extra files (config.json, generation_config.json, tokenizer files, …: a
+// process loading its rank's file builds the model from them), as the DCP layout does.
+func finishRanks(out statedict.Output, ck *statedict.Checkpoint, opts statedict.WriteOptions, flat *Flat, pieces []*statedict.TensorSharding, w *statedict.Written) error {
+	man, err := writeSharding(out, flat, pieces, opts.Sharding)
+	if err != nil {
+		return err
+	}
+	extras, err := statedict.CopyFiles(out, ck, opts.Rewrite)
+	if err != nil {
+		return err
+	}
+	w.Files = append(append(w.Files, man), extras...)
+	return nil
+}
+
+// writeSharding writes the sharding manifest.
+func writeSharding(out statedict.Output, flat *Flat, pieces []*statedict.TensorSharding, sh *statedict.Sharding) (string, error) {
 	m := Sharding{Format: ShardingFormat, Version: 1, WorldSize: sh.Ranks, Mesh: sh.Mesh, Tensors: []ShardedTensor{}}
 	if m.Mesh == nil {
 		m.Mesh = []statedict.MeshAxis{}

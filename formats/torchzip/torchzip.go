@@ -202,7 +202,12 @@ func decode(data source, file string) (statedict.Value, error) {
 		return nil, fail("", 0, errors.New("not a torch zip archive (no PK\\x03\\x04 at the start)"))
 	}
 	zr, err := readZipDir(data.readerAt(), data.inMemory(), data.size)
-	if err != nil {
+	switch {
+	case errors.Is(err, errNoDirectoryEnd):
+		return nil, fail("", -1, fmt.Errorf("%w: no end-of-central-directory record in its last bytes: the file looks truncated (%d bytes: an interrupted download or copy?)", err, data.size))
+	case err != nil && strings.HasPrefix(err.Error(), "zip: "): // archive/zip's errors say what they are
+		return nil, fail("", -1, err)
+	case err != nil:
 		return nil, fail("", -1, fmt.Errorf("zip: %w", err))
 	}
 	defer zr.release()

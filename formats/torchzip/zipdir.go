@@ -36,6 +36,16 @@ const (
 	zip64ExtraID             = 0x0001
 )
 
+// noDirectoryEnd is archive/zip's zip.ErrFormat — the same error, by errors.Is and by its
+// message — for an archive with no end-of-central-directory record in its last 65 KiB: the
+// record a zip ends with, missing from a file cut short. decode says so.
+type noDirectoryEnd struct{}
+
+func (noDirectoryEnd) Error() string        { return zip.ErrFormat.Error() }
+func (noDirectoryEnd) Is(target error) bool { return target == zip.ErrFormat }
+
+var errNoDirectoryEnd error = noDirectoryEnd{}
+
 // zipFile is one central-directory record: what decode uses of a zip.File.
 type zipFile struct {
 	Name               []byte // in the directory's scratch buffer; copy it to keep it
@@ -233,7 +243,7 @@ func (z *zipDir) readDirectoryEnd(r io.ReaderAt, data []byte, size int64) (direc
 			break
 		}
 		if i == 1 || bLen == size {
-			return directoryEnd{}, 0, zip.ErrFormat
+			return directoryEnd{}, 0, errNoDirectoryEnd
 		}
 	}
 	b := buf[4:]

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // FuzzZipDir checks readZipDir against archive/zip on arbitrary bytes, read both from
@@ -145,5 +147,25 @@ func TestFindWithoutCase(t *testing.T) {
 	both := renamed(t, data, func(n string) string { return n }, map[string][]byte{prefix + "DATA.PKL": []byte("\x80\x02N.")})
 	if _, err := DecodeBytes(both, "both.pt", 0); err == nil || !strings.Contains(err.Error(), "differ only in case") {
 		t.Errorf("data.pkl and DATA.PKL: %v", err)
+	}
+}
+
+// TestTruncatedArchive: a torch.save file cut short has no end-of-central-directory record;
+// the error says it looks truncated, is corrupt, and never doubles archive/zip's "zip: "
+// prefix (issue 28, item 7).
+func TestTruncatedArchive(t *testing.T) {
+	b, err := os.ReadFile("../../testdata/torch/training_cuda.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{len(b) / 2, len(b) - directoryEndLen, 100} {
+		path := filepath.Join(t.TempDir(), "cut.pt")
+		if err := os.WriteFile(path, b[:n], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(path)
+		if err == nil || !strings.Contains(err.Error(), "looks truncated") || strings.Contains(err.Error(), "zip: zip:") || !errors.Is(err, statedict.ErrCorrupt) {
+			t.Errorf("cut at %d of %d bytes: %v", n, len(b), err)
+		}
 	}
 }

@@ -110,6 +110,11 @@ var ErrForeign = errors.New("refusing to touch what ckpt cannot prove it wrote")
 // ErrBusy is returned when another process is writing the same destination.
 var ErrBusy = errors.New("another ckpt is writing this destination")
 
+// ErrUnfinished is returned when the destination holds the partial output of an interrupted
+// conversion of another kind (a single process's, where several hosts would write), which
+// only resuming that conversion finishes.
+var ErrUnfinished = errors.New("an interrupted conversion's partial output is in the way")
+
 // Owner reports which files of the earlier output at path an earlier run wrote: each with
 // the size and xxhash64 recorded as it was written (names relative to path for a folder
 // output, to its folder for a file output). A claim with Size < 0 is the record itself —
@@ -165,9 +170,14 @@ func Create(path string, opts FileOptions) (*File, error) {
 		case id.isDir():
 			return nil, fmt.Errorf("%s: %w", path, ErrIsFolder)
 		case !opts.Force:
+			// The refusal says what Force would meet: an earlier output it replaces, or
+			// the reason it would refuse too.
+			if _, err := proveFile(path, id, opts.Owner, false); err != nil {
+				return nil, err
+			}
 			return nil, fmt.Errorf("%s: %w", path, ErrExists)
 		}
-		got, err := proveFile(path, id, opts.Owner)
+		got, err := proveFile(path, id, opts.Owner, true)
 		if err != nil {
 			return nil, err
 		}
@@ -195,8 +205,9 @@ func Create(path string, opts FileOptions) (*File, error) {
 }
 
 // proveFile checks that the existing file at path (id) may be replaced: a regular file
-// that owner proves an earlier run wrote, or with no owner any regular file.
-func proveFile(path string, id ident, owner Owner) (ident, error) {
+// that owner proves an earlier run wrote, or with no owner any regular file. Without hash
+// only the recorded size is compared (enough to tell what a refusal should say).
+func proveFile(path string, id ident, owner Owner, hash bool) (ident, error) {
 	if !id.isReg() {
 		return ident{}, fmt.Errorf("%s: %w: it is %s", path, ErrForeign, id.kind())
 	}
@@ -209,7 +220,7 @@ func proveFile(path string, id ident, owner Owner) (ident, error) {
 	}
 	for _, c := range claims {
 		if c.File == filepath.Base(path) {
-			return proveOpen(path, c, func() (*os.File, ident, error) { return openNoFollow(path) })
+			return proveOpen(path, c, func() (*os.File, ident, error) { return openNoFollow(path) }, hash)
 		}
 	}
 	return ident{}, fmt.Errorf("%s: %w: the ckpt manifest beside it does not record its size and xxhash64 (one written before ckpt recorded them proves nothing: remove the file yourself)", path, ErrForeign)
@@ -537,9 +548,6 @@ func replaceable(path string, force bool, owner Owner) (map[string]ident, error)
 		return nil, err
 	}
 	if !id.isDir() {
-		if !force {
-			return nil, fmt.Errorf("%s: %w", path, ErrExists)
-		}
 		return nil, fmt.Errorf("%s: %w: a folder output never replaces %s", path, ErrForeign, id.kind())
 	}
 	fo, err := openFolder(path, false)
@@ -561,8 +569,19 @@ func proveFolder(fo *folder, path string, force bool, owner Owner) (map[string]i
 		return map[string]ident{}, nil
 	}
 	if !force {
+		// The refusal says what force would meet: an earlier output it replaces (as far
+		// as names and sizes tell), or the reason it would refuse too.
+		if _, err := proveEntries(fo, path, es, owner, false); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%s: %w", path, ErrExists)
 	}
+	return proveEntries(fo, path, es, owner, true)
+}
+
+// proveEntries checks that owner proves an earlier run wrote every entry es of the folder
+// fo (at path): their sizes, and with hash their xxhash64.
+func proveEntries(fo *folder, path string, es map[string]ident, owner Owner, hash bool) (map[string]ident, error) {
 	var claims []Journaled
 	ok := false
 	if owner != nil {
@@ -592,7 +611,7 @@ func proveFolder(fo *folder, path string, force bool, owner Owner) (map[string]i
 		got, err := proveOpen(filepath.Join(path, n), c, func() (*os.File, ident, error) {
 			f, id, _, err := fo.open(n, os.O_RDONLY)
 			return f, id, err
-		})
+		}, hash)
 		if err != nil {
 			foreign = append(foreign, n)
 			continue

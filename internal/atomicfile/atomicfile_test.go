@@ -78,10 +78,17 @@ func TestDir(t *testing.T) {
 	if err := d.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CreateDir(dst, DirOptions{}); !errors.Is(err, ErrExists) {
+	owner := claimed(map[string]string{"old": "x"})
+	if _, err := CreateDir(dst, DirOptions{Owner: owner}); !errors.Is(err, ErrExists) {
 		t.Fatalf("overwrote without force: %v", err)
 	}
-	owner := claimed(map[string]string{"old": "x"})
+	// Without force, the refusal of what force would refuse too says why, the first time.
+	if _, err := CreateDir(dst, DirOptions{}); !errors.Is(err, ErrForeign) || errors.Is(err, ErrExists) {
+		t.Fatalf("no owner, without force: %v", err)
+	}
+	if _, err := CreateDir(dst, DirOptions{Owner: claimed(map[string]string{"old": "xx"})}); !errors.Is(err, ErrForeign) {
+		t.Fatalf("a size the owner does not record, without force: %v", err)
+	}
 	d, err = CreateDir(dst, DirOptions{Force: true, Owner: owner})
 	if err != nil {
 		t.Fatal(err)
@@ -614,4 +621,23 @@ func TestLeftoverKilledInCreate(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSecondWriterBusy: while one writer holds a destination, a second is refused as busy
+// — on every system: off unix the lock is no longer a silent no-op (issue 28, item 13).
+func TestSecondWriterBusy(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "out")
+	d, err := CreateDir(dst, DirOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CreateDir(dst, DirOptions{}); !errors.Is(err, ErrBusy) {
+		t.Errorf("a second writer: %v", err)
+	}
+	d.Abort()
+	d, err = CreateDir(dst, DirOptions{})
+	if err != nil {
+		t.Fatalf("after the first let go: %v", err)
+	}
+	d.Abort()
 }

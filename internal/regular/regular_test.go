@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -18,9 +17,7 @@ func TestReadFile(t *testing.T) {
 	p := func(n string) string { return filepath.Join(dir, n) }
 	os.WriteFile(p("ok.json"), []byte(`{"a":1}`), 0o644)
 	os.WriteFile(p("big"), []byte("SECRET-CONTENT-"+strings.Repeat("x", 100)), 0o644)
-	if err := syscall.Mkfifo(p("fifo"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, p("fifo"))
 	os.Symlink(p("fifo"), p("link-to-fifo"))
 	os.Symlink("/dev/zero", p("zero"))
 	os.Mkdir(p("folder"), 0o755)

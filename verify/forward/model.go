@@ -134,6 +134,10 @@ func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
 	return m, nil
 }
 
+// ErrNoConfig is returned when a model's config.json is neither given nor found in its
+// folder or beside its file: the forward pass cannot know the architecture.
+var ErrNoConfig = errors.New("no config.json")
+
 // configPath finds config.json: inside a checkpoint folder, or beside a checkpoint file.
 func configPath(path string) (string, error) {
 	dir := path
@@ -142,7 +146,7 @@ func configPath(path string) (string, error) {
 	}
 	p := store.Join(dir, "config.json")
 	if _, err := store.Stat(p); err != nil {
-		return "", fmt.Errorf("%s: no config.json (looked for %s); give the model's config.json (ckpt forward --config FILE)", path, p)
+		return "", fmt.Errorf("%s: %w (looked for %s)", path, ErrNoConfig, p)
 	}
 	return p, nil
 }

@@ -1,0 +1,16 @@
+//go:build !unix
+
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+func mkfifo(t *testing.T, path string) { t.Helper(); t.Skip("no FIFOs here") }
+
+func stopProcess(t *testing.T, _ *os.Process) { t.Helper(); t.Skip("no SIGSTOP here") }
+
+func inode(os.FileInfo) uint64 { return 0 }
+
+func maxRSS(*os.ProcessState) (int64, bool) { return 0, false }

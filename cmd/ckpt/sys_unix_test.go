@@ -1,0 +1,39 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// mkfifo makes a FIFO at path (the tests that plant one skip where there are none).
+func mkfifo(t *testing.T, path string) {
+	t.Helper()
+	if err := unix.Mkfifo(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stopProcess stops p (SIGSTOP) until it is killed.
+func stopProcess(t *testing.T, p *os.Process) {
+	t.Helper()
+	if err := p.Signal(unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inode is the inode number of the file st describes.
+func inode(st os.FileInfo) uint64 { return st.Sys().(*syscall.Stat_t).Ino }
+
+// maxRSS is the peak resident set of the process ps describes (ru_maxrss: KiB on Linux).
+func maxRSS(ps *os.ProcessState) (int64, bool) {
+	u, ok := ps.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return 0, false
+	}
+	return int64(u.Maxrss), true
+}

@@ -1,0 +1,102 @@
+package ckpt_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-dev/ckpt/codec"
+	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/runtime"
+)
+
+// The entry points of the map: open a checkpoint, iterate its tensors, decode one, and
+// read the slice it is planned for.
+func Example() {
+	ck, err := formats.Open("testdata/torch/training_cuda.pt")
+	if err != nil {
+		panic(err)
+	}
+	defer ck.Close()
+	tensors, err := ck.Tensors()
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(ck.Format, len(tensors), "tensors")
+	w, _ := ck.Tensor("model.fc2.bias")
+	vals, err := codec.Float32s(w)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("model.fc2.bias %v[0] = %.4f\n", w.Shape, vals[0])
+	t, err := runtime.ParseTopology("v5p-32")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(t, t.Devices, "devices")
+	// Output:
+	// torch-zip 26 tensors
+	// model.fc2.bias [4][0] = 0.0924
+	// v5p-32 (2x2x4) 16 devices
+}
+
+// TestDocLinks: every link of the map names a package of the module and, after its last
+// dot, an exported function, type or method in it — so a package moved or a function
+// renamed shows here rather than as dead text in go doc.
+func TestDocLinks(t *testing.T) {
+	b, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := regexp.MustCompile(`\[github\.com/ckpt-dev/ckpt/([a-z/]+)(?:\.([A-Za-z.]+))?\]`).FindAllStringSubmatch(string(b), -1)
+	if len(links) < 15 {
+		t.Fatalf("only %d links", len(links))
+	}
+	for _, l := range links {
+		pkg, sym := l[1], l[2]
+		decls := map[string]bool{}
+		files, _ := filepath.Glob(filepath.Join(pkg, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range af.Decls {
+				switch d := d.(type) {
+				case *ast.FuncDecl:
+					name := d.Name.Name
+					if d.Recv != nil && len(d.Recv.List) == 1 {
+						r := d.Recv.List[0].Type
+						if s, ok := r.(*ast.StarExpr); ok {
+							r = s.X
+						}
+						if id, ok := r.(*ast.Ident); ok {
+							name = id.Name + "." + name
+						}
+					}
+					decls[name] = true
+				case *ast.GenDecl:
+					for _, s := range d.Specs {
+						if ts, ok := s.(*ast.TypeSpec); ok {
+							decls[ts.Name.Name] = true
+						}
+					}
+				}
+			}
+		}
+		if len(files) == 0 {
+			t.Errorf("%s: no package %s", l[0], pkg)
+		} else if sym != "" && !decls[sym] {
+			t.Errorf("%s: %s has no %s", l[0], pkg, sym)
+		}
+	}
+}
