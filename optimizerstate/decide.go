@@ -135,7 +135,7 @@ func Decide(root statedict.Value, opts Options) (*Decisions, error) {
 		}
 	} else {
 		for _, n := range d.RNG.CUDAEntries {
-			d.Drop[n] = "a CUDA RNG state means nothing on a TPU"
+			d.Drop[n] = "a CUDA RNG state seeds CUDA devices only"
 		}
 	}
 	d.carry(root, opts.DataParallel, opts.KeepCUDARNG)
