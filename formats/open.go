@@ -13,7 +13,6 @@ package formats
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/pytar"
+	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchlegacy"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
@@ -68,7 +68,7 @@ func Detect(path string) (Kind, error) {
 			return kind, err
 		}
 	}
-	if looksLikeSafetensors(head) {
+	if safetensors.LooksLike(head) {
 		return Safetensors, nil
 	}
 	return "", fmt.Errorf("%s: %w: unrecognized checkpoint format (not a torch.save zip or legacy stream, not safetensors)", path, statedict.ErrUnsupported)
@@ -112,27 +112,6 @@ func isNemoGzip(f io.ReaderAt) bool {
 	head := make([]byte, 64<<10)
 	n, _ := f.ReadAt(head, 0)
 	return nemo.IsGzipArchive(head[:n])
-}
-
-// looksLikeSafetensors checks for an 8-byte little-endian header length followed by a JSON
-// object (the reference accepts leading whitespace).
-func looksLikeSafetensors(head []byte) bool {
-	if len(head) < 9 {
-		return false
-	}
-	if n := binary.LittleEndian.Uint64(head); n < 2 {
-		return false
-	}
-	for _, c := range head[8:] {
-		switch c {
-		case ' ', '\t', '\r', '\n':
-			continue
-		case '{':
-			return true
-		}
-		return false
-	}
-	return false
 }
 
 // OpenOptions ask a reader for more than the checkpoint's default reading.

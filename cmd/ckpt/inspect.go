@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
-	english "github.com/ckpt-dev/ckpt/internal/plural"
 	"io"
 	"sort"
 	"strings"
+
+	english "github.com/ckpt-dev/ckpt/internal/plural"
+	"github.com/ckpt-dev/ckpt/scan"
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
@@ -54,7 +56,7 @@ not fit its model or cannot be mapped unambiguously.`,
 			}
 			// What scan calls known code execution makes inspect fail too, after the report.
 			var danger error
-			if res, err := formats.Scan(args[0]); err == nil {
+			if res, err := scan.Scan(args[0]); err == nil {
 				for _, f := range res.Refused() {
 					if f.Class == pickle.Unsafe {
 						rep.Dangerous = append(rep.Dangerous, fmt.Sprintf("%s at %s: %s", f.Global, f.File, f.Where))

@@ -16,6 +16,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
+	"github.com/ckpt-dev/ckpt/scan"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -121,11 +122,11 @@ func TestOpenEqualsLocal(t *testing.T) {
 func TestScanEqualsLocal(t *testing.T) {
 	servers(t)
 	for _, f := range []string{"torch/training_cuda.pt", "dcp/sharded", "ecosystem/folders/trainer/checkpoint-2", "hf/mistral_sharded"} {
-		local, err := formats.Scan(filepath.Join("../../../testdata", f))
+		local, err := scan.Scan(filepath.Join("../../../testdata", f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		remote, err := formats.Scan("gs://ckpt/fixtures/" + f)
+		remote, err := scan.Scan("gs://ckpt/fixtures/" + f)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,7 @@
 // and Amazon S3 or S3-compatible stores (s3://bucket/prefix), through each service's REST
 // API over net/http (client.go: one client layer per cloud, every call taking a context).
 // Importing it registers both schemes with package store, after which formats.Open,
-// formats.Scan, convert.Run and verify.Check take such URLs wherever they take paths:
+// scan.Scan, convert.Run and verify.Check take such URLs wherever they take paths:
 //
 //	import _ "github.com/ckpt-dev/ckpt/formats/store/bucket"
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
+	"github.com/ckpt-dev/ckpt/scan"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -49,7 +50,7 @@ func TestKeysThatAreNoPaths(t *testing.T) {
 				name string
 				run  func() error
 			}{
-				{"scan", func() error { _, err := formats.Scan(url); return err }},
+				{"scan", func() error { _, err := scan.Scan(url); return err }},
 				{"open", func() error {
 					ck, err := formats.Open(url)
 					if err == nil {

@@ -1,4 +1,4 @@
-package formats_test
+package scan_test
 
 import (
 	"os"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/scan"
 )
 
 // TestScanMegatronNemo: ckpt scan finds the pickles of Megatron and NeMo layouts where
@@ -25,7 +25,7 @@ func TestScanMegatronNemo(t *testing.T) {
 		{"nemo2", []string{"weights/common.pt", "weights/.metadata"}},
 		{"nemo1/tp2.nemo", []string{""}},
 	} {
-		res, err := formats.Scan(dir + c.src)
+		res, err := scan.Scan(dir + c.src)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func TestScanMegatronNemo(t *testing.T) {
 	}
 	p := filepath.Join(t.TempDir(), "evil.nemo")
 	os.WriteFile(p, []byte(evil), 0o644)
-	res, err := formats.Scan(p)
+	res, err := scan.Scan(p)
 	if err != nil {
 		t.Fatal(err)
 	}

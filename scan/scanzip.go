@@ -1,4 +1,4 @@
-package formats
+package scan
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
+	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -526,7 +527,7 @@ func (s *scanner) concatenated(file string, data []byte) {
 			off += end
 			continue
 		}
-		if looksLikeSafetensors(rest) {
+		if safetensors.LooksLike(rest) {
 			return // the safetensors blob of SerializationFormat.SAFETENSORS runs to the end
 		}
 		if s.legacy(file, rest, off, fmt.Sprintf("item at byte %d", off), false) == "" {

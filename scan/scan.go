@@ -1,4 +1,4 @@
-package formats
+package scan
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
+	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -302,7 +303,7 @@ func (s *scanner) file(path string, inFolder bool) {
 	if s.loaders(path, data, inFolder) {
 		return
 	}
-	if looksLikeSafetensors(data) {
+	if safetensors.LooksLike(data) {
 		s.layout(path, layoutSafetensors)
 		return
 	}
@@ -385,7 +386,7 @@ func (s *scanner) remoteFile(path string, f store.File) bool {
 		return false
 	}
 	switch {
-	case looksLikeSafetensors(head):
+	case safetensors.LooksLike(head):
 		s.layout(path, layoutSafetensors) // no pickles: its header is all there is to read
 	case len(head) >= len(zipMagic) && string(head[:len(zipMagic)]) == zipMagic:
 		s.layout(path, s.zipArchive(path, &remoteZip{f: f}, 0, ""))

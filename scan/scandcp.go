@@ -1,4 +1,4 @@
-package formats
+package scan
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
+	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -113,7 +114,7 @@ func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry, 
 		}
 		r := rng{e.Offset, e.Offset + e.Length}
 		b := data[r.from:r.to]
-		if e.Offsets != nil && looksLikeSafetensors(data[e.Offset:]) {
+		if e.Offsets != nil && safetensors.LooksLike(data[e.Offset:]) {
 			// SerializationFormat.SAFETENSORS: tensor chunks live in one safetensors blob
 			// that runs to the end of the file; it holds no pickle.
 			spans = append(spans, rng{e.Offset, size})

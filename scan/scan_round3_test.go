@@ -1,4 +1,4 @@
-package formats
+package scan
 
 import (
 	"archive/tar"
