@@ -1,4 +1,9 @@
-package torchzip
+// Package zipdir reads the central directory of a zip archive — the one reader of it in
+// ckpt, for torch.save archives (formats/torchzip) and for the security scanner (scan) —
+// the way archive/zip's NewReader reads it, into buffers recycled from archive to archive,
+// with lookups by name whatever the case of its letters, as torch's reader (miniz) finds
+// records.
+package zipdir
 
 import (
 	"archive/zip"
@@ -36,24 +41,21 @@ const (
 	zip64ExtraID             = 0x0001
 )
 
-// zipFile is one central-directory record: what decode uses of a zip.File.
-type zipFile struct {
+// File is one central-directory record: what readers use of a zip.File.
+type File struct {
 	Name               []byte // in the directory's scratch buffer; copy it to keep it
 	Method             uint16
 	CompressedSize64   uint64
 	UncompressedSize64 uint64
-	headerOffset       int64
-	dir                *zipDir
+	HeaderOffset       int64
+	dir                *Dir
 }
-
-// name is the record's name as a string (for errors and messages).
-func (f *zipFile) name() string { return string(f.Name) }
 
 // DataOffset is where the record's (possibly compressed) bytes start in the archive, read
 // from its local header as zip.File.DataOffset reads it.
-func (f *zipFile) DataOffset() (int64, error) {
+func (f *File) DataOffset() (int64, error) {
 	buf := f.dir.scratch[:fileHeaderLen]
-	if _, err := f.dir.zipr.ReadAt(buf, f.headerOffset); err != nil {
+	if _, err := f.dir.zipr.ReadAt(buf, f.HeaderOffset); err != nil {
 		return 0, err
 	}
 	if binary.LittleEndian.Uint32(buf) != fileHeaderSignature {
@@ -61,12 +63,12 @@ func (f *zipFile) DataOffset() (int64, error) {
 	}
 	filenameLen := int64(binary.LittleEndian.Uint16(buf[26:]))
 	extraLen := int64(binary.LittleEndian.Uint16(buf[28:]))
-	return f.headerOffset + fileHeaderLen + filenameLen + extraLen, nil
+	return f.HeaderOffset + fileHeaderLen + filenameLen + extraLen, nil
 }
 
-// zipDir is a parsed directory and the buffers it is parsed into, reused through dirPool.
-type zipDir struct {
-	File   []zipFile
+// Dir is a parsed directory and the buffers it is parsed into, reused through dirPool.
+type Dir struct {
+	Files  []File
 	sorted []int32 // indexes of File by name (letters folded), then by position (find)
 	names  []byte
 	spans  []int // [start, end) of each name in names
@@ -81,17 +83,17 @@ type zipDir struct {
 	bytesR  bytes.Reader
 }
 
-var dirPool = sync.Pool{New: func() any { return &zipDir{br: bufio.NewReaderSize(nil, 4096)} }}
+var dirPool = sync.Pool{New: func() any { return &Dir{br: bufio.NewReaderSize(nil, 4096)} }}
 
-// readZipDir reads the directory of the zip archive of size bytes in r (data, when not
+// Read reads the directory of the zip archive of size bytes in r (data, when not
 // nil, is the same archive in memory). Release the result with release when its names are
 // no longer needed.
-func readZipDir(r io.ReaderAt, data []byte, size int64) (*zipDir, error) {
-	z := dirPool.Get().(*zipDir)
-	z.File, z.names, z.spans, z.sorted = z.File[:0], z.names[:0], z.spans[:0], z.sorted[:0]
+func Read(r io.ReaderAt, data []byte, size int64) (*Dir, error) {
+	z := dirPool.Get().(*Dir)
+	z.Files, z.names, z.spans, z.sorted = z.Files[:0], z.names[:0], z.spans[:0], z.sorted[:0]
 	z.zipr = r
 	if err := z.init(r, data, size); err != nil {
-		z.release()
+		z.Release()
 		return nil, err
 	}
 	return z, nil
@@ -99,12 +101,12 @@ func readZipDir(r io.ReaderAt, data []byte, size int64) (*zipDir, error) {
 
 // release returns z's buffers for the next archive; z and its names are not to be used
 // after.
-func (z *zipDir) release() {
-	if cap(z.names) > 1<<20 || cap(z.File) > 1<<12 {
+func (z *Dir) Release() {
+	if cap(z.names) > 1<<20 || cap(z.Files) > 1<<12 {
 		return // a hostile directory's buffers are not kept
 	}
-	for i := range z.File {
-		z.File[i] = zipFile{}
+	for i := range z.Files {
+		z.Files[i] = File{}
 	}
 	z.br.Reset(nil)
 	z.zipr = nil
@@ -117,24 +119,24 @@ func (z *zipDir) release() {
 // (miniz, mz_zip_reader_locate_file) finds records — archive/DATA.PKL answers data.pkl —
 // the last one of that name as a map filled in directory order would hold, or nil. Names
 // that differ only in case make the lookup ambiguous (caseClash).
-func (z *zipDir) find(name string) *zipFile {
+func (z *Dir) Find(name string) *File {
 	i, ok := slices.BinarySearchFunc(z.sorted, name, func(k int32, name string) int {
-		return foldCompare(z.File[k].Name, name)
+		return foldCompare(z.Files[k].Name, name)
 	})
 	if !ok {
 		return nil
 	}
-	for i+1 < len(z.sorted) && foldCompare(z.File[z.sorted[i+1]].Name, name) == 0 {
+	for i+1 < len(z.sorted) && foldCompare(z.Files[z.sorted[i+1]].Name, name) == 0 {
 		i++
 	}
-	return &z.File[z.sorted[i]]
+	return &z.Files[z.sorted[i]]
 }
 
 // caseClash returns two records whose names differ only in case, when there are: torch's
 // reader may open either for one name.
-func (z *zipDir) caseClash() (a, b string, ok bool) {
+func (z *Dir) CaseClash() (a, b string, ok bool) {
 	for i := 1; i < len(z.sorted); i++ {
-		x, y := z.File[z.sorted[i-1]].Name, z.File[z.sorted[i]].Name
+		x, y := z.Files[z.sorted[i-1]].Name, z.Files[z.sorted[i]].Name
 		if foldCompare(x, string(y)) == 0 && !bytes.Equal(x, y) {
 			return string(x), string(y), true
 		}
@@ -168,7 +170,7 @@ type directoryEnd struct {
 }
 
 // init is archive/zip's Reader.init.
-func (z *zipDir) init(r io.ReaderAt, data []byte, size int64) error {
+func (z *Dir) init(r io.ReaderAt, data []byte, size int64) error {
 	end, baseOffset, err := z.readDirectoryEnd(r, data, size)
 	if err != nil {
 		return err
@@ -186,7 +188,7 @@ func (z *zipDir) init(r io.ReaderAt, data []byte, size int64) error {
 	// As archive/zip: headers are read until a bad one, and the count is compared modulo
 	// 65536 only.
 	for {
-		f := zipFile{dir: z}
+		f := File{dir: z}
 		err = z.readDirectoryHeader(&f, rd)
 		if err == zip.ErrFormat || err == io.ErrUnexpectedEOF {
 			break
@@ -194,24 +196,24 @@ func (z *zipDir) init(r io.ReaderAt, data []byte, size int64) error {
 		if err != nil {
 			return err
 		}
-		f.headerOffset += baseOffset
-		z.File = append(z.File, f)
+		f.HeaderOffset += baseOffset
+		z.Files = append(z.Files, f)
 	}
-	if uint16(len(z.File)) != uint16(end.directoryRecords) {
+	if uint16(len(z.Files)) != uint16(end.directoryRecords) {
 		return err
 	}
-	for i := range z.File {
-		z.File[i].Name = z.names[z.spans[2*i]:z.spans[2*i+1]:z.spans[2*i+1]]
+	for i := range z.Files {
+		z.Files[i].Name = z.names[z.spans[2*i]:z.spans[2*i+1]:z.spans[2*i+1]]
 		z.sorted = append(z.sorted, int32(i))
 	}
-	slices.SortStableFunc(z.sorted, func(a, b int32) int { return foldCompare(z.File[a].Name, string(z.File[b].Name)) })
+	slices.SortStableFunc(z.sorted, func(a, b int32) int { return foldCompare(z.Files[a].Name, string(z.Files[b].Name)) })
 	return nil
 }
 
 // readDirectoryEnd is archive/zip's: the end record in the last 1 KiB, else the last
 // 65 KiB; the zip64 records when its fields are saturated; the base offset of data
 // prepended to the archive.
-func (z *zipDir) readDirectoryEnd(r io.ReaderAt, data []byte, size int64) (directoryEnd, int64, error) {
+func (z *Dir) readDirectoryEnd(r io.ReaderAt, data []byte, size int64) (directoryEnd, int64, error) {
 	var buf []byte
 	var directoryEndOffset int64
 	for i, bLen := range []int64{1024, 65 * 1024} {
@@ -267,7 +269,7 @@ func (z *zipDir) readDirectoryEnd(r io.ReaderAt, data []byte, size int64) (direc
 	// gets 0 (archive/zip has seen files with a wrong base offset).
 	if baseOffset > 0 {
 		off := int64(d.directoryOffset)
-		var f zipFile
+		var f File
 		mark := len(z.names)
 		z.sr = sectionReader{r: r, off: off, limit: size}
 		err := z.readDirectoryHeader(&f, &z.sr)
@@ -292,7 +294,7 @@ func findSignatureInBlock(b []byte) int {
 	return -1
 }
 
-func (z *zipDir) findDirectory64End(r io.ReaderAt, directoryEndOffset int64) (int64, error) {
+func (z *Dir) findDirectory64End(r io.ReaderAt, directoryEndOffset int64) (int64, error) {
 	locOffset := directoryEndOffset - directory64LocLen
 	if locOffset < 0 {
 		return -1, nil
@@ -307,7 +309,7 @@ func (z *zipDir) findDirectory64End(r io.ReaderAt, directoryEndOffset int64) (in
 	return int64(binary.LittleEndian.Uint64(buf[8:])), nil
 }
 
-func (z *zipDir) readDirectory64End(r io.ReaderAt, offset int64, d *directoryEnd) error {
+func (z *Dir) readDirectory64End(r io.ReaderAt, offset int64, d *directoryEnd) error {
 	buf := z.scratch[:directory64EndLen]
 	if _, err := r.ReadAt(buf, offset); err != nil {
 		return err
@@ -321,9 +323,9 @@ func (z *zipDir) readDirectory64End(r io.ReaderAt, offset int64, d *directoryEnd
 	return nil
 }
 
-// readDirectoryHeader is archive/zip's, keeping only what decode uses; the name is
+// readDirectoryHeader is archive/zip's, keeping only what readers use; the name is
 // appended to z.names (its span to z.spans).
-func (z *zipDir) readDirectoryHeader(f *zipFile, r io.Reader) error {
+func (z *Dir) readDirectoryHeader(f *File, r io.Reader) error {
 	buf := z.scratch[:directoryHeaderLen]
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return err
@@ -338,7 +340,7 @@ func (z *zipDir) readDirectoryHeader(f *zipFile, r io.Reader) error {
 	filenameLen := int(le.Uint16(buf[28:]))
 	extraLen := int(le.Uint16(buf[30:]))
 	commentLen := int(le.Uint16(buf[32:]))
-	f.headerOffset = int64(le.Uint32(buf[42:]))
+	f.HeaderOffset = int64(le.Uint32(buf[42:]))
 	n := filenameLen + extraLen + commentLen
 	if cap(z.d) < n {
 		z.d = make([]byte, n)
@@ -351,7 +353,7 @@ func (z *zipDir) readDirectoryHeader(f *zipFile, r io.Reader) error {
 	z.names = append(z.names, d[:filenameLen]...)
 	needUSize := uncompressed == ^uint32(0)
 	needCSize := compressed == ^uint32(0)
-	needHeaderOffset := f.headerOffset == int64(^uint32(0))
+	needHeaderOffset := f.HeaderOffset == int64(^uint32(0))
 	for extra := d[filenameLen : filenameLen+extraLen]; len(extra) >= 4; {
 		tag, fieldSize := le.Uint16(extra), int(le.Uint16(extra[2:]))
 		extra = extra[4:]
@@ -382,7 +384,7 @@ func (z *zipDir) readDirectoryHeader(f *zipFile, r io.Reader) error {
 			if len(field) < 8 {
 				return zip.ErrFormat
 			}
-			f.headerOffset, field = int64(le.Uint64(field)), field[8:]
+			f.HeaderOffset, field = int64(le.Uint64(field)), field[8:]
 		}
 	}
 	if needCSize || needHeaderOffset {
@@ -392,7 +394,7 @@ func (z *zipDir) readDirectoryHeader(f *zipFile, r io.Reader) error {
 }
 
 // sectionReader reads r sequentially from off to limit, as io.SectionReader does; a value,
-// so that it lives in zipDir rather than in an allocation of its own.
+// so that it lives in Dir rather than in an allocation of its own.
 type sectionReader struct {
 	r          io.ReaderAt
 	off, limit int64
