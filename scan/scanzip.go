@@ -17,6 +17,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
+	"github.com/ckpt-dev/ckpt/internal/zipdir"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -29,10 +30,8 @@ const (
 	zipDescSig     = "PK\x07\x08"
 	zipEndLen      = 22
 	zip64LocLen    = 20
-	zip64EndLen    = 56
 	zipCentralLen  = 46
 	zipLocalLen    = 30
-	zipMaxComment  = 0xffff
 	zipFlagDescr   = 0x8
 	zipMethodStore = 0
 	zipMethodFlate = 8
@@ -70,6 +69,25 @@ type zipSource interface {
 	Len() int64
 	// Bytes returns the n bytes at off, which must lie inside the archive.
 	Bytes(off, n int64) ([]byte, error)
+}
+
+// sourceReader reads a zipSource as an io.ReaderAt, for the central-directory reader.
+type sourceReader struct{ zipSource }
+
+func (s sourceReader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off >= s.Len() {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), s.Len()-off)
+	b, err := s.Bytes(off, n)
+	if err != nil {
+		return 0, err
+	}
+	copy(p, b)
+	if n < int64(len(p)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
 }
 
 // memZip is an archive held in memory (a mapped file, or part of one).
@@ -123,6 +141,32 @@ func (r *remoteZip) Bytes(off, n int64) ([]byte, error) {
 	return b, nil
 }
 
+// zipReadAhead is how far past a miss ReadAt reads: the central-directory reader asks for
+// headers a few bytes at a time, and a directory of thousands of records then costs a
+// round trip per zipReadAhead bytes, not per record.
+const zipReadAhead = 1 << 20
+
+// ReadAt serves the central-directory reader: from a segment read before, else by reading
+// the range and up to zipReadAhead bytes past it.
+func (r *remoteZip) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off > r.Len() {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), r.Len()-off)
+	b := r.held(off, n)
+	if b == nil {
+		var err error
+		if b, err = r.Bytes(off, min(max(n, zipReadAhead), r.Len()-off)); err != nil {
+			return 0, err
+		}
+	}
+	copy(p, b[:n])
+	if n < int64(len(p)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
 // held returns the n bytes at off from a segment read before, or nil.
 func (r *remoteZip) held(off, n int64) []byte {
 	// A segment holding [off, off+n) starts in [off+n-longest, off].
@@ -170,130 +214,69 @@ func (r *remoteZip) prefetch(offs []int64, n int64) {
 	r.add(segs...)
 }
 
-// readZipDir parses the zip archive in data the way a reader that trusts its end record
-// does (torch's miniz, Go's archive/zip): the last end-of-central-directory signature
-// whose comment fits, then the central directory it points to (zip64 aware), then each
-// entry's local header. Every length is checked against the archive before use.
+// readZipDir parses the zip archive in data with the one central-directory reader
+// (zipdir, archive/zip's rules), then holds it to what a reader following other rules —
+// torch's miniz, which reads the zip64 end record whenever a locator leads to one — would
+// read the same way: the directory must end where the end record (or the zip64 end
+// record) starts, hold exactly the records the end record counts and nothing else, the
+// end record and the zip64 end record must agree, and no data may precede the archive.
+// Then each entry's local header is read. Every length is checked against the archive
+// before use.
 func readZipDir(data zipSource) (*zipDir, error) {
 	n := data.Len()
-	// The end record, its comment and the zip64 records before it: one read.
-	tailOff := max(0, n-zipEndLen-zipMaxComment-zip64LocLen-zip64EndLen)
-	tail, err := data.Bytes(tailOff, n-tailOff)
+	var zd *zipdir.Dir
+	var err error
+	switch z := data.(type) {
+	case memZip:
+		zd, err = zipdir.Read(bytes.NewReader(z), z, n)
+	case io.ReaderAt:
+		zd, err = zipdir.Read(z, nil, n)
+	default:
+		zd, err = zipdir.Read(sourceReader{data}, nil, n)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("central directory: %w", err)
 	}
-	at := func(off, l int64) []byte { // l bytes at off, or nil
-		if off >= tailOff && off+l <= n {
-			return tail[off-tailOff : off-tailOff+l]
-		}
-		b, _ := data.Bytes(off, l)
-		return b
-	}
-	eocd := int64(-1)
-	for p := n - zipEndLen; p >= 0 && p >= n-zipEndLen-zipMaxComment; p-- {
-		if b := at(p, zipEndLen); string(b[:4]) == zipEndSig && p+zipEndLen+int64(le16(b[20:])) <= n {
-			eocd = p
-			break
-		}
-	}
-	if eocd < 0 {
-		return nil, errors.New("no end-of-central-directory record")
-	}
-	end := at(eocd, zipEndLen)
-	d := &zipDir{End: eocd + zipEndLen + int64(le16(end[20:]))}
-	d.spans = append(d.spans, span{eocd, d.End, "end of central directory"})
-	count := uint64(le16(end[10:]))
-	cdSize := uint64(le32(end[12:]))
-	cdOff := uint64(le32(end[16:]))
-	cdEnd := eocd // where the central directory must end
-	// A zip64 locator before the end record (miniz, torch's writer, always writes one) leads
-	// to the zip64 end record, whose counts are the real ones.
-	loc := eocd - zip64LocLen
-	var locB []byte
-	if loc >= 0 {
-		locB = at(loc, zip64LocLen)
-	}
-	hasLoc := locB != nil && string(locB[:4]) == zip64LocSig
-	if !hasLoc && (count == 0xffff || cdSize == 0xffffffff || cdOff == 0xffffffff) {
+	defer zd.Release()
+	l := zd.Layout
+	d := &zipDir{End: l.End + l.EndLen}
+	d.spans = append(d.spans, span{l.End, d.End, "end of central directory"})
+	count, cdSize, cdOff := l.Records, l.DirSize, l.DirOffset
+	cdEnd := l.End // where the central directory must end
+	if l.Zip64Loc < 0 && (count == 0xffff || cdSize == 0xffffffff || cdOff == 0xffffffff) {
 		return nil, errors.New("zip64 end record expected but no locator")
 	}
-	if hasLoc {
-		z := int64(le64(locB[8:]))
-		var rec []byte
-		if z >= 0 && z <= loc-zip64EndLen {
-			rec = at(z, zip64EndLen)
+	if l.Zip64Loc >= 0 {
+		// A zip64 locator before the end record (miniz, torch's writer, always writes one)
+		// leads to the zip64 end record, whose counts torch's reader takes.
+		if l.Zip64Len == 0 {
+			return nil, fmt.Errorf("zip64 end record at byte %d is missing or has a bad size", l.Zip64At)
 		}
-		if rec == nil || string(rec[:4]) != zip64EndSig {
-			return nil, fmt.Errorf("zip64 end record at byte %d is missing", z)
-		}
-		recLen := int64(le64(rec[4:])) + 12
-		if recLen < zip64EndLen || recLen > loc-z {
-			return nil, fmt.Errorf("zip64 end record at byte %d has a bad size", z)
-		}
-		d.spans = append(d.spans, span{loc, eocd, "zip64 locator"}, span{z, z + recLen, "zip64 end record"})
-		count, cdSize, cdOff = le64(rec[32:]), le64(rec[40:]), le64(rec[48:])
-		cdEnd = z
+		d.spans = append(d.spans, span{l.Zip64Loc, l.End, "zip64 locator"}, span{l.Zip64At, l.Zip64At + l.Zip64Len, "zip64 end record"})
+		count, cdSize, cdOff = l.Zip64Records, l.Zip64DirSize, l.Zip64DirOffset
+		cdEnd = l.Zip64At
+	}
+	if l.Used.Records != count || l.Used.DirSize != cdSize || l.Used.DirOffset != cdOff {
+		return nil, fmt.Errorf("the end record (%d entries, %d bytes at byte %d) and the zip64 end record (%d entries, %d bytes at byte %d) disagree: zip readers would read different directories", l.Records, l.DirSize, l.DirOffset, l.Zip64Records, l.Zip64DirSize, l.Zip64DirOffset)
 	}
 	if cdOff > uint64(cdEnd) || cdSize != uint64(cdEnd)-cdOff {
 		return nil, fmt.Errorf("central directory (byte %d, %d bytes) does not end where the end record starts (byte %d)", cdOff, cdSize, cdEnd)
 	}
-	if count > cdSize/zipCentralLen {
-		return nil, fmt.Errorf("%d entries cannot fit a %d-byte central directory", count, cdSize)
+	if l.Base != 0 {
+		return nil, fmt.Errorf("%d bytes precede the archive its directory describes", l.Base)
+	}
+	if uint64(len(zd.Files)) != count {
+		return nil, fmt.Errorf("central directory holds %d entries, its end record says %d", len(zd.Files), count)
+	}
+	if l.DirRead != int64(cdSize) {
+		return nil, fmt.Errorf("%d bytes of the %d-byte central directory belong to no entry", int64(cdSize)-l.DirRead, cdSize)
 	}
 	d.spans = append(d.spans, span{int64(cdOff), cdEnd, "central directory"})
-	cd, err := data.Bytes(int64(cdOff), int64(cdSize))
-	if err != nil {
-		return nil, fmt.Errorf("central directory (byte %d, %d bytes): %w", cdOff, cdSize, err)
-	}
-	// Indexes into cd: p is an offset in the archive, cd[p-base:] its bytes.
-	base := int64(cdOff)
-	p := base
-	d.Entries = make([]zipEntry, 0, count)
-	hdrs := make([]uint64, 0, count)
-	for i := uint64(0); i < count; i++ {
-		if p+zipCentralLen > cdEnd || string(cd[p-base:p-base+4]) != zipCentralSig {
-			return nil, fmt.Errorf("central directory entry %d at byte %d is malformed", i, p)
-		}
-		c := cd[p-base:]
-		nameLen, extraLen, commentLen := int64(le16(c[28:])), int64(le16(c[30:])), int64(le16(c[32:]))
-		next := p + zipCentralLen + nameLen + extraLen + commentLen
-		if next > cdEnd {
-			return nil, fmt.Errorf("central directory entry %d at byte %d runs past the directory", i, p)
-		}
-		e := zipEntry{
-			Name:     string(c[zipCentralLen : zipCentralLen+nameLen]),
-			Flags:    le16(c[8:]),
-			Method:   le16(c[10:]),
-			CompSize: uint64(le32(c[20:])),
-			Size:     uint64(le32(c[24:])),
-		}
-		hdr := uint64(le32(c[42:]))
-		// The zip64 extra field holds, in order, the fields saturated in the entry.
-		extra := c[zipCentralLen+nameLen : zipCentralLen+nameLen+extraLen]
-		for len(extra) >= 4 {
-			id, sz := le16(extra), int(le16(extra[2:]))
-			if sz > len(extra)-4 {
-				break
-			}
-			if id == 1 {
-				f := extra[4 : 4+sz]
-				for _, v := range []*uint64{&e.Size, &e.CompSize, &hdr} {
-					if *v == 0xffffffff {
-						if len(f) < 8 {
-							return nil, fmt.Errorf("entry %q: zip64 extra field too short", e.Name)
-						}
-						*v, f = le64(f), f[8:]
-					}
-				}
-			}
-			extra = extra[4+sz:]
-		}
-		d.Entries = append(d.Entries, e)
-		hdrs = append(hdrs, hdr)
-		p = next
-	}
-	if p != cdEnd {
-		return nil, fmt.Errorf("%d bytes of the central directory belong to no entry", cdEnd-p)
+	d.Entries = make([]zipEntry, len(zd.Files))
+	hdrs := make([]uint64, len(zd.Files))
+	for i, f := range zd.Files {
+		d.Entries[i] = zipEntry{Name: string(f.Name), Flags: f.Flags, Method: f.Method, CompSize: f.CompressedSize64, Size: f.UncompressedSize64}
+		hdrs[i] = uint64(f.HeaderOffset)
 	}
 	if r, ok := data.(*remoteZip); ok {
 		// A local header: its fixed part, the name and an extra field (torch's aligns the

@@ -44,7 +44,7 @@ const (
 // File is one central-directory record: what readers use of a zip.File.
 type File struct {
 	Name               []byte // in the directory's scratch buffer; copy it to keep it
-	Method             uint16
+	Flags, Method      uint16
 	CompressedSize64   uint64
 	UncompressedSize64 uint64
 	HeaderOffset       int64
@@ -68,7 +68,9 @@ func (f *File) DataOffset() (int64, error) {
 
 // Dir is a parsed directory and the buffers it is parsed into, reused through dirPool.
 type Dir struct {
-	Files  []File
+	Files []File
+	// Layout locates the structures the directory was read from.
+	Layout Layout
 	sorted []int32 // indexes of File by name (letters folded), then by position (find)
 	names  []byte
 	spans  []int // [start, end) of each name in names
@@ -81,6 +83,33 @@ type Dir struct {
 	scratch [directory64EndLen]byte
 	sr      sectionReader
 	bytesR  bytes.Reader
+	// headerLen is the length of the directory header read last.
+	headerLen int64
+}
+
+// Layout locates the structures of an archive's directory, for a reader that checks that
+// every byte of an archive is accounted for and that readers following other rules would
+// read the same directory (the scanner: torch's miniz reads the zip64 end record whenever
+// a locator leads to one, archive/zip only when the end record's fields are saturated).
+type Layout struct {
+	// End is the end-of-central-directory record's offset, EndLen its length with its
+	// comment; Records, DirSize and DirOffset are its fields as written.
+	End, EndLen                 int64
+	Records, DirSize, DirOffset uint64
+	// Zip64Loc is the offset of the zip64 locator right before the end record, -1 when
+	// there is none; Zip64At is the offset it gives for the zip64 end record.
+	Zip64Loc, Zip64At int64
+	// Zip64Len is the length of the zip64 end record at Zip64At (its size field plus 12), 0
+	// when there is none there or its size does not fit between it and the locator;
+	// Zip64Records, Zip64DirSize and Zip64DirOffset are its fields.
+	Zip64Len                                   int64
+	Zip64Records, Zip64DirSize, Zip64DirOffset uint64
+	// Used is what the directory was read with: the end record's fields, or the zip64 end
+	// record's when the end record's are saturated (as archive/zip reads them).
+	Used struct{ Records, DirSize, DirOffset uint64 }
+	// Base is the offset of data prepended to the archive (0 for an archive at its start),
+	// added to every header offset; DirRead is how many bytes the records read took.
+	Base, DirRead int64
 }
 
 var dirPool = sync.Pool{New: func() any { return &Dir{br: bufio.NewReaderSize(nil, 4096)} }}
@@ -91,6 +120,7 @@ var dirPool = sync.Pool{New: func() any { return &Dir{br: bufio.NewReaderSize(ni
 func Read(r io.ReaderAt, data []byte, size int64) (*Dir, error) {
 	z := dirPool.Get().(*Dir)
 	z.Files, z.names, z.spans, z.sorted = z.Files[:0], z.names[:0], z.spans[:0], z.sorted[:0]
+	z.Layout = Layout{Zip64Loc: -1, Zip64At: -1}
 	z.zipr = r
 	if err := z.init(r, data, size); err != nil {
 		z.Release()
@@ -175,6 +205,8 @@ func (z *Dir) init(r io.ReaderAt, data []byte, size int64) error {
 	if err != nil {
 		return err
 	}
+	z.Layout.Used.Records, z.Layout.Used.DirSize, z.Layout.Used.DirOffset = end.directoryRecords, end.directorySize, end.directoryOffset
+	z.Layout.Base = baseOffset
 	start := baseOffset + int64(end.directoryOffset)
 	var rd io.Reader
 	if data != nil {
@@ -198,6 +230,7 @@ func (z *Dir) init(r io.ReaderAt, data []byte, size int64) error {
 		}
 		f.HeaderOffset += baseOffset
 		z.Files = append(z.Files, f)
+		z.Layout.DirRead += z.headerLen
 	}
 	if uint16(len(z.Files)) != uint16(end.directoryRecords) {
 		return err
@@ -247,6 +280,11 @@ func (z *Dir) readDirectoryEnd(r io.ReaderAt, data []byte, size int64) (director
 	if l := int(binary.LittleEndian.Uint16(b[16:])); l > len(b)-18 {
 		return directoryEnd{}, 0, errors.New("zip: invalid comment length")
 	}
+	z.Layout.End, z.Layout.EndLen = directoryEndOffset, directoryEndLen+int64(binary.LittleEndian.Uint16(b[16:]))
+	z.Layout.Records, z.Layout.DirSize, z.Layout.DirOffset = d.directoryRecords, d.directorySize, d.directoryOffset
+	if err := z.zip64Layout(r, data, size); err != nil {
+		return directoryEnd{}, 0, err
+	}
 	if d.directoryRecords == 0xffff || d.directorySize == 0xffff || d.directoryOffset == 0xffffffff {
 		p, err := z.findDirectory64End(r, directoryEndOffset)
 		if err == nil && p >= 0 {
@@ -279,6 +317,56 @@ func (z *Dir) readDirectoryEnd(r io.ReaderAt, data []byte, size int64) (director
 		}
 	}
 	return d, baseOffset, nil
+}
+
+// zip64Layout fills in the Layout's zip64 fields: the locator right before the end record
+// and the zip64 end record it leads to, whatever the end record's fields (archive/zip
+// reads them only when those are saturated).
+func (z *Dir) zip64Layout(r io.ReaderAt, data []byte, size int64) error {
+	l := &z.Layout
+	loc := l.End - directory64LocLen
+	if loc < 0 {
+		return nil
+	}
+	buf, err := z.at(r, data, size, loc, directory64LocLen)
+	if err != nil || binary.LittleEndian.Uint32(buf) != directory64LocSignature {
+		return err
+	}
+	l.Zip64Loc = loc
+	at := binary.LittleEndian.Uint64(buf[8:])
+	if at > uint64(loc) {
+		return nil
+	}
+	l.Zip64At = int64(at)
+	if l.Zip64At > loc-directory64EndLen {
+		return nil
+	}
+	buf, err = z.at(r, data, size, l.Zip64At, directory64EndLen)
+	if err != nil || binary.LittleEndian.Uint32(buf) != directory64EndSignature {
+		return err
+	}
+	n := binary.LittleEndian.Uint64(buf[4:])
+	if n > uint64(loc-l.Zip64At) || n+12 < directory64EndLen || n+12 > uint64(loc-l.Zip64At) {
+		return nil
+	}
+	l.Zip64Len = int64(n) + 12
+	l.Zip64Records = binary.LittleEndian.Uint64(buf[32:])
+	l.Zip64DirSize = binary.LittleEndian.Uint64(buf[40:])
+	l.Zip64DirOffset = binary.LittleEndian.Uint64(buf[48:])
+	return nil
+}
+
+// at returns the n bytes at off (inside the archive): a slice of data, or read into the
+// scratch buffer.
+func (z *Dir) at(r io.ReaderAt, data []byte, size, off, n int64) ([]byte, error) {
+	if data != nil {
+		return data[off : off+n], nil
+	}
+	buf := z.scratch[:n]
+	if _, err := r.ReadAt(buf, off); err != nil && !(err == io.EOF && off+n == size) {
+		return nil, err
+	}
+	return buf, nil
 }
 
 func findSignatureInBlock(b []byte) int {
@@ -334,6 +422,7 @@ func (z *Dir) readDirectoryHeader(f *File, r io.Reader) error {
 	if le.Uint32(buf) != directoryHeaderSignature {
 		return zip.ErrFormat
 	}
+	f.Flags = le.Uint16(buf[8:])
 	f.Method = le.Uint16(buf[10:])
 	compressed, uncompressed := le.Uint32(buf[20:]), le.Uint32(buf[24:])
 	f.CompressedSize64, f.UncompressedSize64 = uint64(compressed), uint64(uncompressed)
@@ -390,6 +479,7 @@ func (z *Dir) readDirectoryHeader(f *File, r io.Reader) error {
 	if needCSize || needHeaderOffset {
 		return zip.ErrFormat
 	}
+	z.headerLen = directoryHeaderLen + int64(n)
 	return nil
 }
 
