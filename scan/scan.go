@@ -1,23 +1,5 @@
-package scan
-
-import (
-	"errors"
-	"fmt"
-	"io/fs"
-	"sort"
-	"strings"
-
-	"github.com/ckpt-dev/ckpt/formats/dcp"
-	"github.com/ckpt-dev/ckpt/formats/pickle"
-	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
-	"github.com/ckpt-dev/ckpt/statedict"
-)
-
-// Scanning
-//
-// Scan answers one question: would loading this checkpoint the way its producer loads it —
-// torch.load(weights_only=False), DCP's loader (which unpickles .metadata with pickle.load
+// Package scan is ckpt's security scanner. Scan answers one question: would loading
+// this checkpoint the way its producer loads it — torch.load(weights_only=False), DCP's loader (which unpickles .metadata with pickle.load
 // and every bytes item with torch.load(weights_only=False)), NeMo's restore_from,
 // np.load(allow_pickle=True) — import or call anything beyond pure data? It finds the
 // pickles where those loaders find them, not by guessing: a torch.save zip's data.pkl (and
@@ -39,6 +21,21 @@ import (
 // code execution" when it is or reaches a known gadget (pickle.Dangerous), "would import
 // and call unknown code" otherwise. A TorchScript archive is refused as known code
 // execution: torch.load hands it to torch.jit.load, which runs its code.
+package scan
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+
+	"github.com/ckpt-dev/ckpt/formats/dcp"
+	"github.com/ckpt-dev/ckpt/formats/pickle"
+	"github.com/ckpt-dev/ckpt/formats/safetensors"
+	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/statedict"
+)
 
 // ScanResult is what Scan found.
 type ScanResult struct {
