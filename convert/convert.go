@@ -28,12 +28,12 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Options describe one conversion. The zero value of each field changes nothing (device
@@ -162,7 +162,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return nil, err
 	}
 	opts.Dst = dst
-	if !store.IsRemote(opts.Dst) {
+	if !storage.IsRemote(opts.Dst) {
 		opts.Dst = filepath.Clean(opts.Dst)
 	}
 	if err := opts.Hosts.check(opts.Target, lay); err != nil {
@@ -195,7 +195,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	folder := lay.Folder()
 	var run string
-	if folder && store.IsRemote(opts.Dst) {
+	if folder && storage.IsRemote(opts.Dst) {
 		if run, err = runKey(p, opts); err != nil {
 			return nil, err
 		}
@@ -417,7 +417,7 @@ func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) 
 	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: extras, Ignored: rest, Outside: ck.Outside,
 		Files: ck.Files, Metadata: ck.Metadata}
 	for _, f := range files {
-		part, err := formats.Open(store.Join(ck.Path, f))
+		part, err := formats.Open(storage.Join(ck.Path, f))
 		if err != nil {
 			out.Close()
 			return nil, fmt.Errorf("%s: %w", f, err)
@@ -432,13 +432,13 @@ func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) 
 // convertAlongside converts the training-state file name of the source folder into the
 // folder being written, with the same device and training-state options.
 func convertAlongside(parent *subOutput, p *planned, opts Options, name string) (*Summary, error) {
-	src := store.Join(p.src.Path, name)
+	src := storage.Join(p.src.Path, name)
 	ck, err := formats.Open(src)
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
-	sub := Options{Src: src, Dst: store.Join(opts.Dst, name), Format: formats.TorchFile, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target, WeightsOnly: opts.WeightsOnly,
+	sub := Options{Src: src, Dst: storage.Join(opts.Dst, name), Format: formats.TorchFile, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target, WeightsOnly: opts.WeightsOnly,
 		Plan: opts.Plan.Alongside()}
 	sp, err := newPlan(ck, sub, formats.TorchFile)
 	if err != nil {

@@ -13,11 +13,11 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Hosts splits a per-device conversion across the machines of a multi-host job, each
@@ -40,7 +40,7 @@ import (
 // conversion done and exits successfully.
 //
 // Into a bucket prefix (gs://, s3://) the hosts share no file system and the prefix plays
-// the partial folder's part (store.JoinOutput; formats/store/bucket's hosts.go has the
+// the partial folder's part (storage.JoinOutput; storage/bucket's hosts.go has the
 // protocol): each host uploads its files straight to their final names, every object
 // carrying the conversion's run — its key (runKey), which every host derives alone, so two
 // conversions that differ in source structure, options or host count never adopt each
@@ -400,9 +400,9 @@ func sourceStamp(src string, times bool) (int64, map[string]int64, error) {
 			mtimes[name] = mod.UnixNano()
 		}
 	}
-	if store.IsRemote(src) {
+	if storage.IsRemote(src) {
 		var n int64
-		err := store.WalkDir(src, func(name string, d fs.DirEntry, err error) error {
+		err := storage.WalkDir(src, func(name string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
 			}

@@ -15,13 +15,13 @@ import (
 	"time"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 	"github.com/ckpt-dev/ckpt/verify"
 )
 
@@ -196,7 +196,7 @@ func TestMultiHostBucketShares(t *testing.T) {
 		// the prefix holding this one's shares, with or without --force.
 		other := options(dst, 0, 2)
 		other.Plan.OptimizerDType = statedict.Float16
-		if _, err := Run(context.Background(), other); !errors.Is(err, store.ErrExists) {
+		if _, err := Run(context.Background(), other); !errors.Is(err, storage.ErrExists) {
 			t.Fatalf("host 0 of another conversion: %v", err)
 		}
 		// A foreign object in the prefix: host 0 refuses to finish, and leaves it.
@@ -204,7 +204,7 @@ func TestMultiHostBucketShares(t *testing.T) {
 		for _, force := range []bool{false, true} {
 			o := options(dst, 0, 2)
 			o.Force = force
-			if _, err := Run(context.Background(), o); !errors.Is(err, store.ErrForeign) || !strings.Contains(err.Error(), "notes.txt") {
+			if _, err := Run(context.Background(), o); !errors.Is(err, storage.ErrForeign) || !strings.Contains(err.Error(), "notes.txt") {
 				t.Fatalf("host 0 (force %v) beside a foreign object: %v", force, err)
 			}
 		}
@@ -229,7 +229,7 @@ func TestMultiHostBucketShares(t *testing.T) {
 		putForeign(t, dst+"/notes.txt", "mine")
 		o = options(dst, 0, 2)
 		o.Force, o.Plan.OptimizerDType = true, statedict.Float16
-		if _, err := Run(context.Background(), o); !errors.Is(err, store.ErrForeign) {
+		if _, err := Run(context.Background(), o); !errors.Is(err, storage.ErrForeign) {
 			t.Fatalf("--force beside a foreign object: %v", err)
 		}
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Layout is an on-disk layout ckpt writes — the one vocabulary of outputs: what a user asks
@@ -136,7 +136,7 @@ func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, e
 	if perRank {
 		return chooseRanks(dst, want)
 	}
-	st, err := store.Stat(src)
+	st, err := storage.Stat(src)
 	srcDir := err == nil && st.IsDir()
 	ext := strings.ToLower(path.Ext(filepath.ToSlash(strings.TrimRight(dst, "/"+string(filepath.Separator)))))
 	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || !fileExt[ext] && isFolder(dst)
@@ -147,8 +147,8 @@ func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, e
 		}
 	}
 	inside := func(l Layout) (string, Layout, error) {
-		base := strings.TrimSuffix(store.Base(src), path.Ext(store.Base(src)))
-		return store.Join(dst, base+l.Ext()), l, nil
+		base := strings.TrimSuffix(storage.Base(src), path.Ext(storage.Base(src)))
+		return storage.Join(dst, base+l.Ext()), l, nil
 	}
 	switch want {
 	case TorchFile:
@@ -190,8 +190,8 @@ var fileExt = map[string]bool{".safetensors": true, ".pt": true, ".pth": true, "
 // isFolder reports whether dst is an existing folder — a folder itself, not a link to one:
 // a link planted at DST never leads the output somewhere else.
 func isFolder(dst string) bool {
-	if store.IsRemote(dst) {
-		st, err := store.Stat(dst)
+	if storage.IsRemote(dst) {
+		st, err := storage.Stat(dst)
 		return err == nil && st.IsDir()
 	}
 	st, err := os.Lstat(dst)

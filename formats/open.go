@@ -22,11 +22,11 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/pytar"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchlegacy"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/formats/zero"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Kind is a detected file format.
@@ -42,7 +42,7 @@ const (
 
 // Detect recognizes the format of a single file from its first bytes.
 func Detect(path string) (Kind, error) {
-	f, err := store.Open(path)
+	f, err := storage.Open(path)
 	if err != nil {
 		return "", err
 	}
@@ -79,7 +79,7 @@ func Detect(path string) (Kind, error) {
 // must be one ckpt reads (else the error names the member and its byte offset), or a
 // legacy torch.save tar. isTar is false for a file tarfile does not open, or opens as an
 // empty archive.
-func detectTar(path string, f store.File) (kind Kind, isTar bool, err error) {
+func detectTar(path string, f storage.File) (kind Kind, isTar bool, err error) {
 	a, err := pytar.Read(f, f.Size())
 	switch {
 	case errors.Is(err, pytar.ErrNotTar):
@@ -124,7 +124,7 @@ type OpenOptions struct {
 
 // Open reads the checkpoint at path, a file or a folder, in whatever supported format it is.
 // A gs:// or s3:// path is read through the backend registered for its scheme (see package
-// store; importing formats/store/bucket registers them): headers, pickles and metadata
+// store; importing storage/bucket registers them): headers, pickles and metadata
 // first, tensor bytes only when read.
 func Open(path string) (*statedict.Checkpoint, error) {
 	return OpenWith(path, OpenOptions{})
@@ -132,7 +132,7 @@ func Open(path string) (*statedict.Checkpoint, error) {
 
 // OpenWith is Open with options.
 func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
-	st, err := store.Stat(path)
+	st, err := storage.Stat(path)
 	if err != nil {
 		return nil, err
 	}

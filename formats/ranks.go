@@ -8,9 +8,9 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // openRanks reads a per-device safetensors folder (safetensors.Sharding): every tensor is
@@ -23,7 +23,7 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 	if err != nil {
 		return nil, err
 	}
-	mpath := store.Join(dir, safetensors.ShardingFile)
+	mpath := storage.Join(dir, safetensors.ShardingFile)
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("%s: %w: %s", mpath, statedict.ErrCorrupt, fmt.Sprintf(format, args...))
 	}
@@ -39,7 +39,7 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 		if files[r] != nil {
 			return files[r], nil
 		}
-		path := store.Join(dir, m.Files[r])
+		path := storage.Join(dir, m.Files[r])
 		if err := checkRank(path, r, m.WorldSize); err != nil {
 			return nil, err
 		}
@@ -116,7 +116,7 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 
 // checkRank checks that the rank file at path says it is rank r's of a world of n.
 func checkRank(path string, r, n int) error {
-	f, err := store.Open(path)
+	f, err := storage.Open(path)
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func checkRank(path string, r, n int) error {
 
 // isRanksFolder reports whether dir is a per-device safetensors folder.
 func isRanksFolder(dir string) bool {
-	_, err := store.Stat(store.Join(dir, safetensors.ShardingFile))
+	_, err := storage.Stat(storage.Join(dir, safetensors.ShardingFile))
 	return !errors.Is(err, os.ErrNotExist)
 }
 

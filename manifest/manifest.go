@@ -17,8 +17,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Name is the manifest's file name inside a folder output; a file output FILE gets
@@ -93,18 +93,18 @@ type Tensor struct {
 // beside a file output.
 func PathFor(dst string, folder bool) string {
 	if folder {
-		return store.Join(dst, Name)
+		return storage.Join(dst, Name)
 	}
 	return dst + "." + Name
 }
 
 // Find returns the manifest path of the existing output at path.
 func Find(path string) (string, error) {
-	st, err := store.Stat(path)
+	st, err := storage.Stat(path)
 	if err != nil {
 		return "", err
 	}
-	if store.IsRemote(path) {
+	if storage.IsRemote(path) {
 		return PathFor(strings.TrimSuffix(path, "/"), st.IsDir()), nil
 	}
 	return PathFor(filepath.Clean(path), st.IsDir()), nil
@@ -142,7 +142,7 @@ func Read(path string) (*Manifest, error) {
 // either (a streaming read meets the first tensor list before it knows of a second), so
 // what `ckpt check` verified need not be what another tool reads.
 func ReadEach(path string, each func(Tensor) error) (*Manifest, error) {
-	f, err := store.Open(path)
+	f, err := storage.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -384,7 +384,7 @@ func Write(w io.Writer, m *Manifest) error {
 // proven file by file from Output.Sums instead). A folder without a manifest claims
 // nothing.
 func Owned(dir string) ([]string, bool) {
-	m, err := Read(store.Join(dir, Name))
+	m, err := Read(storage.Join(dir, Name))
 	if err != nil {
 		return nil, false
 	}

@@ -33,8 +33,8 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // ScanResult is what Scan found.
@@ -186,15 +186,15 @@ var scanPolicy = func() map[pickle.Global]bool {
 // reference without decoding values or executing anything. The error is for a path that
 // cannot be read at all; everything about the content is in the result.
 func Scan(path string) (*ScanResult, error) {
-	st, err := store.Stat(path)
+	st, err := storage.Stat(path)
 	if err != nil {
 		return nil, err
 	}
 	s := &scanner{res: &ScanResult{Path: path}, covered: map[string]bool{}}
 	if !st.IsDir() {
-		dir := store.Dir(path)
-		if strings.HasSuffix(path, ".distcp") && fileExists(store.Join(dir, dcp.MetadataFile)) {
-			s.dcpFolder(dir, store.Base(path))
+		dir := storage.Dir(path)
+		if strings.HasSuffix(path, ".distcp") && fileExists(storage.Join(dir, dcp.MetadataFile)) {
+			s.dcpFolder(dir, storage.Base(path))
 		}
 		if !s.covered[path] {
 			s.file(path, false)
@@ -202,12 +202,12 @@ func Scan(path string) (*ScanResult, error) {
 		s.finish()
 		return s.res, nil
 	}
-	err = store.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+	err = storage.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
-			if fileExists(store.Join(p, dcp.MetadataFile)) {
+			if fileExists(storage.Join(p, dcp.MetadataFile)) {
 				s.dcpFolder(p, "")
 			}
 			return nil
@@ -215,7 +215,7 @@ func Scan(path string) (*ScanResult, error) {
 		if d.Type()&fs.ModeSymlink != 0 {
 			// A link to a file is scanned like the file (a Hugging Face hub cache snapshot
 			// is made of links to blobs); links to folders are not followed.
-			if st, err := store.Stat(p); err != nil || !st.Mode().IsRegular() {
+			if st, err := storage.Stat(p); err != nil || !st.Mode().IsRegular() {
 				return nil
 			}
 		} else if !d.Type().IsRegular() {
@@ -234,7 +234,7 @@ func Scan(path string) (*ScanResult, error) {
 }
 
 func fileExists(p string) bool {
-	return store.IsFile(p)
+	return storage.IsFile(p)
 }
 
 // scanner accumulates a ScanResult.
@@ -267,8 +267,8 @@ func (s *scanner) problem(file string, off int64, kind error, format string, arg
 // file scans one file as torch.load reads it. In a folder a file of no known layout is
 // listed and skipped; scanned on its own it is a problem.
 func (s *scanner) file(path string, inFolder bool) {
-	f, err := store.Open(path) // once: a remote file's every read goes through it
-	if err == nil && store.IsRemote(path) && s.remoteFile(path, f) {
+	f, err := storage.Open(path) // once: a remote file's every read goes through it
+	if err == nil && storage.IsRemote(path) && s.remoteFile(path, f) {
 		f.Close()
 		return
 	}
@@ -374,7 +374,7 @@ func joinWhere(prefix, where string) string {
 // show it can be — a safetensors file (its header is all there is to scan) or a zip
 // archive (a torch.save file: its directory, local headers and pickles are read in
 // ranges) — and reports whether it did.
-func (s *scanner) remoteFile(path string, f store.File) bool {
+func (s *scanner) remoteFile(path string, f storage.File) bool {
 	if strings.HasSuffix(path, ".distcp") || isNumpy(path, nil) {
 		return false
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // dcpFolder scans a DCP folder as DCP's FileSystemReader loads it: .metadata (and any
@@ -22,14 +22,14 @@ import (
 // byte of a data file must belong to an item. only, when set, limits the data files to
 // that one. The files scanned are marked covered.
 func (s *scanner) dcpFolder(dir, only string) {
-	mdPath := store.Join(dir, dcp.MetadataFile)
-	ranks := store.Glob(dir, "__*"+dcp.MetadataFile)
+	mdPath := storage.Join(dir, dcp.MetadataFile)
+	ranks := storage.Glob(dir, "__*"+dcp.MetadataFile)
 	for _, p := range append([]string{mdPath}, ranks...) {
 		if s.covered[p] {
 			continue
 		}
 		s.covered[p] = true
-		b, err := store.ReadFile(p, dcp.MaxMetadata)
+		b, err := storage.ReadFile(p, dcp.MaxMetadata)
 		if err != nil {
 			s.problem(p, -1, statedict.ErrCorrupt, "%v", err)
 			continue
@@ -37,7 +37,7 @@ func (s *scanner) dcpFolder(dir, only string) {
 		s.layout(p, layoutDCPMetadata)
 		s.plainPickle(p, b)
 	}
-	b, err := store.ReadFile(mdPath, dcp.MaxMetadata)
+	b, err := storage.ReadFile(mdPath, dcp.MaxMetadata)
 	if err != nil {
 		return
 	}
@@ -47,7 +47,7 @@ func (s *scanner) dcpFolder(dir, only string) {
 		return
 	}
 	var root *os.Root
-	if !store.IsRemote(dir) {
+	if !storage.IsRemote(dir) {
 		if root, err = os.OpenRoot(dir); err != nil {
 			s.problem(dir, -1, statedict.ErrCorrupt, "%v", err)
 			return
@@ -64,8 +64,8 @@ func (s *scanner) dcpFolder(dir, only string) {
 	}
 	sort.Strings(rels)
 	for _, rel := range rels {
-		path := store.Join(dir, rel)
-		if only != "" && store.Base(path) != only || s.covered[path] {
+		path := storage.Join(dir, rel)
+		if only != "" && storage.Base(path) != only || s.covered[path] {
 			continue
 		}
 		s.covered[path] = true
@@ -188,7 +188,7 @@ func (z endsZip) Bytes(off, n int64) ([]byte, error) {
 // or the object path when the folder is remote (objects have no links).
 func statIn(root *os.Root, path, rel string) (fs.FileInfo, error) {
 	if root == nil {
-		return store.Stat(path)
+		return storage.Stat(path)
 	}
 	return root.Stat(filepath.FromSlash(rel))
 }
@@ -201,7 +201,7 @@ const maxRemoteScan = 2 << 30
 // readWhole returns the bytes of the file at path: its mapping, or for an object its
 // content read whole (up to maxRemoteScan). done releases them.
 func readWhole(path string) ([]byte, func(), error) {
-	f, err := store.Open(path)
+	f, err := storage.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -209,15 +209,15 @@ func readWhole(path string) ([]byte, func(), error) {
 }
 
 // whole is readWhole of the open file f, which it closes (a mapped one when done is called).
-func whole(f store.File) ([]byte, func(), error) {
-	if b, ok := store.Bytes(f); ok {
+func whole(f storage.File) ([]byte, func(), error) {
+	if b, ok := storage.Bytes(f); ok {
 		return b, func() { f.Close() }, nil
 	}
 	defer f.Close()
 	if f.Size() > maxRemoteScan {
 		return nil, nil, fmt.Errorf("%w: %d bytes in object storage; scan reads a remote file whole and only up to %d bytes: copy it to local disk to scan it", statedict.ErrUnsupported, f.Size(), int64(maxRemoteScan))
 	}
-	b, err := store.ReadRange(f, 0, f.Size())
+	b, err := storage.ReadRange(f, 0, f.Size())
 	if err != nil {
 		return nil, nil, err
 	}

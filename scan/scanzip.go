@@ -15,10 +15,10 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/internal/zipdir"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 const (
@@ -106,7 +106,7 @@ func (m memZip) Bytes(off, n int64) ([]byte, error) {
 // headers and pickles, which the scan goes back to) for the scan of the one file, sorted by
 // offset so that finding a range costs a binary search, not a pass over every record's.
 type remoteZip struct {
-	f       store.File
+	f       storage.File
 	segs    []remoteSeg // by offset
 	longest int64       // the longest segment's length
 }
@@ -133,7 +133,7 @@ func (r *remoteZip) Bytes(off, n int64) ([]byte, error) {
 	if n > maxRemoteZipRead {
 		return nil, fmt.Errorf("%w: %d bytes at byte %d, more than the %d a remote archive's scan reads at once", statedict.ErrUnsupported, n, off, int64(maxRemoteZipRead))
 	}
-	b, err := store.ReadRange(r.f, off, n)
+	b, err := storage.ReadRange(r.f, off, n)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +205,7 @@ func (r *remoteZip) prefetch(offs []int64, n int64) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if b, err := store.ReadRange(r.f, off, min(n, r.Len()-off)); err == nil {
+			if b, err := storage.ReadRange(r.f, off, min(n, r.Len()-off)); err == nil {
 				segs[i] = remoteSeg{off, b}
 			}
 		}()

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 	"github.com/ckpt-dev/ckpt/verify/forward"
 	"github.com/ckpt-dev/ckpt/verify/forward/kernel"
 )
@@ -218,10 +218,10 @@ func configs(sck, dck *statedict.Checkpoint, given []byte) ([]byte, []byte, erro
 // ownConfig reads config.json inside a checkpoint folder or beside a checkpoint file.
 func ownConfig(path string) ([]byte, error) {
 	dir := path
-	if st, err := store.Stat(path); err == nil && !st.IsDir() {
-		dir = store.Dir(path)
+	if st, err := storage.Stat(path); err == nil && !st.IsDir() {
+		dir = storage.Dir(path)
 	}
-	b, err := store.ReadFile(store.Join(dir, "config.json"), 64<<20)
+	b, err := storage.ReadFile(storage.Join(dir, "config.json"), 64<<20)
 	if err != nil {
 		return nil, fmt.Errorf("%s: no config.json", path)
 	}

@@ -11,10 +11,10 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // ParityOptions configure Parity.
@@ -215,7 +215,7 @@ func conversionFor(dst string, opts ParityOptions) (*Conversion, string, []strin
 		if err != nil {
 			return nil, "", nil, err
 		}
-		if _, err := store.Stat(p); err != nil {
+		if _, err := storage.Stat(p); err != nil {
 			return Standard(), "", nil, nil
 		}
 		mpath = p
@@ -429,7 +429,7 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 // took along into the output folder.
 func alongside(ctx context.Context, sck, dck *statedict.Checkpoint, conv *Conversion, rep *ParityReport) error {
 	if dck.Format != "hf" {
-		if st, err := store.Stat(dck.Path); err != nil || !st.IsDir() {
+		if st, err := storage.Stat(dck.Path); err != nil || !st.IsDir() {
 			return nil
 		}
 	}
@@ -437,14 +437,14 @@ func alongside(ctx context.Context, sck, dck *statedict.Checkpoint, conv *Conver
 		if !hf.IsTrainerState(f) {
 			continue
 		}
-		d := store.Join(dck.Path, f)
-		if _, err := store.Stat(d); err != nil {
+		d := storage.Join(dck.Path, f)
+		if _, err := storage.Stat(d); err != nil {
 			if dck.Format == "hf" && errors.Is(err, os.ErrNotExist) {
 				rep.Problems = append(rep.Problems, ParityProblem{Tensor: f, Kind: "missing"})
 			}
 			continue
 		}
-		sub, err := parity(ctx, store.Join(sck.Path, f), d, conv.alongside())
+		sub, err := parity(ctx, storage.Join(sck.Path, f), d, conv.alongside())
 		if err != nil {
 			return err
 		}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // replica is a copy of a piece of a tensor in one rank's file, paired with the box of the
@@ -28,7 +28,7 @@ type replica struct {
 // release closes them. A folder without a sharding manifest has none.
 func replicas(dir string, expected func(name string) *statedict.Tensor) (out []replica, release func(), err error) {
 	release = func() {}
-	if st, err := store.Stat(dir); err != nil || !st.IsDir() {
+	if st, err := storage.Stat(dir); err != nil || !st.IsDir() {
 		return nil, release, nil
 	}
 	m, err := safetensors.ReadSharding(dir)
@@ -54,9 +54,9 @@ func replicas(dir string, expected func(name string) *statedict.Tensor) (out []r
 			return ts, nil
 		}
 		if r < 0 || r >= len(m.Files) || !filepath.IsLocal(m.Files[r]) {
-			return nil, fmt.Errorf("%s: %w: rank %d's file", store.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, r)
+			return nil, fmt.Errorf("%s: %w: rank %d's file", storage.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, r)
 		}
-		ck, err := formats.Open(store.Join(dir, m.Files[r]))
+		ck, err := formats.Open(storage.Join(dir, m.Files[r]))
 		if err != nil {
 			return nil, err
 		}

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 )
 
 // uploadCounter counts, by object name, the requests that start an upload to a server:

@@ -7,12 +7,12 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 	"github.com/ckpt-dev/ckpt/verify"
 	"github.com/spf13/cobra"
 )
@@ -98,7 +98,7 @@ func describe(err error) error {
 	}
 	var ae *optimizerstate.AmbiguousError
 	switch {
-	case errors.Is(err, atomicfile.ErrExists), errors.Is(err, store.ErrExists):
+	case errors.Is(err, atomicfile.ErrExists), errors.Is(err, storage.ErrExists):
 		msg += " (--force replaces an earlier output)"
 	case errors.As(err, &ae):
 		msg += " (--optimizer-names FILE)"

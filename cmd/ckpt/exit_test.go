@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // TestDescribeForceHint: only an earlier output --force would replace gets the --force
@@ -19,8 +19,8 @@ func TestDescribeForceHint(t *testing.T) {
 		hint bool
 	}{
 		{fmt.Errorf("out: %w", atomicfile.ErrExists), true},
-		{fmt.Errorf("gs://b/out: %w: holds 3 object(s)", store.ErrExists), true},
-		{fmt.Errorf("gs://b/out/x: %w: not listed by the ckpt manifest there", store.ErrForeign), false},
+		{fmt.Errorf("gs://b/out: %w: holds 3 object(s)", storage.ErrExists), true},
+		{fmt.Errorf("gs://b/out/x: %w: not listed by the ckpt manifest there", storage.ErrForeign), false},
 		{fmt.Errorf("out: %w", atomicfile.ErrForeign), false},
 		{&fs.PathError{Op: "mkdir", Path: "/tmp/x", Err: fs.ErrExist}, false},
 	} {

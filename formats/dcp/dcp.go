@@ -27,10 +27,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format is the statedict.Checkpoint.Format of checkpoints opened by Open.
@@ -42,7 +42,7 @@ const MetadataFile = ".metadata"
 // IsCheckpoint reports whether the folder dir is a torch.distributed.checkpoint directory:
 // it holds a .metadata file.
 func IsCheckpoint(dir string) bool {
-	st, err := store.Stat(store.Join(dir, MetadataFile))
+	st, err := storage.Stat(storage.Join(dir, MetadataFile))
 	return err == nil && st.Mode().IsRegular()
 }
 
@@ -106,19 +106,19 @@ const MaxMetadata = 1 << 30
 // hold. The data files stay mapped until the checkpoint is closed.
 func Open(dir string) (*statedict.Checkpoint, error) {
 	var root *os.Root
-	if !store.IsRemote(dir) {
+	if !storage.IsRemote(dir) {
 		var err error
 		if root, err = os.OpenRoot(dir); err != nil {
 			return nil, err
 		}
 		defer root.Close()
 	}
-	mdPath := store.Join(dir, MetadataFile)
+	mdPath := storage.Join(dir, MetadataFile)
 	md, err := openMetadata(root, dir, mdPath)
 	if err != nil {
 		return nil, err
 	}
-	r := reader{dir: dir, root: root, md: md, files: map[string]store.File{}, blobs: map[blobKey]*blob{}}
+	r := reader{dir: dir, root: root, md: md, files: map[string]storage.File{}, blobs: map[blobKey]*blob{}}
 	if severalRanks(md) {
 		r.shards, r.ranks = map[*statedict.Tensor][]statedict.Shard{}, map[int]bool{}
 	}
@@ -155,8 +155,8 @@ func openMetadata(root *os.Root, dir, mdPath string) (*Metadata, error) {
 			f, size = lf, st.Size()
 		}
 	} else {
-		var sf store.File
-		if sf, err = store.Open(mdPath); err == nil {
+		var sf storage.File
+		if sf, err = storage.Open(mdPath); err == nil {
 			f, size = sf, sf.Size()
 		}
 	}
@@ -166,9 +166,9 @@ func openMetadata(root *os.Root, dir, mdPath string) (*Metadata, error) {
 	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			if ranks := store.Glob(dir, "__*.metadata"); len(ranks) > 0 {
+			if ranks := storage.Glob(dir, "__*.metadata"); len(ranks) > 0 {
 				return nil, fmt.Errorf("%s: %w: no %s but per-rank %s files (saved without collectives); they are not merged",
-					dir, ErrUnsupported, MetadataFile, store.Base(ranks[0]))
+					dir, ErrUnsupported, MetadataFile, storage.Base(ranks[0]))
 			}
 		}
 		return nil, fmt.Errorf("%s: %w", mdPath, err)
@@ -182,7 +182,7 @@ type reader struct {
 	dir   string
 	root  *os.Root // a local folder: data files must resolve inside it, symlinks included
 	md    *Metadata
-	files map[string]store.File
+	files map[string]storage.File
 	order []string // relative paths in the order mapped, for closing
 	// last is the relative path and full path of the file an entry last named: one
 	// string for the 300 000 items of one data file, not one each.
@@ -272,8 +272,8 @@ func (r *reader) slice(e *StorageEntry) (b []byte, mapped bool, path string, err
 	if err != nil {
 		return nil, false, path, err
 	}
-	_, mapped = store.Bytes(f)
-	if b, err = store.ReadRange(f, e.Offset, e.Length); err != nil {
+	_, mapped = storage.Bytes(f)
+	if b, err = storage.ReadRange(f, e.Offset, e.Length); err != nil {
 		return nil, false, path, &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: e.Offset, Err: err}
 	}
 	return b, mapped, path, nil
@@ -281,9 +281,9 @@ func (r *reader) slice(e *StorageEntry) (b []byte, mapped bool, path string, err
 
 // file opens the entry's file (once per file: mapped, or an object read in ranges) and
 // checks the entry's bytes lie inside it.
-func (r *reader) file(e *StorageEntry) (store.File, string, error) {
+func (r *reader) file(e *StorageEntry) (storage.File, string, error) {
 	if e.RelativePath != r.last || r.lastPath == "" {
-		r.last, r.lastPath = e.RelativePath, store.Join(r.dir, e.RelativePath)
+		r.last, r.lastPath = e.RelativePath, storage.Join(r.dir, e.RelativePath)
 	}
 	path := r.lastPath
 	fail := func(off int64, format string, args ...any) error {
@@ -303,7 +303,7 @@ func (r *reader) file(e *StorageEntry) (store.File, string, error) {
 			}
 		}
 		var err error
-		if f, err = store.Open(path); err != nil {
+		if f, err = storage.Open(path); err != nil {
 			return nil, path, fail(-1, "data file: %w", err)
 		}
 		r.files[e.RelativePath] = f
@@ -380,7 +380,7 @@ func (r *reader) tensor(item int, fqn string, t *TensorMeta) (out *statedict.Ten
 	}
 	asm, err := NewChunked(t.DType, t.Size, chunks)
 	if err != nil {
-		return nil, &Error{File: store.Join(r.dir, MetadataFile), FQN: fqn, Offset: -1, Err: err}
+		return nil, &Error{File: storage.Join(r.dir, MetadataFile), FQN: fqn, Offset: -1, Err: err}
 	}
 	out = asm.Tensor(fqn)
 	out.Storage.File = r.dir
@@ -400,9 +400,9 @@ func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta, e *Storag
 		// Inflated when read: the metadata says what the item holds.
 		return r.zstdTensor(fqn, path, e, f, dtype, c.Sizes), nil
 	}
-	if _, mapped := store.Bytes(f); !mapped && e.Length <= torchzip.SmallArchive {
+	if _, mapped := storage.Bytes(f); !mapped && e.Length <= torchzip.SmallArchive {
 		// Read with pread: a small archive is read once, for its kind and its directory.
-		b, err := store.ReadRange(f, e.Offset, e.Length)
+		b, err := storage.ReadRange(f, e.Offset, e.Length)
 		if err != nil {
 			return nil, fail(fmt.Errorf("reading the item: %w", err))
 		}

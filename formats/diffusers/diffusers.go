@@ -21,8 +21,8 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format is the statedict.Checkpoint.Format of pipelines.
@@ -33,7 +33,7 @@ const IndexFile = "model_index.json"
 
 // Detect reports whether dir is a pipeline root.
 func Detect(dir string) bool {
-	st, err := store.Stat(store.Join(dir, IndexFile))
+	st, err := storage.Stat(storage.Join(dir, IndexFile))
 	return err == nil && st.Mode().IsRegular()
 }
 
@@ -85,7 +85,7 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 			ck.Close()
 		}
 	}()
-	index, err := store.ReadFile(store.Join(dir, IndexFile), maxIndex)
+	index, err := storage.ReadFile(storage.Join(dir, IndexFile), maxIndex)
 	if err != nil {
 		return nil, err
 	}
@@ -97,8 +97,8 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 	listed := map[string]bool{}
 	for _, name := range names {
 		listed[name] = true
-		sub := store.Join(dir, name)
-		if st, err := store.Stat(sub); err != nil || !st.IsDir() {
+		sub := storage.Join(dir, name)
+		if st, err := storage.Stat(sub); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("%s: %w: %s lists the component %s, which has no folder", dir, statedict.ErrCorrupt, IndexFile, name)
 		}
 		if !folder.Confined(name) {
@@ -133,7 +133,7 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 	if len(ck.Components) == 0 {
 		return nil, fmt.Errorf("%s: %w: none of the components %s lists (%s) holds weights", dir, statedict.ErrCorrupt, IndexFile, strings.Join(names, ", "))
 	}
-	entries, err := store.ReadDir(dir)
+	entries, err := storage.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/regular"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Folder gives read access to the files of a checkpoint folder, confined to it: a file, or
@@ -32,8 +32,8 @@ type Folder struct {
 
 // OpenFolder opens dir for confined reading. Close releases it.
 func OpenFolder(dir string) (*Folder, error) {
-	if store.IsRemote(dir) {
-		return &Folder{dir: dir, real: dir, remote: store.Sub(dir)}, nil
+	if storage.IsRemote(dir) {
+		return &Folder{dir: dir, real: dir, remote: storage.Sub(dir)}, nil
 	}
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
@@ -70,7 +70,7 @@ func (f *Folder) Confined(name string) bool {
 		if !fs.ValidPath(name) {
 			return false
 		}
-		_, err := store.Stat(store.Join(f.dir, name))
+		_, err := storage.Stat(storage.Join(f.dir, name))
 		return err == nil
 	}
 	real, err := filepath.EvalSymlinks(filepath.Join(f.real, filepath.FromSlash(name)))
@@ -90,7 +90,7 @@ func (f *Folder) Open(name string) (fs.File, error) {
 		return f.remote.Open(name)
 	}
 	if !f.Confined(name) {
-		return nil, &fs.PathError{Op: "open", Path: store.Join(f.dir, name), Err: ErrOutside}
+		return nil, &fs.PathError{Op: "open", Path: storage.Join(f.dir, name), Err: ErrOutside}
 	}
 	file, _, err := regular.OpenIn(f.root, path.Join(f.sub, name))
 	if err != nil {
@@ -112,7 +112,7 @@ func inside(p, dir string) bool {
 // bucket), by their slash-separated paths relative to dir, sorted.
 func FilesUnder(dir, name string) ([]string, error) {
 	var out []string
-	err := store.WalkDir(store.Join(dir, name), func(p string, d fs.DirEntry, err error) error {
+	err := storage.WalkDir(storage.Join(dir, name), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

@@ -17,8 +17,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Formats ckpt reports for Hugging Face folders.
@@ -70,10 +70,10 @@ type WeightEntry struct{ Name, File string }
 // Detect reports whether dir looks like a Hugging Face folder and which format it holds.
 func Detect(dir string) (format string, ok bool) {
 	for _, l := range layouts {
-		if l.index != "" && exists(store.Join(dir, l.index)) {
+		if l.index != "" && exists(storage.Join(dir, l.index)) {
 			return l.shardedFormat, true
 		}
-		if exists(store.Join(dir, l.single)) {
+		if exists(storage.Join(dir, l.single)) {
 			return l.format, true
 		}
 	}
@@ -81,7 +81,7 @@ func Detect(dir string) (format string, ok bool) {
 }
 
 func exists(p string) bool {
-	st, err := store.Stat(p)
+	st, err := storage.Stat(p)
 	return err == nil && st.Mode().IsRegular()
 }
 
@@ -89,10 +89,10 @@ func exists(p string) bool {
 // format detection; passing it in keeps this package independent of the readers.
 func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
 	for _, l := range layouts {
-		if l.index != "" && exists(store.Join(dir, l.index)) {
+		if l.index != "" && exists(storage.Join(dir, l.index)) {
 			return openSharded(dir, l, openFile)
 		}
-		if exists(store.Join(dir, l.single)) {
+		if exists(storage.Join(dir, l.single)) {
 			return openSingle(dir, l, openFile)
 		}
 	}
@@ -100,7 +100,7 @@ func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (*st
 }
 
 func openSingle(dir string, l layout, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
-	path := store.Join(dir, l.single)
+	path := storage.Join(dir, l.single)
 	ck, err := openFile(path)
 	if err != nil {
 		return nil, err
@@ -147,7 +147,7 @@ const MaxIndex = 1 << 30
 
 // ReadIndex parses an index file, keeping weight_map order and rejecting duplicate names.
 func ReadIndex(path string) (*Index, error) {
-	b, err := store.ReadFile(path, MaxIndex)
+	b, err := storage.ReadFile(path, MaxIndex)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +190,7 @@ func ReadIndex(path string) (*Index, error) {
 }
 
 func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpoint, error)) (ck *statedict.Checkpoint, err error) {
-	indexPath := store.Join(dir, l.index)
+	indexPath := storage.Join(dir, l.index)
 	idx, err := ReadIndex(indexPath)
 	if err != nil {
 		return nil, err
@@ -206,7 +206,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 		want[e.File][e.Name] = true
 	}
 	sort.Strings(shards)
-	entries, err := store.ReadDir(dir)
+	entries, err := storage.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 	root := statedict.NewDict("")
 	where := map[string]string{}
 	for _, shard := range shards {
-		path := store.Join(dir, shard)
+		path := storage.Join(dir, shard)
 		if !exists(path) {
 			return nil, fmt.Errorf("%s: %w: shard %s is missing (the index maps %d tensors to it)", indexPath, statedict.ErrCorrupt, shard, len(want[shard]))
 		}
@@ -312,7 +312,7 @@ func addFiles(ck *statedict.Checkpoint, dir string, weights map[string]bool) err
 // snapshot is made of them); links leading elsewhere, and entries that are not files
 // (FIFOs, devices, sockets), are listed in outside, never read.
 func extraFiles(f *Folder, weights map[string]bool) (extras, ignored, outside []string, err error) {
-	entries, err := store.ReadDir(f.dir)
+	entries, err := storage.ReadDir(f.dir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -322,7 +322,7 @@ func extraFiles(f *Folder, weights map[string]bool) (extras, ignored, outside []
 			continue
 		}
 		if de.Type()&fs.ModeSymlink != 0 {
-			st, err := store.Stat(store.Join(f.dir, name))
+			st, err := storage.Stat(storage.Join(f.dir, name))
 			if err != nil || st.IsDir() {
 				continue // dangling, or a link to a folder
 			}

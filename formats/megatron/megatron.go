@@ -38,9 +38,9 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Formats of statedict.Checkpoint.Format.
@@ -101,19 +101,19 @@ func ParseBackend(b []byte) (string, error) {
 // Detect reports whether dir is a Megatron checkpoint: a save folder (it has the tracker
 // file), an iteration folder of rank folders, or a dist_checkpointing folder.
 func Detect(dir string) bool {
-	return store.IsFile(store.Join(dir, TrackerFile)) || slices.ContainsFunc(ranks(dir), func(e fs.DirEntry) bool { return rankDir.MatchString(e.Name()) }) || IsDist(dir)
+	return storage.IsFile(storage.Join(dir, TrackerFile)) || slices.ContainsFunc(ranks(dir), func(e fs.DirEntry) bool { return rankDir.MatchString(e.Name()) }) || IsDist(dir)
 }
 
 // IsDist reports whether dir is a Megatron-core dist_checkpointing folder: a DCP .metadata
 // beside common.pt and metadata.json.
 func IsDist(dir string) bool {
-	return dcp.IsCheckpoint(dir) && store.IsFile(store.Join(dir, CommonFile)) && store.IsFile(store.Join(dir, MetadataJSON))
+	return dcp.IsCheckpoint(dir) && storage.IsFile(storage.Join(dir, CommonFile)) && storage.IsFile(storage.Join(dir, MetadataJSON))
 }
 
 // ranks lists dir's entries named as rank folders (mp_rank_*, folders or not: a link or
 // file in a rank folder's place is refused by name when read), in rank order.
 func ranks(dir string) []fs.DirEntry {
-	entries, err := store.ReadDir(dir)
+	entries, err := storage.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
@@ -144,25 +144,25 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 	}
 	defer folder.Close()
 	iter := ""
-	if store.IsFile(store.Join(dir, TrackerFile)) {
-		b, err := readSmall(store.Join(dir, TrackerFile))
+	if storage.IsFile(storage.Join(dir, TrackerFile)) {
+		b, err := readSmall(storage.Join(dir, TrackerFile))
 		if err != nil {
 			return nil, err
 		}
 		if iter, err = ParseTracker(b); err != nil {
-			return nil, fmt.Errorf("%s: %w", store.Join(dir, TrackerFile), err)
+			return nil, fmt.Errorf("%s: %w", storage.Join(dir, TrackerFile), err)
 		}
-		if st, err := store.Stat(store.Join(dir, iter)); err != nil || !st.IsDir() || !folder.Confined(iter) {
-			have := store.Glob(dir, "iter_*")
+		if st, err := storage.Stat(storage.Join(dir, iter)); err != nil || !st.IsDir() || !folder.Confined(iter) {
+			have := storage.Glob(dir, "iter_*")
 			for i := range have {
-				have[i] = store.Base(have[i])
+				have[i] = storage.Base(have[i])
 			}
 			return nil, fmt.Errorf("%s: %w: %s names %s, which is not a folder of it (it has %s); pass an iteration folder itself",
 				dir, statedict.ErrCorrupt, TrackerFile, iter, orNone(have))
 		}
 	}
 	sub := func(name string) string { return path.Join(iter, name) }
-	at := store.Join(dir, iter)
+	at := storage.Join(dir, iter)
 	if IsDist(at) {
 		return openDist(dir, iter, op, folder)
 	}
@@ -190,8 +190,8 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 	var seen []fs.FileInfo
 	for i, r := range rs {
 		rel := sub(path.Join(r, RankFile))
-		p := store.Join(dir, rel)
-		st, err := store.Stat(p)
+		p := storage.Join(dir, rel)
+		st, err := storage.Stat(p)
 		if err != nil || !st.Mode().IsRegular() {
 			what := "no " + RankFile
 			if err == nil {
@@ -224,7 +224,7 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 		} else {
 			root.Set(r, ck.Root)
 		}
-		others, err := store.ReadDir(store.Join(at, r))
+		others, err := storage.ReadDir(storage.Join(at, r))
 		if err != nil {
 			return nil, err
 		}
@@ -248,7 +248,7 @@ func orNone(names []string) string {
 }
 
 func readSmall(p string) ([]byte, error) {
-	b, err := store.ReadFile(p, maxTracker)
+	b, err := storage.ReadFile(p, maxTracker)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %w", p, statedict.ErrCorrupt, err)
 	}
@@ -258,17 +258,17 @@ func readSmall(p string) ([]byte, error) {
 // openDist reads the dist_checkpointing folder iter of dir: common.pt's entries merged with
 // the DCP's, as dist_checkpointing.load merges them.
 func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Checkpoint, err error) {
-	at := store.Join(dir, iter)
+	at := storage.Join(dir, iter)
 	if !folder.Confined(path.Join(iter, CommonFile)) {
-		return nil, &fs.PathError{Op: "open", Path: store.Join(at, CommonFile), Err: hf.ErrOutside}
+		return nil, &fs.PathError{Op: "open", Path: storage.Join(at, CommonFile), Err: hf.ErrOutside}
 	}
-	b, err := readSmall(store.Join(at, MetadataJSON))
+	b, err := readSmall(storage.Join(at, MetadataJSON))
 	if err != nil {
 		return nil, err
 	}
 	backend, err := ParseBackend(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", store.Join(at, MetadataJSON), err)
+		return nil, fmt.Errorf("%s: %w", storage.Join(at, MetadataJSON), err)
 	}
 	if backend != "torch_dist" {
 		return nil, fmt.Errorf("%s: %w: a %s dist_checkpointing folder (ckpt reads torch_dist)", at, statedict.ErrUnsupported, backend)
@@ -283,14 +283,14 @@ func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Che
 			out.Close()
 		}
 	}()
-	common, err := op.File(store.Join(at, CommonFile))
+	common, err := op.File(storage.Join(at, CommonFile))
 	if err != nil {
 		return nil, err
 	}
 	out.Closers = append(out.Closers, common.Closers...)
 	root, ok := common.Root.(*statedict.Dict)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", store.Join(at, CommonFile), statedict.ErrCorrupt, common.Root)
+		return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", storage.Join(at, CommonFile), statedict.ErrCorrupt, common.Root)
 	}
 	merged := statedict.NewDict(root.Class)
 	for _, e := range root.Entries() {
@@ -300,7 +300,7 @@ func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Che
 		return nil, fmt.Errorf("%s: %w: merging %s with the sharded entries: %w", at, statedict.ErrCorrupt, CommonFile, err)
 	}
 	out.Root = merged
-	entries, err := store.ReadDir(at)
+	entries, err := storage.ReadDir(at)
 	if err != nil {
 		return nil, err
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/megatron"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format2 is the statedict.Checkpoint.Format of NeMo 2 checkpoint folders.
@@ -27,8 +27,8 @@ const (
 // trainer configuration, tokenizer files) beside weights/, a Megatron-core torch_dist
 // folder.
 func Detect2(dir string) bool {
-	st, err := store.Stat(store.Join(dir, ContextDir))
-	return err == nil && st.IsDir() && megatron.IsDist(store.Join(dir, WeightsDir))
+	st, err := storage.Stat(storage.Join(dir, ContextDir))
+	return err == nil && st.IsDir() && megatron.IsDist(storage.Join(dir, WeightsDir))
 }
 
 // Open2 reads the NeMo 2 checkpoint at dir as the Megatron torch_dist checkpoint under
@@ -44,7 +44,7 @@ func Open2(dir string, op megatron.Openers) (_ *statedict.Checkpoint, err error)
 			ck.Close()
 		}
 	}()
-	w, err := megatron.Open(store.Join(dir, WeightsDir), op)
+	w, err := megatron.Open(storage.Join(dir, WeightsDir), op)
 	if err != nil {
 		return nil, err
 	}
@@ -54,8 +54,8 @@ func Open2(dir string, op megatron.Openers) (_ *statedict.Checkpoint, err error)
 		ck.Ignored = append(ck.Ignored, path.Join(WeightsDir, f))
 	}
 	// context/ walked where it lies (a local folder or a bucket prefix); names relative to dir.
-	ctx := store.Join(dir, ContextDir)
-	err = store.WalkDir(ctx, func(p string, d fs.DirEntry, err error) error {
+	ctx := storage.Join(dir, ContextDir)
+	err = storage.WalkDir(ctx, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -72,7 +72,7 @@ func Open2(dir string, op megatron.Openers) (_ *statedict.Checkpoint, err error)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := store.ReadDir(dir)
+	entries, err := storage.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}

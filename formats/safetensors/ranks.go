@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // ShardingFile is the sharding manifest of a per-device safetensors folder (WriteRanks).
@@ -325,8 +325,8 @@ const maxRanks = 1 << 16
 // of that many ranks. The tensors' pieces are the reader's to check against the files. A
 // folder without one gives an error matching fs.ErrNotExist.
 func ReadSharding(dir string) (*Sharding, error) {
-	mpath := store.Join(dir, ShardingFile)
-	b, err := store.ReadFile(mpath, MaxShardingFile+1)
+	mpath := storage.Join(dir, ShardingFile)
+	b, err := storage.ReadFile(mpath, MaxShardingFile+1)
 	if err != nil {
 		return nil, err
 	}

@@ -17,10 +17,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchpickle"
 	"github.com/ckpt-dev/ckpt/internal/zipdir"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format is the name ckpt gives this format.
@@ -63,9 +63,9 @@ func (e *Error) Is(target error) bool {
 }
 
 // Open reads the file at path (local: mapped; a gs:// or s3:// object: read in ranges,
-// see package store) as a torch zip checkpoint.
+// see package storage) as a torch zip checkpoint.
 func Open(path string) (*statedict.Checkpoint, error) {
-	f, err := store.Open(path)
+	f, err := storage.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -94,12 +94,12 @@ func DecodeBytes(data []byte, file string, base int64) (statedict.Value, error) 
 }
 
 // DecodeAt reads the torch zip archive of size bytes at base in r, the whole file named
-// file. When r is store.Mapped, tensors alias its bytes as Decode's do; otherwise only the
+// file. When r is storage.Mapped, tensors alias its bytes as Decode's do; otherwise only the
 // zip directory and the small records (data.pkl, version, byteorder) are read up front and
 // every storage reads its bytes from r when a tensor is read, so a remote object is never
 // read whole.
 func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, error) {
-	if d, ok := store.Bytes(r); ok {
+	if d, ok := storage.Bytes(r); ok {
 		if base < 0 || size < 0 || base > int64(len(d)) || size > int64(len(d))-base {
 			return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: archive of %d bytes runs past the end of the %d-byte file", statedict.ErrCorrupt, size, len(d))}
 		}
@@ -110,7 +110,7 @@ func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, er
 		// One read instead of one per structure (end record, directory, local headers,
 		// data.pkl): a DCP data file read with pread holds 300 000 such archives.
 		var err error
-		if small, err = store.ReadRange(r, base, size); err != nil {
+		if small, err = storage.ReadRange(r, base, size); err != nil {
 			return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: reading the %d-byte archive: %v", statedict.ErrCorrupt, size, err)}
 		}
 	}
@@ -179,7 +179,7 @@ func (s source) slice(off, n int64) ([]byte, error) {
 	if b := s.inMemory(); b != nil {
 		return b[off : off+n], nil
 	}
-	return store.ReadRange(s.r, s.base+off, n)
+	return storage.ReadRange(s.r, s.base+off, n)
 }
 
 // head returns up to the first n bytes of the archive.

@@ -23,8 +23,8 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/codec"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format is the statedict.Checkpoint.Format of consolidated ZeRO checkpoints.
@@ -37,10 +37,10 @@ const maxLatest = 4096
 // dir itself when it holds the ranks' *_optim_states.pt files. A `latest` that is not a
 // small regular file (a FIFO, a device, a folder) names nothing.
 func Detect(dir string) (string, bool) {
-	if b, err := store.ReadFile(store.Join(dir, "latest"), maxLatest); err == nil {
+	if b, err := storage.ReadFile(storage.Join(dir, "latest"), maxLatest); err == nil {
 		tag := strings.TrimSpace(string(b))
-		if tag != "" && filepath.Base(tag) == tag && tag != ".." && tag != "." && len(files(store.Join(dir, tag), optimFile)) > 0 {
-			return store.Join(dir, tag), true
+		if tag != "" && filepath.Base(tag) == tag && tag != ".." && tag != "." && len(files(storage.Join(dir, tag), optimFile)) > 0 {
+			return storage.Join(dir, tag), true
 		}
 	}
 	if len(files(dir, optimFile)) > 0 && len(files(dir, modelFile)) > 0 {
@@ -57,7 +57,7 @@ var (
 
 // entries lists the entries of dir matching re, whatever they are.
 func entries(dir string, re *regexp.Regexp) []fs.DirEntry {
-	all, err := store.ReadDir(dir)
+	all, err := storage.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
@@ -89,7 +89,7 @@ func reorder[T any](names, order []string, items []T) []T {
 // files lists the regular files of dir matching re, in natural order (rank 10 after rank 2),
 // as zero_to_fp32's get_checkpoint_files sorts them.
 func files(dir string, re *regexp.Regexp) []string {
-	entries, err := store.ReadDir(dir)
+	entries, err := storage.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
@@ -170,14 +170,14 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		}
 	}()
 	open := func(name string) (*statedict.Dict, error) {
-		ck, err := openFile(store.Join(dir, name))
+		ck, err := openFile(storage.Join(dir, name))
 		if err != nil {
 			return nil, err
 		}
 		out.Closers = append(out.Closers, ck.Closers...)
 		d, ok := ck.Root.(*statedict.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", store.Join(dir, name), statedict.ErrCorrupt, ck.Root)
+			return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", storage.Join(dir, name), statedict.ErrCorrupt, ck.Root)
 		}
 		return d, nil
 	}
@@ -194,7 +194,7 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		if err != nil {
 			return nil, err
 		}
-		m, err := parseModelStates(store.Join(dir, name), d)
+		m, err := parseModelStates(storage.Join(dir, name), d)
 		if err != nil {
 			return nil, err
 		}
@@ -212,7 +212,7 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		if err != nil {
 			return nil, err
 		}
-		p := store.Join(dir, name)
+		p := storage.Join(dir, name)
 		osd, ok := field(d, "optimizer_state_dict").(*statedict.Dict)
 		if !ok {
 			return nil, fmt.Errorf("%s: %w: no optimizer_state_dict", p, statedict.ErrCorrupt)
@@ -268,7 +268,7 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		}
 		names := make([]string, len(models))
 		for i, m := range models {
-			names[i] = store.Base(m.file)
+			names[i] = storage.Base(m.file)
 		}
 		models = reorder(names, morder, models)
 	}
@@ -347,7 +347,7 @@ func CheckModelStates(path string, root statedict.Value) error {
 			t, isT := field(module, statedict.KeyString(e.Key)).(*statedict.Tensor)
 			shape, isShape := sizeOf(e.Value)
 			if isT && isShape && t.NumEl() == 0 && numel(shape) > 0 {
-				folder := store.Dir(path)
+				folder := storage.Dir(path)
 				return fmt.Errorf("%s: %w: a DeepSpeed ZeRO-3 model-states file: its parameters are placeholders (%s is %v, its shape %v); the weights are partitioned over the *_optim_states.pt files of %s — convert that folder (or its parent, which has `latest`)",
 					path, statedict.ErrUnsupported, statedict.KeyString(e.Key), t.Shape, shape, folder)
 			}

@@ -6,9 +6,9 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Precision selects how the matrix products are computed.
@@ -105,7 +105,7 @@ func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
 		if err != nil {
 			return nil, err
 		}
-		if cfgJSON, err = store.ReadFile(p, 64<<20); err != nil {
+		if cfgJSON, err = storage.ReadFile(p, 64<<20); err != nil {
 			return nil, err
 		}
 	}
@@ -130,11 +130,11 @@ func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
 // configPath finds config.json: inside a checkpoint folder, or beside a checkpoint file.
 func configPath(path string) (string, error) {
 	dir := path
-	if st, err := store.Stat(path); err == nil && !st.IsDir() {
-		dir = store.Dir(path)
+	if st, err := storage.Stat(path); err == nil && !st.IsDir() {
+		dir = storage.Dir(path)
 	}
-	p := store.Join(dir, "config.json")
-	if _, err := store.Stat(p); err != nil {
+	p := storage.Join(dir, "config.json")
+	if _, err := storage.Stat(p); err != nil {
 		return "", fmt.Errorf("%s: no config.json (looked for %s); give the model's config.json (ckpt forward --config FILE)", path, p)
 	}
 	return p, nil
@@ -183,7 +183,7 @@ func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options) (*weight
 	}
 	var hfq []byte
 	if p, err := configPath(ck.Path); err == nil {
-		if b, err := store.ReadFile(store.Join(store.Dir(p), quant.HFQuantConfFile), 64<<20); err == nil {
+		if b, err := storage.ReadFile(storage.Join(storage.Dir(p), quant.HFQuantConfFile), 64<<20); err == nil {
 			hfq = b
 		}
 	}

@@ -10,21 +10,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
+	"github.com/ckpt-dev/ckpt/storage"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 )
 
 // join starts host's share of a 2-host output at url.
-func join(ctx context.Context, url, run string, host int, resume, force bool) (store.SharedOutput, error) {
-	return store.JoinOutput(ctx, url, store.SharedOptions{
-		OutputOptions: store.OutputOptions{Folder: true, Force: force},
+func join(ctx context.Context, url, run string, host int, resume, force bool) (storage.SharedOutput, error) {
+	return storage.JoinOutput(ctx, url, storage.SharedOptions{
+		OutputOptions: storage.OutputOptions{Folder: true, Force: force},
 		Host:          host, Hosts: 2, Run: run, Resume: resume, Wait: 300 * time.Millisecond,
 	})
 }
 
 // upload writes name whole through out.
-func upload(t *testing.T, out store.Output, name, data string) {
+func upload(t *testing.T, out storage.Output, name, data string) {
 	t.Helper()
 	w, err := out.Create(name)
 	if err != nil {
@@ -46,7 +46,7 @@ func TestSharedOutput(t *testing.T) {
 	ctx := context.Background()
 	for _, scheme := range []string{"gs", "s3"} {
 		url := scheme + "://ckpt/shared/out"
-		var outs [2]store.SharedOutput
+		var outs [2]storage.SharedOutput
 		var errs [2]error
 		var wg sync.WaitGroup
 		for h := range 2 {
@@ -66,7 +66,7 @@ func TestSharedOutput(t *testing.T) {
 		}
 		// Another run's host refuses the prefix; with --force host 1 of it waits for its
 		// host 0, in vain.
-		if _, err := join(ctx, url, "run2", 1, false, false); !errors.Is(err, store.ErrExists) {
+		if _, err := join(ctx, url, "run2", 1, false, false); !errors.Is(err, storage.ErrExists) {
 			t.Errorf("%s: host 1 of another run: %v", scheme, err)
 		}
 		if _, err := join(ctx, url, "run2", 1, false, true); err == nil || !strings.Contains(err.Error(), "waited") {
@@ -105,14 +105,14 @@ func TestSharedOutput(t *testing.T) {
 		b, _ := bucket.Default.Bucket(ctx, bucket.Location{Scheme: scheme, Bucket: "ckpt"})
 		b.Delete(ctx, "shared/out/.ckpt-host-1.part")
 		putObject(t, scheme, "shared/out/.ckpt-host-1.part", "forged")
-		if _, err := outs[0].Parts(); !errors.Is(err, store.ErrForeign) {
+		if _, err := outs[0].Parts(); !errors.Is(err, storage.ErrForeign) {
 			t.Errorf("%s: a forged part: %v", scheme, err)
 		}
-		if err := outs[0].Commit(nil); !errors.Is(err, store.ErrForeign) {
+		if err := outs[0].Commit(nil); !errors.Is(err, storage.ErrForeign) {
 			t.Errorf("%s: commit beside a forged part: %v", scheme, err)
 		}
 		h1, err = join(ctx, url, "run1", 1, false, false)
-		if !errors.Is(err, store.ErrForeign) {
+		if !errors.Is(err, storage.ErrForeign) {
 			t.Errorf("%s: host 1 beside a forged part: %v", scheme, err)
 		}
 		b.Delete(ctx, "shared/out/.ckpt-host-1.part")
@@ -123,14 +123,14 @@ func TestSharedOutput(t *testing.T) {
 		if err := h1.Seal([]byte("part 1")); err != nil {
 			t.Fatal(err)
 		}
-		if err := outs[0].Commit([]store.NamedBytes{{Name: "manifest.json", Data: []byte("{}")}}); err != nil {
+		if err := outs[0].Commit([]storage.NamedBytes{{Name: "manifest.json", Data: []byte("{}")}}); err != nil {
 			t.Fatal(err)
 		}
 		if got := keys(t, scheme, "shared/out/"); !slices.Equal(got, []string{"shared/out/a.bin", "shared/out/b.bin", "shared/out/manifest.json"}) {
 			t.Fatalf("%s: after commit: %v", scheme, got)
 		}
 		// A host other than 0 facing a finished output without --force is refused at once.
-		if _, err := join(ctx, url, "run3", 1, false, false); !errors.Is(err, store.ErrExists) {
+		if _, err := join(ctx, url, "run3", 1, false, false); !errors.Is(err, storage.ErrExists) {
 			t.Errorf("%s: host 1 beside a finished output: %v", scheme, err)
 		}
 	}
@@ -144,9 +144,9 @@ func TestSharedOutput(t *testing.T) {
 func TestSharedOutputOneHost(t *testing.T) {
 	buckettest.Start(t, "ckpt")
 	ctx := context.Background()
-	one := func(url, run string, resume, force bool) (store.SharedOutput, error) {
-		return store.JoinOutput(ctx, url, store.SharedOptions{
-			OutputOptions: store.OutputOptions{Folder: true, Force: force, Manifest: "manifest.json"},
+	one := func(url, run string, resume, force bool) (storage.SharedOutput, error) {
+		return storage.JoinOutput(ctx, url, storage.SharedOptions{
+			OutputOptions: storage.OutputOptions{Folder: true, Force: force, Manifest: "manifest.json"},
 			Host:          0, Hosts: 1, Run: run, Resume: resume,
 		})
 	}
@@ -166,7 +166,7 @@ func TestSharedOutputOneHost(t *testing.T) {
 			resume bool
 			msg    string
 		}{{"run1", false, "--resume keeps"}, {"run2", true, "differ"}, {"run2", false, "another conversion"}} {
-			if _, err := one(url, c.run, c.resume, false); !errors.Is(err, store.ErrExists) || !strings.Contains(err.Error(), c.msg) {
+			if _, err := one(url, c.run, c.resume, false); !errors.Is(err, storage.ErrExists) || !strings.Contains(err.Error(), c.msg) {
 				t.Errorf("%s: %s (resume %v) beside a killed run: %v", scheme, c.run, c.resume, err)
 			}
 		}
@@ -190,7 +190,7 @@ func TestSharedOutputOneHost(t *testing.T) {
 		if got := keys(t, scheme, "one/out/"); slices.Contains(got, "one/out/manifest.json") {
 			t.Fatalf("%s: the killed run's manifest stays: %v", scheme, got)
 		}
-		if err := again2.Commit([]store.NamedBytes{{Name: "manifest.json", Data: []byte("{}")}}); err != nil {
+		if err := again2.Commit([]storage.NamedBytes{{Name: "manifest.json", Data: []byte("{}")}}); err != nil {
 			t.Fatal(err)
 		}
 		if got := keys(t, scheme, "one/out/"); !slices.Equal(got, []string{"one/out/a.bin", "one/out/b.bin", "one/out/manifest.json"}) {

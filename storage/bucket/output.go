@@ -10,8 +10,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // PartialMarker is the object an output in progress keeps beside its files (inside a
@@ -26,13 +26,13 @@ const PartialMarker = ".ckpt-partial"
 // 128-bit identifier drawn when the output is created.
 const RunMetadata = "ckpt-run"
 
-// CreateOutput starts an output at url (see store.Output). What is already there is
+// CreateOutput starts an output at url (see storage.Output). What is already there is
 // refused unless opts.Force and ckpt wrote all of it: an earlier output whose manifest
 // lists every object, or an unfinished one that left its PartialMarker and whose objects
 // all carry the run the marker names. That earlier output
 // is removed first, its manifest before anything else, so no mix of old and new ever looks
 // complete.
-func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOptions) (store.Output, error) {
+func (f *FS) CreateOutput(ctx context.Context, url string, opts storage.OutputOptions) (storage.Output, error) {
 	var id [16]byte
 	rand.Read(id[:])
 	o, err := f.newOutput(ctx, url, opts, hex.EncodeToString(id[:]))
@@ -48,7 +48,7 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOpti
 	err = o.put(o.key(PartialMarker), []byte(markerText+o.run+"\n"), true)
 	if Precondition(err) {
 		o.cancel()
-		return nil, fmt.Errorf("%s: %w: another conversion is writing here (its %s appeared meanwhile)", o.l, store.ErrForeign, PartialMarker)
+		return nil, fmt.Errorf("%s: %w: another conversion is writing here (its %s appeared meanwhile)", o.l, storage.ErrForeign, PartialMarker)
 	}
 	if err != nil {
 		o.cancel()
@@ -60,7 +60,7 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts store.OutputOpti
 // newOutput is the output of run at url, not yet started: the checks every bucket output
 // makes (a prefix inside the bucket, no control characters) and the options it keeps (folder, the manifest's name, which clearing an
 // earlier output removes first). CreateOutput and JoinOutput both start from it.
-func (f *FS) newOutput(ctx context.Context, url string, opts store.OutputOptions, run string) (*output, error) {
+func (f *FS) newOutput(ctx context.Context, url string, opts storage.OutputOptions, run string) (*output, error) {
 	l, err := Parse(url)
 	if err != nil {
 		return nil, err
@@ -86,7 +86,7 @@ type output struct {
 	b        *Bucket
 	l        Location
 	folder   bool
-	manifest string // the manifest's file name (store.OutputOptions.Manifest)
+	manifest string // the manifest's file name (storage.OutputOptions.Manifest)
 	run      string // this output's run: in the marker and on every object uploaded
 
 	mu      sync.Mutex
@@ -110,11 +110,11 @@ func (o *output) key(name string) string {
 }
 
 // clear checks what is at the destination and removes an earlier output ckpt wrote.
-func (o *output) clear(opts store.OutputOptions) error {
+func (o *output) clear(opts storage.OutputOptions) error {
 	var there []string // keys
 	if o.folder {
 		if _, err := o.b.Attributes(o.ctx, o.l.Key); err == nil {
-			return fmt.Errorf("%s: %w: an object of that name exists; a folder output needs a free prefix", o.l, store.ErrForeign)
+			return fmt.Errorf("%s: %w: an object of that name exists; a folder output needs a free prefix", o.l, storage.ErrForeign)
 		} else if !NotFound(err) {
 			return pathError("stat", o.l, err)
 		}
@@ -138,7 +138,7 @@ func (o *output) clear(opts store.OutputOptions) error {
 			return pathError("list", o.l, err)
 		}
 		if len(objs) > 0 {
-			return fmt.Errorf("%s: %w: objects lie under this name as a folder; a file output needs a free name", o.l, store.ErrForeign)
+			return fmt.Errorf("%s: %w: objects lie under this name as a folder; a file output needs a free name", o.l, storage.ErrForeign)
 		}
 	}
 	if len(there) == 0 {
@@ -152,10 +152,10 @@ func (o *output) clear(opts store.OutputOptions) error {
 	}
 	partial := slices.Contains(there, o.key(PartialMarker))
 	if !opts.Force && partial && !o.folder {
-		return fmt.Errorf("%s: %w: holds what an interrupted conversion left (%s); it cannot be resumed: the object appears only once its upload completes, so an interrupted single-file upload leaves nothing to keep", o.l, store.ErrExists, Location{o.l.Scheme, o.l.Bucket, o.key(PartialMarker)})
+		return fmt.Errorf("%s: %w: holds what an interrupted conversion left (%s); it cannot be resumed: the object appears only once its upload completes, so an interrupted single-file upload leaves nothing to keep", o.l, storage.ErrExists, Location{o.l.Scheme, o.l.Bucket, o.key(PartialMarker)})
 	}
 	if !opts.Force {
-		return fmt.Errorf("%s: %w: holds %d object(s) (%s…)", o.l, store.ErrExists, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
+		return fmt.Errorf("%s: %w: holds %d object(s) (%s…)", o.l, storage.ErrExists, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
 	}
 	if partial {
 		if err := o.unfinished(there); err != nil {
@@ -179,11 +179,11 @@ func (o *output) clear(opts store.OutputOptions) error {
 			}()...)
 		}
 		if !ok {
-			return fmt.Errorf("%s: %w: holds %d object(s) no ckpt manifest there lists (%s…); ckpt never replaces what it did not write", o.l, store.ErrForeign, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
+			return fmt.Errorf("%s: %w: holds %d object(s) no ckpt manifest there lists (%s…); ckpt never replaces what it did not write", o.l, storage.ErrForeign, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
 		}
 		for _, k := range there {
 			if !slices.Contains(owned, rel(k)) {
-				return fmt.Errorf("%s: %w: %s is not listed by the ckpt manifest there; ckpt never replaces what it did not write", o.l, store.ErrForeign, Location{o.l.Scheme, o.l.Bucket, k})
+				return fmt.Errorf("%s: %w: %s is not listed by the ckpt manifest there; ckpt never replaces what it did not write", o.l, storage.ErrForeign, Location{o.l.Scheme, o.l.Bucket, k})
 			}
 		}
 	}
@@ -223,7 +223,7 @@ func (o *output) unfinished(there []string) error {
 	run, ok := strings.CutPrefix(string(text), markerText)
 	run = strings.TrimSpace(run)
 	if !ok || run == "" {
-		return fmt.Errorf("%s: %w: the marker of an unfinished output names no run, so nothing beside it can be proven ckpt's; remove the objects yourself", mloc, store.ErrForeign)
+		return fmt.Errorf("%s: %w: the marker of an unfinished output names no run, so nothing beside it can be proven ckpt's; remove the objects yourself", mloc, storage.ErrForeign)
 	}
 	if run == o.run {
 		return errOwnRun // a host of this multi-host output made it meanwhile (hosts.go)
@@ -240,7 +240,7 @@ func (o *output) unfinished(there []string) error {
 			return pathError("stat", Location{o.l.Scheme, o.l.Bucket, k}, err)
 		}
 		if a.Metadata[RunMetadata] != run {
-			return fmt.Errorf("%s: %w: lies beside the marker of an unfinished ckpt output (%s) but was not uploaded by it; ckpt never replaces what it did not write", Location{o.l.Scheme, o.l.Bucket, k}, store.ErrForeign, mloc)
+			return fmt.Errorf("%s: %w: lies beside the marker of an unfinished ckpt output (%s) but was not uploaded by it; ckpt never replaces what it did not write", Location{o.l.Scheme, o.l.Bucket, k}, storage.ErrForeign, mloc)
 		}
 	}
 	return nil
@@ -357,7 +357,7 @@ func (u *upload) Close() error {
 }
 
 // Commit writes last after every upload finished, then removes the marker.
-func (o *output) Commit(last []store.NamedBytes) error {
+func (o *output) Commit(last []storage.NamedBytes) error {
 	o.mu.Lock()
 	open := o.open
 	o.mu.Unlock()

@@ -3,7 +3,7 @@ package bucket_test
 import (
 	"fmt"
 
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 )
 
 // A bucket URL names a bucket and a key; endpoints and credentials come from the

@@ -13,8 +13,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // A shared output (JoinOutput) is a folder output in a bucket prefix written by the hosts
@@ -84,18 +84,18 @@ const maxControl = 64 << 20
 // member is one host's share of a shared output.
 type member struct {
 	*output
-	opts store.SharedOptions
+	opts storage.SharedOptions
 
 	jmu     sync.Mutex
-	journal []store.Finished // in the order started; Size startedSize until finished
-	resumed map[string]store.Finished
+	journal []storage.Finished // in the order started; Size startedSize until finished
+	resumed map[string]storage.Finished
 	cleaned bool
 	sealed  []byte
 }
 
 // JoinOutput starts host opts.Host's share of the multi-host folder output at url (see
 // above).
-func (f *FS) JoinOutput(ctx context.Context, url string, opts store.SharedOptions) (store.SharedOutput, error) {
+func (f *FS) JoinOutput(ctx context.Context, url string, opts storage.SharedOptions) (storage.SharedOutput, error) {
 	if opts.Hosts < 1 || opts.Host < 0 || opts.Host >= opts.Hosts {
 		return nil, fmt.Errorf("%s: host %d of %d", url, opts.Host, opts.Hosts)
 	}
@@ -162,7 +162,7 @@ func (m *member) join() error {
 				fallthrough
 			case len(objs) == 0:
 				if _, err := m.b.Attributes(m.ctx, m.l.Key); err == nil {
-					return fmt.Errorf("%s: %w: an object of that name exists; a folder output needs a free prefix", m.l, store.ErrForeign)
+					return fmt.Errorf("%s: %w: an object of that name exists; a folder output needs a free prefix", m.l, storage.ErrForeign)
 				}
 				// Put only if absent: hosts racing on an empty prefix make one marker.
 				err := m.put(m.key(PartialMarker), []byte(markerText+m.run+"\n"), true)
@@ -187,7 +187,7 @@ func (m *member) join() error {
 			if found {
 				what = "the unfinished output of another conversion (run " + run + ")"
 			}
-			return fmt.Errorf("%s: %w: holds %s; host 0 replaces it when every host runs with --force", m.l, store.ErrExists, what)
+			return fmt.Errorf("%s: %w: holds %s; host 0 replaces it when every host runs with --force", m.l, storage.ErrExists, what)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: waited %s for host 0 to replace what the prefix holds", m.l, wait)
@@ -212,11 +212,11 @@ func (m *member) alone(run string, found bool) error {
 	case m.opts.Hosts != 1 || !found || m.opts.Force:
 		return nil
 	case run == m.run && !m.opts.Resume:
-		return fmt.Errorf("%s: %w: holds the unfinished output of an interrupted run of this conversion: --resume keeps the files it finished (make sure that run is not still going)", m.l, store.ErrExists)
+		return fmt.Errorf("%s: %w: holds the unfinished output of an interrupted run of this conversion: --resume keeps the files it finished (make sure that run is not still going)", m.l, storage.ErrExists)
 	case run != m.run && m.opts.Resume:
-		return fmt.Errorf("%s: %w: cannot resume: it holds the unfinished output of another conversion (run %s, this one's is %s): the source or the options differ from the interrupted run's; resume with the same ones", m.l, store.ErrExists, run, m.run)
+		return fmt.Errorf("%s: %w: cannot resume: it holds the unfinished output of another conversion (run %s, this one's is %s): the source or the options differ from the interrupted run's; resume with the same ones", m.l, storage.ErrExists, run, m.run)
 	case run != m.run:
-		return fmt.Errorf("%s: %w: holds the unfinished output of another conversion (run %s)", m.l, store.ErrExists, run)
+		return fmt.Errorf("%s: %w: holds the unfinished output of another conversion (run %s)", m.l, storage.ErrExists, run)
 	}
 	return nil
 }
@@ -255,7 +255,7 @@ func (m *member) ours(ctx context.Context, key string) (mine, exists bool, size 
 }
 
 // readJournal reads host's journal: its entries, the last of each file winning.
-func (m *member) readJournal(host int) ([]store.Finished, error) {
+func (m *member) readJournal(host int) ([]storage.Finished, error) {
 	key := m.control(host, "journal")
 	b, err := m.read(key, maxControl)
 	if err != nil || b == nil {
@@ -263,7 +263,7 @@ func (m *member) readJournal(host int) ([]store.Finished, error) {
 	}
 	if mine, _, _, err := m.ours(m.ctx, key); err != nil || !mine {
 		if err == nil {
-			err = fmt.Errorf("%s: %w: not uploaded by this conversion", m.loc(key), store.ErrForeign)
+			err = fmt.Errorf("%s: %w: not uploaded by this conversion", m.loc(key), storage.ErrForeign)
 		}
 		return nil, err
 	}
@@ -276,8 +276,8 @@ func (m *member) readJournal(host int) ([]store.Finished, error) {
 
 // parseJournal parses a journal: a JSON list of files, each named inside the folder, with
 // a size (startedSize while unfinished) and, once finished, an xxhash64 in 16 hex digits.
-func parseJournal(b []byte) ([]store.Finished, error) {
-	var j []store.Finished
+func parseJournal(b []byte) ([]storage.Finished, error) {
+	var j []storage.Finished
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
 	}
@@ -334,7 +334,7 @@ func (m *member) leftovers() error {
 		return nil
 	}
 	if m.opts.Resume {
-		m.resumed = map[string]store.Finished{}
+		m.resumed = map[string]storage.Finished{}
 	}
 	if m.opts.Hosts == 1 && m.manifest != "" {
 		// A single process killed in Commit, after its manifest: the manifest goes first,
@@ -348,7 +348,7 @@ func (m *member) leftovers() error {
 			}
 		}
 	}
-	var kept []store.Finished
+	var kept []storage.Finished
 	for _, e := range j {
 		key := m.key(e.File)
 		mine, exists, size, err := m.ours(m.ctx, key)
@@ -359,7 +359,7 @@ func (m *member) leftovers() error {
 			continue
 		}
 		if !mine {
-			return fmt.Errorf("%s: %w: this host's journal lists it but another run uploaded it", m.loc(key), store.ErrForeign)
+			return fmt.Errorf("%s: %w: this host's journal lists it but another run uploaded it", m.loc(key), storage.ErrForeign)
 		}
 		if m.opts.Resume && e.Size != startedSize && size == e.Size {
 			m.resumed[e.File] = e
@@ -388,7 +388,7 @@ func (m *member) readPart(host int) ([]byte, error) {
 	}
 	if mine, _, _, err := m.ours(m.ctx, key); err != nil || !mine {
 		if err == nil {
-			err = fmt.Errorf("%s: %w: host %d's share belongs to another conversion", m.loc(key), store.ErrForeign, host)
+			err = fmt.Errorf("%s: %w: host %d's share belongs to another conversion", m.loc(key), storage.ErrForeign, host)
 		}
 		return nil, err
 	}
@@ -413,7 +413,7 @@ func (m *member) writeJournal() error {
 }
 
 // record journals e, replacing the entry of the same file.
-func (m *member) record(e store.Finished) error {
+func (m *member) record(e storage.Finished) error {
 	m.jmu.Lock()
 	defer m.jmu.Unlock()
 	i := 0
@@ -431,13 +431,13 @@ func (m *member) record(e store.Finished) error {
 	return nil
 }
 
-// Sealed implements store.SharedOutput.
+// Sealed implements storage.SharedOutput.
 func (m *member) Sealed() ([]byte, bool) { return m.sealed, m.sealed != nil }
 
-// Resumed implements store.SharedOutput.
-func (m *member) Resumed() map[string]store.Finished { return m.resumed }
+// Resumed implements storage.SharedOutput.
+func (m *member) Resumed() map[string]storage.Finished { return m.resumed }
 
-// CleanedUp implements store.SharedOutput.
+// CleanedUp implements storage.SharedOutput.
 func (m *member) CleanedUp() bool { return m.cleaned }
 
 // Create journals name as started, then uploads it; Close journals its size and xxhash64
@@ -449,7 +449,7 @@ func (m *member) Create(name string) (io.WriteCloser, error) {
 	if m.sealed != nil && m.opts.Host != 0 {
 		return nil, fmt.Errorf("%s: host %d's share is sealed", m.l, m.opts.Host)
 	}
-	if err := m.record(store.Finished{File: name, Size: startedSize}); err != nil {
+	if err := m.record(storage.Finished{File: name, Size: startedSize}); err != nil {
 		return nil, err
 	}
 	w, err := m.output.Create(name)
@@ -484,7 +484,7 @@ func (j *journaled) Close() error {
 	if err := j.w.Close(); err != nil {
 		return err
 	}
-	return j.m.record(store.Finished{File: j.name, Size: j.n, XXHash64: fmt.Sprintf("%016x", j.h.Sum64())})
+	return j.m.record(storage.Finished{File: j.name, Size: j.n, XXHash64: fmt.Sprintf("%016x", j.h.Sum64())})
 }
 
 // Seal uploads part as this host's share: its files are all complete and journaled.
@@ -527,7 +527,7 @@ func (m *member) Unseal() error {
 	return nil
 }
 
-// Parts implements store.SharedOutput.
+// Parts implements storage.SharedOutput.
 func (m *member) Parts() ([][]byte, error) {
 	out := make([][]byte, m.opts.Hosts)
 	for h := range m.opts.Hosts {
@@ -543,7 +543,7 @@ func (m *member) Parts() ([][]byte, error) {
 // Commit finishes the output on host 0: every host's share is checked — sealed, each file
 // its journal finished there whole and carrying the run, nothing else in the prefix — then
 // last (the manifest) is uploaded, the control objects removed and the marker last.
-func (m *member) Commit(last []store.NamedBytes) error {
+func (m *member) Commit(last []storage.NamedBytes) error {
 	if m.opts.Host != 0 {
 		return fmt.Errorf("%s: host %d cannot finish the output; host 0 does", m.l, m.opts.Host)
 	}
@@ -600,7 +600,7 @@ func (m *member) Commit(last []store.NamedBytes) error {
 	}
 	for _, ob := range objs {
 		if !allowed[ob.Key] {
-			return fmt.Errorf("%s: %w: lies in the output but no host of this conversion wrote it", m.loc(ob.Key), store.ErrForeign)
+			return fmt.Errorf("%s: %w: lies in the output but no host of this conversion wrote it", m.loc(ob.Key), storage.ErrForeign)
 		}
 	}
 	for _, f := range last {

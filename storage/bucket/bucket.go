@@ -9,20 +9,20 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 func init() {
-	store.Register("gs", Default)
-	store.Register("s3", Default)
+	storage.Register("gs", Default)
+	storage.Register("s3", Default)
 }
 
 // Default is the backend registered for gs:// and s3://, with the clients the environment
 // configures (see Bucket).
 var Default = &FS{}
 
-// FS reads and lists objects of gs:// and s3:// URLs; it implements store.FS. Buckets are
+// FS reads and lists objects of gs:// and s3:// URLs; it implements storage.FS. Buckets are
 // opened on first use and kept.
 type FS struct {
 	mu      sync.Mutex
@@ -89,7 +89,7 @@ func pathError(op string, l Location, err error) error {
 }
 
 // Open opens the object name for ranged reads.
-func (f *FS) Open(name string) (store.File, error) {
+func (f *FS) Open(name string) (storage.File, error) {
 	l, err := Parse(name)
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func (f *FS) Stat(name string) (fs.FileInfo, error) {
 	if l.Key != "" {
 		attrs, err := b.Attributes(ctx, l.Key)
 		if err == nil {
-			return store.FileInfo(base, attrs.Size, false), nil
+			return storage.FileInfo(base, attrs.Size, false), nil
 		}
 		if !NotFound(err) {
 			return nil, pathError("stat", l, err)
@@ -142,7 +142,7 @@ func (f *FS) Stat(name string) (fs.FileInfo, error) {
 	if base == "" {
 		base = l.Bucket
 	}
-	return store.FileInfo(base, 0, true), nil
+	return storage.FileInfo(base, 0, true), nil
 }
 
 // prefix is the listing prefix of the folder l.
@@ -181,7 +181,7 @@ func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 			return nil, &fs.PathError{Op: "readdir", Path: l.String(), Err: err}
 		}
 		if ok {
-			out = append(out, fs.FileInfoToDirEntry(store.FileInfo(n, o.Size, o.IsDir)))
+			out = append(out, fs.FileInfoToDirEntry(storage.FileInfo(n, o.Size, o.IsDir)))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })

@@ -1,13 +1,13 @@
-// Package store is where checkpoint readers get their files from: the local file system
+// Package storage is where checkpoint readers get their files from: the local file system
 // (files memory-mapped, as before) or, for a path with a scheme — gs://bucket/prefix,
 // s3://bucket/prefix — a backend registered for that scheme. Readers work over [File], an
 // io.ReaderAt with a size, so no format package learns about buckets; a local file also
 // offers its mapping ([Mapped]) and readers keep their zero-copy fast path for it.
 //
 // Backends are registered by the packages that implement them (as database/sql drivers
-// are): importing github.com/ckpt-dev/ckpt/formats/store/bucket registers gs:// and s3://,
+// are): importing github.com/ckpt-dev/ckpt/storage/bucket registers gs:// and s3://,
 // so a program that never imports it never links a cloud SDK.
-package store
+package storage
 
 import (
 	"errors"
@@ -99,7 +99,7 @@ func backend(p string) (FS, error) {
 	b := backends[s]
 	mu.RUnlock()
 	if b == nil {
-		return nil, &fs.PathError{Op: "open", Path: p, Err: fmt.Errorf("%w (import github.com/ckpt-dev/ckpt/formats/store/bucket for gs:// and s3://)", ErrNoBackend)}
+		return nil, &fs.PathError{Op: "open", Path: p, Err: fmt.Errorf("%w (import github.com/ckpt-dev/ckpt/storage/bucket for gs:// and s3://)", ErrNoBackend)}
 	}
 	return b, nil
 }

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
+	"github.com/ckpt-dev/ckpt/storage"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 )
 
 // keys lists every object under prefix in the bucket "ckpt" of scheme.
@@ -52,7 +52,7 @@ func crashed(t *testing.T, url string, folder bool, name string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, err := store.CreateOutput(ctx, url, store.OutputOptions{Folder: folder})
+	out, err := storage.CreateOutput(ctx, url, storage.OutputOptions{Folder: folder})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +106,8 @@ func TestForceKeepsForeignBesideStaleMarker(t *testing.T) {
 					putObject(t, scheme, c.foreign, "someone else's notes")
 				}
 				before := keys(t, scheme, dir)
-				_, err := store.CreateOutput(ctx, url, store.OutputOptions{Folder: c.folder, Force: true})
-				if !errors.Is(err, store.ErrForeign) {
+				_, err := storage.CreateOutput(ctx, url, storage.OutputOptions{Folder: c.folder, Force: true})
+				if !errors.Is(err, storage.ErrForeign) {
 					t.Fatalf("--force beside a foreign object: %v, want ErrForeign; objects %v", err, before)
 				}
 				if want := c.foreign; want != "" && !strings.Contains(err.Error(), want) {
@@ -125,7 +125,7 @@ func TestForceKeepsForeignBesideStaleMarker(t *testing.T) {
 				if err := b.Delete(ctx, c.foreign); err != nil {
 					t.Fatal(err)
 				}
-				out, err := store.CreateOutput(ctx, url, store.OutputOptions{Folder: c.folder, Force: true})
+				out, err := storage.CreateOutput(ctx, url, storage.OutputOptions{Folder: c.folder, Force: true})
 				if err != nil {
 					t.Fatalf("--force over an unfinished output alone: %v", err)
 				}
@@ -148,11 +148,11 @@ func TestSecondOutputRefused(t *testing.T) {
 	ctx := context.Background()
 	for _, scheme := range []string{"gs", "s3"} {
 		url := scheme + "://ckpt/second/out"
-		first, err := store.CreateOutput(ctx, url, store.OutputOptions{Folder: true})
+		first, err := storage.CreateOutput(ctx, url, storage.OutputOptions{Folder: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := store.CreateOutput(ctx, url, store.OutputOptions{Folder: true}); !errors.Is(err, store.ErrExists) {
+		if _, err := storage.CreateOutput(ctx, url, storage.OutputOptions{Folder: true}); !errors.Is(err, storage.ErrExists) {
 			t.Errorf("%s: a second output beside an unfinished one: %v, want ErrExists", scheme, err)
 		}
 		w, err := first.Create("a.safetensors")
@@ -185,7 +185,7 @@ func TestPersistentFailureReportedPromptly(t *testing.T) {
 	}{{"gs", gcs}, {"s3", s3}} {
 		url := c.scheme + "://ckpt/persistent/object"
 		putObject(t, c.scheme, "persistent/object", "some bytes")
-		out, err := store.CreateOutput(ctx, c.scheme+"://ckpt/persistent/out", store.OutputOptions{Folder: true})
+		out, err := storage.CreateOutput(ctx, c.scheme+"://ckpt/persistent/out", storage.OutputOptions{Folder: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +195,7 @@ func TestPersistentFailureReportedPromptly(t *testing.T) {
 			run   func() error
 		}{
 			{"open", nil, func() error {
-				f, err := store.Open(url)
+				f, err := storage.Open(url)
 				if err == nil {
 					f.Close()
 				}
@@ -270,7 +270,7 @@ func TestUploadsReturnTheirBuffers(t *testing.T) {
 	} {
 		before := settled(bucket.OutstandingBuffers())
 		ctx, cancel := context.WithCancel(context.Background())
-		out, err := store.CreateOutput(ctx, "s3://ckpt/buffers/"+strconv.Itoa(i), store.OutputOptions{Folder: true})
+		out, err := storage.CreateOutput(ctx, "s3://ckpt/buffers/"+strconv.Itoa(i), storage.OutputOptions{Folder: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +308,7 @@ func TestCreateAfterEnd(t *testing.T) {
 	for _, scheme := range []string{"gs", "s3"} {
 		for _, end := range []string{"abort", "commit"} {
 			prefix := "after-" + end + "/out"
-			out, err := store.CreateOutput(ctx, scheme+"://ckpt/"+prefix, store.OutputOptions{Folder: true})
+			out, err := storage.CreateOutput(ctx, scheme+"://ckpt/"+prefix, storage.OutputOptions{Folder: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -341,7 +341,7 @@ func TestNoCredentialsReportedAtOnce(t *testing.T) {
 	bucket.Default.Close() // the client made with the credentials
 	before := s3.Requests.Load()
 	start := time.Now()
-	f, err := store.Open("s3://ckpt/creds/object")
+	f, err := storage.Open("s3://ckpt/creds/object")
 	took := time.Since(start)
 	if err == nil {
 		f.Close()

@@ -1,10 +1,10 @@
 // Package bucket reads and writes checkpoints in Google Cloud Storage (gs://bucket/prefix)
 // and Amazon S3 or S3-compatible stores (s3://bucket/prefix), through each service's REST
 // API over net/http (client.go: one client layer per cloud, every call taking a context).
-// Importing it registers both schemes with package store, after which formats.Open,
+// Importing it registers both schemes with package storage, after which formats.Open,
 // scan.Scan, convert.Run and verify.Check take such URLs wherever they take paths:
 //
-//	import _ "github.com/ckpt-dev/ckpt/formats/store/bucket"
+//	import _ "github.com/ckpt-dev/ckpt/storage/bucket"
 //
 // # Credentials and endpoints
 //
@@ -20,7 +20,7 @@
 //
 // # Reading
 //
-// An object is a store.File read with ranged GETs of exactly the bytes a reader asks for:
+// An object is a storage.File read with ranged GETs of exactly the bytes a reader asks for:
 // opening a checkpoint reads its headers, pickles and metadata; a tensor's bytes are
 // fetched when the tensor is read, so --select and --drop read less and a host of a
 // multi-host conversion reads only its shards. Reads larger than BlockSize are split into
@@ -40,7 +40,7 @@
 //
 // # Writing
 //
-// An output (store.Output) streams each file to its final name: a GCS resumable upload or
+// An output (storage.Output) streams each file to its final name: a GCS resumable upload or
 // an S3 multipart upload, which the service makes visible only when it is finalized, so no
 // object is ever seen half-written. Uploads fill reused buffers outside the Go heap: a GCS
 // upload's chunks (gcs.go) are sent one at a time while the next one fills; an S3
@@ -58,7 +58,7 @@
 // A folder output that must survive SIGKILL — which runs no cleanup — to be resumed is
 // written as host 0 of 1 of a shared output (JoinOutput; hosts.go, "One host"): it is
 // journaled as it goes, its run is the conversion's key rather than a random one, and
-// store.SharedOptions.Resume keeps what a killed run of the same conversion finished.
+// storage.SharedOptions.Resume keeps what a killed run of the same conversion finished.
 //
 // A destination prefix holding objects is refused unless Force is set and ckpt wrote every
 // one of them: the ckpt manifest there lists them all, or a PartialMarker names a run and

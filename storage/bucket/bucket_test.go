@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
 	"github.com/ckpt-dev/ckpt/scan"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 )
 
 // fixtures are the held-in families: a torch.save zip, a legacy stream, a sharded HF
@@ -47,7 +47,7 @@ func servers(t *testing.T) (gcs, s3 *buckettest.Server) {
 	ctx := context.Background()
 	for _, scheme := range []string{"gs", "s3"} {
 		for _, f := range fixtures {
-			if err := buckettest.PutTree(ctx, filepath.Join("../../../testdata", f), scheme+"://ckpt/fixtures/"+f); err != nil {
+			if err := buckettest.PutTree(ctx, filepath.Join("../../testdata", f), scheme+"://ckpt/fixtures/"+f); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -90,7 +90,7 @@ func TestOpenEqualsLocal(t *testing.T) {
 		if f == "safetensors" {
 			continue
 		}
-		local, err := formats.Open(filepath.Join("../../../testdata", f))
+		local, err := formats.Open(filepath.Join("../../testdata", f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestOpenEqualsLocal(t *testing.T) {
 func TestScanEqualsLocal(t *testing.T) {
 	servers(t)
 	for _, f := range []string{"torch/training_cuda.pt", "dcp/sharded", "ecosystem/folders/trainer/checkpoint-2", "hf/mistral_sharded"} {
-		local, err := scan.Scan(filepath.Join("../../../testdata", f))
+		local, err := scan.Scan(filepath.Join("../../testdata", f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,18 +140,18 @@ func TestStatReadDir(t *testing.T) {
 	servers(t)
 	for _, scheme := range []string{"gs", "s3"} {
 		root := scheme + "://ckpt/fixtures/hf/mistral_sharded"
-		st, err := store.Stat(root)
+		st, err := storage.Stat(root)
 		if err != nil || !st.IsDir() {
 			t.Fatalf("%s: %v %v", root, st, err)
 		}
-		st, err = store.Stat(root + "/config.json")
+		st, err = storage.Stat(root + "/config.json")
 		if err != nil || st.IsDir() || st.Size() == 0 {
 			t.Fatalf("config.json: %v %v", st, err)
 		}
-		if _, err := store.Stat(root + "/nothing"); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := storage.Stat(root + "/nothing"); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("missing object: %v, want fs.ErrNotExist", err)
 		}
-		entries, err := store.ReadDir(scheme + "://ckpt/fixtures")
+		entries, err := storage.ReadDir(scheme + "://ckpt/fixtures")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestStatReadDir(t *testing.T) {
 		if len(names) != 5 || !entries[0].IsDir() {
 			t.Errorf("fixtures/ lists %v", names)
 		}
-		b, err := store.ReadFile(root+"/config.json", 1<<20)
+		b, err := storage.ReadFile(root+"/config.json", 1<<20)
 		if err != nil || !bytes.Contains(b, []byte("{")) {
 			t.Errorf("ReadFile: %q %v", b, err)
 		}
@@ -200,7 +200,7 @@ func TestStreamsStayInTheirRange(t *testing.T) {
 	if err := b.Put(context.Background(), l.Key, data, bucket.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f, err := store.Open(url)
+	f, err := storage.Open(url)
 	if err != nil {
 		t.Fatal(err)
 	}

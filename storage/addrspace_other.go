@@ -1,6 +1,6 @@
 //go:build !linux
 
-package store
+package storage
 
 // mapFits is true: address-space limits are only accounted for on Linux (see
 // addrspace_linux.go).

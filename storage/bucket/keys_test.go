@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
 	"github.com/ckpt-dev/ckpt/scan"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // TestKeysThatAreNoPaths (issue 29, class 7): an object whose key has an empty, "." or ".."
@@ -30,7 +30,7 @@ func TestKeysThatAreNoPaths(t *testing.T) {
 		for i, bad := range planted {
 			dir := "loops/" + strconv.Itoa(i) + "/hf"
 			url := scheme + "://ckpt/" + dir
-			if err := buckettest.PutTree(ctx, filepath.Join("../../../testdata", "hf/mistral_sharded"), url); err != nil {
+			if err := buckettest.PutTree(ctx, filepath.Join("../../testdata", "hf/mistral_sharded"), url); err != nil {
 				t.Fatal(err)
 			}
 			key := dir + "/" + bad
@@ -59,7 +59,7 @@ func TestKeysThatAreNoPaths(t *testing.T) {
 					return err
 				}},
 				{"walk", func() error {
-					return store.WalkDir(url, func(_ string, _ fs.DirEntry, err error) error { return err })
+					return storage.WalkDir(url, func(_ string, _ fs.DirEntry, err error) error { return err })
 				}},
 			} {
 				done := make(chan error, 1)

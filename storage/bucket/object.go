@@ -47,7 +47,7 @@ const (
 	maxStreams = 4
 )
 
-// object is an open object: a store.File.
+// object is an open object: a storage.File.
 type object struct {
 	b     *Bucket
 	l     Location
