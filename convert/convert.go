@@ -157,7 +157,7 @@ var openSource = formats.OpenWith
 // removes everything written so far; the destination is then as it was.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
 	start := time.Now()
-	dst, lay, err := formats.ChooseLayout(opts.Src, opts.Dst, opts.Format, opts.Target.Sharding() != nil)
+	dst, lay, err := formats.ChooseLayout(ctx, opts.Src, opts.Dst, opts.Format, opts.Target.Sharding() != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -174,13 +174,13 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Compress != "" && lay != formats.DCPFolder {
 		return nil, fmt.Errorf("%s: %w: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, statedict.ErrUnsupported, formats.ErrLayout, opts.Compress, lay)
 	}
-	ck, err := openSource(opts.Src, opts.Plan.OpenOptions())
+	ck, err := openSource(ctx, opts.Src, opts.Plan.OpenOptions())
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
 	if lay == formats.TorchFile {
-		if ck, err = withTrainingState(ck); err != nil {
+		if ck, err = withTrainingState(ctx, ck); err != nil {
 			return nil, err
 		}
 		defer ck.Close()
@@ -196,7 +196,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	folder := lay.Folder()
 	var run string
 	if folder && storage.IsRemote(opts.Dst) {
-		if run, err = runKey(p, opts); err != nil {
+		if run, err = runKey(ctx, p, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -216,7 +216,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		p.sum.Warnings = append(p.sum.Warnings, plan.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
 	}
 	out.total = p.Bytes
-	if err := write(out.root(), p, opts); err != nil {
+	if err := write(ctx, out.root(), p, opts); err != nil {
 		return nil, err
 	}
 	if err := strict(p, opts); err != nil {
@@ -282,7 +282,7 @@ func (p *planned) writeOptions(o *output, opts Options) statedict.WriteOptions {
 
 // write writes the planned checkpoint through out with the layout's writer, then the
 // training state taken along and the manifest.
-func write(out *subOutput, p *planned, opts Options) error {
+func write(ctx context.Context, out *subOutput, p *planned, opts Options) error {
 	prev := out.o.src
 	out.o.src = p.src
 	defer func() { out.o.src = prev }()
@@ -301,7 +301,7 @@ func write(out *subOutput, p *planned, opts Options) error {
 		p.sum.Warnings = append(p.sum.Warnings, notWritten(w.NotWritten, p.lay))
 	}
 	for _, name := range p.Alongside {
-		sub, err := convertAlongside(out, p, opts, name)
+		sub, err := convertAlongside(ctx, out, p, opts, name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -393,7 +393,7 @@ func (s *Summary) Messages() []string {
 // ("optimizer", "rng_state_1", "optimizer_0"), the names a training script resuming from one file uses.
 // The optimizer state then follows the converted model as in any training checkpoint. ck is
 // returned as it is when its folder holds no training state.
-func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) {
+func withTrainingState(ctx context.Context, ck *statedict.Checkpoint) (*statedict.Checkpoint, error) {
 	var files, rest []string
 	for _, f := range ck.Ignored {
 		if hf.IsTrainerState(f) || hf.IsTrainingStateFolder(f) {
@@ -417,7 +417,7 @@ func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) 
 	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: extras, Ignored: rest, Outside: ck.Outside,
 		Files: ck.Files, Metadata: ck.Metadata}
 	for _, f := range files {
-		part, err := formats.Open(storage.Join(ck.Path, f))
+		part, err := formats.Open(ctx, storage.Join(ck.Path, f))
 		if err != nil {
 			out.Close()
 			return nil, fmt.Errorf("%s: %w", f, err)
@@ -431,9 +431,9 @@ func withTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) 
 
 // convertAlongside converts the training-state file name of the source folder into the
 // folder being written, with the same device and training-state options.
-func convertAlongside(parent *subOutput, p *planned, opts Options, name string) (*Summary, error) {
+func convertAlongside(ctx context.Context, parent *subOutput, p *planned, opts Options, name string) (*Summary, error) {
 	src := storage.Join(p.src.Path, name)
-	ck, err := formats.Open(src)
+	ck, err := formats.Open(ctx, src)
 	if err != nil {
 		return nil, err
 	}
@@ -447,7 +447,7 @@ func convertAlongside(parent *subOutput, p *planned, opts Options, name string) 
 	parent.o.mu.Lock()
 	parent.o.total += sp.Bytes
 	parent.o.mu.Unlock()
-	if err := write(parent.sub(name), sp, sub); err != nil {
+	if err := write(ctx, parent.sub(name), sp, sub); err != nil {
 		return nil, err
 	}
 	return sp.sum, nil

@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -59,14 +60,14 @@ func megatronFixtures(t *testing.T) map[string]megatronFixture {
 // order, dtypes, shapes and bytes.
 func TestMegatronInspect(t *testing.T) {
 	for name, want := range megatronFixtures(t) {
-		ck, err := formats.Open(megatronDir + name)
+		ck, err := formats.Open(context.Background(), megatronDir+name)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if ck.Format != megatronSources[name] {
 			t.Errorf("%s read as %s", name, ck.Format)
 		}
-		rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+		rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 		ck.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -96,7 +97,7 @@ func TestMegatronLayoutFiles(t *testing.T) {
 		{"nemo2", nil, []string{"context/io.json", "context/model.yaml"}},
 		{"nemo1/tp2.nemo", nil, []string{"model_config.yaml"}},
 	} {
-		ck, err := formats.Open(megatronDir + c.src)
+		ck, err := formats.Open(context.Background(), megatronDir+c.src)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +145,7 @@ func TestMegatronRefusals(t *testing.T) {
 		{"c", statedict.ErrCorrupt, []string{"mp_rank_00 has no model_optim_rng.pt"}},
 		{"d.nemo", statedict.ErrUnsupported, []string{"gzip-compressed .nemo", "tar xzf"}},
 	} {
-		_, err := formats.Open(filepath.Join(dir, c.src))
+		_, err := formats.Open(context.Background(), filepath.Join(dir, c.src))
 		if !errors.Is(err, c.kind) {
 			t.Errorf("%s: %v, want %v", c.src, err, c.kind)
 			continue
@@ -182,7 +183,7 @@ func TestMegatronConvertLoadsInTorch(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
-			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+			if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
 			}
 			if format == formats.DCPFolder && strings.HasPrefix(name, "nemo") {
@@ -233,7 +234,7 @@ func TestMegatronDistCommonOutside(t *testing.T) {
 	if err := os.Symlink(elsewhere, common); err != nil {
 		t.Fatal(err)
 	}
-	_, err := formats.Open(dir)
+	_, err := formats.Open(context.Background(), dir)
 	if !errors.Is(err, hf.ErrOutside) || !strings.Contains(err.Error(), "common.pt") {
 		t.Fatalf("common.pt linked outside: %v, want hf.ErrOutside naming it", err)
 	}

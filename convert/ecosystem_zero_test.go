@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -55,11 +56,11 @@ func zeroFixtures(t *testing.T) map[string]zeroFixture {
 func TestZeROConsolidation(t *testing.T) {
 	for name, want := range zeroFixtures(t) {
 		for _, dir := range []string{name, name + "/global_step3"} {
-			ck, err := formats.Open("../testdata/ecosystem/zero/" + dir)
+			ck, err := formats.Open(context.Background(), "../testdata/ecosystem/zero/"+dir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+			rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 			ck.Close()
 			if err != nil {
 				t.Fatal(err)
@@ -85,7 +86,7 @@ func TestZeROConsolidation(t *testing.T) {
 // placeholders, is refused on its own, pointing at the folder that holds the weights.
 func TestZeRO3ModelStatesAlone(t *testing.T) {
 	path := "../testdata/ecosystem/zero/zero3/global_step3/zero_pp_rank_0_mp_rank_00_model_states.pt"
-	_, err := formats.Open(path)
+	_, err := formats.Open(context.Background(), path)
 	if !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "placeholders") || !strings.Contains(err.Error(), "zero3/global_step3") {
 		t.Errorf("got %v", err)
 	}
@@ -111,7 +112,7 @@ func TestZeROConvertLoadsInTorch(t *testing.T) {
 			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format}); err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
-			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+			if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
 			}
 			jobs = append(jobs, ecosystemJob{Out: chrootPath(host, chroot, dst), Format: string(format), WeightsOnly: true})
@@ -145,11 +146,11 @@ func TestZeROConvertLoadsInTorch(t *testing.T) {
 func TestZeROOptimizerState(t *testing.T) {
 	fx := zeroFixtures(t)
 	for name, want := range fx {
-		ck, err := formats.OpenWith("../testdata/ecosystem/zero/"+name, formats.OpenOptions{ZeROOptimizer: true})
+		ck, err := formats.OpenWith(context.Background(), "../testdata/ecosystem/zero/"+name, formats.OpenOptions{ZeROOptimizer: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+		rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 		ck.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -197,7 +198,7 @@ func TestZeROOptimizerState(t *testing.T) {
 			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format, Plan: plan.Options{ZeROOptimizer: true}}); err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
-			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+			if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
 			}
 			jobs = append(jobs, ecosystemJob{Out: chrootPath(host, chroot, dst), Format: string(format), WeightsOnly: true})

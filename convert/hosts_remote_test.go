@@ -80,11 +80,11 @@ func sameFiles(t *testing.T, what, want, got string) {
 			t.Errorf("%s: %s differs", what, n)
 		}
 	}
-	ma, err := manifest.Read(filepath.Join(want, manifest.Name))
+	ma, err := manifest.Read(context.Background(), filepath.Join(want, manifest.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mb, err := manifest.Read(filepath.Join(got, manifest.Name))
+	mb, err := manifest.Read(context.Background(), filepath.Join(got, manifest.Name))
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
@@ -115,7 +115,7 @@ func TestMultiHostBucket(t *testing.T) {
 					t.Errorf("%s host %d: %+v", dst, h, s.Host)
 				}
 			}
-			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+			if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 				t.Fatalf("check %s: %v %+v", dst, err, rep)
 			}
 			for _, n := range objectNames(t, dst) {
@@ -189,7 +189,7 @@ func TestMultiHostBucketShares(t *testing.T) {
 		if sum, err := Run(context.Background(), options(dst, 1, 2)); err != nil || !sum.Host.Sealed {
 			t.Fatalf("host 1: %v", err)
 		}
-		if _, err := verify.Check(dst, ""); err == nil {
+		if _, err := verify.Check(context.Background(), dst, ""); err == nil {
 			t.Fatal("ckpt check passes a half-finished output")
 		}
 		// Host 0 of another conversion (float16 moments): its run differs, so it refuses

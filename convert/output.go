@@ -97,10 +97,10 @@ func newOutput(ctx context.Context, opts Options, folder bool, run string) (*out
 		return o, nil
 	}
 	if folder {
-		o.dir, err = atomicfile.CreateDir(dst, atomicfile.DirOptions{Force: force, Owner: ownerOf(dst, true), Resume: opts.Resume})
+		o.dir, err = atomicfile.CreateDir(dst, atomicfile.DirOptions{Force: force, Owner: ownerOf(ctx, dst, true), Resume: opts.Resume})
 		return o, err
 	}
-	fo := atomicfile.FileOptions{Force: force, Owner: ownerOf(dst, false)}
+	fo := atomicfile.FileOptions{Force: force, Owner: ownerOf(ctx, dst, false)}
 	if o.file, err = atomicfile.Create(dst, fo); err != nil {
 		return nil, err
 	}
@@ -115,10 +115,10 @@ func newOutput(ctx context.Context, opts Options, folder bool, run string) (*out
 // to replace it (atomicfile.Owner): the manifest there (inside a folder, beside a file)
 // and each file it records with the size and xxhash64 it had as written (Output.Sums).
 // A manifest that records no sums (or is not a ckpt manifest) proves nothing.
-func ownerOf(dst string, folder bool) atomicfile.Owner {
+func ownerOf(ctx context.Context, dst string, folder bool) atomicfile.Owner {
 	return func(string) ([]atomicfile.Journaled, bool) {
 		mpath := manifest.PathFor(dst, folder)
-		m, err := manifest.ReadEach(mpath, func(manifest.Tensor) error { return nil })
+		m, err := manifest.ReadEach(ctx, mpath, func(manifest.Tensor) error { return nil })
 		if err != nil {
 			return nil, false
 		}
@@ -164,7 +164,7 @@ func newMemberOutput(ctx context.Context, opts Options, host, hosts int, run str
 		return o, o.joinRemote(opts, host, hosts, run)
 	}
 	var err error
-	o.dir, err = atomicfile.JoinDir(opts.Dst, atomicfile.DirOptions{Force: opts.Force, Owner: ownerOf(opts.Dst, true), Resume: opts.Resume}, host, hosts)
+	o.dir, err = atomicfile.JoinDir(opts.Dst, atomicfile.DirOptions{Force: opts.Force, Owner: ownerOf(ctx, opts.Dst, true), Resume: opts.Resume}, host, hosts)
 	o.share = o.dir
 	return o, err
 }

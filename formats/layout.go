@@ -1,6 +1,7 @@
 package formats
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -128,7 +129,7 @@ var ErrLayout = errors.New("output layout")
 //   - Otherwise DST is a torch.save file.
 //   - Per rank, the output is a folder: dcp by default, safetensors as one file per rank;
 //     a torch.save file holds whole tensors and cannot be.
-func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, error) {
+func ChooseLayout(ctx context.Context, src, dst string, want Layout, perRank bool) (string, Layout, error) {
 	if want != "" && !want.Valid() {
 		_, err := ParseLayout(string(want))
 		return "", "", fmt.Errorf("%w: %w", ErrLayout, err)
@@ -136,10 +137,10 @@ func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, e
 	if perRank {
 		return chooseRanks(dst, want)
 	}
-	st, err := storage.Stat(src)
+	st, err := storage.Stat(ctx, src)
 	srcDir := err == nil && st.IsDir()
 	ext := strings.ToLower(path.Ext(filepath.ToSlash(strings.TrimRight(dst, "/"+string(filepath.Separator)))))
-	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || !fileExt[ext] && isFolder(dst)
+	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || !fileExt[ext] && isFolder(ctx, dst)
 	if dstDir {
 		dst = strings.TrimRight(dst, "/"+string(filepath.Separator))
 		if dst == "" {
@@ -170,7 +171,7 @@ func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, e
 		return dst, SafetensorsFile, nil
 	case (ext == ".pt" || ext == ".pth" || ext == ".bin") && !dstDir:
 		return dst, TorchFile, nil
-	case srcDir && dcp.IsCheckpoint(src):
+	case srcDir && dcp.IsCheckpoint(ctx, src):
 		return dst, DCPFolder, nil
 	case srcDir:
 		return dst, HFFolder, nil
@@ -189,9 +190,9 @@ var fileExt = map[string]bool{".safetensors": true, ".pt": true, ".pth": true, "
 
 // isFolder reports whether dst is an existing folder — a folder itself, not a link to one:
 // a link planted at DST never leads the output somewhere else.
-func isFolder(dst string) bool {
+func isFolder(ctx context.Context, dst string) bool {
 	if storage.IsRemote(dst) {
-		st, err := storage.Stat(dst)
+		st, err := storage.Stat(ctx, dst)
 		return err == nil && st.IsDir()
 	}
 	st, err := os.Lstat(dst)

@@ -13,6 +13,7 @@ package formats
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -41,8 +42,8 @@ const (
 )
 
 // Detect recognizes the format of a single file from its first bytes.
-func Detect(path string) (Kind, error) {
-	f, err := storage.Open(path)
+func Detect(ctx context.Context, path string) (Kind, error) {
+	f, err := storage.Open(ctx, path)
 	if err != nil {
 		return "", err
 	}
@@ -126,13 +127,13 @@ type OpenOptions struct {
 // A gs:// or s3:// path is read through the backend registered for its scheme (see package
 // store; importing storage/bucket registers them): headers, pickles and metadata
 // first, tensor bytes only when read.
-func Open(path string) (*statedict.Checkpoint, error) {
-	return OpenWith(path, OpenOptions{})
+func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	return OpenWith(ctx, path, OpenOptions{})
 }
 
 // OpenWith is Open with options.
-func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
-	st, err := storage.Stat(path)
+func OpenWith(ctx context.Context, path string, o OpenOptions) (*statedict.Checkpoint, error) {
+	st, err := storage.Stat(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -140,16 +141,16 @@ func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
 	if o.ZeROOptimizer {
 		tag, ok := "", false
 		if st.IsDir() {
-			tag, ok = zero.Detect(path)
+			tag, ok = zero.Detect(ctx, path)
 		}
 		if !ok {
 			return nil, fmt.Errorf("%s: %w: the ZeRO optimizer state is read from a DeepSpeed ZeRO checkpoint folder (latest, global_stepN/, *_optim_states.pt); this is not one", path, statedict.ErrUnsupported)
 		}
-		ck, err = zero.OpenWith(tag, openPart, zero.Options{Optimizer: true})
+		ck, err = zero.OpenWith(ctx, tag, openPart, zero.Options{Optimizer: true})
 	} else if st.IsDir() {
-		ck, err = openDir(path)
+		ck, err = openDir(ctx, path)
 	} else {
-		ck, err = openFile(path)
+		ck, err = openFile(ctx, path)
 	}
 	if err != nil {
 		return nil, err
@@ -166,8 +167,8 @@ func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
 // openFile reads one checkpoint file; a file that is only part of a checkpoint (a DeepSpeed
 // ZeRO-3 model-states file, whose parameters are placeholders) is refused, naming the
 // folder to read instead.
-func openFile(path string) (*statedict.Checkpoint, error) {
-	ck, err := openPart(path)
+func openFile(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	ck, err := openPart(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -179,20 +180,20 @@ func openFile(path string) (*statedict.Checkpoint, error) {
 }
 
 // openPart reads one file in whatever format it is, as it is.
-func openPart(path string) (*statedict.Checkpoint, error) {
-	kind, err := Detect(path)
+func openPart(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	kind, err := Detect(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	switch kind {
 	case TorchZip:
-		return torchzip.Open(path)
+		return torchzip.Open(ctx, path)
 	case TorchLegacy:
-		return torchlegacy.Open(path)
+		return torchlegacy.Open(ctx, path)
 	case Safetensors:
-		return openSafetensors(path)
+		return openSafetensors(ctx, path)
 	case Nemo:
-		return nemo.Open(path, torchzip.DecodeAt)
+		return nemo.Open(ctx, path, torchzip.DecodeAt)
 	}
 	return nil, fmt.Errorf("%s: no reader for format %s", path, kind)
 }

@@ -2,6 +2,7 @@ package scan
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -68,7 +69,7 @@ func FuzzScan(f *testing.F) {
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		res, err := Scan(p)
+		res, err := Scan(context.Background(), p)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package scan_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,7 +26,7 @@ func TestScanMegatronNemo(t *testing.T) {
 		{"nemo2", []string{"weights/common.pt", "weights/.metadata"}},
 		{"nemo1/tp2.nemo", []string{""}},
 	} {
-		res, err := scan.Scan(dir + c.src)
+		res, err := scan.Scan(context.Background(), dir+c.src)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +66,7 @@ func TestScanMegatronNemo(t *testing.T) {
 	}
 	p := filepath.Join(t.TempDir(), "evil.nemo")
 	os.WriteFile(p, []byte(evil), 0o644)
-	res, err := scan.Scan(p)
+	res, err := scan.Scan(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}

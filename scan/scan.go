@@ -24,6 +24,7 @@
 package scan
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -185,44 +186,44 @@ var scanPolicy = func() map[pickle.Global]bool {
 // the way torch.load and DCP's loader find them, and classifies each Python global they
 // reference without decoding values or executing anything. The error is for a path that
 // cannot be read at all; everything about the content is in the result.
-func Scan(path string) (*ScanResult, error) {
-	st, err := storage.Stat(path)
+func Scan(ctx context.Context, path string) (*ScanResult, error) {
+	st, err := storage.Stat(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	s := &scanner{res: &ScanResult{Path: path}, covered: map[string]bool{}}
 	if !st.IsDir() {
 		dir := storage.Dir(path)
-		if strings.HasSuffix(path, ".distcp") && fileExists(storage.Join(dir, dcp.MetadataFile)) {
-			s.dcpFolder(dir, storage.Base(path))
+		if strings.HasSuffix(path, ".distcp") && fileExists(ctx, storage.Join(dir, dcp.MetadataFile)) {
+			s.dcpFolder(ctx, dir, storage.Base(path))
 		}
 		if !s.covered[path] {
-			s.file(path, false)
+			s.file(ctx, path, false)
 		}
 		s.finish()
 		return s.res, nil
 	}
-	err = storage.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+	err = storage.WalkDir(ctx, path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
-			if fileExists(storage.Join(p, dcp.MetadataFile)) {
-				s.dcpFolder(p, "")
+			if fileExists(ctx, storage.Join(p, dcp.MetadataFile)) {
+				s.dcpFolder(ctx, p, "")
 			}
 			return nil
 		}
 		if d.Type()&fs.ModeSymlink != 0 {
 			// A link to a file is scanned like the file (a Hugging Face hub cache snapshot
 			// is made of links to blobs); links to folders are not followed.
-			if st, err := storage.Stat(p); err != nil || !st.Mode().IsRegular() {
+			if st, err := storage.Stat(ctx, p); err != nil || !st.Mode().IsRegular() {
 				return nil
 			}
 		} else if !d.Type().IsRegular() {
 			return nil
 		}
 		if !s.covered[p] {
-			s.file(p, true)
+			s.file(ctx, p, true)
 		}
 		return nil
 	})
@@ -233,8 +234,8 @@ func Scan(path string) (*ScanResult, error) {
 	return s.res, nil
 }
 
-func fileExists(p string) bool {
-	return storage.IsFile(p)
+func fileExists(ctx context.Context, p string) bool {
+	return storage.IsFile(ctx, p)
 }
 
 // scanner accumulates a ScanResult.
@@ -266,8 +267,8 @@ func (s *scanner) problem(file string, off int64, kind error, format string, arg
 
 // file scans one file as torch.load reads it. In a folder a file of no known layout is
 // listed and skipped; scanned on its own it is a problem.
-func (s *scanner) file(path string, inFolder bool) {
-	f, err := storage.Open(path) // once: a remote file's every read goes through it
+func (s *scanner) file(ctx context.Context, path string, inFolder bool) {
+	f, err := storage.Open(ctx, path) // once: a remote file's every read goes through it
 	if err == nil && storage.IsRemote(path) && s.remoteFile(path, f) {
 		f.Close()
 		return

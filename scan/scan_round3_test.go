@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"archive/zip"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"os"
 	"path/filepath"
@@ -42,7 +43,7 @@ func TestScanLoaderParity(t *testing.T) {
 		{"numpy_folder", "array of objects", pickle.Unsafe, []string{layoutNpy, layoutZip}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			res, err := Scan(dir + c.name)
+			res, err := Scan(context.Background(), dir+c.name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,7 +74,7 @@ func TestScanNemoBadTars(t *testing.T) {
 		"nemo_pax_size.nemo": `tar member "./tokenizer.model" at byte 7168: its PAX record gives 1024 bytes, its header 3`,
 		"nemo_huge.nemo":     `tar member "./vocab.txt" at byte 7168: 17179869184 bytes at byte 7680 run past the end`,
 	} {
-		res, err := Scan(filepath.Join("../testdata/hostile/round3", name))
+		res, err := Scan(context.Background(), filepath.Join("../testdata/hostile/round3", name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +124,7 @@ func TestScanDeflatedBeyondLimits(t *testing.T) {
 	zw.Close()
 	p := filepath.Join(t.TempDir(), "model.pt")
 	os.WriteFile(p, buf.Bytes(), 0o644)
-	res, err := Scan(p)
+	res, err := Scan(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestScanNumpyAsTorch(t *testing.T) {
 	}
 	p := filepath.Join(t.TempDir(), "arrays.npz")
 	os.WriteFile(p, b, 0o644)
-	res, err := Scan(p)
+	res, err := Scan(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func TestScanTarLinks(t *testing.T) {
 	tw.Close()
 	p := filepath.Join(t.TempDir(), "old.pt")
 	os.WriteFile(p, buf.Bytes(), 0o644)
-	res, err := Scan(p)
+	res, err := Scan(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -21,15 +22,15 @@ import (
 // torch.load(weights_only=True) — each read from exactly its range of its data file. Every
 // byte of a data file must belong to an item. only, when set, limits the data files to
 // that one. The files scanned are marked covered.
-func (s *scanner) dcpFolder(dir, only string) {
+func (s *scanner) dcpFolder(ctx context.Context, dir, only string) {
 	mdPath := storage.Join(dir, dcp.MetadataFile)
-	ranks := storage.Glob(dir, "__*"+dcp.MetadataFile)
+	ranks := storage.Glob(ctx, dir, "__*"+dcp.MetadataFile)
 	for _, p := range append([]string{mdPath}, ranks...) {
 		if s.covered[p] {
 			continue
 		}
 		s.covered[p] = true
-		b, err := storage.ReadFile(p, dcp.MaxMetadata)
+		b, err := storage.ReadFile(ctx, p, dcp.MaxMetadata)
 		if err != nil {
 			s.problem(p, -1, statedict.ErrCorrupt, "%v", err)
 			continue
@@ -37,7 +38,7 @@ func (s *scanner) dcpFolder(dir, only string) {
 		s.layout(p, layoutDCPMetadata)
 		s.plainPickle(p, b)
 	}
-	b, err := storage.ReadFile(mdPath, dcp.MaxMetadata)
+	b, err := storage.ReadFile(ctx, mdPath, dcp.MaxMetadata)
 	if err != nil {
 		return
 	}
@@ -71,11 +72,11 @@ func (s *scanner) dcpFolder(dir, only string) {
 		s.covered[path] = true
 		s.layout(path, layoutDCPData)
 		// The root refuses names and symlinks that leave the folder.
-		if _, err := statIn(root, path, rel); err != nil {
+		if _, err := statIn(ctx, root, path, rel); err != nil {
 			s.problem(path, -1, statedict.ErrCorrupt, "data file named by %s: %v", dcp.MetadataFile, err)
 			continue
 		}
-		data, done, err := readWhole(path)
+		data, done, err := readWhole(ctx, path)
 		if err != nil {
 			s.problem(path, -1, statedict.ErrCorrupt, "%v", err)
 			continue
@@ -186,9 +187,9 @@ func (z endsZip) Bytes(off, n int64) ([]byte, error) {
 
 // statIn stats rel in the local folder root (which refuses names and links that leave it),
 // or the object path when the folder is remote (objects have no links).
-func statIn(root *os.Root, path, rel string) (fs.FileInfo, error) {
+func statIn(ctx context.Context, root *os.Root, path, rel string) (fs.FileInfo, error) {
 	if root == nil {
-		return storage.Stat(path)
+		return storage.Stat(ctx, path)
 	}
 	return root.Stat(filepath.FromSlash(rel))
 }
@@ -200,8 +201,8 @@ const maxRemoteScan = 2 << 30
 
 // readWhole returns the bytes of the file at path: its mapping, or for an object its
 // content read whole (up to maxRemoteScan). done releases them.
-func readWhole(path string) ([]byte, func(), error) {
-	f, err := storage.Open(path)
+func readWhole(ctx context.Context, path string) ([]byte, func(), error) {
+	f, err := storage.Open(ctx, path)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -39,7 +39,7 @@ type OutputOptions struct {
 	Force bool
 	// Owned lists the files (relative to the destination folder) an earlier output at
 	// dst claims through its manifest; ok is false when there is none.
-	Owned func(dst string) (files []string, ok bool)
+	Owned func(ctx context.Context, dst string) (files []string, ok bool)
 	// Companions are the names beside a single-file output that belong to it (its
 	// manifest: "out.pt.ckpt-manifest.json").
 	Companions []string

@@ -10,6 +10,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -28,7 +29,8 @@ import (
 )
 
 // File is an open file or object: random access to its bytes, and its size. Reads past
-// the end return io.EOF as io.ReaderAt says.
+// the end return io.EOF as io.ReaderAt says. A remote file's reads are cancelled with the
+// context it was opened with (io.ReaderAt takes none).
 type File interface {
 	io.ReaderAt
 	io.Closer
@@ -42,15 +44,16 @@ type Mapped interface {
 }
 
 // FS is a backend for the paths of one scheme. Every name is a full path as the user wrote
-// it ("gs://bucket/run/step-1000/.metadata"); folders are prefixes of names.
+// it ("gs://bucket/run/step-1000/.metadata"); folders are prefixes of names. Every call
+// takes the context that cancels it.
 type FS interface {
-	// Open opens the file or object name for reading.
-	Open(name string) (File, error)
+	// Open opens the file or object name for reading; ctx also cancels the File's reads.
+	Open(ctx context.Context, name string) (File, error)
 	// Stat describes name: a file (object), or a folder when objects lie under name + "/".
 	// A missing name is an error satisfying errors.Is(err, fs.ErrNotExist).
-	Stat(name string) (fs.FileInfo, error)
+	Stat(ctx context.Context, name string) (fs.FileInfo, error)
 	// ReadDir lists the folder name: its files and subfolders, sorted by name.
-	ReadDir(name string) ([]fs.DirEntry, error)
+	ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error)
 }
 
 var (
@@ -105,36 +108,36 @@ func backend(p string) (FS, error) {
 }
 
 // Open opens p for reading: a local file is memory-mapped (the File is also Mapped).
-func Open(p string) (File, error) {
+func Open(ctx context.Context, p string) (File, error) {
 	b, err := backend(p)
 	if err != nil {
 		return nil, err
 	}
-	return b.Open(p)
+	return b.Open(ctx, p)
 }
 
 // Stat describes p.
-func Stat(p string) (fs.FileInfo, error) {
+func Stat(ctx context.Context, p string) (fs.FileInfo, error) {
 	b, err := backend(p)
 	if err != nil {
 		return nil, err
 	}
-	return b.Stat(p)
+	return b.Stat(ctx, p)
 }
 
 // ReadDir lists the folder p.
-func ReadDir(p string) ([]fs.DirEntry, error) {
+func ReadDir(ctx context.Context, p string) ([]fs.DirEntry, error) {
 	b, err := backend(p)
 	if err != nil {
 		return nil, err
 	}
-	return b.ReadDir(p)
+	return b.ReadDir(ctx, p)
 }
 
 // IsFile reports whether p is a regular file (a local symbolic link counts as what it
 // leads to).
-func IsFile(p string) bool {
-	st, err := Stat(p)
+func IsFile(ctx context.Context, p string) bool {
+	st, err := Stat(ctx, p)
 	return err == nil && st.Mode().IsRegular()
 }
 
@@ -142,14 +145,17 @@ func IsFile(p string) bool {
 // metadata file that turns out huge cannot exhaust memory. A local file goes through
 // regular.ReadFile: a regular file only (not a FIFO, device or folder, even through a
 // link), never waited on.
-func ReadFile(p string, limit int64) ([]byte, error) {
+func ReadFile(ctx context.Context, p string, limit int64) ([]byte, error) {
 	if limit < 0 {
 		return nil, fmt.Errorf("store: %s: a read needs a bound", p)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "read", Path: p, Err: err}
 	}
 	if !IsRemote(p) {
 		return regular.ReadFile(p, limit)
 	}
-	f, err := Open(p)
+	f, err := Open(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -204,12 +210,12 @@ func Base(p string) string {
 }
 
 // Glob returns the names in folder dir matching the path.Match pattern, as full paths.
-func Glob(dir, pattern string) []string {
+func Glob(ctx context.Context, dir, pattern string) []string {
 	if !IsRemote(dir) {
 		m, _ := filepath.Glob(filepath.Join(dir, pattern))
 		return m
 	}
-	entries, err := ReadDir(dir)
+	entries, err := ReadDir(ctx, dir)
 	if err != nil {
 		return nil
 	}
@@ -223,35 +229,43 @@ func Glob(dir, pattern string) []string {
 }
 
 // WalkDir walks the tree at root as filepath.WalkDir does (local paths go to it).
-func WalkDir(root string, fn fs.WalkDirFunc) error {
+func WalkDir(ctx context.Context, root string, fn fs.WalkDirFunc) error {
 	if !IsRemote(root) {
-		return filepath.WalkDir(root, fn)
+		return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			return fn(p, d, err)
+		})
 	}
-	st, err := Stat(root)
+	st, err := Stat(ctx, root)
 	if err != nil {
 		return fn(root, nil, err)
 	}
-	err = walk(root, fs.FileInfoToDirEntry(st), fn)
+	err = walk(ctx, root, fs.FileInfoToDirEntry(st), fn)
 	if errors.Is(err, fs.SkipDir) || errors.Is(err, fs.SkipAll) {
 		return nil
 	}
 	return err
 }
 
-func walk(p string, d fs.DirEntry, fn fs.WalkDirFunc) error {
+func walk(ctx context.Context, p string, d fs.DirEntry, fn fs.WalkDirFunc) error {
 	if err := fn(p, d, nil); err != nil || !d.IsDir() {
 		if errors.Is(err, fs.SkipDir) && d.IsDir() {
 			return nil
 		}
 		return err
 	}
-	entries, err := ReadDir(p)
+	entries, err := ReadDir(ctx, p)
 	if err != nil {
 		return fn(p, d, err)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 	for _, e := range entries {
-		if err := walk(Join(p, e.Name()), e, fn); err != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := walk(ctx, Join(p, e.Name()), e, fn); err != nil {
 			if errors.Is(err, fs.SkipDir) {
 				return nil
 			}
@@ -262,17 +276,21 @@ func walk(p string, d fs.DirEntry, fn fs.WalkDirFunc) error {
 }
 
 // Sub is the folder dir as an fs.FS (slash-separated names relative to it), for the
-// extra files of a remote checkpoint folder (config.json, tokenizer files).
-func Sub(dir string) fs.FS { return subFS(dir) }
+// extra files of a remote checkpoint folder (config.json, tokenizer files); ctx cancels its
+// opens and reads.
+func Sub(ctx context.Context, dir string) fs.FS { return subFS{ctx, dir} }
 
-type subFS string
+type subFS struct {
+	ctx context.Context
+	dir string
+}
 
 func (s subFS) Open(name string) (fs.File, error) {
 	if !fs.ValidPath(name) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
 	}
-	p := Join(string(s), name)
-	f, err := Open(p)
+	p := Join(s.dir, name)
+	f, err := Open(s.ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +337,10 @@ func (i fileInfo) Sys() any           { return nil }
 // most of it) or the mapping would take what the heap counts on (mapFits).
 type local struct{}
 
-func (local) Open(name string) (File, error) {
+func (local) Open(ctx context.Context, name string) (File, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
 	if st, err := os.Stat(name); err == nil && st.Mode().IsRegular() && !mapFits(st.Size()) {
 		return openUnmapped(name)
 	}
@@ -348,8 +369,19 @@ func openUnmapped(name string) (File, error) {
 	}
 	return unmapped{f, st.Size()}, nil
 }
-func (local) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
-func (local) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
+func (local) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	return os.Stat(name)
+}
+
+func (local) ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
+	}
+	return os.ReadDir(name)
+}
 
 // Bytes returns the in-memory content of r when it is Mapped.
 func Bytes(r io.ReaderAt) ([]byte, bool) {

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -29,8 +30,8 @@ type Conversion struct {
 }
 
 // openSource opens the source as the conversion read it.
-func (c *Conversion) openSource(src string) (*statedict.Checkpoint, error) {
-	return formats.OpenWith(src, c.Options.OpenOptions())
+func (c *Conversion) openSource(ctx context.Context, src string) (*statedict.Checkpoint, error) {
+	return formats.OpenWith(ctx, src, c.Options.OpenOptions())
 }
 
 // Standard is the conversion assumed when nothing was recorded: `ckpt convert`'s defaults

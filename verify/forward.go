@@ -102,22 +102,22 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 	if opts.Thresholds != nil {
 		th = *opts.Thresholds
 	}
-	sck, err := formats.Open(src)
+	sck, err := formats.Open(ctx, src)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer sck.Close()
-	dck, err := openOutput(dst)
+	dck, err := openOutput(ctx, dst)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer dck.Close()
-	scfg, dcfg, err := configs(sck, dck, opts.Config)
+	scfg, dcfg, err := configs(ctx, sck, dck, opts.Config)
 	if err != nil {
 		return nil, nil, err
 	}
 	if opts.Generation == nil && opts.Manifest != "-" {
-		c, _, _, err := conversionFor(dst, ParityOptions{Manifest: opts.Manifest})
+		c, _, _, err := conversionFor(ctx, dst, ParityOptions{Manifest: opts.Manifest})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -133,15 +133,15 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 	if err != nil {
 		return nil, nil, err
 	}
-	ref, err := forward.Load(sck, forward.Options{Precision: forward.Float32, Config: scfg})
+	ref, err := forward.Load(ctx, sck, forward.Options{Precision: forward.Float32, Config: scfg})
 	if err != nil {
 		return nil, nil, fmt.Errorf("the source: %w", err)
 	}
-	refTPU, err := forward.Load(sck, forward.Options{Precision: forward.TPU, KeepFP8: skeep, Config: scfg})
+	refTPU, err := forward.Load(ctx, sck, forward.Options{Precision: forward.TPU, KeepFP8: skeep, Config: scfg})
 	if err != nil {
 		return nil, nil, fmt.Errorf("the source: %w", err)
 	}
-	got, err := forward.Load(dck, forward.Options{Precision: forward.TPU, KeepFP8: keep, Config: dcfg, Shards: true})
+	got, err := forward.Load(ctx, dck, forward.Options{Precision: forward.TPU, KeepFP8: keep, Config: dcfg, Shards: true})
 	if err != nil {
 		return nil, nil, fmt.Errorf("the converted checkpoint: %w", err)
 	}
@@ -196,12 +196,12 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 // configs finds config.json for each side: given, each side's own, else the other side's —
 // without its quantization config when the borrowing side's tensors are not quantized that
 // way (a dequantized output whose config was not written beside it).
-func configs(sck, dck *statedict.Checkpoint, given []byte) ([]byte, []byte, error) {
+func configs(ctx context.Context, sck, dck *statedict.Checkpoint, given []byte) ([]byte, []byte, error) {
 	if given != nil {
 		return given, given, nil
 	}
-	s, serr := ownConfig(sck.Path)
-	d, derr := ownConfig(dck.Path)
+	s, serr := ownConfig(ctx, sck.Path)
+	d, derr := ownConfig(ctx, dck.Path)
 	switch {
 	case serr != nil && derr != nil:
 		return nil, nil, fmt.Errorf("%w; %w (give the model's config.json with --config)", serr, derr)
@@ -216,12 +216,12 @@ func configs(sck, dck *statedict.Checkpoint, given []byte) ([]byte, []byte, erro
 }
 
 // ownConfig reads config.json inside a checkpoint folder or beside a checkpoint file.
-func ownConfig(path string) ([]byte, error) {
+func ownConfig(ctx context.Context, path string) ([]byte, error) {
 	dir := path
-	if st, err := storage.Stat(path); err == nil && !st.IsDir() {
+	if st, err := storage.Stat(ctx, path); err == nil && !st.IsDir() {
 		dir = storage.Dir(path)
 	}
-	b, err := storage.ReadFile(storage.Join(dir, "config.json"), 64<<20)
+	b, err := storage.ReadFile(ctx, storage.Join(dir, "config.json"), 64<<20)
 	if err != nil {
 		return nil, fmt.Errorf("%s: no config.json", path)
 	}

@@ -41,7 +41,7 @@ not fit its model or cannot be mapped unambiguously.`,
 			if args[0], err = sourcePath(args[0]); err != nil {
 				return err
 			}
-			ck, err := formats.Open(args[0])
+			ck, err := formats.Open(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -50,13 +50,13 @@ not fit its model or cannot be mapped unambiguously.`,
 			if err != nil {
 				return err
 			}
-			rep, err := inspect.Build(ck, inspect.Options{Hash: hash, Training: optim || names != nil, OptimizerNames: names})
+			rep, err := inspect.Build(cmd.Context(), ck, inspect.Options{Hash: hash, Training: optim || names != nil, OptimizerNames: names})
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
 			// What scan calls known code execution makes inspect fail too, after the report.
 			var danger error
-			if res, err := scan.Scan(args[0]); err == nil {
+			if res, err := scan.Scan(cmd.Context(), args[0]); err == nil {
 				for _, f := range res.Refused() {
 					if f.Class == pickle.Unsafe {
 						rep.Dangerous = append(rep.Dangerous, fmt.Sprintf("%s at %s: %s", f.Global, f.File, f.Where))

@@ -72,7 +72,7 @@ Activations, gradients and XLA's workspace come on top. Exit status 6: does not 
 			if args[0], err = sourcePath(args[0]); err != nil {
 				return err
 			}
-			ck, err := formats.Open(args[0])
+			ck, err := formats.Open(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

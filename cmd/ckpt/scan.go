@@ -95,7 +95,7 @@ is allowed.`,
 			if args[0], err = sourcePath(args[0]); err != nil {
 				return err
 			}
-			res, err := scan.Scan(args[0])
+			res, err := scan.Scan(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

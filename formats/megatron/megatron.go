@@ -25,6 +25,7 @@
 package megatron
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -100,20 +101,20 @@ func ParseBackend(b []byte) (string, error) {
 
 // Detect reports whether dir is a Megatron checkpoint: a save folder (it has the tracker
 // file), an iteration folder of rank folders, or a dist_checkpointing folder.
-func Detect(dir string) bool {
-	return storage.IsFile(storage.Join(dir, TrackerFile)) || slices.ContainsFunc(ranks(dir), func(e fs.DirEntry) bool { return rankDir.MatchString(e.Name()) }) || IsDist(dir)
+func Detect(ctx context.Context, dir string) bool {
+	return storage.IsFile(ctx, storage.Join(dir, TrackerFile)) || slices.ContainsFunc(ranks(ctx, dir), func(e fs.DirEntry) bool { return rankDir.MatchString(e.Name()) }) || IsDist(ctx, dir)
 }
 
 // IsDist reports whether dir is a Megatron-core dist_checkpointing folder: a DCP .metadata
 // beside common.pt and metadata.json.
-func IsDist(dir string) bool {
-	return dcp.IsCheckpoint(dir) && storage.IsFile(storage.Join(dir, CommonFile)) && storage.IsFile(storage.Join(dir, MetadataJSON))
+func IsDist(ctx context.Context, dir string) bool {
+	return dcp.IsCheckpoint(ctx, dir) && storage.IsFile(ctx, storage.Join(dir, CommonFile)) && storage.IsFile(ctx, storage.Join(dir, MetadataJSON))
 }
 
 // ranks lists dir's entries named as rank folders (mp_rank_*, folders or not: a link or
 // file in a rank folder's place is refused by name when read), in rank order.
-func ranks(dir string) []fs.DirEntry {
-	entries, err := storage.ReadDir(dir)
+func ranks(ctx context.Context, dir string) []fs.DirEntry {
+	entries, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil
 	}
@@ -131,29 +132,29 @@ func ranks(dir string) []fs.DirEntry {
 // independent of them.
 type Openers struct {
 	// File reads one torch.save file.
-	File func(string) (*statedict.Checkpoint, error)
+	File func(context.Context, string) (*statedict.Checkpoint, error)
 	// DCP reads a torch.distributed.checkpoint folder.
-	DCP func(string) (*statedict.Checkpoint, error)
+	DCP func(context.Context, string) (*statedict.Checkpoint, error)
 }
 
 // Open reads the Megatron checkpoint at dir (see Detect).
-func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
-	folder, err := hf.OpenFolder(dir)
+func Open(ctx context.Context, dir string, op Openers) (_ *statedict.Checkpoint, err error) {
+	folder, err := hf.OpenFolder(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
 	defer folder.Close()
 	iter := ""
-	if storage.IsFile(storage.Join(dir, TrackerFile)) {
-		b, err := readSmall(storage.Join(dir, TrackerFile))
+	if storage.IsFile(ctx, storage.Join(dir, TrackerFile)) {
+		b, err := readSmall(ctx, storage.Join(dir, TrackerFile))
 		if err != nil {
 			return nil, err
 		}
 		if iter, err = ParseTracker(b); err != nil {
 			return nil, fmt.Errorf("%s: %w", storage.Join(dir, TrackerFile), err)
 		}
-		if st, err := storage.Stat(storage.Join(dir, iter)); err != nil || !st.IsDir() || !folder.Confined(iter) {
-			have := storage.Glob(dir, "iter_*")
+		if st, err := storage.Stat(ctx, storage.Join(dir, iter)); err != nil || !st.IsDir() || !folder.Confined(iter) {
+			have := storage.Glob(ctx, dir, "iter_*")
 			for i := range have {
 				have[i] = storage.Base(have[i])
 			}
@@ -163,10 +164,10 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 	}
 	sub := func(name string) string { return path.Join(iter, name) }
 	at := storage.Join(dir, iter)
-	if IsDist(at) {
-		return openDist(dir, iter, op, folder)
+	if IsDist(ctx, at) {
+		return openDist(ctx, dir, iter, op, folder)
 	}
-	entries := ranks(at)
+	entries := ranks(ctx, at)
 	if len(entries) == 0 {
 		return nil, fmt.Errorf("%s: %w: neither mp_rank_* folders (%s) nor a dist_checkpointing folder (.metadata, %s, %s)", at, statedict.ErrCorrupt, RankFile, CommonFile, MetadataJSON)
 	}
@@ -191,7 +192,7 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 	for i, r := range rs {
 		rel := sub(path.Join(r, RankFile))
 		p := storage.Join(dir, rel)
-		st, err := storage.Stat(p)
+		st, err := storage.Stat(ctx, p)
 		if err != nil || !st.Mode().IsRegular() {
 			what := "no " + RankFile
 			if err == nil {
@@ -208,7 +209,7 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 			}
 		}
 		seen = append(seen, st)
-		ck, err := op.File(p)
+		ck, err := op.File(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -224,7 +225,7 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 		} else {
 			root.Set(r, ck.Root)
 		}
-		others, err := storage.ReadDir(storage.Join(at, r))
+		others, err := storage.ReadDir(ctx, storage.Join(at, r))
 		if err != nil {
 			return nil, err
 		}
@@ -247,8 +248,8 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-func readSmall(p string) ([]byte, error) {
-	b, err := storage.ReadFile(p, maxTracker)
+func readSmall(ctx context.Context, p string) ([]byte, error) {
+	b, err := storage.ReadFile(ctx, p, maxTracker)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %w", p, statedict.ErrCorrupt, err)
 	}
@@ -257,12 +258,12 @@ func readSmall(p string) ([]byte, error) {
 
 // openDist reads the dist_checkpointing folder iter of dir: common.pt's entries merged with
 // the DCP's, as dist_checkpointing.load merges them.
-func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Checkpoint, err error) {
+func openDist(ctx context.Context, dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Checkpoint, err error) {
 	at := storage.Join(dir, iter)
 	if !folder.Confined(path.Join(iter, CommonFile)) {
 		return nil, &fs.PathError{Op: "open", Path: storage.Join(at, CommonFile), Err: hf.ErrOutside}
 	}
-	b, err := readSmall(storage.Join(at, MetadataJSON))
+	b, err := readSmall(ctx, storage.Join(at, MetadataJSON))
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +274,7 @@ func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Che
 	if backend != "torch_dist" {
 		return nil, fmt.Errorf("%s: %w: a %s dist_checkpointing folder (ckpt reads torch_dist)", at, statedict.ErrUnsupported, backend)
 	}
-	d, err := op.DCP(at)
+	d, err := op.DCP(ctx, at)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +284,7 @@ func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Che
 			out.Close()
 		}
 	}()
-	common, err := op.File(storage.Join(at, CommonFile))
+	common, err := op.File(ctx, storage.Join(at, CommonFile))
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +301,7 @@ func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Che
 		return nil, fmt.Errorf("%s: %w: merging %s with the sharded entries: %w", at, statedict.ErrCorrupt, CommonFile, err)
 	}
 	out.Root = merged
-	entries, err := storage.ReadDir(at)
+	entries, err := storage.ReadDir(ctx, at)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ package nemo
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -163,8 +164,8 @@ func IsGzipArchive(head []byte) bool {
 // ranges, see package storage): its weights members decoded in place by decode (a torch.save
 // archive of size bytes at base in the file, as torchzip.DecodeAt reads one), the other
 // members carried as extras read through Checkpoint.Files.
-func Open(file string, decode func(r io.ReaderAt, base, size int64, file string) (statedict.Value, error)) (_ *statedict.Checkpoint, err error) {
-	f, err := storage.Open(file)
+func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, size int64, file string) (statedict.Value, error)) (_ *statedict.Checkpoint, err error) {
+	f, err := storage.Open(ctx, file)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -24,8 +25,8 @@ const Format = "safetensors"
 // (an odd last dimension is an error, as in safetensors' torch loader); F6_E2M3, F6_E3M2 and
 // unknown dtype strings become foreign tensors (statedict.Tensor.Foreign = the dtype string,
 // DType uint8, Shape [nbytes]) so their bytes still travel.
-func Open(path string) (*statedict.Checkpoint, error) {
-	f, err := storage.Open(path)
+func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	f, err := storage.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ package torchlegacy
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -69,8 +70,8 @@ const maxRemote = 1 << 30
 
 // Open maps the file at path and reads it as a legacy torch.save stream. A gs:// or s3://
 // object (see package storage) is read into memory whole, up to 1 GiB.
-func Open(path string) (*statedict.Checkpoint, error) {
-	f, err := storage.Open(path)
+func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	f, err := storage.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}

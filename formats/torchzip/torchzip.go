@@ -11,6 +11,7 @@ package torchzip
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -64,8 +65,8 @@ func (e *Error) Is(target error) bool {
 
 // Open reads the file at path (local: mapped; a gs:// or s3:// object: read in ranges,
 // see package storage) as a torch zip checkpoint.
-func Open(path string) (*statedict.Checkpoint, error) {
-	f, err := storage.Open(path)
+func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	f, err := storage.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}

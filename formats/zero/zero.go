@@ -13,6 +13,7 @@
 package zero
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -36,14 +37,14 @@ const maxLatest = 4096
 // Detect returns the tag folder of a ZeRO checkpoint at dir: the folder `latest` names, or
 // dir itself when it holds the ranks' *_optim_states.pt files. A `latest` that is not a
 // small regular file (a FIFO, a device, a folder) names nothing.
-func Detect(dir string) (string, bool) {
-	if b, err := storage.ReadFile(storage.Join(dir, "latest"), maxLatest); err == nil {
+func Detect(ctx context.Context, dir string) (string, bool) {
+	if b, err := storage.ReadFile(ctx, storage.Join(dir, "latest"), maxLatest); err == nil {
 		tag := strings.TrimSpace(string(b))
-		if tag != "" && filepath.Base(tag) == tag && tag != ".." && tag != "." && len(files(storage.Join(dir, tag), optimFile)) > 0 {
+		if tag != "" && filepath.Base(tag) == tag && tag != ".." && tag != "." && len(files(ctx, storage.Join(dir, tag), optimFile)) > 0 {
 			return storage.Join(dir, tag), true
 		}
 	}
-	if len(files(dir, optimFile)) > 0 && len(files(dir, modelFile)) > 0 {
+	if len(files(ctx, dir, optimFile)) > 0 && len(files(ctx, dir, modelFile)) > 0 {
 		return dir, true
 	}
 	return "", false
@@ -56,8 +57,8 @@ var (
 )
 
 // entries lists the entries of dir matching re, whatever they are.
-func entries(dir string, re *regexp.Regexp) []fs.DirEntry {
-	all, err := storage.ReadDir(dir)
+func entries(ctx context.Context, dir string, re *regexp.Regexp) []fs.DirEntry {
+	all, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil
 	}
@@ -88,8 +89,8 @@ func reorder[T any](names, order []string, items []T) []T {
 
 // files lists the regular files of dir matching re, in natural order (rank 10 after rank 2),
 // as zero_to_fp32's get_checkpoint_files sorts them.
-func files(dir string, re *regexp.Regexp) []string {
-	entries, err := storage.ReadDir(dir)
+func files(ctx context.Context, dir string, re *regexp.Regexp) []string {
+	entries, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil
 	}
@@ -157,12 +158,12 @@ type Options struct {
 // torch.save file. The checkpoint's root is the consolidated state dict in zero_to_fp32's
 // order: buffers (as float32), frozen parameters, trainable parameters, shared parameters
 // (the same tensor as the one they share).
-func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
-	return OpenWith(dir, openFile, Options{})
+func Open(ctx context.Context, dir string, openFile func(context.Context, string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
+	return OpenWith(ctx, dir, openFile, Options{})
 }
 
 // OpenWith is Open with options.
-func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), opts Options) (_ *statedict.Checkpoint, err error) {
+func OpenWith(ctx context.Context, dir string, openFile func(context.Context, string) (*statedict.Checkpoint, error), opts Options) (_ *statedict.Checkpoint, err error) {
 	out := &statedict.Checkpoint{Format: Format, Path: dir}
 	defer func() {
 		if err != nil {
@@ -170,7 +171,7 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		}
 	}()
 	open := func(name string) (*statedict.Dict, error) {
-		ck, err := openFile(storage.Join(dir, name))
+		ck, err := openFile(ctx, storage.Join(dir, name))
 		if err != nil {
 			return nil, err
 		}
@@ -184,12 +185,12 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 	// A link or anything but a file in a rank file's place is refused by name (files lists
 	// regular files only, and would otherwise pass over it).
 	for _, re := range []*regexp.Regexp{modelFile, optimFile} {
-		if err := filesOnly(entries(dir, re)); err != nil {
+		if err := filesOnly(entries(ctx, dir, re)); err != nil {
 			return nil, fmt.Errorf("%s: %w", dir, err)
 		}
 	}
 	var models []*modelStates
-	for _, name := range files(dir, modelFile) {
+	for _, name := range files(ctx, dir, modelFile) {
 		d, err := open(name)
 		if err != nil {
 			return nil, err
@@ -203,7 +204,7 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 	if len(models) == 0 {
 		return nil, fmt.Errorf("%s: %w: no *_model_states.pt file", dir, statedict.ErrCorrupt)
 	}
-	optims := files(dir, optimFile)
+	optims := files(ctx, dir, optimFile)
 	stage, ws := int64(0), int64(0)
 	var groups [][]*statedict.Tensor // per rank: the fp32 flat partitions, per group
 	var bases []*statedict.Dict      // per rank: the optimizer state over those partitions
@@ -255,14 +256,14 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 	}
 	// The ranks' files must be exactly ranks 0 … ws-1, once each; they are consolidated in
 	// rank order.
-	order, err := checkRanks("optim_states.pt", optimName, entries(dir, optimFile), ws)
+	order, err := checkRanks("optim_states.pt", optimName, entries(ctx, dir, optimFile), ws)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	groups, bases = reorder(optims, order, groups), reorder(optims, order, bases)
 	optims = order
 	if stage == 3 {
-		morder, err := checkRanks("model_states.pt", modelName, entries(dir, modelFile), ws)
+		morder, err := checkRanks("model_states.pt", modelName, entries(ctx, dir, modelFile), ws)
 		if err != nil {
 			return nil, fmt.Errorf("%s: ZeRO-3 keeps every rank's model states: %w", dir, err)
 		}

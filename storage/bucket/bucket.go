@@ -89,12 +89,11 @@ func pathError(op string, l Location, err error) error {
 }
 
 // Open opens the object name for ranged reads.
-func (f *FS) Open(name string) (storage.File, error) {
+func (f *FS) Open(ctx context.Context, name string) (storage.File, error) {
 	l, err := Parse(name)
 	if err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
 	b, err := f.Bucket(ctx, l)
 	if err != nil {
 		return nil, err
@@ -103,16 +102,15 @@ func (f *FS) Open(name string) (storage.File, error) {
 	if err != nil {
 		return nil, pathError("open", l, err)
 	}
-	return newObject(b, l, attrs.Size), nil
+	return newObject(ctx, b, l, attrs.Size), nil
 }
 
 // Stat describes name: an object, or a folder when objects lie under name + "/".
-func (f *FS) Stat(name string) (fs.FileInfo, error) {
+func (f *FS) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	l, err := Parse(name)
 	if err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
 	b, err := f.Bucket(ctx, l)
 	if err != nil {
 		return nil, err
@@ -155,12 +153,11 @@ func prefix(l Location) string {
 
 // ReadDir lists the folder name: its objects and subfolders, by name. A key that is no
 // path element under the folder is refused (entryName).
-func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
+func (f *FS) ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
 	l, err := Parse(name)
 	if err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
 	b, err := f.Bucket(ctx, l)
 	if err != nil {
 		return nil, err
@@ -170,7 +167,7 @@ func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 		return nil, pathError("readdir", l, err)
 	}
 	if len(objs) == 0 {
-		if _, err := f.Stat(name); err != nil {
+		if _, err := f.Stat(ctx, name); err != nil {
 			return nil, err
 		}
 	}

@@ -90,7 +90,7 @@ func TestOpenEqualsLocal(t *testing.T) {
 		if f == "safetensors" {
 			continue
 		}
-		local, err := formats.Open(filepath.Join("../../testdata", f))
+		local, err := formats.Open(context.Background(), filepath.Join("../../testdata", f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestOpenEqualsLocal(t *testing.T) {
 		local.Close()
 		for _, scheme := range []string{"gs", "s3"} {
 			url := scheme + "://ckpt/fixtures/" + f
-			ck, err := formats.Open(url)
+			ck, err := formats.Open(context.Background(), url)
 			if err != nil {
 				t.Fatalf("%s: %v", url, err)
 			}
@@ -122,11 +122,11 @@ func TestOpenEqualsLocal(t *testing.T) {
 func TestScanEqualsLocal(t *testing.T) {
 	servers(t)
 	for _, f := range []string{"torch/training_cuda.pt", "dcp/sharded", "ecosystem/folders/trainer/checkpoint-2", "hf/mistral_sharded"} {
-		local, err := scan.Scan(filepath.Join("../../testdata", f))
+		local, err := scan.Scan(context.Background(), filepath.Join("../../testdata", f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		remote, err := scan.Scan("gs://ckpt/fixtures/" + f)
+		remote, err := scan.Scan(context.Background(), "gs://ckpt/fixtures/"+f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,18 +140,18 @@ func TestStatReadDir(t *testing.T) {
 	servers(t)
 	for _, scheme := range []string{"gs", "s3"} {
 		root := scheme + "://ckpt/fixtures/hf/mistral_sharded"
-		st, err := storage.Stat(root)
+		st, err := storage.Stat(context.Background(), root)
 		if err != nil || !st.IsDir() {
 			t.Fatalf("%s: %v %v", root, st, err)
 		}
-		st, err = storage.Stat(root + "/config.json")
+		st, err = storage.Stat(context.Background(), root+"/config.json")
 		if err != nil || st.IsDir() || st.Size() == 0 {
 			t.Fatalf("config.json: %v %v", st, err)
 		}
-		if _, err := storage.Stat(root + "/nothing"); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := storage.Stat(context.Background(), root+"/nothing"); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("missing object: %v, want fs.ErrNotExist", err)
 		}
-		entries, err := storage.ReadDir(scheme + "://ckpt/fixtures")
+		entries, err := storage.ReadDir(context.Background(), scheme+"://ckpt/fixtures")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestStatReadDir(t *testing.T) {
 		if len(names) != 5 || !entries[0].IsDir() {
 			t.Errorf("fixtures/ lists %v", names)
 		}
-		b, err := storage.ReadFile(root+"/config.json", 1<<20)
+		b, err := storage.ReadFile(context.Background(), root+"/config.json", 1<<20)
 		if err != nil || !bytes.Contains(b, []byte("{")) {
 			t.Errorf("ReadFile: %q %v", b, err)
 		}
@@ -200,7 +200,7 @@ func TestStreamsStayInTheirRange(t *testing.T) {
 	if err := b.Put(context.Background(), l.Key, data, bucket.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f, err := storage.Open(url)
+	f, err := storage.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,6 +377,50 @@ func TestReadCancelled(t *testing.T) {
 		}
 		if took > 1200*time.Millisecond {
 			t.Errorf("%s: the cancelled read returned after %v", c.scheme, took)
+		}
+	}
+}
+
+// TestFileReadCancelled: a read of an opened object — through the object itself and
+// through a window of it — is cancelled within a second of the context the object was
+// opened with, while the server stalls.
+func TestFileReadCancelled(t *testing.T) {
+	gcs, s3 := buckettest.Start(t, "ckpt")
+	for _, c := range []struct {
+		scheme string
+		srv    *buckettest.Server
+	}{{"gs", gcs}, {"s3", s3}} {
+		l := bucket.Location{Scheme: c.scheme, Bucket: "ckpt", Key: "stall/file"}
+		b, err := bucket.Default.Bucket(context.Background(), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Put(context.Background(), l.Key, make([]byte, 1<<20), bucket.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, window := range []bool{false, true} {
+			ctx, cancel := context.WithCancel(context.Background())
+			f, err := storage.Open(ctx, l.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r io.ReaderAt = f
+			if window {
+				r = f.(statedict.Windower).Window(0, f.Size())
+			}
+			c.srv.SetFaults(buckettest.Faults{Match: buckettest.Reads, Delay: 1, DelayBy: 3 * time.Second, Seed: 1})
+			time.AfterFunc(200*time.Millisecond, cancel)
+			start := time.Now()
+			_, err = r.ReadAt(make([]byte, 1<<20), 0)
+			took := time.Since(start)
+			c.srv.SetFaults(buckettest.Faults{})
+			f.Close()
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("%s (window %v): a read cancelled in flight: %v", c.scheme, window, err)
+			}
+			if took > 1200*time.Millisecond {
+				t.Errorf("%s (window %v): the cancelled read returned after %v", c.scheme, window, took)
+			}
 		}
 	}
 }

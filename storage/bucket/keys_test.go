@@ -50,16 +50,16 @@ func TestKeysThatAreNoPaths(t *testing.T) {
 				name string
 				run  func() error
 			}{
-				{"scan", func() error { _, err := scan.Scan(url); return err }},
+				{"scan", func() error { _, err := scan.Scan(context.Background(), url); return err }},
 				{"open", func() error {
-					ck, err := formats.Open(url)
+					ck, err := formats.Open(context.Background(), url)
 					if err == nil {
 						ck.Close()
 					}
 					return err
 				}},
 				{"walk", func() error {
-					return storage.WalkDir(url, func(_ string, _ fs.DirEntry, err error) error { return err })
+					return storage.WalkDir(context.Background(), url, func(_ string, _ fs.DirEntry, err error) error { return err })
 				}},
 			} {
 				done := make(chan error, 1)

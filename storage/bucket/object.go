@@ -47,16 +47,18 @@ const (
 	maxStreams = 4
 )
 
-// object is an open object: a storage.File.
+// object is an open object: a storage.File. Its reads are cancelled with ctx, the context
+// it was opened with.
 type object struct {
+	ctx   context.Context
 	b     *Bucket
 	l     Location
 	size  int64
 	whole *stream // reads through the object itself
 }
 
-func newObject(b *Bucket, l Location, size int64) *object {
-	o := &object{b: b, l: l, size: size}
+func newObject(ctx context.Context, b *Bucket, l Location, size int64) *object {
+	o := &object{ctx: ctx, b: b, l: l, size: size}
 	o.whole = &stream{o: o, lo: 0, hi: size, next: -1} // a first read at 0 (a header) is no stream
 	return o
 }
@@ -371,10 +373,8 @@ func (s *stream) issue(n int64) {
 	s.chunks = append(s.chunks, c)
 	s.issued = c.end
 	go func() {
-		requests <- struct{}{}
 		data := getBuf(c.end - c.start)
-		err := s.o.b.ReadRange(context.Background(), s.o.l.Key, data, c.start)
-		<-requests
+		err := s.o.fetch(data, c.start)
 		s.mu.Lock()
 		c.data, c.err, c.fetched = data, err, true
 		c.release() // dropped while in flight
@@ -499,7 +499,11 @@ func (o *object) readDirect(p []byte, off int64) error {
 
 // fetch reads p at off with one ranged request (retried), within the process's bound.
 func (o *object) fetch(p []byte, off int64) error {
-	requests <- struct{}{}
+	select {
+	case requests <- struct{}{}:
+	case <-o.ctx.Done():
+		return o.ctx.Err()
+	}
 	defer func() { <-requests }()
-	return o.b.ReadRange(context.Background(), o.l.Key, p, off)
+	return o.b.ReadRange(o.ctx, o.l.Key, p, off)
 }

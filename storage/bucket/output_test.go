@@ -195,7 +195,7 @@ func TestPersistentFailureReportedPromptly(t *testing.T) {
 			run   func() error
 		}{
 			{"open", nil, func() error {
-				f, err := storage.Open(url)
+				f, err := storage.Open(context.Background(), url)
 				if err == nil {
 					f.Close()
 				}
@@ -341,7 +341,7 @@ func TestNoCredentialsReportedAtOnce(t *testing.T) {
 	bucket.Default.Close() // the client made with the credentials
 	before := s3.Requests.Load()
 	start := time.Now()
-	f, err := storage.Open("s3://ckpt/creds/object")
+	f, err := storage.Open(context.Background(), "s3://ckpt/creds/object")
 	took := time.Since(start)
 	if err == nil {
 		f.Close()

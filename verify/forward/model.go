@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -81,12 +82,12 @@ type Model struct {
 
 // Open opens the checkpoint at path (any format formats.Open reads) and loads the model;
 // Close releases the checkpoint.
-func Open(path string, opts Options) (*Model, error) {
-	ck, err := formats.Open(path)
+func Open(ctx context.Context, path string, opts Options) (*Model, error) {
+	ck, err := formats.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	m, err := Load(ck, opts)
+	m, err := Load(ctx, ck, opts)
 	if err != nil {
 		ck.Close()
 		return nil, err
@@ -98,14 +99,14 @@ func Open(path string, opts Options) (*Model, error) {
 // Load prepares the forward pass over an open checkpoint: it reads the configuration, finds
 // every weight the architecture needs and checks its shape (reading no weight bytes except
 // small vectors), so that a missing or misshapen tensor is reported before any compute.
-func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
+func Load(ctx context.Context, ck *statedict.Checkpoint, opts Options) (*Model, error) {
 	cfgJSON := opts.Config
 	if cfgJSON == nil {
-		p, err := configPath(ck.Path)
+		p, err := configPath(ctx, ck.Path)
 		if err != nil {
 			return nil, err
 		}
-		if cfgJSON, err = storage.ReadFile(p, 64<<20); err != nil {
+		if cfgJSON, err = storage.ReadFile(ctx, p, 64<<20); err != nil {
 			return nil, err
 		}
 	}
@@ -113,7 +114,7 @@ func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws, err := newWeights(ck, cfgJSON, opts)
+	ws, err := newWeights(ctx, ck, cfgJSON, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -128,13 +129,13 @@ func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
 }
 
 // configPath finds config.json: inside a checkpoint folder, or beside a checkpoint file.
-func configPath(path string) (string, error) {
+func configPath(ctx context.Context, path string) (string, error) {
 	dir := path
-	if st, err := storage.Stat(path); err == nil && !st.IsDir() {
+	if st, err := storage.Stat(ctx, path); err == nil && !st.IsDir() {
 		dir = storage.Dir(path)
 	}
 	p := storage.Join(dir, "config.json")
-	if _, err := storage.Stat(p); err != nil {
+	if _, err := storage.Stat(ctx, p); err != nil {
 		return "", fmt.Errorf("%s: no config.json (looked for %s); give the model's config.json (ckpt forward --config FILE)", path, p)
 	}
 	return p, nil
@@ -167,7 +168,7 @@ type weights struct {
 	use    *shardUse
 }
 
-func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options) (*weights, error) {
+func newWeights(ctx context.Context, ck *statedict.Checkpoint, cfgJSON []byte, opts Options) (*weights, error) {
 	list, err := ck.Tensors()
 	if err != nil {
 		return nil, err
@@ -182,8 +183,8 @@ func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options) (*weight
 		ws.use = &shardUse{ranks: map[int]bool{}, tensors: map[*statedict.Tensor]bool{}}
 	}
 	var hfq []byte
-	if p, err := configPath(ck.Path); err == nil {
-		if b, err := storage.ReadFile(storage.Join(storage.Dir(p), quant.HFQuantConfFile), 64<<20); err == nil {
+	if p, err := configPath(ctx, ck.Path); err == nil {
+		if b, err := storage.ReadFile(ctx, storage.Join(storage.Dir(p), quant.HFQuantConfFile), 64<<20); err == nil {
 			hfq = b
 		}
 	}

@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -74,7 +75,7 @@ func TestMain(m *testing.M) {
 // readLogits reads the "logits" tensor [1, T, vocab] the generator wrote.
 func readLogits(t *testing.T, path string) ([]float32, []int64) {
 	t.Helper()
-	ck, err := formats.Open(path)
+	ck, err := formats.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func checkCase(t *testing.T, dir string, c Case) {
 	{
 		{
 			want, shape := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
-			m, err := Open(filepath.Join(dir, c.Path), Options{})
+			m, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,7 +164,7 @@ func checkCase(t *testing.T, dir string, c Case) {
 // the generated gpt-oss MXFP4 checkpoint.
 func TestMXFP4MatchesQuant(t *testing.T) {
 	_, dir := generated(t)
-	ck, err := formats.Open(filepath.Join(dir, "gpt_oss_mxfp4"))
+	ck, err := formats.Open(context.Background(), filepath.Join(dir, "gpt_oss_mxfp4"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func TestTPUPrecisionMatchesEmulation(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			f32, _ := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
 			emu, _ := readLogits(t, filepath.Join(dir, c.Name+".tpu.safetensors"))
-			m, err := Open(filepath.Join(dir, c.Path), Options{Precision: TPU})
+			m, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{Precision: TPU})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,7 +276,7 @@ func TestKeepFP8(t *testing.T) {
 	}
 	ref, _ := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
 	run := func(keep bool) []float32 {
-		m, err := Open(filepath.Join(dir, c.Path), Options{Precision: TPU, KeepFP8: keep})
+		m, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{Precision: TPU, KeepFP8: keep})
 		if err != nil {
 			t.Fatal(err)
 		}
