@@ -163,7 +163,7 @@ func ReadFile(ctx context.Context, p string, limit int64) ([]byte, error) {
 	if f.Size() > limit {
 		return nil, fmt.Errorf("%s: %d bytes, more than the %d this file may have", p, f.Size(), limit)
 	}
-	if m, ok := f.(Mapped); ok {
+	if m, ok := As[Mapped](f); ok {
 		return append([]byte(nil), m.Bytes()...), nil
 	}
 	b := make([]byte, f.Size())
@@ -385,7 +385,7 @@ func (local) ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
 
 // Bytes returns the in-memory content of r when it is Mapped.
 func Bytes(r io.ReaderAt) ([]byte, bool) {
-	if m, ok := r.(Mapped); ok {
+	if m, ok := As[Mapped](r); ok {
 		return m.Bytes(), true
 	}
 	return nil, false

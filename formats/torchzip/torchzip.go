@@ -169,7 +169,7 @@ func (s source) section(off, n int64) io.ReaderAt {
 		return bytes.NewReader(s.data[off : off+n])
 	}
 	r := s.r
-	if w, ok := r.(statedict.Windower); ok {
+	if w, ok := storage.As[statedict.Windower](r); ok {
 		r = w.Window(s.base+off, n)
 	}
 	return io.NewSectionReader(r, s.base+off, n)
