@@ -85,6 +85,10 @@ type Dir struct {
 	bytesR  bytes.Reader
 	// headerLen is the length of the directory header read last.
 	headerLen int64
+	// tail is the block read from the archive's end while finding the end record, at
+	// tailOff: the zip64 records before it are sliced from it, not read again.
+	tail    []byte
+	tailOff int64
 }
 
 // Layout locates the structures of an archive's directory, for a reader that checks that
@@ -121,6 +125,7 @@ func Read(r io.ReaderAt, data []byte, size int64) (*Dir, error) {
 	z := dirPool.Get().(*Dir)
 	z.Files, z.names, z.spans, z.sorted = z.Files[:0], z.names[:0], z.spans[:0], z.sorted[:0]
 	z.Layout = Layout{Zip64Loc: -1, Zip64At: -1}
+	z.tail, z.tailOff = nil, 0
 	z.zipr = r
 	if err := z.init(r, data, size); err != nil {
 		z.Release()
@@ -261,6 +266,7 @@ func (z *Dir) readDirectoryEnd(r io.ReaderAt, data []byte, size int64) (director
 			if _, err := r.ReadAt(buf, size-bLen); err != nil && err != io.EOF {
 				return directoryEnd{}, 0, err
 			}
+			z.tail, z.tailOff = buf, size-bLen
 		}
 		if p := findSignatureInBlock(buf); p >= 0 {
 			buf = buf[p:]
@@ -356,11 +362,14 @@ func (z *Dir) zip64Layout(r io.ReaderAt, data []byte, size int64) error {
 	return nil
 }
 
-// at returns the n bytes at off (inside the archive): a slice of data, or read into the
-// scratch buffer.
+// at returns the n bytes at off (inside the archive): a slice of data or of the tail read
+// with the end record, else read into the scratch buffer.
 func (z *Dir) at(r io.ReaderAt, data []byte, size, off, n int64) ([]byte, error) {
 	if data != nil {
 		return data[off : off+n], nil
+	}
+	if off >= z.tailOff && off+n <= z.tailOff+int64(len(z.tail)) {
+		return z.tail[off-z.tailOff : off-z.tailOff+n], nil // read with the end record
 	}
 	buf := z.scratch[:n]
 	if _, err := r.ReadAt(buf, off); err != nil && !(err == io.EOF && off+n == size) {

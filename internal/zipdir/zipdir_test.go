@@ -86,3 +86,39 @@ func TestZipDirAllocs(t *testing.T) {
 		}
 	}
 }
+
+// readLog records the lengths of the reads made through it.
+type readLog struct {
+	r    *bytes.Reader
+	lens []int
+}
+
+func (l *readLog) ReadAt(p []byte, off int64) (int, error) {
+	l.lens = append(l.lens, len(p))
+	return l.r.ReadAt(p, off)
+}
+
+// TestZip64LayoutFromTail: the zip64 locator and end record torch writes before the end
+// record are reported in the Layout without a read of their own — they lie in the block
+// read to find the end record — so an archive inside a remote file costs no extra round
+// trip for them.
+func TestZip64LayoutFromTail(t *testing.T) {
+	b, err := os.ReadFile("../../testdata/torch/protocol4.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &readLog{r: bytes.NewReader(b)}
+	z, err := Read(log, nil, int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Release()
+	if z.Layout.Zip64Loc < 0 || z.Layout.Zip64Len == 0 || z.Layout.Zip64Records != uint64(len(z.Files)) {
+		t.Fatalf("zip64 records of a torch archive not found: %+v", z.Layout)
+	}
+	for _, n := range log.lens {
+		if n == directory64LocLen || n == directory64EndLen {
+			t.Errorf("reads %v: a read of a zip64 record's %d bytes", log.lens, n)
+		}
+	}
+}
