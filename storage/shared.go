@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
 
 // SharedOutput is one host's share of a folder output that several hosts write at once —
@@ -33,13 +35,8 @@ type SharedOutput interface {
 	CleanedUp() bool
 }
 
-// Finished is a file a host finished: its size and the xxhash64 of its bytes, in 16
-// lower-case hex digits.
-type Finished struct {
-	File     string `json:"file"`
-	Size     int64  `json:"size"`
-	XXHash64 string `json:"xxhash64"`
-}
+// Finished is a file a host finished (the protocol's record, defined in multihost).
+type Finished = multihost.Finished
 
 // SharedOptions say which share of which conversion a SharedOutput is.
 type SharedOptions struct {

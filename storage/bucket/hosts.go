@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
+	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
 
 // A shared output (JoinOutput) is a folder output in a bucket prefix written by the hosts
@@ -68,12 +68,6 @@ import (
 // Abort removes the marker too, and a manifest an interrupted run uploaded in Commit is
 // removed before anything else it left.
 
-// hostControl starts the names of the hosts' control objects.
-const hostControl = ".ckpt-host-"
-
-// startedSize marks a journal entry of a file started, not finished.
-const startedSize = -1
-
 // errOwnRun is what clearing the prefix finds when this run's marker appeared meanwhile:
 // nothing is removed.
 var errOwnRun = errors.New("the prefix's marker names this run")
@@ -87,7 +81,7 @@ type member struct {
 	opts storage.SharedOptions
 
 	jmu     sync.Mutex
-	journal []storage.Finished // in the order started; Size startedSize until finished
+	journal []storage.Finished // in the order started; Size multihost.StartedSize until finished
 	resumed map[string]storage.Finished
 	cleaned bool
 	sealed  []byte
@@ -120,7 +114,7 @@ func (f *FS) JoinOutput(ctx context.Context, url string, opts storage.SharedOpti
 
 // control is the key of host's control object of the given kind (journal, part).
 func (m *member) control(host int, kind string) string {
-	return m.key(hostControl + strconv.Itoa(host) + "." + kind)
+	return m.key(multihost.Control(host, kind))
 }
 
 // loc is the URL of key, for messages.
@@ -165,7 +159,7 @@ func (m *member) join(ctx context.Context) error {
 					return fmt.Errorf("%s: %w: an object of that name exists; a folder output needs a free prefix", m.l, storage.ErrForeign)
 				}
 				// Put only if absent: hosts racing on an empty prefix make one marker.
-				err := m.put(m.key(PartialMarker), []byte(markerText+m.run+"\n"), true)
+				err := m.put(m.key(PartialMarker), multihost.MarkerContent(m.run), true)
 				if err == nil {
 					return nil
 				}
@@ -227,7 +221,7 @@ func (m *member) markerRun() (run string, found bool, err error) {
 	if err != nil || b == nil {
 		return "", false, err
 	}
-	return parseMarker(b), true, nil
+	return multihost.ParseMarker(b), true, nil
 }
 
 // read returns the object key whole (up to limit bytes), nil if there is none.
@@ -256,7 +250,7 @@ func (m *member) ours(ctx context.Context, key string) (mine, exists bool, size 
 
 // readJournal reads host's journal: its entries, the last of each file winning.
 func (m *member) readJournal(host int) ([]storage.Finished, error) {
-	key := m.control(host, "journal")
+	key := m.control(host, multihost.Journal)
 	b, err := m.read(key, maxControl)
 	if err != nil || b == nil {
 		return nil, err
@@ -275,7 +269,7 @@ func (m *member) readJournal(host int) ([]storage.Finished, error) {
 }
 
 // parseJournal parses a journal: a JSON list of files, each named inside the folder, with
-// a size (startedSize while unfinished) and, once finished, an xxhash64 in 16 hex digits.
+// a size (multihost.StartedSize while unfinished) and, once finished, an xxhash64 in 16 hex digits.
 func parseJournal(b []byte) ([]storage.Finished, error) {
 	var j []storage.Finished
 	if err := json.Unmarshal(b, &j); err != nil {
@@ -286,21 +280,11 @@ func parseJournal(b []byte) ([]storage.Finished, error) {
 			return nil, fmt.Errorf("%w: the journal names %q", statedict.ErrCorrupt, e.File)
 		}
 		finished := e.Size >= 0 && len(e.XXHash64) == 16 && strings.Trim(e.XXHash64, "0123456789abcdef") == ""
-		if !finished && (e.Size != startedSize || e.XXHash64 != "") {
+		if !finished && (e.Size != multihost.StartedSize || e.XXHash64 != "") {
 			return nil, fmt.Errorf("%w: the journal's entry of %q has size %d, xxhash64 %q", statedict.ErrCorrupt, e.File, e.Size, e.XXHash64)
 		}
 	}
 	return j, nil
-}
-
-// parseMarker returns the run a PartialMarker names ("" for none).
-func parseMarker(b []byte) string {
-	rest, ok := strings.CutPrefix(string(b), markerText)
-	if !ok {
-		return ""
-	}
-	run, _, _ := strings.Cut(rest, "\n")
-	return strings.TrimSpace(run)
 }
 
 // validName reports whether name is a file name inside the folder.
@@ -361,7 +345,7 @@ func (m *member) leftovers() error {
 		if !mine {
 			return fmt.Errorf("%s: %w: this host's journal lists it but another run uploaded it", m.loc(key), storage.ErrForeign)
 		}
-		if m.opts.Resume && e.Size != startedSize && size == e.Size {
+		if m.opts.Resume && e.Size != multihost.StartedSize && size == e.Size {
 			m.resumed[e.File] = e
 			kept = append(kept, e)
 			continue
@@ -375,13 +359,13 @@ func (m *member) leftovers() error {
 	if len(kept) > 0 {
 		return m.writeJournal()
 	}
-	return m.remove(m.ctx, m.control(m.opts.Host, "journal"))
+	return m.remove(m.ctx, m.control(m.opts.Host, multihost.Journal))
 }
 
 // readPart reads host's part, nil when it has not sealed its share; a part another run
 // uploaded is refused.
 func (m *member) readPart(host int) ([]byte, error) {
-	key := m.control(host, "part")
+	key := m.control(host, multihost.Part)
 	b, err := m.read(key, maxControl)
 	if err != nil || b == nil {
 		return nil, err
@@ -409,7 +393,7 @@ func (m *member) writeJournal() error {
 	if err != nil {
 		return err
 	}
-	return m.put(m.control(m.opts.Host, "journal"), b, false)
+	return m.put(m.control(m.opts.Host, multihost.Journal), b, false)
 }
 
 // record journals e, replacing the entry of the same file.
@@ -449,7 +433,7 @@ func (m *member) Create(name string) (io.WriteCloser, error) {
 	if m.sealed != nil && m.opts.Host != 0 {
 		return nil, fmt.Errorf("%s: host %d's share is sealed", m.l, m.opts.Host)
 	}
-	if err := m.record(storage.Finished{File: name, Size: startedSize}); err != nil {
+	if err := m.record(storage.Finished{File: name, Size: multihost.StartedSize}); err != nil {
 		return nil, err
 	}
 	w, err := m.output.Create(name)
@@ -495,8 +479,8 @@ func (m *member) Seal(part []byte) error {
 	if m.sealed != nil || open > 0 {
 		return fmt.Errorf("%s: host %d cannot seal its share (sealed already, or %d file(s) still being written)", m.l, m.opts.Host, open)
 	}
-	if err := m.put(m.control(m.opts.Host, "part"), part, false); err != nil {
-		return pathError("upload", m.loc(m.control(m.opts.Host, "part")), err)
+	if err := m.put(m.control(m.opts.Host, multihost.Part), part, false); err != nil {
+		return pathError("upload", m.loc(m.control(m.opts.Host, multihost.Part)), err)
 	}
 	m.sealed = part
 	return nil
@@ -518,7 +502,7 @@ func (m *member) Unseal() error {
 			}
 		}
 	}
-	for _, kind := range []string{"part", "journal"} {
+	for _, kind := range []string{multihost.Part, multihost.Journal} {
 		if err := m.remove(m.ctx, m.control(m.opts.Host, kind)); err != nil {
 			return err
 		}
@@ -567,7 +551,7 @@ func (m *member) Commit(last []storage.NamedBytes) error {
 	allowed := map[string]bool{m.key(PartialMarker): true}
 	var control []string
 	for h := range m.opts.Hosts {
-		control = append(control, m.control(h, "journal"), m.control(h, "part"))
+		control = append(control, m.control(h, multihost.Journal), m.control(h, multihost.Part))
 		// This host's own files are all closed (open is 0): its share needs no part,
 		// which a single process (Hosts 1) never writes.
 		if part, err := m.readPart(h); err != nil || part == nil && h != m.opts.Host {
@@ -582,7 +566,7 @@ func (m *member) Commit(last []storage.NamedBytes) error {
 		}
 		for _, e := range j {
 			key := m.key(e.File)
-			if e.Size == startedSize {
+			if e.Size == multihost.StartedSize {
 				continue // an upload that never completed left no object (or a foreign one, refused below)
 			}
 			mine, exists, n, err := m.ours(m.ctx, key)
@@ -654,7 +638,7 @@ func (m *member) Abort() {
 			return
 		}
 	}
-	if m.remove(ctx, m.control(m.opts.Host, "journal")) != nil || m.opts.Hosts != 1 {
+	if m.remove(ctx, m.control(m.opts.Host, multihost.Journal)) != nil || m.opts.Hosts != 1 {
 		return
 	}
 	if mine, _, _, err := m.ours(ctx, m.key(PartialMarker)); err == nil && mine {

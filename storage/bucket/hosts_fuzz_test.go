@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
 
 // FuzzParseJournal: a host's journal object, as anyone with write access to the prefix
@@ -26,7 +28,7 @@ func FuzzParseJournal(f *testing.F) {
 			if !validName(e.File) || strings.HasPrefix(e.File, "/") || strings.Contains("/"+e.File+"/", "/../") {
 				t.Fatalf("accepted the name %q", e.File)
 			}
-			if e.Size != startedSize && len(e.XXHash64) != 16 {
+			if e.Size != multihost.StartedSize && len(e.XXHash64) != 16 {
 				t.Fatalf("accepted a finished entry without a digest: %+v", e)
 			}
 		}
@@ -36,19 +38,6 @@ func FuzzParseJournal(f *testing.F) {
 		}
 		if _, err := parseJournal(again); err != nil {
 			t.Fatalf("its own output is refused: %v", err)
-		}
-	})
-}
-
-// FuzzParseMarker: a marker's text yields a run of one word or none, never a panic.
-func FuzzParseMarker(f *testing.F) {
-	f.Add([]byte(markerText + "0123456789abcdef\n"))
-	f.Add([]byte("ckpt output in progress\n"))
-	f.Add([]byte(markerText + " a b\nrun c\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		run := parseMarker(b)
-		if strings.ContainsAny(run, "\n") || run != strings.TrimSpace(run) {
-			t.Fatalf("run %q", run)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
+	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
 
 // PartialMarker is the object an output in progress keeps beside its files (inside a
@@ -20,11 +21,11 @@ import (
 // every object the output uploads carries that run in its metadata: a later conversion with
 // --force removes an unfinished output's objects only when each one proves it is that
 // run's — never an object someone else put beside a stale marker.
-const PartialMarker = ".ckpt-partial"
+const PartialMarker = multihost.Marker
 
 // RunMetadata is the object metadata key holding the run that uploaded an object: a random
 // 128-bit identifier drawn when the output is created.
-const RunMetadata = "ckpt-run"
+const RunMetadata = multihost.RunMetadata
 
 // CreateOutput starts an output at url (see storage.Output). What is already there is
 // refused unless opts.Force and ckpt wrote all of it: an earlier output whose manifest
@@ -45,7 +46,7 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts storage.OutputOp
 	}
 	// The marker goes first: from now on every object here carrying its run is this output's.
 	// A second conversion claiming the prefix at once is refused (put only if absent).
-	err = o.put(o.key(PartialMarker), []byte(markerText+o.run+"\n"), true)
+	err = o.put(o.key(PartialMarker), multihost.MarkerContent(o.run), true)
 	if Precondition(err) {
 		o.cancel()
 		return nil, fmt.Errorf("%s: %w: another conversion is writing here (its %s appeared meanwhile)", o.l, storage.ErrForeign, PartialMarker)
@@ -208,9 +209,6 @@ func (o *output) clear(ctx context.Context, opts storage.OutputOptions) error {
 	return nil
 }
 
-// markerText begins a PartialMarker; the run follows on the same line.
-const markerText = "ckpt output in progress\nrun "
-
 // unfinished checks that every key in there, beside the marker, was uploaded by the run
 // the marker names: an unfinished output's objects, which --force may remove.
 func (o *output) unfinished(there []string) error {
@@ -220,9 +218,8 @@ func (o *output) unfinished(there []string) error {
 	if err != nil {
 		return pathError("read", mloc, err)
 	}
-	run, ok := strings.CutPrefix(string(text), markerText)
-	run = strings.TrimSpace(run)
-	if !ok || run == "" {
+	run := multihost.ParseMarker(text)
+	if run == "" {
 		return fmt.Errorf("%s: %w: the marker of an unfinished output names no run, so nothing beside it can be proven ckpt's; remove the objects yourself", mloc, storage.ErrForeign)
 	}
 	if run == o.run {
