@@ -101,7 +101,7 @@ func (f *FS) JoinOutput(ctx context.Context, url string, opts storage.SharedOpti
 		return nil, err
 	}
 	m := &member{output: o, opts: opts}
-	if err := m.join(ctx); err != nil {
+	if err := m.join(); err != nil {
 		o.cancel()
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (m *member) loc(key string) Location { return Location{m.l.Scheme, m.l.Buck
 
 // join waits until the prefix's marker names this run, creating it on an empty prefix and,
 // on host 0, clearing what is there first as CreateOutput does.
-func (m *member) join(ctx context.Context) error {
+func (m *member) join() error {
 	wait := m.opts.Wait
 	if wait <= 0 {
 		wait = time.Hour
@@ -146,7 +146,7 @@ func (m *member) join(ctx context.Context) error {
 			}
 			switch {
 			case m.opts.Host == 0:
-				if err := m.clear(ctx, m.opts.OutputOptions); err != nil {
+				if err := m.clear(m.opts.OutputOptions); err != nil {
 					// Another host may have made the marker since it was read.
 					if run, found, rerr := m.markerRun(); rerr == nil && found && run == m.run {
 						return nil

@@ -40,7 +40,7 @@ func (f *FS) CreateOutput(ctx context.Context, url string, opts storage.OutputOp
 	if err != nil {
 		return nil, err
 	}
-	if err := o.clear(ctx, opts); err != nil {
+	if err := o.clear(opts); err != nil {
 		o.cancel()
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (o *output) key(name string) string {
 }
 
 // clear checks what is at the destination and removes an earlier output ckpt wrote.
-func (o *output) clear(ctx context.Context, opts storage.OutputOptions) error {
+func (o *output) clear(opts storage.OutputOptions) error {
 	var there []string // keys
 	if o.folder {
 		if _, err := o.b.Attributes(o.ctx, o.l.Key); err == nil {
@@ -166,7 +166,7 @@ func (o *output) clear(ctx context.Context, opts storage.OutputOptions) error {
 		var owned []string
 		ok := false
 		if o.folder && opts.Owned != nil {
-			owned, ok = opts.Owned(ctx, o.l.String())
+			owned, ok = opts.Owned(o.ctx, o.l.String())
 		} else if !o.folder {
 			// A file output's earlier copy is ckpt's when its manifest lies beside it.
 			for _, c := range companions(o.l.Key, opts.Companions) {
