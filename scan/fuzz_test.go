@@ -34,7 +34,7 @@ var fileNames = []string{"model.pt", "model.bin", ".metadata", "__0_0.distcp", "
 
 // checkScan checks what every scan must keep: problems wrap the error family and point
 // inside the file, findings point inside the file.
-func checkScan(t *testing.T, res *ScanResult, size int64) {
+func checkScan(t *testing.T, res *Result, size int64) {
 	for _, p := range res.Problems {
 		if !errors.Is(p, statedict.ErrCorrupt) && !errors.Is(p, statedict.ErrUnsupported) {
 			t.Fatalf("problem outside the error family: %v", p)
@@ -92,7 +92,7 @@ func FuzzConcatenated(f *testing.F) {
 		}
 	})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s := &scanner{res: &ScanResult{}, covered: map[string]bool{}}
+		s := &scanner{res: &Result{}, covered: map[string]bool{}}
 		s.concatenated("__0_0.distcp", data)
 		checkScan(t, s.res, int64(len(data)))
 	})
@@ -141,9 +141,9 @@ func FuzzRemoteZip(f *testing.F) {
 		if len(data) > remoteZipMax {
 			return
 		}
-		mem := &scanner{res: &ScanResult{}, covered: map[string]bool{}}
+		mem := &scanner{res: &Result{}, covered: map[string]bool{}}
 		mem.zipArchive("model.pt", memZip(data), 0, "")
-		remote := &scanner{res: &ScanResult{}, covered: map[string]bool{}}
+		remote := &scanner{res: &Result{}, covered: map[string]bool{}}
 		remote.zipArchive("model.pt", &remoteZip{f: unmapped{bytes.NewReader(data)}}, 0, "")
 		checkScan(t, remote.res, int64(len(data)))
 		if a, b := fmt.Sprintf("%+v", mem.res), fmt.Sprintf("%+v", remote.res); a != b {

@@ -38,8 +38,8 @@ import (
 	"github.com/ckpt-dev/ckpt/storage"
 )
 
-// ScanResult is what Scan found.
-type ScanResult struct {
+// Result is what Scan found.
+type Result struct {
 	// Path is what was scanned.
 	Path string
 	// Files lists every file looked at with the layout it was read as, in scan order.
@@ -129,7 +129,7 @@ type Finding struct {
 }
 
 // Refused returns the findings the policy refuses, worst class first, then in scan order.
-func (r *ScanResult) Refused() []Finding {
+func (r *Result) Refused() []Finding {
 	out := append([]Finding(nil), r.Code...)
 	for _, s := range r.Pickles {
 		for _, g := range s.Report.Globals {
@@ -144,7 +144,7 @@ func (r *ScanResult) Refused() []Finding {
 
 // SortedGlobals lists the distinct globals of all pickles, worst class first, then by name;
 // findings that name no global (pickle.ScannedGlobal) are listed once per opcode and reason.
-func (r *ScanResult) SortedGlobals() []pickle.ScannedGlobal {
+func (r *Result) SortedGlobals() []pickle.ScannedGlobal {
 	type key struct {
 		g       pickle.Global
 		op, why string
@@ -186,12 +186,12 @@ var scanPolicy = func() map[pickle.Global]bool {
 // the way torch.load and DCP's loader find them, and classifies each Python global they
 // reference without decoding values or executing anything. The error is for a path that
 // cannot be read at all; everything about the content is in the result.
-func Scan(ctx context.Context, path string) (*ScanResult, error) {
+func Scan(ctx context.Context, path string) (*Result, error) {
 	st, err := storage.Stat(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	s := &scanner{res: &ScanResult{Path: path}, covered: map[string]bool{}}
+	s := &scanner{res: &Result{Path: path}, covered: map[string]bool{}}
 	if !st.IsDir() {
 		dir := storage.Dir(path)
 		if strings.HasSuffix(path, ".distcp") && fileExists(ctx, storage.Join(dir, dcp.MetadataFile)) {
@@ -238,9 +238,9 @@ func fileExists(ctx context.Context, p string) bool {
 	return storage.IsFile(ctx, p)
 }
 
-// scanner accumulates a ScanResult.
+// scanner accumulates a Result.
 type scanner struct {
-	res *ScanResult
+	res *Result
 	// covered are the files already scanned as part of a DCP folder.
 	covered map[string]bool
 }

@@ -53,7 +53,7 @@ func (s *scanner) loaders(file string, data []byte, lenient bool) bool {
 // problems are not the file's: where that reading breaks, the loader fails without
 // running anything past what the refused findings show.
 func (s *scanner) secondary(scan func(sub *scanner)) {
-	sub := &scanner{res: &ScanResult{Path: s.res.Path}, covered: map[string]bool{}}
+	sub := &scanner{res: &Result{Path: s.res.Path}, covered: map[string]bool{}}
 	scan(sub)
 	sub.finish()
 	for _, ps := range sub.res.Pickles {

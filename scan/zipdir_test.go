@@ -23,7 +23,7 @@ func TestZipDirectoryDisagreement(t *testing.T) {
 		t.Fatalf("protocol4.pt: no zip64 locator before the end record at %d", eocd)
 	}
 	vouched := func(b []byte) *zipDir {
-		s := &scanner{res: &ScanResult{}, covered: map[string]bool{}}
+		s := &scanner{res: &Result{}, covered: map[string]bool{}}
 		s.zipArchive("protocol4.pt", memZip(b), 0, "")
 		if len(s.res.Problems) > 0 {
 			return nil
@@ -42,7 +42,7 @@ func TestZipDirectoryDisagreement(t *testing.T) {
 	forged := bytes.Clone(data)
 	size := binary.LittleEndian.Uint32(forged[eocd+12:])
 	binary.LittleEndian.PutUint32(forged[eocd+12:], size-zipCentralLen)
-	s := &scanner{res: &ScanResult{}, covered: map[string]bool{}}
+	s := &scanner{res: &Result{}, covered: map[string]bool{}}
 	s.zipArchive("forged.pt", memZip(forged), 0, "")
 	if len(s.res.Problems) == 0 || !strings.Contains(s.res.Problems[0].Error(), "disagree") {
 		t.Fatalf("end record and zip64 end record disagreeing: problems %v, want one saying they disagree", s.res.Problems)

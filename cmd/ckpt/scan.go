@@ -115,7 +115,7 @@ is allowed.`,
 }
 
 // scanOutput builds the --json report.
-func scanOutput(res *scan.ScanResult) scanJSON {
+func scanOutput(res *scan.Result) scanJSON {
 	j := scanJSON{Path: res.Path, Files: []fileJSON{}, Pickles: []pickleJSON{}, Refused: []findingJSON{}, Dangerous: []string{}, Problems: []problemJSON{}}
 	for _, f := range res.Files {
 		j.Files = append(j.Files, fileJSON{f.Path, f.Layout})
@@ -150,7 +150,7 @@ func scanOutput(res *scan.ScanResult) scanJSON {
 
 // printScan writes the text report: each file's layout, each pickle, the problems, then the
 // distinct globals with their class and severity, worst first.
-func printScan(out io.Writer, res *scan.ScanResult) {
+func printScan(out io.Writer, res *scan.Result) {
 	for _, f := range res.Files {
 		fmt.Fprintf(out, "%s: %s\n", f.Path, f.Layout)
 	}
@@ -185,7 +185,7 @@ func printScan(out io.Writer, res *scan.ScanResult) {
 // scanVerdict turns a scan into the command's error: refused findings (wrapping
 // statedict.ErrDangerous: exit 3) first, then problems, then finding nothing to vouch for
 // (exit 1).
-func scanVerdict(res *scan.ScanResult) error {
+func scanVerdict(res *scan.Result) error {
 	if bad := res.Refused(); len(bad) > 0 {
 		f := bad[0]
 		at := fmt.Sprintf("at byte %d", f.Offset)
