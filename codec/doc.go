@@ -18,6 +18,8 @@
 // kernel for float32 → bfloat16 where the CPU has it (bit-identical to torch's, NaNs
 // included, as testdata/cast/expected.json records it).
 //
-// Package quant (Hugging Face quantization layouts and their dequantizers) and remap
-// (--dtype casts) both build on these codecs.
+// Package quant (Hugging Face quantization layouts and their dequantizers), remap
+// (--dtype casts) and the Go forward pass behind `ckpt forward` and `ckpt verify
+// --forward` (verify/forward: bfloat16 weights widened, MXFP4 experts decoded, TPU
+// rounding) all build on these codecs.
 package codec

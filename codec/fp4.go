@@ -1,5 +1,10 @@
 package codec
 
+import (
+	"math"
+	"sync"
+)
+
 // fp4ToF32 holds the 16 FP4 E2M1 values indexed by nibble, built at init from the
 // format definition; fp4x2ToF32 the two values of every packed byte, in element
 // order.
@@ -42,3 +47,30 @@ func FP4ToFloat32(n byte) float32 {
 func FP4x2ToFloat32(b byte) (first, second float32) {
 	return fp4ToF32[b&0xF], fp4ToF32[b>>4]
 }
+
+// MXFP4 returns, for every E8M0 scale byte e and FP4 nibble n, the value of an MXFP4
+// element, ldexp(fp4(n), e−127), as float32: exact (every FP4 value times a power of two
+// is a float32, subnormals included) or ±inf past the float32 range (e = 0xFF with |v| ≥
+// 1), as transformers' convert_moe_packed_tensors computes it with torch.ldexp. Scale
+// byte 0xFF is used as the power 2^128, not as E8M0's NaN, as that code does.
+var MXFP4 = sync.OnceValue(func() *[256][16]float32 {
+	t := new([256][16]float32)
+	for e := range 256 {
+		for n := range 16 {
+			t[e][n] = float32(math.Ldexp(float64(fp4ToF32[n]), e-127))
+		}
+	}
+	return t
+})
+
+// MXFP4BF16 is MXFP4 as bfloat16 bits: every finite value is a bfloat16 (three
+// significant bits at most), so the conversion is exact.
+var MXFP4BF16 = sync.OnceValue(func() *[256][16]uint16 {
+	t := new([256][16]uint16)
+	for e, row := range MXFP4() {
+		for n, v := range row {
+			t[e][n] = Float32ToBF16(v)
+		}
+	}
+	return t
+})

@@ -20,14 +20,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/ckpt-dev/ckpt/internal/plural"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/quant"
@@ -179,8 +177,8 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return nil, err
 	}
 	defer ck.Close()
-	if lay == formats.TorchFile {
-		if ck, err = withTrainingState(ctx, ck); err != nil {
+	if plan.TrainingInTree(lay, opts.Target) {
+		if ck, err = formats.WithTrainingState(ctx, ck); err != nil {
 			return nil, err
 		}
 		defer ck.Close()
@@ -189,7 +187,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	ck.Root = nil // as plan let p.src's go (the tree withTrainingState wraps)
+	ck.Root = nil // as plan let p.src's go (the tree WithTrainingState wraps)
 	if opts.Hosts.Count > 1 {
 		return runHost(ctx, opts, p, start)
 	}
@@ -386,49 +384,6 @@ func (s *Summary) Messages() []string {
 	return out
 }
 
-// withTrainingState returns ck with the training state of an HF Trainer or accelerate
-// checkpoint folder inside, for a single torch file to hold it: the weights under "model",
-// each of optimizer.pt, scheduler.pt, scaler.pt and rng_state*.pth (accelerate's
-// optimizer.bin, random_states_0.pkl, an FSDP optimizer_0/ folder, …) under its file's stem
-// ("optimizer", "rng_state_1", "optimizer_0"), the names a training script resuming from one file uses.
-// The optimizer state then follows the converted model as in any training checkpoint. ck is
-// returned as it is when its folder holds no training state.
-func withTrainingState(ctx context.Context, ck *statedict.Checkpoint) (*statedict.Checkpoint, error) {
-	var files, rest []string
-	for _, f := range ck.Ignored {
-		if hf.IsTrainerState(f) || hf.IsTrainingStateFolder(f) {
-			files = append(files, f)
-		} else {
-			rest = append(rest, f)
-		}
-	}
-	if len(files) == 0 {
-		return ck, nil
-	}
-	root := statedict.NewDict("")
-	root.Set("model", ck.Root)
-	// A training-state folder's files travel inside the tree, not as extras.
-	var extras []string
-	for _, e := range ck.Extras {
-		if !slices.ContainsFunc(files, func(f string) bool { return strings.HasSuffix(f, "/") && strings.HasPrefix(e, f) }) {
-			extras = append(extras, e)
-		}
-	}
-	out := &statedict.Checkpoint{Format: ck.Format, Path: ck.Path, Root: root, Extras: extras, Ignored: rest, Outside: ck.Outside,
-		Files: ck.Files, Metadata: ck.Metadata}
-	for _, f := range files {
-		part, err := formats.Open(ctx, storage.Join(ck.Path, f))
-		if err != nil {
-			out.Close()
-			return nil, fmt.Errorf("%s: %w", f, err)
-		}
-		out.Closers = append(out.Closers, part.Closers...)
-		f = strings.TrimSuffix(f, "/")
-		root.Set(strings.TrimSuffix(f, filepath.Ext(f)), part.Root)
-	}
-	return out, nil
-}
-
 // convertAlongside converts the training-state file name of the source folder into the
 // folder being written, with the same device and training-state options.
 func convertAlongside(ctx context.Context, parent *subOutput, p *planned, opts Options, name string) (*Summary, error) {
@@ -438,7 +393,7 @@ func convertAlongside(ctx context.Context, parent *subOutput, p *planned, opts O
 		return nil, err
 	}
 	defer ck.Close()
-	sub := Options{Src: src, Dst: storage.Join(opts.Dst, name), Format: formats.TorchFile, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: opts.Target, WeightsOnly: opts.WeightsOnly,
+	sub := Options{Src: src, Dst: storage.Join(opts.Dst, name), Format: formats.TorchFile, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: plan.AlongsideTarget(opts.Target), WeightsOnly: opts.WeightsOnly,
 		Plan: opts.Plan.Alongside()}
 	sp, err := newPlan(ck, sub, formats.TorchFile)
 	if err != nil {

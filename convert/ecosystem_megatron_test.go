@@ -16,6 +16,7 @@ import (
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/plan"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
@@ -31,7 +32,7 @@ type megatronFixture struct {
 
 // megatronSources are the fixtures, with the format each reads as.
 var megatronSources = map[string]string{
-	"legacy": "megatron", "tp2pp2": "megatron", "torch_dist": "megatron-torch-dist", "nemo2": "nemo2",
+	"legacy": "megatron", "torch_dist": "megatron-torch-dist", "nemo2": "nemo2",
 	"nemo1/model.nemo": "nemo", "nemo1/tp2.nemo": "nemo",
 }
 
@@ -54,10 +55,10 @@ func megatronFixtures(t *testing.T) map[string]megatronFixture {
 	return out
 }
 
-// TestMegatronInspect lists Megatron-LM save folders (one rank; tensor × pipeline parallel
-// ranks, each under its rank folder; torch_dist), a NeMo 2 checkpoint and NeMo 1 archives
-// (read in place) exactly as the libraries' own loaders give them: same names in the same
-// order, dtypes, shapes and bytes.
+// TestMegatronInspect lists Megatron-LM save folders (one rank; torch_dist), a NeMo 2
+// checkpoint and NeMo 1 archives (read in place) exactly as the libraries' own loaders give
+// them: same names in the same order, dtypes, shapes and bytes. (Tensor × pipeline parallel
+// saves merge into one model: formats/megatron's TestMergeFixtures.)
 func TestMegatronInspect(t *testing.T) {
 	for name, want := range megatronFixtures(t) {
 		ck, err := formats.Open(context.Background(), megatronDir+name)
@@ -85,19 +86,31 @@ func TestMegatronInspect(t *testing.T) {
 	}
 }
 
-// TestMegatronLayoutFiles: the distributed optimizer's per-rank files are listed as ignored
-// (convert says it left them out); a NeMo 2 checkpoint carries context/, a .nemo archive
-// its config, both read through the checkpoint's files.
+// TestMegatronLayoutFiles: a merged save reads every rank's model_optim_rng.pt and
+// distrib_optim.pt and lists the rank folders' other files as ignored (convert says it left
+// them out); a NeMo 2 checkpoint carries context/, a .nemo archive its config, both read
+// through the checkpoint's files.
 func TestMegatronLayoutFiles(t *testing.T) {
 	for _, c := range []struct {
 		src             string
 		ignored, extras []string
 	}{
-		{"tp2pp2", []string{"release/mp_rank_00_000/distrib_optim.pt", "release/mp_rank_00_001/distrib_optim.pt", "release/mp_rank_01_000/distrib_optim.pt", "release/mp_rank_01_001/distrib_optim.pt"}, nil},
+		{"llama_tp2pp2", nil, nil},
+		{"llama_tp2pp2+", []string{"iter_0000003/mp_rank_01_000/dataloader_state.pt"}, nil},
 		{"nemo2", nil, []string{"context/io.json", "context/model.yaml"}},
 		{"nemo1/tp2.nemo", nil, []string{"model_config.yaml"}},
 	} {
-		ck, err := formats.Open(context.Background(), megatronDir+c.src)
+		src := megatronDir + c.src
+		if strings.HasSuffix(c.src, "+") { // a file beside a rank's
+			src = filepath.Join(t.TempDir(), "ck")
+			if err := os.CopyFS(src, os.DirFS(megatronDir+strings.TrimSuffix(c.src, "+"))); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(src, c.ignored[0]), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ck, err := formats.Open(context.Background(), src)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,5 +250,123 @@ func TestMegatronDistCommonOutside(t *testing.T) {
 	_, err := formats.Open(context.Background(), dir)
 	if !errors.Is(err, hf.ErrOutside) || !strings.Contains(err.Error(), "common.pt") {
 		t.Fatalf("common.pt linked outside: %v, want hf.ErrOutside naming it", err)
+	}
+}
+
+// TestMegatronParallelOnTPU converts the tensor × pipeline parallel Megatron saves (TP=2 ×
+// PP=2, with and without the distributed optimizer) as `ckpt convert --to tpu --topology v5p-8 --format dcp`
+// does: the merged model's weights and every parameter's fp32 main copy and Adam moments are
+// split over the slice's 4 devices (each a piece of its own in its device's .distcp file,
+// the moments cut as their parameter), the step counters whole; torch reassembles the
+// folder to exactly the TP=1 model and optimizer state torch computed (megatron.json), and
+// AdamW resumed from it with torch's own set_optimizer_state_dict steps exactly as the TP=1
+// model's optimizer does (check_megatron_resume.py).
+func TestMegatronParallelOnTPU(t *testing.T) {
+	o := oracle.Require(t)
+	b, err := os.ReadFile("../testdata/ecosystem/megatron.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]json.RawMessage
+	json.Unmarshal(b, &raw)
+	truth := map[string]struct {
+		Tensors orderedListing `json:"tensors"`
+	}{}
+	for _, name := range []string{"llama", "gpt"} {
+		v := truth[name]
+		if err := json.Unmarshal(raw[name], &v); err != nil || len(v.Tensors.Names) == 0 {
+			t.Fatalf("%s: %v", name, err)
+		}
+		truth[name] = v
+	}
+	host, chroot := oracle.TempDir(t)
+	target, err := runtime.NewTarget(runtime.Spec{Device: runtime.TPU, Topology: "v5p-8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcs := []string{"llama_tp2pp2", "gpt_tp2pp2", "gpt_tp2pp2_nodist"}
+	var names []string
+	var jobs []ecosystemJob
+	for _, src := range srcs {
+		name := strings.Split(src, "_")[0]
+		names = append(names, name)
+		dst := filepath.Join(host, src)
+		opts := convert.DefaultOptions(megatronDir+src, dst)
+		opts.Format, opts.Target = formats.DCPFolder, target
+		sum, err := convert.Run(t.Context(), opts)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		params := 0
+		for _, n := range truth[name].Tensors.Names {
+			if strings.HasPrefix(n, "model.") {
+				params++
+			}
+		}
+		if sum.Sharding == nil || sum.Sharding.Ranks != 4 || sum.Sharding.Sharded != 4*params {
+			t.Errorf("%s: sharding %+v, want the %d weights and their fp32_param, exp_avg, exp_avg_sq over 4 ranks", name, sum.Sharding, params)
+		}
+		ck, err := formats.Open(context.Background(), dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tensors, err := ck.Tensors()
+		if err != nil {
+			t.Fatal(err)
+		}
+		split := 0
+		for _, x := range tensors {
+			shards := ck.Shards[x.Tensor]
+			sharded := strings.HasPrefix(x.Name, "model.") || strings.HasPrefix(x.Name, "optimizer.state.") && !strings.HasSuffix(x.Name, ".step")
+			if !sharded {
+				continue
+			}
+			owners, next := map[int]bool{}, int64(0)
+			for _, s := range shards { // rank by rank, consecutive rows of the tensor
+				if len(s.Ranks) == 1 && s.Offsets[0] == next {
+					owners[s.Ranks[0]] = true
+					next += s.Sizes[0]
+				}
+			}
+			if len(shards) != 4 || len(owners) != 4 || next != x.Tensor.Shape[0] {
+				t.Errorf("%s %s: %d pieces %+v, want one per device", name, x.Name, len(shards), shards)
+			}
+			split++
+		}
+		ck.Close()
+		if split != 4*params {
+			t.Errorf("%s: %d tensors split, want %d", name, split, 4*params)
+		}
+		jobs = append(jobs, ecosystemJob{Out: chrootPath(host, chroot, dst), Format: "dcp"})
+	}
+	for i, res := range loadInTorch(t, o, host, jobs) {
+		if res.Error != "" {
+			t.Fatalf("%s: %s", names[i], res.Error)
+		}
+		sameTensors(t, res.Tensors, truth[names[i]].Tensors, "")
+	}
+	// Training resumes: torch's set_optimizer_state_dict takes the merged state, and two
+	// more AdamW steps match the TP=1 model's own, bit for bit.
+	args := []string{"testdata/ecosystem/check_megatron_resume.py"}
+	for i, j := range jobs {
+		args = append(args, names[i], j.Out)
+	}
+	out, err := o.Python(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(jobs) {
+		t.Fatalf("%d results for %d conversions: %s", len(lines), len(jobs), out)
+	}
+	for i, l := range lines {
+		var res struct {
+			OK     bool     `json:"ok"`
+			Errors []string `json:"errors"`
+			Params int      `json:"params"`
+		}
+		if err := json.Unmarshal([]byte(l), &res); err != nil || !res.OK || res.Params == 0 {
+			t.Errorf("%s: resuming: %s", srcs[i], l)
+		}
 	}
 }

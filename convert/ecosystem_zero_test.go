@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,14 +85,68 @@ func TestZeROConsolidation(t *testing.T) {
 }
 
 // TestZeRO3ModelStatesAlone: a ZeRO-3 model-states file, whose parameters are [0]-shaped
-// placeholders, is refused on its own, pointing at the folder that holds the weights.
+// placeholders, reads as the consolidation of its folder — any rank's file, with or
+// without the optimizer state — the same tensors zero_to_fp32 gives; it converts and
+// verifies. Copied without the ranks' optimizer-state files, it is refused, naming the
+// folder that lacks them.
 func TestZeRO3ModelStatesAlone(t *testing.T) {
-	path := "../testdata/ecosystem/zero/zero3/global_step3/zero_pp_rank_0_mp_rank_00_model_states.pt"
-	_, err := formats.Open(context.Background(), path)
-	if !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "placeholders") || !strings.Contains(err.Error(), "zero3/global_step3") {
+	want := zeroFixtures(t)["zero3"]
+	dir := "../testdata/ecosystem/zero/zero3/global_step3"
+	for r := range 3 {
+		path := filepath.Join(dir, fmt.Sprintf("zero_pp_rank_%d_mp_rank_00_model_states.pt", r))
+		for _, withOptim := range []bool{false, true} {
+			ck, err := formats.OpenWith(context.Background(), path, formats.OpenOptions{ZeROOptimizer: withOptim})
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
+			ck.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefix, n := "", 0
+			if withOptim {
+				prefix = "model."
+			}
+			for _, tn := range rep.Tensors {
+				name, ok := strings.CutPrefix(tn.Name, prefix)
+				if !ok {
+					continue
+				}
+				n++
+				if g, w := (torchEntry{tn.DType, tn.Shape, tn.SHA256}), want.Tensors.Entries[name]; !reflect.DeepEqual(g, w) {
+					t.Errorf("%s %s: %+v, zero_to_fp32 gives %+v", path, tn.Name, g, w)
+				}
+			}
+			if rep.Format != "deepspeed-zero" || n != len(want.Tensors.Names) {
+				t.Errorf("%s: %s, %d model tensors, zero_to_fp32 gives %d", path, rep.Format, n, len(want.Tensors.Names))
+			}
+			if withOptim && !slices.ContainsFunc(rep.Tensors, func(tn inspect.Tensor) bool { return strings.HasPrefix(tn.Name, "optimizer.state.") }) {
+				t.Errorf("%s: no optimizer state read", path)
+			}
+		}
+	}
+	path := filepath.Join(dir, "zero_pp_rank_0_mp_rank_00_model_states.pt")
+	dst := filepath.Join(t.TempDir(), "x.safetensors")
+	if _, err := convert.Run(t.Context(), convert.Options{Src: path, Dst: dst, Format: formats.SafetensorsFile}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := verify.Parity(t.Context(), path, dst, verify.ParityOptions{}); err != nil || !rep.OK() || rep.Equal != len(want.Tensors.Names)-len(want.Tied) {
+		t.Errorf("verify: %+v, %v", rep, err)
+	}
+	alone := filepath.Join(t.TempDir(), "zero_pp_rank_0_mp_rank_00_model_states.pt")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = formats.Open(context.Background(), alone)
+	if !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "placeholders") || !strings.Contains(err.Error(), "which "+filepath.Dir(alone)+" does not hold") {
 		t.Errorf("got %v", err)
 	}
-	if _, err := convert.Run(t.Context(), convert.Options{Src: path, Dst: filepath.Join(t.TempDir(), "x.safetensors"), Format: formats.SafetensorsFile}); err == nil {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: alone, Dst: filepath.Join(t.TempDir(), "y.safetensors"), Format: formats.SafetensorsFile}); err == nil {
 		t.Error("converted placeholders")
 	}
 }

@@ -142,9 +142,11 @@ func OpenWith(ctx context.Context, path string, o OpenOptions) (*statedict.Check
 		tag, ok := "", false
 		if st.IsDir() {
 			tag, ok = zero.Detect(ctx, path)
+		} else {
+			tag, ok = zero.FolderOf(ctx, path) // a rank's model-states file: its folder
 		}
 		if !ok {
-			return nil, fmt.Errorf("%s: %w: the ZeRO optimizer state is read from a DeepSpeed ZeRO checkpoint folder (latest, global_stepN/, *_optim_states.pt); this is not one", path, statedict.ErrUnsupported)
+			return nil, fmt.Errorf("%s: %w: the ZeRO optimizer state is read from a DeepSpeed ZeRO checkpoint folder (latest, global_stepN/, *_optim_states.pt) or one of its *_model_states.pt files; this is not one", path, statedict.ErrUnsupported)
 		}
 		ck, err = zero.OpenWith(ctx, tag, openPart, zero.Options{Optimizer: true})
 	} else if st.IsDir() {
@@ -164,9 +166,10 @@ func OpenWith(ctx context.Context, path string, o OpenOptions) (*statedict.Check
 	return ck, nil
 }
 
-// openFile reads one checkpoint file; a file that is only part of a checkpoint (a DeepSpeed
-// ZeRO-3 model-states file, whose parameters are placeholders) is refused, naming the
-// folder to read instead.
+// openFile reads one checkpoint file. A file that is only part of a checkpoint — a
+// DeepSpeed ZeRO-3 model-states file, whose parameters are placeholders for the ranks'
+// partitions — reads as the checkpoint of its folder, consolidated (zero.Open), or is
+// refused when its folder does not hold the ranks' files.
 func openFile(ctx context.Context, path string) (*statedict.Checkpoint, error) {
 	ck, err := openPart(ctx, path)
 	if err != nil {
@@ -174,6 +177,9 @@ func openFile(ctx context.Context, path string) (*statedict.Checkpoint, error) {
 	}
 	if err := zero.CheckModelStates(path, ck.Root); err != nil {
 		ck.Close()
+		if dir, ok := zero.FolderOf(ctx, path); ok {
+			return zero.Open(ctx, dir, openPart)
+		}
 		return nil, err
 	}
 	return ck, nil

@@ -52,41 +52,46 @@ func TestRankSets(t *testing.T) {
 		edit    func(t *testing.T, dir string)
 		says    []string
 	}{
-		{"megatron: a rank folder missing", "megatron/tp2pp2", "release", func(t *testing.T, d string) {
+		{"megatron: a rank folder missing", "megatron/gpt_tp2pp2", "iter_0000003", func(t *testing.T, d string) {
 			must(t, os.RemoveAll(filepath.Join(d, "mp_rank_01_001")))
-		}, []string{"missing mp_rank_01_001", "tensor parallel 2 × pipeline 2"}},
-		{"megatron: two rank folders missing", "megatron/tp2pp2", "release", func(t *testing.T, d string) {
+		}, []string{"missing mp_rank_01_001", "tensor parallel 2 × pipeline parallel 2"}},
+		{"megatron: two rank folders missing", "megatron/gpt_tp2pp2", "iter_0000003", func(t *testing.T, d string) {
 			must(t, os.RemoveAll(filepath.Join(d, "mp_rank_00_001")))
 			must(t, os.RemoveAll(filepath.Join(d, "mp_rank_01_001")))
 		}, []string{"missing mp_rank_00_001, mp_rank_01_001"}},
-		{"megatron: a rank folder beyond the grid", "megatron/tp2pp2", "release", func(t *testing.T, d string) {
+		{"megatron: a rank folder beyond the grid", "megatron/gpt_tp2pp2", "iter_0000003", func(t *testing.T, d string) {
 			must(t, os.Rename(filepath.Join(d, "mp_rank_01_001"), filepath.Join(d, "mp_rank_02_001")))
 		}, []string{"missing mp_rank_01_001", "extra mp_rank_02_001"}},
-		{"megatron: an extra rank folder", "megatron/tp2pp2", "release", func(t *testing.T, d string) {
+		{"megatron: an extra rank folder", "megatron/gpt_tp2pp2", "iter_0000003", func(t *testing.T, d string) {
 			copyInto(t, filepath.Join(d, "mp_rank_00_000"), filepath.Join(d, "mp_rank_00_002"))
 		}, []string{"extra mp_rank_00_002"}},
-		{"megatron: a rank folder named otherwise", "megatron/tp2pp2", "release", func(t *testing.T, d string) {
+		{"megatron: a rank folder named otherwise", "megatron/gpt_tp2pp2", "iter_0000003", func(t *testing.T, d string) {
 			must(t, os.Rename(filepath.Join(d, "mp_rank_01_001"), filepath.Join(d, "mp_rank_01_01")))
 		}, []string{"missing mp_rank_01_001", "extra mp_rank_01_01"}},
 		{"megatron: a single-rank save with a second rank", "megatron/legacy", "iter_0000100", func(t *testing.T, d string) {
 			copyInto(t, filepath.Join(d, "mp_rank_00"), filepath.Join(d, "mp_rank_01"))
 		}, []string{"extra mp_rank_01", "tensor parallel 1"}},
-		{"megatron: a rank folder that is a link", "megatron/tp2pp2", "release", func(t *testing.T, d string) {
+		{"megatron: a rank folder that is a link", "megatron/gpt_tp2pp2", "iter_0000003", func(t *testing.T, d string) {
 			must(t, os.RemoveAll(filepath.Join(d, "mp_rank_01_001")))
 			must(t, os.Symlink("mp_rank_01_000", filepath.Join(d, "mp_rank_01_001")))
 		}, []string{"mp_rank_01_001 is a link, not a rank folder"}},
-		{"megatron: a rank file that is another's", "megatron/tp2pp2", "release", func(t *testing.T, d string) {
+		{"megatron: a rank file that is another's", "megatron/gpt_tp2pp2", "iter_0000003", func(t *testing.T, d string) {
 			p := filepath.Join(d, "mp_rank_01_001", "model_optim_rng.pt")
 			must(t, os.Remove(p))
 			must(t, os.Symlink("../mp_rank_01_000/model_optim_rng.pt", p))
 		}, []string{"mp_rank_01_000/model_optim_rng.pt and mp_rank_01_001/model_optim_rng.pt are the same file"}},
-		{"megatron: a rank file leading outside", "megatron/tp2pp2", "release", func(t *testing.T, d string) {
+		{"megatron: a rank file leading outside", "megatron/gpt_tp2pp2", "iter_0000003", func(t *testing.T, d string) {
 			p := filepath.Join(d, "mp_rank_01_001", "model_optim_rng.pt")
 			out := filepath.Join(t.TempDir(), "elsewhere.pt")
 			must(t, os.Rename(p, out))
 			must(t, os.Symlink(out, p))
-		}, []string{"release/mp_rank_01_001/model_optim_rng.pt is a link leading outside"}},
-		{"megatron: a rank folder without its file", "megatron/tp2pp2", "release", func(t *testing.T, d string) {
+		}, []string{"iter_0000003/mp_rank_01_001/model_optim_rng.pt is a link leading outside"}},
+		{"megatron: a distributed optimizer file that is another's", "megatron/gpt_tp2pp2", "iter_0000003", func(t *testing.T, d string) {
+			p := filepath.Join(d, "mp_rank_01_000", "distrib_optim.pt")
+			must(t, os.Remove(p))
+			must(t, os.Link(filepath.Join(d, "mp_rank_00_000", "distrib_optim.pt"), p))
+		}, []string{"mp_rank_00_000/distrib_optim.pt and mp_rank_01_000/distrib_optim.pt are the same file"}},
+		{"megatron: a rank folder without its file", "megatron/gpt_tp2pp2", "iter_0000003", func(t *testing.T, d string) {
 			must(t, os.Remove(filepath.Join(d, "mp_rank_00_001", "model_optim_rng.pt")))
 		}, []string{"mp_rank_00_001 has no model_optim_rng.pt"}},
 		{"zero: a rank's file missing", "zero/zero3", "global_step3", func(t *testing.T, d string) {

@@ -13,11 +13,13 @@ import (
 	"hash"
 	"io"
 	"math/big"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/internal/plural"
 
+	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -197,7 +199,14 @@ func Build(ctx context.Context, ck *statedict.Checkpoint, opts Options) (*Report
 		r.Totals = append(r.Totals, *t)
 	}
 	if opts.Training {
-		if r.Training, err = optimizerstate.Analyze(ck.Root, opts.OptimizerNames); err != nil {
+		// A folder's config.json says in which order its model registers its parameters.
+		var cfg []byte
+		if slices.Contains(ck.Extras, hf.ConfigFile) {
+			if cfg, err = hf.ReadConfig(ck.Files); err != nil {
+				return nil, fmt.Errorf("%s: %w", ck.Path, err)
+			}
+		}
+		if r.Training, err = optimizerstate.Analyze(ck.Root, optimizerstate.Options{Names: opts.OptimizerNames, Config: cfg}); err != nil {
 			return nil, err
 		}
 	}

@@ -37,16 +37,22 @@ type Entry struct {
 
 // OptimizerInfo describes one optimizer state and its mapping onto the model.
 type OptimizerInfo struct {
-	// Path, Kind and Form as in Found and Optimizer; Model and MappedBy as in Report.
-	Path     string      `json:"path"`
-	Kind     string      `json:"kind"`
-	Form     Form        `json:"form"`
-	Model    string      `json:"model,omitempty"`
-	MappedBy string      `json:"mapped_by,omitempty"`
-	Groups   []GroupInfo `json:"groups"`
-	Params   []ParamInfo `json:"params"`
-	Unused   []Skipped   `json:"unused,omitempty"`
-	Orphans  []string    `json:"orphans,omitempty"`
+	// Path, Kind, Form and Flat as in Found and Optimizer; Model, MappedBy and ParamOrder
+	// as in Report.
+	Path       string `json:"path"`
+	Kind       string `json:"kind"`
+	Form       Form   `json:"form"`
+	Flat       bool   `json:"flattened,omitempty"`
+	Model      string `json:"model,omitempty"`
+	MappedBy   string `json:"mapped_by,omitempty"`
+	ParamOrder string `json:"param_order,omitempty"`
+	// Tied and NotTied count the parameters tied to a model entry and not (Found.TieCounts).
+	Tied    int         `json:"tied"`
+	NotTied int         `json:"not_tied"`
+	Groups  []GroupInfo `json:"groups"`
+	Params  []ParamInfo `json:"params"`
+	Unused  []Skipped   `json:"unused,omitempty"`
+	Orphans []string    `json:"orphans,omitempty"`
 	// Error is why the parameters could not be mapped (a mismatch names the parameter and
 	// the model entry at fault).
 	Error string `json:"error,omitempty"`
@@ -83,10 +89,11 @@ type StateTensor struct {
 	Value any `json:"value,omitempty"`
 }
 
-// Analyze describes the training state of root; names are names files as for Find.
-func Analyze(root statedict.Value, names map[string][]string) (*Analysis, error) {
+// Analyze describes the training state of root; opts.Names are names files as for Find,
+// opts.Config the checkpoint's config.json as for Decide.
+func Analyze(root statedict.Value, opts Options) (*Analysis, error) {
 	a := &Analysis{Optimizers: []OptimizerInfo{}, Schedulers: []Entry{}, Scalers: []Entry{}, Counters: []Entry{}, RNG: FindRNG(root)}
-	found, err := Find(root, names)
+	found, err := find(root, opts.Names, opts.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -168,9 +175,10 @@ func describeOptimizer(f *Found) OptimizerInfo {
 	if o == nil {
 		return info
 	}
-	info.Kind, info.Form, info.Orphans = o.Kind, o.Form, o.Orphans
+	info.Kind, info.Form, info.Flat, info.Orphans = o.Kind, o.Form, o.Flat, o.Orphans
+	info.Tied, info.NotTied = f.TieCounts()
 	if f.Mapping != nil {
-		info.MappedBy, info.Unused = f.Mapping.By, f.Mapping.Unused
+		info.MappedBy, info.ParamOrder, info.Unused = f.Mapping.By, f.Mapping.Order, f.Mapping.Unused
 	}
 	for _, g := range o.Groups {
 		gi := GroupInfo{Params: len(g.Params), Options: map[string]any{}}

@@ -15,6 +15,15 @@ type Options struct {
 	MomentDType statedict.DType
 	// KeepCUDARNG keeps CUDA RNG states, as CPU byte tensors, instead of dropping them.
 	KeepCUDARNG bool
+	// DataParallel is, for an output split over a mesh, the data-parallel degree of the
+	// run that loads it (runtime.Mesh.DataParallel): the training state beside the model is
+	// carried for it (Decisions.Carried). 0 for an output that is not per device.
+	DataParallel int
+	// Config is the checkpoint's config.json (a Hugging Face folder's), nil when it has
+	// none: its model_type says in which order the model registers its parameters, which
+	// ties an optimizer state saved by position (Optimizer.state_dict()) to a model state
+	// dict that lists them by name (see Map).
+	Config []byte
 }
 
 // Decisions is what a tree's training state is and what a conversion must do with it.
@@ -27,8 +36,12 @@ type Decisions struct {
 	// RNG are the tree's RNG states (see FindRNG).
 	RNG RNG
 	// Models are the tree's model state dicts: dicts of parameter names to tensors outside
-	// any optimizer state (whose per-parameter dicts look alike).
+	// any optimizer state (whose per-parameter dicts look alike), and the dicts whose tensor
+	// entries are a model's (Inline).
 	Models map[*statedict.Dict]bool
+	// Inline are the dicts of Models of which only the tensor entries are the model's: a
+	// model flattened into a dict of training state (InlineModel), as torchtitan saves it.
+	Inline map[*statedict.Dict]bool
 	// Schedulers and Scalers are the LR scheduler and GradScaler state dicts, with where
 	// they are.
 	Schedulers, Scalers []Located
@@ -42,6 +55,10 @@ type Decisions struct {
 	Drop map[string]string
 	// OnCPU lists, by flattened name, the RNG states kept as CPU tensors.
 	OnCPU map[string]bool
+	// Carried says, for an output split over a mesh (Options.DataParallel), what becomes of
+	// each piece of training state that is not a parameter's, by path; the ones dropped are
+	// in Drop too.
+	Carried []Carried
 }
 
 // State locates a per-parameter optimizer state tensor.
@@ -67,11 +84,11 @@ type Located struct {
 // from tensor names: a model weight called "….step" is a weight. It is the one place a
 // conversion learns what its training state is.
 func Decide(root statedict.Value, opts Options) (*Decisions, error) {
-	found, err := Find(root, opts.Names)
+	found, err := find(root, opts.Names, opts.Config)
 	if err != nil {
 		return nil, err
 	}
-	d := &Decisions{Found: found, States: map[*statedict.Tensor]State{}, RNG: FindRNG(root), Models: map[*statedict.Dict]bool{},
+	d := &Decisions{Found: found, States: map[*statedict.Tensor]State{}, RNG: FindRNG(root), Models: map[*statedict.Dict]bool{}, Inline: map[*statedict.Dict]bool{},
 		Policies: statedict.Policies{}, Drop: map[string]string{}, OnCPU: map[string]bool{}}
 	inOptimizer := map[*statedict.Dict]bool{}
 	for _, f := range found {
@@ -121,6 +138,7 @@ func Decide(root statedict.Value, opts Options) (*Decisions, error) {
 			d.Drop[n] = "a CUDA RNG state means nothing on a TPU"
 		}
 	}
+	d.carry(root, opts.DataParallel, opts.KeepCUDARNG)
 	statedict.Walk(root, "", func(name string, v statedict.Value) error {
 		if t, ok := v.(*statedict.Tensor); ok && d.OnCPU[name] {
 			d.Policies[t] = statedict.Policy{NoCast: true, Host: true, Why: "RNG state"}
@@ -142,6 +160,9 @@ func (d *Decisions) findDicts(v statedict.Value, path string, inOptimizer, seen 
 		if IsModelStateDict(c) {
 			d.Models[c] = true
 			return
+		}
+		if InlineModel(c) != nil {
+			d.Models[c], d.Inline[c] = true, true
 		}
 		if kind, ok := SchedulerKind(c); ok {
 			d.Schedulers = append(d.Schedulers, Located{Path: path, Dict: c, Kind: kind})

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/paramorder"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -16,6 +17,9 @@ const (
 	ByParamNames = "param_names" // the groups saved the names (torch ≥ 2.6, named_parameters())
 	ByOrder      = "order"       // one group listing every model parameter: id i is parameter i
 	ByShapes     = "shapes"      // the only assignment of ids to parameters the shapes allow
+	// ByTrainerGrouping: transformers' Trainer's groups (create_optimizer) — the parameters
+	// it decays, then the others (biases, norms), each in registration order.
+	ByTrainerGrouping = "trainer grouping"
 )
 
 // Mapping ties each parameter of an optimizer to its model state-dict entry.
@@ -23,8 +27,13 @@ type Mapping struct {
 	// Params[i] is the model entry of Optimizer.Params[i]: Name is the key the parameter
 	// maps to, Tied the other keys viewing the same tensor.
 	Params []ModelParam
-	// By is how the mapping was found (ByNamesFile, ByFQN, ByParamNames, ByOrder, ByShapes).
+	// By is how the mapping was found (ByNamesFile, ByFQN, ByParamNames, ByOrder, ByShapes,
+	// ByTrainerGrouping).
 	By string
+	// Order is, for a mapping by position, where the order the model registers its
+	// parameters in was read: "" for the model state dict's own, OrderFromStructure, or a
+	// config.json's model_type.
+	Order string
 	// Unused lists the model entries no optimizer parameter maps to, with the reason:
 	// buffers, tied aliases, and parameters this optimizer does not train.
 	Unused []Skipped
@@ -96,29 +105,65 @@ func quoteAll(s []string) []string {
 // file). Otherwise the names o saved are used (FQN keys, param_names), and failing those
 // the ids are matched to the model's parameters (ModelParams) by position and shape,
 // assuming what torch's optimizers and the usual group-building code guarantee: ids
-// number the groups' parameters in order, and each group lists its parameters in model
-// order. Frozen parameters (not in any group) and unrecognized buffers may be skipped.
+// number the groups' parameters in order, and each group lists its parameters in the
+// order the model registers them (named_parameters()) — which the state dict keeps when
+// torch.save wrote it; for one its reader lists by name (a safetensors file's), the order
+// the checkpoint's config.json or the names' structure gives (paramorder), or else — unless
+// the shapes alone leave one choice — an *OrderError. Groups built as transformers'
+// Trainer builds them (decayed parameters, then biases and norms) are matched by that
+// rule. Frozen parameters (not in any group) and unrecognized buffers may be skipped.
 // If no assignment fits, the error is a *MismatchError naming the first parameter that
 // does not; if several fit, an *AmbiguousError.
 func Map(o *Optimizer, model *statedict.Dict, names []string) (*Mapping, error) {
-	params, skipped := ModelParams(model)
+	return mapModel(o, model, names, nil, nil)
+}
+
+// mapModel is Map for a model that cfg describes (nil: unknown; cfgErr why).
+func mapModel(o *Optimizer, model *statedict.Dict, names []string, cfg *paramorder.Model, cfgErr error) (*Mapping, error) {
 	switch {
 	case names != nil:
 		if len(names) != len(o.Params) {
 			return nil, fmt.Errorf("the names file lists %d names, the optimizer has %d parameters", len(names), len(o.Params))
 		}
+		params, _ := ModelParams(model)
 		return byNames(o, model, params, names, ByNamesFile)
 	case o.Form == ByName:
+		params, _ := ModelParams(model)
 		return byNames(o, model, params, savedNames(o), ByFQN)
 	case len(o.Params) > 0 && !slices.ContainsFunc(o.Params, func(p Param) bool { return p.Name == "" }):
+		params, _ := ModelParams(model)
 		return byNames(o, model, params, savedNames(o), ByParamNames)
 	}
-	s := newSolver(o, params)
-	m, err := s.solve()
+	r, err := registration(model, cfg, cfgErr)
+	var oe *OrderError
+	if errors.As(err, &oe) {
+		// No order: the shapes alone may still leave one choice.
+		params, skipped := ModelParams(model)
+		if m, ok := byShapesAlone(o, params); ok {
+			m.Unused = append(slices.Clone(skipped), m.Unused...)
+			return m, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	m.Unused = append(skipped, m.Unused...)
+	var trainerErr error
+	if trainerShaped(o) {
+		m, err := byTrainerGrouping(o, r)
+		if err == nil {
+			return m, nil
+		}
+		trainerErr = err
+	}
+	m, err := byShapes(o, r.params)
+	if err != nil {
+		if trainerErr != nil {
+			return nil, trainerErr
+		}
+		return nil, err
+	}
+	m.Order = r.from
+	m.Unused = append(slices.Clone(r.skipped), m.Unused...)
 	return m, nil
 }
 
@@ -211,9 +256,14 @@ const (
 // every state tensor's shape fitting. It counts the assignments (up to 2) by dynamic
 // programming over (next model parameter, parameters placed per group).
 type solver struct {
-	o      *Optimizer
-	cands  []ModelParam
+	o     *Optimizer
+	cands []ModelParam
+	// groups are the ids of each group to place, ids all of them in order; what words how
+	// many there are and how many candidates, for errors ("the optimizer lists %d
+	// parameters; the model state dict has %d that can be parameters").
 	groups [][]int
+	ids    []int
+	what   string
 	compat map[[2]int]bool
 	memo   map[string]int
 	// prune cuts states that cannot place every parameter any more; the error report
@@ -229,14 +279,17 @@ type solver struct {
 	deepest struct{ prefix, j int }
 }
 
-func newSolver(o *Optimizer, cands []ModelParam) *solver {
-	s := &solver{o: o, cands: cands, compat: map[[2]int]bool{}, memo: map[string]int{}, prune: true, limit: maxStates}
-	for _, g := range o.Groups {
-		s.groups = append(s.groups, g.Params)
-		last := make([]int, len(g.Params))
+// newSolver places the parameters of groups (ids of o.Params, each group in order) on
+// cands; what words the candidates for errors.
+func newSolver(o *Optimizer, cands []ModelParam, groups [][]int, what string) *solver {
+	s := &solver{o: o, cands: cands, what: what, compat: map[[2]int]bool{}, memo: map[string]int{}, prune: true, limit: maxStates}
+	for _, g := range groups {
+		s.groups = append(s.groups, g)
+		s.ids = append(s.ids, g...)
+		last := make([]int, len(g))
 		j := len(cands) - 1
-		for p := len(g.Params) - 1; p >= 0; p-- {
-			for j >= 0 && !s.fits(g.Params[p], j) {
+		for p := len(g) - 1; p >= 0; p-- {
+			for j >= 0 && !s.fits(g[p], j) {
 				j--
 			}
 			last[p] = j
@@ -289,7 +342,7 @@ func (s *solver) count(j int, pos []int) (int, error) {
 			if prefix > s.deepest.prefix {
 				s.deepest.prefix, s.deepest.j = prefix, j
 			}
-			if placed == len(s.o.Params) {
+			if placed == len(s.ids) {
 				return 1, nil
 			}
 			if j == len(s.cands) || s.prune && !s.feasible(j, pos) {
@@ -353,7 +406,7 @@ func (s *solver) options(j int, pos []int) [][]int {
 // feasible is a necessary condition for completing state (j, pos): enough model
 // parameters remain, and each group's next parameter can still go at j or later.
 func (s *solver) feasible(j int, pos []int) bool {
-	remaining := len(s.o.Params)
+	remaining := len(s.ids)
 	for g, p := range pos {
 		remaining -= p
 		if p < len(s.groups[g]) && j > s.last[g][p] {
@@ -373,7 +426,7 @@ func (s *solver) walk(assign []int, diverge bool) {
 	if diverge {
 		need = 2
 	}
-	for placed := 0; placed < len(s.o.Params); j++ {
+	for placed := 0; placed < len(s.ids); j++ {
 		opts := s.options(j, pos)
 		pick := opts[0]
 		if len(opts) > 1 {
@@ -404,8 +457,9 @@ func (s *solver) walk(assign []int, diverge bool) {
 	}
 }
 
-func (s *solver) solve() (*Mapping, error) {
-	n := len(s.o.Params)
+// solve returns the model parameter (index into cands) of each parameter of the groups,
+// by id (-1 for the ids of no group), when exactly one assignment fits.
+func (s *solver) solve() ([]int, error) {
 	start := make([]int, len(s.groups))
 	total, err := s.count(0, start)
 	if err != nil {
@@ -414,29 +468,46 @@ func (s *solver) solve() (*Mapping, error) {
 	if total == 0 {
 		return nil, s.mismatch()
 	}
-	first := make([]int, n)
+	first := make([]int, len(s.o.Params))
+	for i := range first {
+		first[i] = -1
+	}
 	s.walk(first, false)
 	if total > 1 {
-		second := make([]int, n)
+		second := slices.Clone(first)
 		s.walk(second, true)
-		for i := range first {
+		for _, i := range s.ids {
 			if first[i] != second[i] {
 				return nil, &AmbiguousError{Index: i, ID: s.o.Params[i].IDString(),
 					Names: []string{s.cands[first[i]].Name, s.cands[second[i]].Name}}
 			}
 		}
 	}
+	return first, nil
+}
+
+// byShapes maps o onto cands, the model's parameters in the order it registers them: each
+// group lists its parameters in that order.
+func byShapes(o *Optimizer, cands []ModelParam) (*Mapping, error) {
+	groups := make([][]int, len(o.Groups))
+	for i, g := range o.Groups {
+		groups[i] = g.Params
+	}
+	assign, err := newSolver(o, cands, groups, "the optimizer lists %d parameters; the model state dict has %d that can be parameters").solve()
+	if err != nil {
+		return nil, err
+	}
 	by := ByShapes
-	if len(s.groups) == 1 && n == len(s.cands) {
+	if len(o.Groups) == 1 && len(o.Params) == len(cands) {
 		by = ByOrder
 	}
 	m := &Mapping{By: by}
-	taken := make([]bool, len(s.cands))
-	for _, j := range first {
-		m.Params = append(m.Params, s.cands[j])
+	taken := make([]bool, len(cands))
+	for _, j := range assign {
+		m.Params = append(m.Params, cands[j])
 		taken[j] = true
 	}
-	for j, c := range s.cands {
+	for j, c := range cands {
 		if !taken[j] {
 			m.Unused = append(m.Unused, Skipped{c.Name, "not trained by this optimizer"})
 		}
@@ -467,12 +538,12 @@ func (s *solver) mismatch() error {
 	}
 	s.prune, s.memo, s.limit = false, map[string]int{}, maxDiagnosis
 	s.count(0, make([]int, len(s.groups)))
-	return s.mismatchAt(s.deepest.prefix, s.deepest.j) // groups list consecutive ids, so the prefix ends at an id
+	return s.mismatchAt(s.ids[min(s.deepest.prefix, len(s.ids)-1)], s.deepest.j)
 }
 
 // mismatchAt describes optimizer parameter i failing where model parameter j stands.
 func (s *solver) mismatchAt(i, j int) error {
-	counts := fmt.Sprintf(" (the optimizer lists %d parameters; the model state dict has %d that can be parameters)", len(s.o.Params), len(s.cands))
+	counts := " (" + fmt.Sprintf(s.what, len(s.ids), len(s.cands)) + ")"
 	e := &MismatchError{Index: i, ID: s.o.Params[i].IDString()}
 	if j >= len(s.cands) {
 		e.Detail = "no model parameter is left for it" + counts

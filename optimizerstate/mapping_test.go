@@ -194,11 +194,11 @@ func TestFixtures(t *testing.T) {
 		// spot checks: id → model name
 		names map[int]string
 	}{
-		{"llama_cuda.pt", "optimizer", "AdamW", optimizerstate.ByShapes, 20,
+		{"llama_cuda.pt", "optimizer", "AdamW", optimizerstate.ByTrainerGrouping, 20,
 			map[int]string{0: "model.embed_tokens.weight", 14: "model.layers.1.mlp.down_proj.weight", 15: "model.layers.0.input_layernorm.weight", 19: "model.norm.weight"}},
 		{"mlp_cuda.pt", "optimizer", "SGD", optimizerstate.ByOrder, 6, map[int]string{2: "bn.weight", 4: "fc2.weight"}},
 		{"dcp", "optim", "AdamW", optimizerstate.ByFQN, 6, map[int]string{1: "fc2.weight", 2: "fc1.bias"}},
-		{"../torch/training_cuda.pt", "optimizer", "AdamW", optimizerstate.ByShapes, 6, map[int]string{1: "fc2.weight", 2: "fc1.bias"}},
+		{"../torch/training_cuda.pt", "optimizer", "AdamW", optimizerstate.ByTrainerGrouping, 6, map[int]string{1: "fc2.weight", 2: "fc1.bias"}},
 		{"optimizers.pt", "sgd.optimizer", "SGD", optimizerstate.ByOrder, 6, nil},
 		{"optimizers.pt", "sgd_plain.optimizer", "SGD", optimizerstate.ByOrder, 6, nil},
 		{"optimizers.pt", "adam_amsgrad.optimizer", "Adam", optimizerstate.ByOrder, 6, nil},
@@ -261,11 +261,11 @@ func TestMismatchReported(t *testing.T) {
 		index         int
 		model0, inErr string
 	}{
-		{"other model", get(t, mlp, "model"), get(t, llama, "optimizer"), 0, "fc1.weight", "exp_avg has shape [64 16], the parameter [16 8] (the optimizer lists 20 parameters; the model state dict has 6"},
+		{"other model", get(t, mlp, "model"), get(t, llama, "optimizer"), 0, "fc1.weight", "exp_avg has shape [64 16], the parameter [16 8] (group 0 lists 15; the model has 3 parameters the Trainer decays)"},
 		// Shapes cannot tell k_proj from v_proj: v_proj takes id 9, and id 10 is the first
 		// that fits nowhere.
 		{"one parameter missing", short, get(t, llama, "optimizer"), 10, "model.layers.1.self_attn.o_proj.weight",
-			"exp_avg has shape [8 16], the parameter [16 16] (the optimizer lists 20 parameters; the model state dict has 19"},
+			"exp_avg has shape [8 16], the parameter [16 16] (group 0 lists 15; the model has 14 parameters the Trainer decays)"},
 		{"extra optimizer parameter", get(t, mlp, "model"), get(t, mlp, "optimizer"), -1, "", ""},
 	}
 	for _, c := range cases {

@@ -5,7 +5,8 @@
 //
 // An optimizer state dict identifies parameters by position (Optimizer.state_dict(): int
 // ids numbering the parameters of all groups in order) or by name (DCP's
-// get_optimizer_state_dict: fully qualified names). Positions only mean something against
+// get_optimizer_state_dict: fully qualified names, nested or flattened into
+// "state.FQN.KEY" / "param_groups.FQN.OPTION" keys as torchtitan saves them). Positions only mean something against
 // the model, so [Map] reconstructs which model state-dict entry each position is, checking
 // every state tensor's shape against its parameter's; when the shapes cannot decide, it
 // says so instead of guessing, and a list of names can be given instead.
@@ -38,6 +39,9 @@ type Optimizer struct {
 	// "Adafactor (transformers)", …), or "unknown".
 	Kind string
 	Form Form
+	// Flat is set for the flattened ByName form ("state.FQN.KEY", "param_groups.FQN.OPTION"
+	// keys in one dict; see parseFlat), whose groups are rebuilt from their options.
+	Flat bool
 	// Groups are the param_groups, in order.
 	Groups []Group
 	// Params lists every parameter the groups name, in id order (group by group).
@@ -50,7 +54,8 @@ type Optimizer struct {
 type Group struct {
 	// Params are indices into Optimizer.Params.
 	Params []int
-	// Options is the group dict as saved (hyperparameters, params, param_names).
+	// Options is the group dict as saved (hyperparameters, params, param_names); for a
+	// flattened state, the options its parameters' entries carry.
 	Options *statedict.Dict
 }
 
@@ -72,11 +77,15 @@ type Param struct {
 func (p Param) IDString() string { return statedict.KeyString(p.ID) }
 
 // IsOptimizerState reports whether v is a torch.optim state dict: a dict with a "state"
-// dict and a "param_groups" list.
+// dict and a "param_groups" list, or the flattened form of one (keys "state.FQN.KEY" and
+// "param_groups.FQN.OPTION" only).
 func IsOptimizerState(v statedict.Value) bool {
 	d, ok := v.(*statedict.Dict)
 	if !ok {
 		return false
+	}
+	if isFlat(d) {
+		return true
 	}
 	s, _ := d.Get("state")
 	pg, _ := d.Get("param_groups")
@@ -90,6 +99,9 @@ func IsOptimizerState(v statedict.Value) bool {
 func Parse(d *statedict.Dict) (*Optimizer, error) {
 	if !IsOptimizerState(d) {
 		return nil, fmt.Errorf("not an optimizer state dict (needs a \"state\" dict and a \"param_groups\" list)")
+	}
+	if isFlat(d) {
+		return parseFlat(d)
 	}
 	sv, _ := d.Get("state")
 	gv, _ := d.Get("param_groups")

@@ -52,9 +52,9 @@ func TestResumeInTorch(t *testing.T) {
 		wantMappedBy string
 		wantRepaired []string
 	}{
-		{"llama", "llama_cuda.pt", "llama", "keep", false, "shapes", nil},
-		{"llama-bf16", "llama_cuda.pt", "llama", "bfloat16", false, "shapes", nil},
-		{"llama-keep-cuda-rng", "llama_cuda.pt", "llama", "keep", true, "shapes", nil},
+		{"llama", "llama_cuda.pt", "llama", "keep", false, "trainer grouping", nil},
+		{"llama-bf16", "llama_cuda.pt", "llama", "bfloat16", false, "trainer grouping", nil},
+		{"llama-keep-cuda-rng", "llama_cuda.pt", "llama", "keep", true, "trainer grouping", nil},
 		{"mlp", "mlp_cuda.pt", "mlp", "keep", false, "order", nil},
 		{"mlp-bf16", "mlp_cuda.pt", "mlp", "bfloat16", false, "order", nil},
 		// The same state through DCP: without ids turned back into ints, torch would

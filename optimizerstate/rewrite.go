@@ -2,7 +2,9 @@ package optimizerstate
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -23,9 +25,18 @@ type Report struct {
 	Path string `json:"path"`
 	Kind string `json:"kind"`
 	Form Form   `json:"form"`
-	// Model is the path of the model state dict it was mapped onto, MappedBy how.
-	Model    string `json:"model,omitempty"`
-	MappedBy string `json:"mapped_by,omitempty"`
+	// Flat is set for the flattened FQN form (Optimizer.Flat).
+	Flat bool `json:"flattened,omitempty"`
+	// Model is the path of the model state dict it was mapped onto, MappedBy how (the
+	// Mapping's By: "fqn", "shapes", "trainer grouping", …), and ParamOrder where the order
+	// its parameters register in was read (Mapping.Order).
+	Model      string `json:"model,omitempty"`
+	MappedBy   string `json:"mapped_by,omitempty"`
+	ParamOrder string `json:"param_order,omitempty"`
+	// Tied and NotTied count the optimizer's parameters (as saved) whose state was and was
+	// not tied to a model entry.
+	Tied    int `json:"tied"`
+	NotTied int `json:"not_tied"`
 	// Params counts the parameters in the output.
 	Params int `json:"params"`
 	// Dropped lists the ids (as saved) of parameters removed with their model entries.
@@ -57,7 +68,8 @@ type Report struct {
 // out with its parameter, in state order.
 func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) (*Report, []Follows, error) {
 	o := f.Optimizer
-	rep := &Report{Path: f.Path, Kind: o.Kind, Form: o.Form, Model: f.ModelPath}
+	rep := &Report{Path: f.Path, Kind: o.Kind, Form: o.Form, Flat: o.Flat, Model: f.ModelPath}
+	rep.Tied, rep.NotTied = f.TieCounts()
 	n := len(o.Params)
 	kept := make([]bool, n)
 	ids := make([]statedict.Value, n)
@@ -65,7 +77,7 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 	locs := make([]string, n)
 	params := make([]string, n) // the output name of each parameter's model entry
 	if f.Mapping != nil {
-		rep.MappedBy = f.Mapping.By
+		rep.MappedBy, rep.ParamOrder = f.Mapping.By, f.Mapping.Order
 	} else {
 		if f.Err != nil {
 			rep.Unmapped = f.Err.Error()
@@ -121,6 +133,14 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 	for i, p := range o.Params {
 		index[p.IDString()] = i
 	}
+	r := rewritten{o: o, f: f, kept: kept, ids: ids, locs: locs, params: params}
+	if o.Flat {
+		follows, err := r.flat(out)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", f.Path, err)
+		}
+		return rep, follows, nil
+	}
 	var follows []Follows
 	if sv, ok := out.Get("state"); ok {
 		st, ok := sv.(*statedict.Dict)
@@ -142,11 +162,9 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 				}
 				nv := relocate(e.Value, locs[i], "", moved)
 				ns.Set(ids[i], nv)
-				if pd, ok := nv.(*statedict.Dict); ok && params[i] != "" {
+				if pd, ok := nv.(*statedict.Dict); ok {
 					for _, pe := range pd.Entries() {
-						if t, ok := pe.Value.(*statedict.Tensor); ok {
-							follows = append(follows, Follows{Tensor: t, Param: params[i], Shape: f.Mapping.Params[i].Tensor.Shape, Key: statedict.KeyString(pe.Key)})
-						}
+						follows = r.follow(follows, i, statedict.KeyString(pe.Key), pe.Value)
 					}
 				}
 			}
@@ -187,6 +205,86 @@ func Rewrite(out *statedict.Dict, f *Found, fate func(key string) (Fate, bool)) 
 	}
 	out.Set("param_groups", ng)
 	return rep, follows, nil
+}
+
+// rewritten is what Rewrite decided for each optimizer parameter, by index: whether it
+// stays, its id, the location and output name of its model entry.
+type rewritten struct {
+	o      *Optimizer
+	f      *Found
+	kept   []bool
+	ids    []statedict.Value
+	locs   []string
+	params []string
+}
+
+// follow appends to fs the state value v (key KEY) of parameter i if it is a tensor tied
+// to its model entry.
+func (r *rewritten) follow(fs []Follows, i int, key string, v statedict.Value) []Follows {
+	if t, ok := v.(*statedict.Tensor); ok && r.params[i] != "" {
+		fs = append(fs, Follows{Tensor: t, Param: r.params[i], Shape: r.f.Mapping.Params[i].Tensor.Shape, Key: key})
+	}
+	return fs
+}
+
+// flat rewrites a flattened optimizer state dict in place, entry by entry in its order: the
+// entries of dropped parameters leave, renamed parameters' keys take the new FQN, each
+// state value takes its parameter's location (a CPU "step" stays on the CPU). Entries of
+// parameters no group names are kept as they are. Renames that make two keys one are an
+// error.
+func (r *rewritten) flat(out *statedict.Dict) ([]Follows, error) {
+	index := make(map[string]int, len(r.o.Params))
+	for i, p := range r.o.Params {
+		index[p.Name] = i
+	}
+	entries := slices.Clone(out.Entries())
+	out.Clear()
+	moved := map[*statedict.Storage]*statedict.Storage{}
+	var follows []Follows
+	seen := make(map[string]bool, len(entries))
+	add := func(k string, v statedict.Value) error {
+		if seen[k] {
+			return fmt.Errorf("the parameters' renames give two entries the key %q", k)
+		}
+		seen[k] = true
+		out.Append(k, v)
+		return nil
+	}
+	for _, e := range entries {
+		k, _ := e.Key.(string)
+		var fqn, key string
+		var ok bool
+		group := strings.HasPrefix(k, flatGroups)
+		if group {
+			fqn, key, ok = splitGroupKey(k)
+		} else {
+			fqn, key, ok = splitStateKey(k, index)
+		}
+		if !ok {
+			if err := add(k, e.Value); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		i := index[fqn]
+		if !r.kept[i] {
+			continue
+		}
+		id := statedict.KeyString(r.ids[i])
+		if group {
+			if err := add(flatGroups+id+"."+key, e.Value); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		last := key[strings.LastIndexByte(key, '.')+1:]
+		nv := relocate(e.Value, r.locs[i], last, moved)
+		if err := add(flatState+id+"."+key, nv); err != nil {
+			return nil, err
+		}
+		follows = r.follow(follows, i, key, nv)
+	}
+	return follows, nil
 }
 
 // Follows ties a rewritten optimizer state tensor to its parameter: the output name and the

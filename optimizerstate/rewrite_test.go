@@ -276,7 +276,7 @@ func TestSchedulerKinds(t *testing.T) {
 	if !optimizerstate.IsGradScalerState(get(t, root, "scaler_enabled").(*statedict.Dict)) {
 		t.Error("enabled GradScaler not recognized")
 	}
-	a, err := optimizerstate.Analyze(root, nil)
+	a, err := optimizerstate.Analyze(root, optimizerstate.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

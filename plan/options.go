@@ -6,6 +6,7 @@ import (
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/remap"
+	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -63,4 +64,22 @@ func (o Options) OpenOptions() formats.OpenOptions {
 // with the device, plain-data, optimizer-dtype and RNG options and nothing else.
 func (o Options) Alongside() Options {
 	return Options{Layout: formats.TorchFile, PlainData: o.PlainData, OptimizerDType: o.OptimizerDType, KeepCUDARNG: o.KeepCUDARNG}
+}
+
+// AlongsideTarget is the target of a training-state file converted alongside the weights
+// (Alongside): t itself, or for a per-device output t's device and generation without its
+// slice and mesh — a torch file holds whole tensors.
+func AlongsideTarget(t *runtime.Target) *runtime.Target {
+	if t.Sharding() == nil {
+		return t
+	}
+	return &runtime.Target{Device: t.Device, MapLocation: t.MapLocation, Generation: t.Generation}
+}
+
+// TrainingInTree reports whether a conversion into layout for t carries the training state
+// of a Trainer or accelerate folder inside the tree it writes (formats.WithTrainingState):
+// a torch file holds it whole, and a per-device DCP output shards each optimizer moment
+// with its parameter. Other folder outputs convert each training-state file alongside.
+func TrainingInTree(layout formats.Layout, t *runtime.Target) bool {
+	return layout == formats.TorchFile || layout == formats.DCPFolder && t.Sharding() != nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats"
@@ -72,6 +73,8 @@ type Plan struct {
 	// unsharded are the optimizer states whose tensors cannot follow their parameters'
 	// sharding (not understood, not tied to a model, or their model not converted).
 	unsharded []string
+	// config is the source folder's config.json, nil when it has none.
+	config []byte
 }
 
 // Make plans the conversion of ck with opts for t (nil: device tags kept, nothing
@@ -95,6 +98,12 @@ func Make(ck *statedict.Checkpoint, opts Options, t *runtime.Target) (*Plan, err
 		return nil, err
 	}
 	p := &Plan{Options: opts, Target: t, Quantization: q.Report, Rewrite: q.Rewrite, policies: statedict.Policies{}, groups: q.Groups, kept: q.Policies}
+	if slices.Contains(ck.Extras, hf.ConfigFile) {
+		// The model's configuration says in which order it registers its parameters.
+		if p.config, err = hf.ReadConfig(ck.Files); err != nil {
+			return nil, fmt.Errorf("%s: %w", ck.Path, err)
+		}
+	}
 	if p.Rewrite == nil {
 		p.Rewrite = map[string][]byte{}
 	}
@@ -174,7 +183,11 @@ func (p *Plan) remap(q *quant.Prepared) (statedict.Value, error) {
 		}
 		p.host = plain.Host
 	}
-	dec, err := optimizerstate.Decide(root, optimizerstate.Options{Names: opts.OptimizerNames, MomentDType: opts.OptimizerDType, KeepCUDARNG: opts.KeepCUDARNG})
+	oo := optimizerstate.Options{Names: opts.OptimizerNames, MomentDType: opts.OptimizerDType, KeepCUDARNG: opts.KeepCUDARNG, Config: p.config}
+	if p.Target.Sharding() != nil {
+		oo.DataParallel = p.Target.Mesh.DataParallel()
+	}
+	dec, err := optimizerstate.Decide(root, oo)
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +216,24 @@ func (p *Plan) remap(q *quant.Prepared) (statedict.Value, error) {
 			p.Report.RNG = append(p.Report.RNG, n)
 		}
 	}
-	p.Report.DroppedRNG = rep.PolicyDropped // the only entries a policy drops
+	cuda := map[string]bool{}
+	for _, n := range dec.RNG.CUDAEntries {
+		cuda[n] = true
+	}
+	var carriedDropped []string
+	for _, n := range rep.PolicyDropped {
+		if cuda[n] {
+			p.Report.DroppedRNG = append(p.Report.DroppedRNG, n)
+		} else {
+			carriedDropped = append(carriedDropped, n)
+		}
+	}
+	p.Report.Carried = dec.Carried
+	if !opts.Layout.Tree() {
+		// A layout of tensors alone carries the tensors of the training state; the rest is
+		// in the values_not_written warning, not kept.
+		p.Report.Carried = slices.DeleteFunc(slices.Clone(dec.Carried), func(c optimizerstate.Carried) bool { return !c.HoldsTensors() })
+	}
 	if err := p.followModels(); err != nil {
 		return nil, err
 	}
@@ -214,6 +244,16 @@ func (p *Plan) remap(q *quant.Prepared) (statedict.Value, error) {
 		}
 		p.Report.Warnings = append(p.Report.Warnings, Warning{Kind: "cuda_rng_dropped", Items: p.Report.DroppedRNG, Dropped: true,
 			Message: fmt.Sprintf("dropped %s (%s): they mean nothing on %s", plural.Of(n, "CUDA RNG state"), Summarize(p.Report.DroppedRNG), where)})
+	}
+	if n := len(carriedDropped); n > 0 {
+		var why []string
+		for _, c := range dec.Carried {
+			if slices.Contains(carriedDropped, c.Path) {
+				why = append(why, c.Path+": "+c.Why)
+			}
+		}
+		p.Report.Warnings = append(p.Report.Warnings, Warning{Kind: "training_state_dropped", Items: carriedDropped, Dropped: true,
+			Message: fmt.Sprintf("dropped %s: %s", plural.Of(n, "per-rank training state"), strings.Join(why, "; "))})
 	}
 	p.warn(p.Report.Warnings...)
 	return out, nil
@@ -330,8 +370,11 @@ func (d decider) Policy(name string, v statedict.Value) statedict.Policy {
 	return pol
 }
 
-// Model reports whether d is one of the tree's model state dicts.
-func (d decider) Model(dict *statedict.Dict) bool { return d.p.decisions.Models[dict] }
+// Model reports whether d is one of the tree's model state dicts, or holds one in its
+// tensor entries.
+func (d decider) Model(dict *statedict.Dict) (bool, bool) {
+	return d.p.decisions.Models[dict], d.p.decisions.Inline[dict]
+}
 
 // files decides what becomes of the files of a source folder that are not the weights: an
 // HF Trainer checkpoint's training state converted alongside into a folder output
@@ -350,6 +393,10 @@ func (p *Plan) files(ck *statedict.Checkpoint, folderOut bool) {
 		default:
 			left = append(left, f)
 		}
+	}
+	if len(p.Alongside) > 0 && p.Target.Sharding() != nil {
+		p.warn(Warning{Kind: "training_state_whole", Items: p.Alongside,
+			Message: fmt.Sprintf("converted %s whole next to the per-device weights (each a torch file for every rank); a per-device dcp output shards the optimizer moments with their parameters", Summarize(p.Alongside))})
 	}
 	if len(training) > 0 {
 		p.warn(Warning{Kind: "training_state_left_out", Items: training, Dropped: true,

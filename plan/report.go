@@ -31,6 +31,9 @@ type Report struct {
 	// np.random.set_state to take it back).
 	HostData   []string `json:"host_data,omitempty"`
 	DroppedRNG []string `json:"dropped_rng,omitempty"`
+	// Carried says, for an output split over a mesh, what became of each piece of training
+	// state that is not a parameter's: kept, replicated or dropped, and why.
+	Carried []optimizerstate.Carried `json:"training_state,omitempty"`
 	// Repaired lists scheduler values restored after a DCP round trip (MultiStepLR
 	// milestones).
 	Repaired []string `json:"repaired,omitempty"`

@@ -3,7 +3,6 @@ package quant
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"sync"
 
 	"github.com/ckpt-dev/ckpt/codec"
@@ -32,9 +31,9 @@ func mxfp4Table(out statedict.DType) *fp4Table { return mxfp4Tables[out]() }
 
 func buildMXFP4(out statedict.DType) *fp4Table {
 	t := new(fp4Table)
-	for e := range 256 {
-		for n := range 16 {
-			t[e][n] = outBits(float32(math.Ldexp(float64(codec.FP4ToFloat32(byte(n))), e-127)), out)
+	for e, row := range codec.MXFP4() {
+		for n, v := range row {
+			t[e][n] = outBits(v, out)
 		}
 	}
 	return t

@@ -79,9 +79,11 @@ type Decisions interface {
 	// Policy is how the value v, found at the flattened name, is treated: a tensor's cast,
 	// device and drop; a container's drop.
 	Policy(name string, v statedict.Value) statedict.Policy
-	// Model reports whether d is a model state dict, whose keys are parameter names: the
-	// conversion's renames and wrapper stripping apply to them.
-	Model(d *statedict.Dict) bool
+	// Model reports whether d holds a model state dict, whose keys are parameter names:
+	// the conversion's renames and wrapper stripping apply to them. With tensorsOnly, the
+	// model is d's tensor entries alone — a model flattened into a dict of training state,
+	// as torchtitan saves it — and d's other keys are left as they are.
+	Model(d *statedict.Dict) (model, tensorsOnly bool)
 }
 
 // Report says what a remap did.
@@ -126,7 +128,7 @@ type DictTrace struct {
 type noDecisions struct{}
 
 func (noDecisions) Policy(string, statedict.Value) statedict.Policy { return statedict.Policy{} }
-func (noDecisions) Model(*statedict.Dict) bool                      { return false }
+func (noDecisions) Model(*statedict.Dict) (bool, bool)              { return false, false }
 
 // Apply remaps root. The source tree is not modified (unless Options.Consume): containers,
 // tensors and storages that change are copied (shallowly; tensor bytes are never read
@@ -224,7 +226,8 @@ func (r *remapper) value(v statedict.Value, name string) (statedict.Value, error
 	case *statedict.Dict:
 		out := statedict.NewDictSize(c.Class, c.Len())
 		out.Attrs = c.Attrs
-		names, renamed, err := r.names(c, name, r.opts.Decisions.Model(c))
+		model, tensorsOnly := r.opts.Decisions.Model(c)
+		names, renamed, err := r.names(c, name, model, tensorsOnly)
 		if err != nil {
 			return nil, err
 		}
@@ -283,14 +286,21 @@ const maxName = 1 << 16
 var wrapperPrefixes = []string{"module.", "_orig_mod."}
 
 // names returns the (possibly renamed) key of each entry of d. Only model state dicts are
-// renamed (not the per-parameter dicts inside an optimizer state); a rename that makes two
-// names collide is an error.
-func (r *remapper) names(d *statedict.Dict, where string, model bool) ([]statedict.Value, bool, error) {
+// renamed (not the per-parameter dicts inside an optimizer state), and of a dict holding
+// a model in its tensor entries (tensorsOnly) only those; a rename that makes two names
+// collide is an error.
+func (r *remapper) names(d *statedict.Dict, where string, model, tensorsOnly bool) ([]statedict.Value, bool, error) {
 	out := make([]statedict.Value, d.Len())
+	var keys []int // the positions of the model's entries
 	for i, e := range d.Entries() {
 		out[i] = e.Key
+		if _, isTensor := e.Value.(*statedict.Tensor); !tensorsOnly || isTensor {
+			if _, isStr := e.Key.(string); isStr {
+				keys = append(keys, i)
+			}
+		}
 	}
-	if !model {
+	if !model || len(keys) == 0 {
 		return out, false, nil
 	}
 	renamed := false
@@ -299,15 +309,15 @@ func (r *remapper) names(d *statedict.Dict, where string, model bool) ([]statedi
 			changed = false
 			for _, p := range wrapperPrefixes {
 				all := true
-				for _, k := range out {
-					if !strings.HasPrefix(k.(string), p) {
+				for _, i := range keys {
+					if !strings.HasPrefix(out[i].(string), p) {
 						all = false
 						break
 					}
 				}
 				if all {
-					for i, k := range out {
-						out[i] = strings.TrimPrefix(k.(string), p)
+					for _, i := range keys {
+						out[i] = strings.TrimPrefix(out[i].(string), p)
 					}
 					label := p
 					if where != "" {
@@ -320,8 +330,8 @@ func (r *remapper) names(d *statedict.Dict, where string, model bool) ([]statedi
 		}
 	}
 	for ri, rule := range r.opts.Renames {
-		for i, k := range out {
-			s := k.(string)
+		for _, i := range keys {
+			s := out[i].(string)
 			if rule.Pattern.MatchString(s) {
 				ns := rule.Pattern.ReplaceAllString(s, rule.Repl)
 				if len(ns) > maxName {
@@ -341,7 +351,7 @@ func (r *remapper) names(d *statedict.Dict, where string, model bool) ([]statedi
 	}
 	seen := make(map[string]string, len(out))
 	for i, k := range out {
-		s := k.(string)
+		s := statedict.KeyString(k)
 		orig := statedict.KeyString(d.Entries()[i].Key)
 		if prev, dup := seen[s]; dup {
 			return nil, false, fmt.Errorf("renaming maps both %q and %q to %q", statedict.JoinName(where, prev), statedict.JoinName(where, orig), statedict.JoinName(where, s))

@@ -44,13 +44,29 @@ func (d decisions) Policy(_ string, v statedict.Value) statedict.Policy {
 	return d[t]
 }
 
-func (decisions) Model(d *statedict.Dict) bool {
+// inline stands for a plan that finds a model in the tensor entries of every dict holding
+// a tensor beside other values.
+type inline struct{ decisions }
+
+func (inline) Model(d *statedict.Dict) (bool, bool) {
+	tensors, others := 0, 0
 	for _, e := range d.Entries() {
-		if _, ok := e.Value.(*statedict.Tensor); !ok {
-			return false
+		if _, ok := e.Value.(*statedict.Tensor); ok {
+			tensors++
+		} else {
+			others++
 		}
 	}
-	return d.Len() > 0
+	return tensors > 0, others > 0
+}
+
+func (decisions) Model(d *statedict.Dict) (bool, bool) {
+	for _, e := range d.Entries() {
+		if _, ok := e.Value.(*statedict.Tensor); !ok {
+			return false, false
+		}
+	}
+	return d.Len() > 0, false
 }
 
 func TestApplyNames(t *testing.T) {
@@ -77,10 +93,18 @@ func TestApplyNames(t *testing.T) {
 		{"select missing key", dict("model", dict()), Options{Select: "state_dict"}, "", `no key "state_dict" (keys: model)`},
 		{"only model state dicts are renamed", dict("step", int64(3), "exp", tensor(statedict.Float32, "cpu", 1)),
 			Options{Renames: []Rename{{re(`exp`), "x"}}}, "", "matched no tensor name"},
+		// A model in a dict's tensor entries (torchtitan's top level): the rules touch those
+		// alone, and a rename onto a key beside them collides.
+		{"a model in the tensor entries", dict("module.w", tensor(statedict.Float32, "cpu", 1), "optimizer", dict("lr", 0.1), "module.b", tensor(statedict.Float32, "cpu", 1)),
+			Options{StripWrappers: true, Renames: []Rename{{re(`^`), "m."}}, Decisions: inline{}}, "m.w optimizer.lr m.b", ""},
+		{"a model in the tensor entries renamed onto a key beside it", dict("w", tensor(statedict.Float32, "cpu", 1), "optimizer", dict("lr", 0.1)),
+			Options{Renames: []Rename{{re(`^w$`), "optimizer"}}, Decisions: inline{}}, "", `both "w" and "optimizer"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.opts.Decisions = decisions{}
+			if c.opts.Decisions == nil {
+				c.opts.Decisions = decisions{}
+			}
 			out, _, _, err := Apply(c.root, c.opts)
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {

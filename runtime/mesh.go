@@ -82,6 +82,20 @@ func (m *Mesh) Shape() []int {
 	return s
 }
 
+// DataParallel is how many ways the mesh splits the data: the product of its dp, fsdp and
+// ep axes (torchtitan's data-parallel degree, dp_replicate × dp_shard, of which ep is
+// borrowed), the number of per-rank data-loader states a run on it loads.
+func (m *Mesh) DataParallel() int {
+	n := 1
+	for _, a := range m.Axes {
+		switch AxisKinds[a.Name] {
+		case KindDP, KindFSDP, KindEP:
+			n *= a.Size
+		}
+	}
+	return n
+}
+
 // Index is the position of the axis called name, or -1.
 func (m *Mesh) Index(name string) int {
 	for i, a := range m.Axes {

@@ -241,6 +241,13 @@ func TestParseMesh(t *testing.T) {
 			t.Errorf("ParseMesh(%q) = %v", in, m)
 		}
 	}
+	// The data-parallel degree: dp × fsdp × ep (ep borrowed from the data-parallel ranks);
+	// tp and cp ranks read the same data.
+	for in, want := range map[string]int{"dp=2,fsdp=2,tp=2": 4, "fsdp=4": 4, "tp=8": 1, "ep=2,fsdp=2,cp=2": 4, "dp_replicate=2,dp_shard=3": 6} {
+		if m, _ := ParseMesh(in); m.DataParallel() != want {
+			t.Errorf("%s: data-parallel degree %d, want %d", in, m.DataParallel(), want)
+		}
+	}
 	top, _ := ParseTopology("tpu7x-8")
 	if err := m.Check(top); err != nil {
 		t.Errorf("8 ranks on tpu7x-8's 8 devices: %v", err)

@@ -21,7 +21,7 @@ func TestScanMegatronNemo(t *testing.T) {
 		src   string
 		files []string // files scanned as a layout of their own
 	}{
-		{"tp2pp2", []string{"release/mp_rank_00_000/model_optim_rng.pt", "release/mp_rank_01_001/distrib_optim.pt"}},
+		{"llama_tp2pp2", []string{"iter_0000003/mp_rank_00_000/model_optim_rng.pt", "iter_0000003/mp_rank_01_001/distrib_optim.pt"}},
 		{"torch_dist", []string{"iter_0000200/common.pt", "iter_0000200/.metadata"}},
 		{"nemo2", []string{"weights/common.pt", "weights/.metadata"}},
 		{"nemo1/tp2.nemo", []string{""}},

@@ -29,8 +29,12 @@ type Dict struct {
 	Class string
 	// Attrs holds instance attributes set on the mapping, such as the `_metadata` dict
 	// nn.Module.state_dict() attaches to its OrderedDict; nil if none.
-	Attrs   Value
-	entries []Entry
+	Attrs Value
+	// NameOrder is set by the readers of formats that do not keep the order the saving
+	// program inserted the entries in (a safetensors header lists its tensors by dtype and
+	// name): the entries' order then says nothing of a model's parameter order.
+	NameOrder bool
+	entries   []Entry
 	// index maps the hashable keys (string, int64, bool) of the first indexed entries to
 	// their positions; the entries Append added after them are indexed by the next
 	// lookup (under mu, as lookups may run at once).
@@ -179,6 +183,14 @@ func (d *Dict) Delete(key Value) bool {
 	d.catchUp()
 	d.mu.Unlock()
 	return true
+}
+
+// Clear removes every entry, keeping the class and attributes: for a rewrite that fills
+// the same dict (referenced from its parent) with other entries.
+func (d *Dict) Clear() {
+	d.mu.Lock()
+	d.entries, d.index, d.indexed, d.scans = nil, nil, 0, 0
+	d.mu.Unlock()
 }
 
 // List is a Python list. It is a pointer type so that a list referenced twice stays one list.

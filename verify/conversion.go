@@ -29,9 +29,20 @@ type Conversion struct {
 	Target *runtime.Target
 }
 
-// openSource opens the source as the conversion read it.
+// openSource opens the source as the conversion read it: with a Trainer or accelerate
+// folder's training state inside the tree when the output held it there
+// (plan.TrainingInTree).
 func (c *Conversion) openSource(ctx context.Context, src string) (*statedict.Checkpoint, error) {
-	return formats.OpenWith(ctx, src, c.Options.OpenOptions())
+	ck, err := formats.OpenWith(ctx, src, c.Options.OpenOptions())
+	if err != nil || !plan.TrainingInTree(c.Options.Layout, c.Target) {
+		return ck, err
+	}
+	wrapped, err := formats.WithTrainingState(ctx, ck)
+	if err != nil {
+		ck.Close()
+		return nil, err
+	}
+	return wrapped, nil
 }
 
 // Standard is the conversion assumed when nothing was recorded: `ckpt convert`'s defaults
@@ -45,7 +56,7 @@ func Standard() *Conversion {
 // alongside is the conversion of a training-state file taken along into an HF folder
 // output (optimizer.pt, …), as convert derives it.
 func (c *Conversion) alongside() *Conversion {
-	return &Conversion{Recorded: c.Recorded, Options: c.Options.Alongside(), Target: c.Target}
+	return &Conversion{Recorded: c.Recorded, Options: c.Options.Alongside(), Target: plan.AlongsideTarget(c.Target)}
 }
 
 // String is the conversion in the words of convert's options.

@@ -15,9 +15,12 @@
 //   - Forward runs the source model in float32 and the converted one as a TPU computes (see
 //     package forward) on the same tokens and compares the logits of every position (max and
 //     mean absolute error, cosine similarity, KL divergence, top-1 agreement) against
-//     thresholds measured on correct and deliberately broken conversions.
+//     thresholds measured on correct and deliberately broken conversions, a block of
+//     positions at a time. For a model whose family package forward lacks it returns a
+//     NoFamilyError.
 //   - EmitTorch writes a self-contained Python check with the reference logits, to run the
-//     converted checkpoint on the TPU itself with torch_tpu and transformers.
+//     converted checkpoint on the TPU itself with torch_tpu and transformers — or, for a model
+//     package forward lacks, a check that computes both sides with transformers.
 //
 // Every failed verification's error matches ErrFailed (`ckpt` exits 5).
 package verify

@@ -64,11 +64,14 @@ func expect(src *statedict.Checkpoint, c *Conversion, dstHas func(name string, d
 		}
 	}
 	// The values are checked; where the tensors sit on the ranks is not (the
-	// destination is read back whole).
+	// destination is read back whole). The mesh stays for a layout written per device:
+	// what the plan carries of the training state depends on the ranks it is for.
 	var t *runtime.Target
 	if c.Target != nil {
 		tc := *c.Target
-		tc.Mesh, tc.Plan = nil, nil
+		if !opts.Layout.PerRank() {
+			tc.Mesh, tc.Plan = nil, nil
+		}
 		t = &tc
 	}
 	pl, err := plan.Make(&ck, opts, t)

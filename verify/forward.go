@@ -2,6 +2,8 @@ package verify
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -63,15 +65,69 @@ func (r *ForwardReport) Err() error {
 	return fmt.Errorf("%s vs %s: forward pass: %s: %w", r.Src, r.Dst, strings.Join(r.Failed, "; "), ErrFailed)
 }
 
-// Logits are the runs' logits [T, vocab] — the source in float32 (Reference) and as a TPU
-// computes (SourceTPU), the converted checkpoint as a TPU computes (TPU) — and the converted
-// side's config.json, for writing a reference (EmitTorch).
+// Logits are the runs' logits [T, vocab] — the source in float32, the source as a TPU
+// computes it, the converted checkpoint as a TPU computes it — computed on demand from the
+// runs' final hidden states a block of positions at a time (Rows), so that no
+// [T, vocab] array need exist; and both sides' config.json, for writing a reference
+// (EmitTorch). Without runs (Computed false: the Go forward pass has no family for the
+// model) they hold the tokens and configurations only, and the emitted script computes
+// both sides.
 type Logits struct {
-	Tokens                    []int
-	Vocab                     int
-	Reference, SourceTPU, TPU []float32
-	Config                    []byte
+	Tokens []int
+	Vocab  int
+	// Config is the converted side's config.json, SourceConfig the source's.
+	Config, SourceConfig []byte
+	ref, refTPU, got     *forward.States
+	// open are the checkpoints the runs read their weights from, until Close.
+	open []*statedict.Checkpoint
 }
+
+// Close releases the checkpoints the logits are computed from; Rows fails after it.
+func (l *Logits) Close() error {
+	var err error
+	for _, ck := range l.open {
+		err = errors.Join(err, ck.Close())
+	}
+	l.open, l.ref, l.refTPU, l.got = nil, nil, nil, nil
+	return err
+}
+
+// Computed reports whether the Go forward pass ran both sides (and the logits are not
+// closed).
+func (l *Logits) Computed() bool { return l.ref != nil }
+
+// Rows writes the logits of positions [t0, t1) of the three runs into ref, refTPU and got
+// ([t1−t0, vocab] each).
+func (l *Logits) Rows(ref, refTPU, got []float32, t0, t1 int) error {
+	if !l.Computed() {
+		return fmt.Errorf("no logits: the Go forward pass did not run this model, or they were closed")
+	}
+	for _, r := range []struct {
+		dst []float32
+		s   *forward.States
+	}{{ref, l.ref}, {refTPU, l.refTPU}, {got, l.got}} {
+		if err := r.s.Logits(r.dst, t0, t1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logitRows is how many positions' logits of three runs fit the working block.
+func logitRows(vocab int) int { return max(1, (48<<20)/(12*vocab)) }
+
+// NoFamilyError is Forward's error when the Go forward pass has no family for the model:
+// `ckpt verify --emit-torch DIR` still writes a check that runs both sides with
+// transformers.
+type NoFamilyError struct {
+	Err error
+}
+
+func (e *NoFamilyError) Error() string {
+	return fmt.Sprintf("%v; ckpt verify --emit-torch DIR writes a script that runs both sides with transformers (the source on the CPU in float32, DST on the device) with the same report and thresholds", e.Err)
+}
+
+func (e *NoFamilyError) Unwrap() error { return e.Err }
 
 // DefaultTokens are the ids run when none are given: 32 ids spread over the vocabulary
 // by a fixed linear congruential sequence, the same for every run of a model.
@@ -106,12 +162,19 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 	if err != nil {
 		return nil, nil, err
 	}
-	defer sck.Close()
 	dck, err := openOutput(ctx, dst)
 	if err != nil {
+		sck.Close()
 		return nil, nil, err
 	}
-	defer dck.Close()
+	// The checkpoints stay open while the returned Logits can compute rows from them.
+	kept := false
+	defer func() {
+		if !kept {
+			sck.Close()
+			dck.Close()
+		}
+	}()
 	scfg, dcfg, err := configs(ctx, sck, dck, opts.Config)
 	if err != nil {
 		return nil, nil, err
@@ -134,6 +197,9 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 		return nil, nil, err
 	}
 	ref, err := forward.Load(ctx, sck, forward.Options{Precision: forward.Float32, Config: scfg})
+	if forward.IsUnsupported(err) {
+		return nil, genericLogits(opts.Tokens, scfg, dcfg), &NoFamilyError{Err: fmt.Errorf("the source: %w", err)}
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("the source: %w", err)
 	}
@@ -142,6 +208,9 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 		return nil, nil, fmt.Errorf("the source: %w", err)
 	}
 	got, err := forward.Load(ctx, dck, forward.Options{Precision: forward.TPU, KeepFP8: keep, Config: dcfg, Shards: true})
+	if forward.IsUnsupported(err) {
+		return nil, genericLogits(opts.Tokens, scfg, dcfg), &NoFamilyError{Err: fmt.Errorf("the converted checkpoint: %w", err)}
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("the converted checkpoint: %w", err)
 	}
@@ -153,33 +222,37 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 	if tokens == nil {
 		tokens = DefaultTokens(rc.Vocab)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
+	lg := &Logits{Tokens: tokens, Vocab: rc.Vocab, Config: dcfg, SourceConfig: scfg, open: []*statedict.Checkpoint{sck, dck}}
+	for _, r := range []struct {
+		dst  **forward.States
+		m    *forward.Model
+		path string
+	}{{&lg.ref, ref, src}, {&lg.refTPU, refTPU, src}, {&lg.got, got, dst}} {
+		if *r.dst, err = r.m.Run(ctx, tokens); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", r.path, err)
+		}
 	}
-	rl, err := ref.Forward(tokens)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", src, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	rtl, err := refTPU.Forward(tokens)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", src, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	gl, err := got.Forward(tokens)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", dst, err)
-	}
-	lr, err := CompareLogits(tokens, rc.Vocab, rl, rtl, gl, th)
-	if err != nil {
-		return nil, nil, err
+	// The logits are compared a block of positions at a time.
+	V := rc.Vocab
+	step := logitRows(V)
+	n := min(step, len(tokens))
+	rl, rtl, gl := make([]float32, n*V), make([]float32, n*V), make([]float32, n*V)
+	cmp := newLogitsComparer(tokens, V, th)
+	for t0 := 0; t0 < len(tokens); t0 += step {
+		t1 := min(t0+step, len(tokens))
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		k := (t1 - t0) * V
+		if err := lg.Rows(rl[:k], rtl[:k], gl[:k], t0, t1); err != nil {
+			return nil, nil, err
+		}
+		for i := range t1 - t0 {
+			cmp.add(rl[i*V:(i+1)*V], rtl[i*V:(i+1)*V], gl[i*V:(i+1)*V])
+		}
 	}
 	rep := &ForwardReport{Src: src, Dst: dst, ModelType: rc.ModelType, Reference: forward.Float32.String(),
-		Converted: forward.TPU.String(), Kernel: kernel.Current(), LogitsReport: lr}
+		Converted: forward.TPU.String(), Kernel: kernel.Current(), LogitsReport: cmp.finish()}
 	if keep {
 		rep.Converted += "+fp8"
 	}
@@ -190,7 +263,27 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 		rep.Generation = opts.Generation.Name
 	}
 	rep.Seconds = time.Since(start).Seconds()
-	return rep, &Logits{Tokens: tokens, Vocab: rc.Vocab, Reference: rl, SourceTPU: rtl, TPU: gl, Config: dcfg}, nil
+	kept = true
+	return rep, lg, nil
+}
+
+// genericLogits are the Logits of a model the Go pass cannot run: the tokens (given, or
+// the default ids of the vocabulary config.json declares) and both configurations.
+func genericLogits(tokens []int, scfg, dcfg []byte) *Logits {
+	lg := &Logits{Tokens: tokens, Config: dcfg, SourceConfig: scfg}
+	var raw struct {
+		Vocab int `json:"vocab_size"`
+		Text  struct {
+			Vocab int `json:"vocab_size"`
+		} `json:"text_config"`
+	}
+	if json.Unmarshal(dcfg, &raw) == nil {
+		lg.Vocab = max(raw.Vocab, raw.Text.Vocab)
+	}
+	if lg.Tokens == nil && lg.Vocab > 0 {
+		lg.Tokens = DefaultTokens(lg.Vocab)
+	}
+	return lg
 }
 
 // configs finds config.json for each side: given, each side's own, else the other side's —

@@ -110,48 +110,79 @@ func CompareLogits(tokens []int, vocab int, ref, refTPU, got []float32, th Thres
 	if T == 0 || len(ref) != T*vocab || len(got) != T*vocab || refTPU != nil && len(refTPU) != T*vocab {
 		return nil, fmt.Errorf("logits of %d, %d and %d values for %d tokens × vocab %d", len(ref), len(refTPU), len(got), T, vocab)
 	}
-	r := &LogitsReport{Tokens: tokens, Vocab: vocab, Thresholds: th, MinCosine: 1, Failed: []string{}}
-	top1, exact, agree := 0, 0, 0
-	row := func(x []float32, t int) []float32 { return x[t*vocab : (t+1)*vocab] }
-	for t := range T {
-		p := Position{Token: tokens[t], Distance: distance(row(ref, t), row(got, t), th)}
-		if p.Top1Ref == p.Top1Got {
-			exact++
+	c := newLogitsComparer(tokens, vocab, th)
+	row := func(x []float32, t int) []float32 {
+		if x == nil {
+			return nil
 		}
-		if p.Top1Margin <= th.MaxAbsRel*p.Spread {
-			top1++
-		}
-		p.Agrees = len(p.Outside) == 0
-		if refTPU != nil {
-			d := distance(row(refTPU, t), row(got, t), th)
-			p.SourceTPU = &d
-			if !p.Agrees && len(d.Outside) == 0 {
-				p.Agrees, p.ByTPU = true, true
-				r.ByTPU++
-			}
-			r.Drift = max(r.Drift, kl(row(ref, t), row(refTPU, t)))
-		}
-		if p.Agrees {
-			agree++
-		}
-		r.Positions = append(r.Positions, p)
-		r.MeanAbs += p.MeanAbs / float64(T)
-		if t == 0 || worse(p.MaxAbs, r.MaxAbs) {
-			r.MaxAbs = p.MaxAbs
-		}
-		if t == 0 || worse(p.MaxAbsRel, r.MaxAbsRel) {
-			r.MaxAbsRel = p.MaxAbsRel
-		}
-		if t == 0 || worse(-p.Cosine, -r.MinCosine) {
-			r.MinCosine = p.Cosine
-		}
-		if t == 0 || worse(p.KL, r.MaxKL) {
-			r.MaxKL = p.KL
-		}
+		return x[t*vocab : (t+1)*vocab]
 	}
-	r.Top1, r.Top1Exact, r.Agree = float64(top1)/float64(T), float64(exact)/float64(T), float64(agree)/float64(T)
+	for t := range T {
+		c.add(row(ref, t), row(refTPU, t), row(got, t))
+	}
+	return c.finish(), nil
+}
+
+// logitsComparer builds a LogitsReport one position at a time, so that logits need never be
+// held for every position at once.
+type logitsComparer struct {
+	r                  *LogitsReport
+	th                 Thresholds
+	top1, exact, agree int
+}
+
+func newLogitsComparer(tokens []int, vocab int, th Thresholds) *logitsComparer {
+	return &logitsComparer{r: &LogitsReport{Tokens: tokens, Vocab: vocab, Thresholds: th, MinCosine: 1, Failed: []string{}}, th: th}
+}
+
+// add compares the next position's logits (refTPU nil: none).
+func (c *logitsComparer) add(ref, refTPU, got []float32) {
+	r, th := c.r, c.th
+	t := len(r.Positions)
+	T := len(r.Tokens)
+	p := Position{Token: r.Tokens[t], Distance: distance(ref, got, th)}
+	if p.Top1Ref == p.Top1Got {
+		c.exact++
+	}
+	if p.Top1Margin <= th.MaxAbsRel*p.Spread {
+		c.top1++
+	}
+	p.Agrees = len(p.Outside) == 0
+	if refTPU != nil {
+		d := distance(refTPU, got, th)
+		p.SourceTPU = &d
+		if !p.Agrees && len(d.Outside) == 0 {
+			p.Agrees, p.ByTPU = true, true
+			r.ByTPU++
+		}
+		r.Drift = max(r.Drift, kl(ref, refTPU))
+	}
+	if p.Agrees {
+		c.agree++
+	}
+	r.Positions = append(r.Positions, p)
+	r.MeanAbs += p.MeanAbs / float64(T)
+	if t == 0 || worse(p.MaxAbs, r.MaxAbs) {
+		r.MaxAbs = p.MaxAbs
+	}
+	if t == 0 || worse(p.MaxAbsRel, r.MaxAbsRel) {
+		r.MaxAbsRel = p.MaxAbsRel
+	}
+	if t == 0 || worse(-p.Cosine, -r.MinCosine) {
+		r.MinCosine = p.Cosine
+	}
+	if t == 0 || worse(p.KL, r.MaxKL) {
+		r.MaxKL = p.KL
+	}
+}
+
+// finish takes the verdict once every position is in.
+func (c *logitsComparer) finish() *LogitsReport {
+	r, th := c.r, c.th
+	T := len(r.Positions)
+	r.Top1, r.Top1Exact, r.Agree = float64(c.top1)/float64(T), float64(c.exact)/float64(T), float64(c.agree)/float64(T)
 	if !(r.Agree >= th.MinAgree) {
-		r.Failed = append(r.Failed, fmt.Sprintf("%d of %d positions disagree (at most %.3g%% may)", T-agree, T, 100*(1-th.MinAgree)))
+		r.Failed = append(r.Failed, fmt.Sprintf("%d of %d positions disagree (at most %.3g%% may)", T-c.agree, T, 100*(1-th.MinAgree)))
 		for i, p := range r.Positions {
 			if !p.Agrees && len(r.Failed) <= 3 {
 				r.Failed = append(r.Failed, fmt.Sprintf("position %d: %s", i, strings.Join(p.Outside, ", ")))
@@ -159,7 +190,7 @@ func CompareLogits(tokens []int, vocab int, ref, refTPU, got []float32, th Thres
 		}
 	}
 	r.sanitize()
-	return r, nil
+	return r
 }
 
 // worse reports whether a exceeds b, a NaN counting as the worst.

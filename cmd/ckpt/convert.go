@@ -223,8 +223,9 @@ disagrees with its tensors is refused when dequantizing or casting.`,
 				fmt.Fprintf(out, "dropped %d entries\n", len(sum.Remap.Dropped))
 			}
 			for _, o := range sum.Remap.Optimizers {
-				fmt.Fprintf(out, "optimizer state %s (%s): %s%s\n", label(o.Path), o.Kind, plural(o.Params, "parameter"), optimizerNote(o))
+				fmt.Fprintf(out, "optimizer state %s (%s, %s form): %s%s\n", label(o.Path), o.Kind, form(o.Form, o.Flat), plural(o.Params, "parameter"), optimizerNote(o))
 			}
+			printCarried(out, sum.Remap.Carried)
 			if q := sum.Quantization; q != nil {
 				carried := slices.Contains(sum.Files, "config.json")
 				switch {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -31,19 +32,26 @@ type forwardReport struct {
 
 func newForwardCmd() *cobra.Command {
 	var (
-		tokens, out, precision, config string
-		keepFP8, force, asJSON         bool
+		tokens, promptIDs, out, precision, config string
+		keepFP8, force, asJSON                    bool
 	)
 	cmd := &cobra.Command{
-		Use: "forward PATH --tokens 1,5,9",
+		Use: "forward PATH --tokens 1,5,9 | --prompt-ids FILE",
 		Example: `  ckpt forward Qwen3-0.6B/ --tokens 151644,872,198
   # as a TPU computes (bf16 inputs, fp32 accumulation), logits to a file
   ckpt forward model_tpu/ --tokens 1,5,9 --precision tpu --out logits.safetensors`,
 		Short: "Run a decoder-only model's forward pass in Go and write its logits",
 		Long: `forward reads the model at PATH (a Hugging Face folder, a torch.save file or safetensors
 file with config.json beside it, a DCP directory: anything ckpt reads) and runs its forward
-pass on the token ids --tokens at positions 0…T−1, as transformers does with eager attention.
-Supported model types: ` + strings.Join(forward.Supported(), ", ") + `.
+pass on the token ids --tokens (or those of --prompt-ids FILE) at positions 0…T−1, as
+transformers does with eager attention. Supported model types: ` + strings.Join(forward.Supported(), ", ") + `.
+
+Memory stays bounded for long inputs: attention runs a block of queries and keys at a time
+(never a T×T score matrix), feed-forward blocks a block of positions at a time, and the
+logits are written and reduced to top-1 a block of positions at a time; what must be held
+per position (the residual stream, one layer's keys and values) is estimated first and a
+sequence that would not fit in half the machine's memory is refused before anything is
+allocated.
 
 --out FILE writes the float32 logits [1, T, vocab] as the tensor "logits" of a safetensors
 file (written under a temporary name and renamed when complete; --force replaces an existing
@@ -57,9 +65,23 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			start := time.Now()
-			ids, err := parseTokens(tokens)
-			if err != nil {
-				return usage(err)
+			var ids []int
+			var err error
+			switch {
+			case tokens != "" && promptIDs != "":
+				return usage(fmt.Errorf("--tokens and --prompt-ids exclude each other"))
+			case promptIDs != "":
+				b, err := regular.ReadFile(promptIDs, maxPromptIDs)
+				if err != nil {
+					return err
+				}
+				if ids, err = parsePromptIDs(string(b)); err != nil {
+					return fmt.Errorf("%s: %w", promptIDs, err)
+				}
+			default:
+				if ids, err = parseTokens(tokens); err != nil {
+					return usage(err)
+				}
 			}
 			prec, err := forward.ParsePrecision(precision)
 			if err != nil {
@@ -82,20 +104,16 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 				return err
 			}
 			defer m.Close()
-			logits, err := m.Forward(ids)
+			st, err := m.Run(cmd.Context(), ids)
 			if err != nil {
 				return err
 			}
 			vocab := m.Config().Vocab
-			if out != "" {
-				if err := writeLogits(out, logits, len(ids), vocab, force); err != nil {
-					return err
-				}
-			}
 			rep := forwardReport{Path: args[0], ModelType: m.Config().ModelType, Precision: prec.String(),
 				Kernel: kernel.Current(), Tokens: ids, Vocab: vocab, Out: out}
-			for t := range ids {
-				row := logits[t*vocab : (t+1)*vocab]
+			// The logits are computed a block of positions at a time — written to --out and
+			// reduced to each position's top-1 as they come — never held whole.
+			lw := &logitsWriter{st: st, vocab: vocab, top: func(row []float32) {
 				best := 0
 				for j, v := range row {
 					if v > row[best] || math.IsNaN(float64(row[best])) {
@@ -104,6 +122,14 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 				}
 				rep.Top1 = append(rep.Top1, best)
 				rep.Top1Logit = append(rep.Top1Logit, row[best])
+			}}
+			if out != "" {
+				err = writeLogits(out, lw, len(ids), vocab, force)
+			} else {
+				_, err = lw.WriteTo(io.Discard)
+			}
+			if err != nil {
+				return err
 			}
 			rep.Seconds = time.Since(start).Seconds()
 			w := cmd.OutOrStdout()
@@ -127,14 +153,14 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&tokens, "tokens", "", "comma-separated token ids (required)")
+	f.StringVar(&tokens, "tokens", "", "comma-separated token ids")
+	f.StringVar(&promptIDs, "prompt-ids", "", "a file of token ids (separated by spaces, commas or newlines; a JSON list works)")
 	f.StringVar(&out, "out", "", "write the logits to this safetensors file")
 	f.StringVar(&precision, "precision", "float32", "float32 or tpu")
 	f.StringVar(&config, "config", "", "the model's config.json (default: in the folder or beside the file)")
 	f.BoolVar(&keepFP8, "keep-fp8", false, "with --precision tpu, multiply FP8 weights as FP8 codes times scales")
 	f.BoolVar(&force, "force", false, "replace an existing --out file")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	_ = cmd.MarkFlagRequired("tokens")
 	return cmd
 }
 
@@ -158,9 +184,40 @@ func parseTokens(s string) ([]int, error) {
 	return ids, nil
 }
 
+// logitsWriter writes a run's logits [T, vocab] as little-endian float32, computing them
+// a block of positions at a time, and hands each row to top.
+type logitsWriter struct {
+	st    *forward.States
+	vocab int
+	top   func(row []float32)
+}
+
+func (l *logitsWriter) WriteTo(w io.Writer) (int64, error) {
+	T, V := l.st.Len(), l.vocab
+	step := max(1, (64<<20)/(4*V))
+	buf := make([]float32, min(step, T)*V)
+	var n int64
+	for t0 := 0; t0 < T; t0 += step {
+		t1 := min(t0+step, T)
+		rows := buf[:(t1-t0)*V]
+		if err := l.st.Logits(rows, t0, t1); err != nil {
+			return n, err
+		}
+		for i := range t1 - t0 {
+			l.top(rows[i*V : (i+1)*V])
+		}
+		k, err := safetensors.Float32s(rows).WriteTo(w)
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
 // writeLogits writes logits [1, T, vocab] as the float32 tensor "logits" of a safetensors
 // file, atomically.
-func writeLogits(path string, logits []float32, T, vocab int, force bool) error {
+func writeLogits(path string, logits io.WriterTo, T, vocab int, force bool) error {
 	f, err := atomicfile.Create(path, atomicfile.FileOptions{Force: force})
 	if err != nil {
 		return err
@@ -170,7 +227,7 @@ func writeLogits(path string, logits []float32, T, vocab int, force bool) error 
 	if err != nil {
 		return err
 	}
-	if err := w.WriteTensor("logits", safetensors.Float32s(logits)); err != nil {
+	if err := w.WriteTensor("logits", logits); err != nil {
 		return err
 	}
 	if err := w.Close(); err != nil {

@@ -7,11 +7,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
+	"github.com/ckpt-dev/ckpt/internal/tinymodel"
+	"github.com/ckpt-dev/ckpt/verify/forward"
 )
 
 // readF32 reads a float32 tensor's values from a checkpoint file.
@@ -108,7 +112,9 @@ func TestForwardErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--config", cfg}, "not supported by the forward pass (supported: deepseek_v3, gemma, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, stablelm, starcoder2)"},
+		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--config", cfg}, "not supported by the forward pass (supported: " + strings.Join(forward.Supported(), ", ") + ")"},
+		{[]string{"forward", "../../testdata/torch/training_cuda.pt"}, "--tokens: no token ids"},
+		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--prompt-ids", cfg}, "exclude each other"},
 		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1,x"}, `"x" is not a token id`},
 		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--precision", "fp8"}, "float32 or tpu"},
 		{[]string{"forward", "../../testdata/torch/training_cuda.pt", "--tokens", "1", "--keep-fp8"}, "--precision tpu only"},
@@ -183,5 +189,56 @@ func TestForwardAfterConvert(t *testing.T) {
 				t.Errorf("converted model's logits differ by %g (tolerance %g)", d, tc.tol)
 			}
 		})
+	}
+}
+
+// TestForwardLongPromptBoundedMemory runs `ckpt forward --prompt-ids` on 3,000 tokens of a
+// small model with a 32,000-token vocabulary: the logits [T, vocab] would be 384 MB, but
+// the command reduces them to each position's top-1 a block of positions at a time, and
+// the Go heap stays under 200 MiB.
+func TestForwardLongPromptBoundedMemory(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "model")
+	if err := tinymodel.WriteLlama(model, tinymodel.Sizes{Vocab: 32000, Hidden: 32, Inter: 48, Layers: 1, Heads: 2, KVHeads: 1, MaxPositions: 64}); err != nil {
+		t.Fatal(err)
+	}
+	var ids strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&ids, "%d\n", (i*7919)%32000)
+	}
+	prompt := filepath.Join(dir, "prompt.txt")
+	if err := os.WriteFile(prompt, []byte(ids.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	var peak uint64
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	out, err := run(t, "forward", model, "--prompt-ids", prompt, "--json")
+	close(done)
+	<-sampled
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep forwardReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Top1) != 3000 {
+		t.Fatalf("%v: %d top-1 tokens", err, len(rep.Top1))
+	}
+	t.Logf("3000 tokens × vocab 32000: peak Go heap %.0f MiB", float64(peak)/(1<<20))
+	if peak > 200<<20 {
+		t.Errorf("peak heap %.0f MiB: the logits were held whole", float64(peak)/(1<<20))
 	}
 }

@@ -50,6 +50,17 @@ not fit its model or cannot be mapped unambiguously.`,
 			if err != nil {
 				return err
 			}
+			if optim || names != nil {
+				// A Trainer or accelerate folder's training-state files join the tree.
+				wrapped, err := formats.WithTrainingState(cmd.Context(), ck)
+				if err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+				if wrapped != ck {
+					defer wrapped.Close()
+					ck = wrapped
+				}
+			}
 			rep, err := inspect.Build(cmd.Context(), ck, inspect.Options{Hash: hash, Training: optim || names != nil, OptimizerNames: names})
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)

@@ -37,7 +37,7 @@ func parseOptimizerNames(values []string) (map[string][]string, error) {
 // printTraining writes the human-readable training-state report of inspect --optimizer.
 func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 	for _, o := range a.Optimizers {
-		fmt.Fprintf(w, "\noptimizer state %s: %s, %s form, %s, %s\n", label(o.Path), o.Kind, o.Form, plural(len(o.Groups), "group"), plural(len(o.Params), "parameter"))
+		fmt.Fprintf(w, "\noptimizer state %s: %s, %s form, %s, %s\n", label(o.Path), o.Kind, form(o.Form, o.Flat), plural(len(o.Groups), "group"), plural(len(o.Params), "parameter"))
 		for i, g := range o.Groups {
 			keys := make([]string, 0, len(g.Options))
 			for k := range g.Options {
@@ -57,9 +57,8 @@ func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 			fmt.Fprintf(w, "  NOT MAPPED: %s\n", o.Error)
 		case o.MappedBy == "":
 			fmt.Fprintln(w, "  no model state dict in the checkpoint: ids are not tied to names")
-		default:
-			fmt.Fprintf(w, "  mapped onto %s by %s\n", label(o.Model), o.MappedBy)
 		}
+		fmt.Fprintf(w, "  %s\n", tie(o.Model, o.MappedBy, o.ParamOrder, o.Tied, o.NotTied))
 		tw := newTable(w, 0)
 		fmt.Fprintln(tw, "  ID\tGROUP\tPARAMETER\tSHAPE\tSTATE")
 		for _, p := range o.Params {
@@ -107,12 +106,9 @@ func printTraining(w io.Writer, a *optimizerstate.Analysis) error {
 
 // optimizerNote summarizes how convert made an optimizer state follow its model.
 func optimizerNote(o *optimizerstate.Report) string {
-	var parts []string
-	switch {
-	case o.Unmapped != "":
-		parts = append(parts, "not tied to the model (see warning)")
-	case o.MappedBy != "":
-		parts = append(parts, "mapped onto "+label(o.Model)+" by "+o.MappedBy)
+	parts := []string{tie(o.Model, o.MappedBy, o.ParamOrder, o.Tied, o.NotTied)}
+	if o.Unmapped != "" {
+		parts[0] += " (see warning)"
 	}
 	if len(o.Dropped) > 0 {
 		parts = append(parts, fmt.Sprintf("%d dropped with their weights", len(o.Dropped)))
@@ -123,10 +119,44 @@ func optimizerNote(o *optimizerstate.Report) string {
 	if o.Renumbered {
 		parts = append(parts, "ids renumbered")
 	}
-	if len(parts) == 0 {
-		return ""
-	}
 	return "; " + strings.Join(parts, "; ")
+}
+
+// tie says how an optimizer state was tied to its model — by what (an optimizerstate
+// Mapping's By: fqn, shapes, names file, …) — and how many of its parameters were and
+// were not.
+func tie(model, by, order string, tied, notTied int) string {
+	if by == "" {
+		return fmt.Sprintf("not tied to a model: %d parameters", notTied)
+	}
+	if order != "" {
+		by += " (parameter order: " + order + ")"
+	}
+	return fmt.Sprintf("tied to %s by %s: %d parameters, %d not tied", label(model), by, tied, notTied)
+}
+
+// form names an optimizer state's form: "index", "fqn", "fqn (flattened)".
+func form(f optimizerstate.Form, flat bool) string {
+	if flat {
+		return string(f) + " (flattened)"
+	}
+	return string(f)
+}
+
+// printCarried writes what a conversion for a mesh did with the training state beside
+// the model and its optimizer, a line per action (kept, replicated, dropped).
+func printCarried(w io.Writer, cs []optimizerstate.Carried) {
+	for _, action := range []string{optimizerstate.Kept, optimizerstate.Replicated, optimizerstate.Dropped} {
+		var items []string
+		for _, c := range cs {
+			if c.Action == action {
+				items = append(items, label(c.Path)+" ("+c.Kind+")")
+			}
+		}
+		if len(items) > 0 {
+			fmt.Fprintf(w, "training state %s: %s\n", action, strings.Join(items, ", "))
+		}
+	}
 }
 
 func label(path string) string {

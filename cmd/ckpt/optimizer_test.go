@@ -21,7 +21,7 @@ func TestInspectOptimizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 20 parameters", "mapped onto model by shapes",
+	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 20 parameters", "tied to model by trainer grouping: 20 parameters, 0 not tied",
 		"15  1      model.layers.0.input_layernorm.weight", "not an optimizer parameter: lm_head.weight (tied to model.embed_tokens.weight)",
 		"LR scheduler scheduler: LambdaLR", "RNG states: CPU rng.cpu; CUDA rng.cuda.0"} {
 		if !strings.Contains(out, want) {
@@ -46,8 +46,28 @@ func TestInspectOptimizer(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if o := rep.Training.Optimizers; len(o) != 1 || o[0].MappedBy != "shapes" || o[0].Params[19].Name != "model.norm.weight" || o[0].Params[19].ID != 19 {
+	if o := rep.Training.Optimizers; len(o) != 1 || o[0].MappedBy != "trainer grouping" || o[0].Params[19].Name != "model.norm.weight" || o[0].Params[19].ID != 19 {
 		t.Errorf("training %+v", rep.Training)
+	}
+}
+
+// TestInspectTrainerFolder: inspect --optimizer reads a Trainer checkpoint-N folder's
+// optimizer.pt, scheduler.pt and rng_state.pth with the weights (it listed them as not
+// read) and ties the optimizer by the Trainer's grouping, in the order config.json's
+// model_type registers the parameters in (model.safetensors lists them by name).
+func TestInspectTrainerFolder(t *testing.T) {
+	out, err := run(t, "inspect", "--optimizer", "../../testdata/ecosystem/folders/trainer/checkpoint-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"optimizer state optimizer: AdamW, index form, 2 groups, 21 parameters",
+		"tied to model by trainer grouping (parameter order: model_type llama (config.json)): 21 parameters, 0 not tied",
+		"5   0      model.layers.0.mlp.gate_proj.weight", "15  0      lm_head.weight", "16  1      model.layers.0.input_layernorm.weight",
+		"LR scheduler scheduler: LambdaLR", "RNG states: CPU rng_state.cpu",
+		"not read (weights or pickles outside this hf-safetensors checkpoint): training_args.bin"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
 	}
 }
 
@@ -85,8 +105,53 @@ func TestInspectOptimizerMismatch(t *testing.T) {
 		!strings.Contains(err.Error(), `optimizer parameter 0 vs model entry "fc1.weight": exp_avg has shape [64 16], the parameter [16 8]`) {
 		t.Fatalf("exit %v", err)
 	}
-	if !strings.Contains(out, "MISMATCH with model") {
+	if !strings.Contains(out, "MISMATCH with model") || !strings.Contains(out, "not tied to a model: 20 parameters") {
 		t.Errorf("report:\n%s", out)
+	}
+	out, err = run(t, "convert", "--to", "tpu", "--progress", "never", path, filepath.Join(t.TempDir(), "out.pt"))
+	if err != nil || !strings.Contains(out, "optimizer state optimizer (AdamW, index form): 20 parameters; not tied to a model: 20 parameters (see warning)") {
+		t.Errorf("%v: %s", err, out)
+	}
+}
+
+// TestTorchTitanCLI: inspect --optimizer and convert say how a TorchTitan checkpoint's
+// flattened optimizer state is tied to the model at its top level, how many parameters are
+// not, and what becomes of the training state beside them on a 4-device mesh.
+func TestTorchTitanCLI(t *testing.T) {
+	const src = "../../testdata/titan/fsdp2/step-2"
+	out, err := run(t, "inspect", "--optimizer", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"optimizer state optimizer: AdamW, fqn (flattened) form, 1 group, 21 parameters", "tied to (root) by fqn: 21 parameters, 0 not tied",
+		"layers.1.feed_forward.w2.weight  0      layers.1.feed_forward.w2.weight  [16 44]", "LR scheduler lr_scheduler: LRScheduler"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	out, err = run(t, "convert", "--to", "tpu", "--topology", "v5p-8", "--format", "dcp", "--progress", "never", src, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"optimizer state optimizer (AdamW, fqn (flattened) form): 21 parameters; tied to (root) by fqn: 21 parameters, 0 not tied",
+		"training state kept: lr_scheduler (LRScheduler), train_state (training state)",
+		"training state dropped: dataloader (per-rank data-loader state of 2 ranks)",
+		"sharded 63 tensors over 4 ranks (mesh fsdp=4)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	// A per-device safetensors folder holds the tensors alone: nothing of the scheduler or
+	// train_state is said to be kept (a warning says they are not written).
+	out, err = run(t, "convert", "--to", "tpu", "--topology", "v5p-8", "--format", "safetensors", "--progress", "never", src, filepath.Join(t.TempDir(), "st"))
+	if err != nil || strings.Contains(out, "training state kept") {
+		t.Errorf("%v\n%s", err, out)
+	}
+	// verify replays the recorded plan, mesh included: the data-loader state it dropped is
+	// expected to be missing, every other value checked.
+	if out, err := run(t, "verify", src, dst); err != nil || !strings.Contains(out, "84 equal") {
+		t.Errorf("verify: %v\n%s", err, out)
 	}
 }
 

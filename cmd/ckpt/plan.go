@@ -77,6 +77,11 @@ Activations, gradients and XLA's workspace come on top. Exit status 6: does not 
 				return err
 			}
 			defer ck.Close()
+			// A Trainer or accelerate folder's optimizer state takes device memory too.
+			if ck, err = formats.WithTrainingState(cmd.Context(), ck); err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			defer ck.Close()
 			specs, warnings, err := tensorSpecs(ck, names)
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)

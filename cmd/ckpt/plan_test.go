@@ -181,6 +181,42 @@ func TestPlanTrainingCheckpoint(t *testing.T) {
 	}
 }
 
+// TestPlanTrainerFolder: a Trainer checkpoint-N folder's optimizer.pt counts in the memory
+// plan, each moment with the parameter the Trainer's grouping ties it to (model.safetensors
+// lists the weights by name; config.json says the order the model registers them in).
+func TestPlanTrainerFolder(t *testing.T) {
+	out, err := run(t, "plan", "--json", "--topology", "v5p-8", "../../testdata/ecosystem/folders/trainer/checkpoint-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Tensors []struct{ Name, Role, Param string }
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	moments := 0
+	for _, x := range rep.Tensors {
+		got[x.Name] = x.Role + " " + x.Param
+		if x.Role == "optimizer" && x.Param != "" {
+			moments++
+		}
+	}
+	for name, want := range map[string]string{
+		"optimizer.state.1.exp_avg":     "optimizer model.model.layers.0.self_attn.q_proj.weight",
+		"optimizer.state.15.exp_avg_sq": "optimizer model.lm_head.weight",
+		"optimizer.state.16.exp_avg":    "optimizer model.model.layers.0.input_layernorm.weight",
+	} {
+		if got[name] != want {
+			t.Errorf("%s: %q, want %q", name, got[name], want)
+		}
+	}
+	if moments != 3*21 {
+		t.Errorf("%d optimizer tensors tied to parameters, want 63", moments)
+	}
+}
+
 func TestDevicesCommand(t *testing.T) {
 	out, err := run(t, "devices", "--json", "--topology", "tpu7x-16")
 	if err != nil {

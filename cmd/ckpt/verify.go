@@ -21,6 +21,9 @@ type verifyReport struct {
 	Forward *verify.ForwardReport `json:"forward,omitempty"`
 	// Emitted is the folder --emit-torch wrote.
 	Emitted string `json:"emitted,omitempty"`
+	// ForwardDeferred says why the forward comparison was left to the emitted script (the
+	// Go forward pass has no family for the model): the script computes both sides.
+	ForwardDeferred string `json:"forward_deferred,omitempty"`
 }
 
 func newVerifyCmd() *cobra.Command {
@@ -70,10 +73,13 @@ check passes when at least --min-agree of the positions agree. Defaults are meas
 correct and deliberately broken conversions; see docs/verify.md. Tokens: --tokens 1,5,9, --prompt-ids FILE (ids separated by spaces, commas or
 newlines; a JSON list works), or 32 fixed ids spread over the vocabulary.
 
---emit-torch DIR writes DIR/verify_tpu.py, DIR/reference.safetensors and DIR/config.json: on
-a TPU VM with torch_tpu and transformers, "python3 DIR/verify_tpu.py [DST]" loads DST onto
-the tpu device, runs the same tokens under torch.no_grad and prints the same report against
-the source's logits (implies --forward).
+--emit-torch DIR writes DIR/verify_tpu.py, DIR/reference.safetensors, DIR/config.json and
+DIR/source_config.json: on a TPU VM with torch_tpu and transformers, "python3
+DIR/verify_tpu.py [DST]" loads DST onto the tpu device, runs the same tokens under
+torch.no_grad and prints the same report against the source's logits (implies --forward).
+For a model whose family the Go forward pass lacks (--forward alone says so), the script
+computes both sides itself — the source with transformers on the CPU in float32 and on the
+device, DST on the device — for any architecture transformers knows.
 
 Exits 0 on parity (and, with --forward, agreement), 5 naming every problem otherwise.`,
 		Args: positional("SRC DST", "ckpt verify model.pt model_tpu.safetensors"),
@@ -108,12 +114,20 @@ Exits 0 on parity (and, with --forward, agreement), 5 naming every problem other
 			}
 			var lg *verify.Logits
 			if fwd {
-				if rep.Forward, lg, err = verify.Forward(cmd.Context(), src, dst, fopts); err != nil {
+				rep.Forward, lg, err = verify.Forward(cmd.Context(), src, dst, fopts)
+				var nf *verify.NoFamilyError
+				if errors.As(err, &nf) && emit != "" {
+					// The emitted script runs both sides with transformers instead.
+					rep.ForwardDeferred, err = nf.Err.Error(), nil
+				}
+				if err != nil {
 					return err
 				}
+				defer lg.Close()
 			}
 			if emit != "" {
-				if err := verify.EmitTorch(emit, lg, verify.EmitOptions{Checkpoint: dst, Thresholds: th, Version: toolVersion(), Force: force}); err != nil {
+				eo := verify.EmitOptions{Checkpoint: dst, Source: src, Thresholds: th, Version: toolVersion(), Force: force}
+				if err := verify.EmitTorch(emit, lg, eo); err != nil {
 					return err
 				}
 				rep.Emitted = emit
@@ -246,8 +260,13 @@ func printVerify(w io.Writer, rep *verifyReport) error {
 		}
 		fmt.Fprintf(w, "forward: %s\n", f.LogitsReport)
 	}
+	if rep.ForwardDeferred != "" {
+		fmt.Fprintf(w, "forward: not run here (%s): %s/%s computes both sides with transformers, the source on the CPU in float32 and DST on the device\n",
+			rep.ForwardDeferred, rep.Emitted, verify.EmitScript)
+	}
 	if rep.Emitted != "" {
-		fmt.Fprintf(w, "wrote %s/%s, %s and %s: on a TPU VM run python3 %s/%s\n", rep.Emitted, verify.EmitScript, verify.EmitReference, verify.EmitConfig, rep.Emitted, verify.EmitScript)
+		fmt.Fprintf(w, "wrote %s/%s, %s, %s and %s: on a TPU VM run python3 %s/%s\n", rep.Emitted, verify.EmitScript, verify.EmitReference,
+			verify.EmitConfig, verify.EmitSourceConfig, rep.Emitted, verify.EmitScript)
 	}
 	return nil
 }

@@ -270,6 +270,98 @@ func TestVerifyForward(t *testing.T) {
 	}
 }
 
+// TestVerifyEmitGeneric: for an architecture the Go forward pass has no family for (RWKV),
+// `ckpt verify --forward` says so and points to --emit-torch; `--emit-torch` writes a
+// bundle without reference logits, and its script — run in the oracle with cpu standing in
+// for the device — computes both sides with transformers: the bfloat16 conversion passes
+// (as stored and widened to float32), a transposed matrix fails.
+func TestVerifyEmitGeneric(t *testing.T) {
+	o := oracle.Require(t)
+	host, chroot := oracle.TempDir(t)
+	if _, err := o.Python("testdata/forward/gen.py", chroot, "rwkv_generic"); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := filepath.Join(host, "rwkv_generic"), filepath.Join(host, "out-bf16")
+	if _, err := run(t, "convert", "--to", "tpu", "--format", "safetensors", "--dtype", "bfloat16", src, dst); err != nil {
+		t.Fatal(err)
+	}
+	_, err := run(t, "verify", "--forward", src, dst)
+	if err == nil || !strings.Contains(err.Error(), `model_type "rwkv"`) || !strings.Contains(err.Error(), "--emit-torch") {
+		t.Fatalf("verify --forward on RWKV: %v", err)
+	}
+	emit := filepath.Join(host, "emit")
+	out, err := run(t, "verify", "--emit-torch", emit, "--json", src, dst)
+	var rep verifyReport
+	if jerr := json.Unmarshal([]byte(out), &rep); err != nil || jerr != nil || !rep.OK || rep.Forward != nil || !strings.Contains(rep.ForwardDeferred, "rwkv") {
+		t.Fatalf("%v %v\n%s", err, jerr, out)
+	}
+	ref, _ := readTensorNames(t, filepath.Join(emit, verify.EmitReference))
+	if fmt.Sprint(ref) != "[tokens]" {
+		t.Errorf("the generic bundle's reference holds %v", ref)
+	}
+	if bad, err := o.Python("testdata/verify/break.py", chroot+"/out-bf16,"+chroot+"/bad"); err != nil {
+		t.Fatalf("%v\n%s", err, bad)
+	}
+	runs := []struct {
+		name   string
+		args   []string
+		status int
+	}{
+		{"as stored", []string{chroot + "/out-bf16"}, 0},
+		{"in float32", []string{chroot + "/out-bf16", "--dtype", "float32"}, 0},
+		{"transposed", []string{chroot + "/bad/transposed"}, 5},
+		{"embedding shifted", []string{chroot + "/bad/embed_shifted"}, 5},
+	}
+	args := []string{"testdata/verify/run_script.py", chroot + "/emit/" + verify.EmitScript}
+	for i, r := range runs {
+		if i > 0 {
+			args = append(args, "---")
+		}
+		args = append(append(args, r.args...), "--source", chroot+"/rwkv_generic", "--device", "cpu", "--json")
+	}
+	raw, err := o.Python(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []struct {
+		Status int    `json:"status"`
+		Output string `json:"output"`
+	}
+	if err := json.Unmarshal(raw, &results); err != nil || len(results) != len(runs) {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	for i, r := range runs {
+		var rep struct {
+			MaxKL    float64 `json:"max_kl"`
+			Computed string  `json:"reference_computed_by"`
+		}
+		res := results[i]
+		if jerr := json.Unmarshal([]byte(res.Output), &rep); jerr != nil || res.Status != r.status || rep.Computed != "transformers" {
+			t.Fatalf("%s: exit %d (want %d), %v\n%s", r.name, res.Status, r.status, jerr, res.Output)
+		}
+		t.Logf("generic verify_tpu.py, %s: max KL %.3g", r.name, rep.MaxKL)
+	}
+}
+
+// readTensorNames lists a safetensors file's tensors.
+func readTensorNames(t *testing.T, path string) ([]string, error) {
+	t.Helper()
+	ck, err := formats.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	ts, err := ck.Tensors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, nt := range ts {
+		names = append(names, nt.Name)
+	}
+	return names, nil
+}
+
 // FuzzParsePromptIDs: arbitrary --prompt-ids files give ids or an error, never a panic.
 func FuzzParsePromptIDs(f *testing.F) {
 	f.Add("[[1, 5, 9]]")

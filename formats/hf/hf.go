@@ -239,6 +239,7 @@ func openSharded(ctx context.Context, dir string, l layout, openFile func(contex
 		if err != nil {
 			return nil, err
 		}
+		root.NameOrder = root.NameOrder || d.NameOrder
 		for _, e := range d.Entries() {
 			name := e.Key.(string)
 			if prev, dup := where[name]; dup {

@@ -3,7 +3,10 @@ package hf
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"regexp"
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
@@ -188,4 +191,31 @@ func floatDTypeName(s string) bool {
 		return true
 	}
 	return false
+}
+
+// MaxConfig bounds the model configuration read (ReadConfig): real ones are a few KiB.
+const MaxConfig = 1 << 20
+
+// ReadConfig reads the config.json of the checkpoint folder files (nil, nil when it has
+// none), refusing one larger than MaxConfig rather than reading it whole.
+func ReadConfig(files fs.FS) ([]byte, error) {
+	if files == nil {
+		return nil, nil
+	}
+	f, err := files.Open(ConfigFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxConfig+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ConfigFile, err)
+	}
+	if len(b) > MaxConfig {
+		return nil, fmt.Errorf("%s: %w: more than %d bytes, more than a model configuration holds", ConfigFile, statedict.ErrCorrupt, MaxConfig)
+	}
+	return b, nil
 }

@@ -11,17 +11,23 @@
 //     expert-parallel rank, each holding model_optim_rng.pt — a torch.save of args (an
 //     argparse.Namespace), checkpoint_version, iteration, model, optimizer,
 //     opt_param_scheduler, rng_state — and, with the distributed optimizer, distrib_optim.pt.
-//     One rank reads as its file's tree. Several ranks read as one tree keyed by rank folder
-//     ("mp_rank_01_000.model.…"): tensor-parallel shards are split along dimensions only
-//     the model's code knows, so they are never merged; each rank's file can be read on its
-//     own.
+//     One rank without the distributed optimizer reads as its file's tree. Several ranks,
+//     or the distributed optimizer's state, read as the one global model Megatron's own
+//     checkpoint converter merges them into (a dense GPT model: Megatron-core's GPTModel
+//     or megatron.legacy's): tensor-parallel slices joined as each layer splits them,
+//     pipeline stages' layers renumbered, the vocabulary padding dropped (down to
+//     args.vocab_size; kept when the args do not record it), replicas checked equal, and
+//     the optimizer state (distrib_optim.pt's flat buffers, or each rank's state by id)
+//     cut back into each parameter's main copy and moments — {"model", "optimizer"} in
+//     torch.distributed.checkpoint's form by parameter name. A layout ckpt cannot prove it
+//     merges correctly is refused, naming the tensor or rank at fault; each rank's file can
+//     still be read on its own.
 //   - torch_dist (Megatron-core dist_checkpointing): a DCP folder of the sharded entries
 //     (.metadata, *.distcp) with common.pt (torch.save of every entry that is not sharded)
 //     and metadata.json naming the backend. It reads as dist_checkpointing.load merges them:
 //     common.pt's entries, then the DCP's.
 //
-// The distributed optimizer's distrib_optim.pt and other per-rank files are listed as
-// ignored (convert says it left them out).
+// Other per-rank files are listed as ignored (convert says it left them out).
 package megatron
 
 import (
@@ -29,7 +35,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -39,7 +44,6 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
 )
@@ -167,76 +171,41 @@ func Open(ctx context.Context, dir string, op Openers) (_ *statedict.Checkpoint,
 	if IsDist(ctx, at) {
 		return openDist(ctx, dir, iter, op, folder)
 	}
-	entries := ranks(ctx, at)
-	if len(entries) == 0 {
+	found, err := rankFolders(ctx, at)
+	if err != nil {
+		return nil, err
+	}
+	if len(found) == 0 {
 		return nil, fmt.Errorf("%s: %w: neither mp_rank_* folders (%s) nor a dist_checkpointing folder (.metadata, %s, %s)", at, statedict.ErrCorrupt, RankFile, CommonFile, MetadataJSON)
 	}
-	// Every rank folder a folder of the save (not a link to another save's), each rank file
-	// a file of its own inside the folder (a link into a hub cache's blobs/ is one; a link
-	// leading outside, or to another rank's file, is not).
-	var rs []string
-	for _, e := range entries {
-		if !e.IsDir() {
-			return nil, fmt.Errorf("%s: %w: %s is %s, not a rank folder", at, statedict.ErrCorrupt, e.Name(), regular.Kind(e.Type()))
-		}
-		rs = append(rs, e.Name())
+	files := &rankFiles{dir: dir, iter: iter, folder: folder}
+	if len(found) > 1 || storage.IsFile(ctx, storage.Join(at, found[0].name, DistribOptimFile)) {
+		return openMerged(ctx, dir, iter, found, files, op)
 	}
-	out := &statedict.Checkpoint{Format: Legacy, Path: dir}
-	defer func() {
-		if err != nil {
-			out.Close()
-		}
-	}()
-	root := statedict.NewDict("")
-	var seen []fs.FileInfo
-	for i, r := range rs {
-		rel := sub(path.Join(r, RankFile))
-		p := storage.Join(dir, rel)
-		st, err := storage.Stat(ctx, p)
-		if err != nil || !st.Mode().IsRegular() {
-			what := "no " + RankFile
-			if err == nil {
-				what = fmt.Sprintf("a %s that is %s", RankFile, regular.Kind(st.Mode()))
-			}
-			return nil, fmt.Errorf("%s: %w: the rank folder %s has %s", at, statedict.ErrCorrupt, r, what)
-		}
-		if !folder.Confined(rel) {
-			return nil, fmt.Errorf("%s: %w: %s is %w", at, statedict.ErrCorrupt, rel, hf.ErrOutside)
-		}
-		for j, o := range seen {
-			if os.SameFile(o, st) {
-				return nil, fmt.Errorf("%s: %w: %s and %s are the same file", at, statedict.ErrCorrupt, path.Join(rs[j], RankFile), path.Join(r, RankFile))
-			}
-		}
-		seen = append(seen, st)
-		ck, err := op.File(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		out.Closers = append(out.Closers, ck.Closers...)
-		if i == 0 {
-			// The save's args say how many ranks it has: the folders must be them all.
-			if err := CheckRanks(rs, ParallelOf(ck.Root)); err != nil {
-				return nil, fmt.Errorf("%s: %w", at, err)
-			}
-		}
-		if len(rs) == 1 {
-			out.Root = ck.Root
-		} else {
-			root.Set(r, ck.Root)
-		}
-		others, err := storage.ReadDir(ctx, storage.Join(at, r))
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range others {
-			if e.Name() != RankFile {
-				out.Ignored = append(out.Ignored, sub(path.Join(r, e.Name())))
-			}
-		}
+	// One rank without the distributed optimizer: its file's tree.
+	r := found[0].name
+	p, err := files.check(ctx, r, RankFile)
+	if err != nil {
+		return nil, err
 	}
-	if out.Root == nil {
-		out.Root = root
+	ck, err := op.File(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := &statedict.Checkpoint{Format: Legacy, Path: dir, Root: ck.Root, Closers: ck.Closers}
+	if err := checkRankSet(at, found, ck.Root); err != nil {
+		out.Close()
+		return nil, err
+	}
+	others, err := storage.ReadDir(ctx, storage.Join(at, r))
+	if err != nil {
+		out.Close()
+		return nil, err
+	}
+	for _, e := range others {
+		if e.Name() != RankFile {
+			out.Ignored = append(out.Ignored, sub(path.Join(r, e.Name())))
+		}
 	}
 	return out, nil
 }

@@ -1,23 +1,36 @@
 package megatron
 
 import (
+	"context"
 	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/formats/hf"
+	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // A legacy save's rank folders are named by Megatron's get_checkpoint_name: mp_rank_TT
 // for tensor-parallel rank TT, then _PPP for the pipeline rank when the pipeline is
 // parallel and _EEE for the expert rank when experts are — every (tensor, pipeline,
-// expert) rank of the save once, each folder holding that rank's model_optim_rng.pt. A
-// folder missing from the grid, one beyond it, one named otherwise or one that is a link
-// makes the save incomplete or not the save it claims to be: CheckRanks refuses it, naming
-// what is missing and what is extra, as Megatron's own loader fails on a rank's missing
-// file.
+// expert) rank of the save once, each folder holding that rank's model_optim_rng.pt (and,
+// with the distributed optimizer, its distrib_optim.pt). A folder missing from the grid,
+// one beyond it, one named otherwise or one that is a link makes the save incomplete or
+// not the save it claims to be: it is refused, naming what is missing and what is extra,
+// as Megatron's own loader fails on a rank's missing file.
+//
+// This file is the one place a legacy save's ranks are found and checked, whether one rank
+// is read as its file's tree or several are merged: rankFolders lists them, checkRankSet
+// checks them against the first rank's args (CheckRanks), rankFiles checks each file read
+// from them.
 
 // Parallel is a save's model-parallel sizes, as its args record them (tensor_model_-,
 // pipeline_model_- and expert_model_parallel_size; 0 when not recorded).
@@ -74,8 +87,9 @@ func ParallelOf(root statedict.Value) Parallel {
 	if !ok {
 		return Parallel{}
 	}
-	attrs, ok := o.State.(*statedict.Dict)
-	if !ok {
+	data, _, ok, err := o.Data()
+	attrs, isDict := data.(*statedict.Dict)
+	if err != nil || !ok || !isDict {
 		return Parallel{}
 	}
 	size := func(key string) int64 {
@@ -172,27 +186,33 @@ func checkGrid(names []string, s rankScheme, par Parallel) error {
 	if len(present) == 0 && len(extra) == 0 {
 		return nil
 	}
-	desc := "ranks"
+	desc := "every rank below the largest named"
 	if par.TP > 0 {
 		// The sizes the save records decide the grid and the names.
 		sizes = []int64{par.TP}
 		desc = fmt.Sprintf("tensor parallel %d", par.TP)
 		if par.PP > 1 {
 			sizes = append(sizes, par.PP)
-			desc += fmt.Sprintf(" × pipeline %d", par.PP)
+			desc += fmt.Sprintf(" × pipeline parallel %d", par.PP)
 		}
 		if par.EP > 1 {
 			sizes = append(sizes, par.EP)
-			desc += fmt.Sprintf(" × expert %d", par.EP)
+			desc += fmt.Sprintf(" × expert parallel %d", par.EP)
 		}
-		desc += " (as its args record)"
+		desc += " as its args record"
 	}
+	// The grid's size, saturating: args may ask for far more ranks than any save has, and
+	// are refused by count, never by listing every folder missing.
 	var total int64 = 1
 	for _, s := range sizes {
-		total *= s
-		if total > maxRanks {
-			return fmt.Errorf("%w: the rank folders name a grid of more than %d ranks", statedict.ErrCorrupt, maxRanks)
+		if s > 0 && total > math.MaxInt64/s {
+			total = math.MaxInt64
+		} else {
+			total *= s
 		}
+	}
+	if total > maxRanks {
+		return fmt.Errorf("%w: the rank folders are not the whole save (%s): a grid of %d rank folders, more than %d; the folder holds %d", statedict.ErrCorrupt, desc, total, maxRanks, len(names))
 	}
 	var missing []string
 	want := map[string]bool{}
@@ -259,4 +279,83 @@ func listRanks(names []string) string {
 		return fmt.Sprintf("%s and %d more", strings.Join(names[:8], ", "), len(names)-8)
 	}
 	return strings.Join(names, ", ")
+}
+
+// rankFolder is one mp_rank_* entry of an iteration folder: its name and, when the name is
+// one Megatron writes, its ranks.
+type rankFolder struct {
+	name   string
+	id     rankID // (tensor, pipeline[, expert]); nil for a name Megatron does not write
+	tp, pp int64
+}
+
+// rankFolders lists the rank folders of the iteration folder at (the entries ranks lists),
+// in rank order, refusing an entry in a rank folder's place that is not a folder: a link
+// could make one rank's files answer for another's, or another save's for this one's.
+func rankFolders(ctx context.Context, at string) ([]rankFolder, error) {
+	var out []rankFolder
+	for _, e := range ranks(ctx, at) {
+		if !e.IsDir() {
+			return nil, fmt.Errorf("%s: %w: %s is %s, not a rank folder", at, statedict.ErrCorrupt, e.Name(), regular.Kind(e.Type()))
+		}
+		f := rankFolder{name: e.Name()}
+		if id, ok := parseRank(f.name); ok {
+			f.id, f.tp = id, id[0]
+			if len(id) > 1 {
+				f.pp = id[1]
+			}
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// checkRankSet checks that the rank folders found in the iteration folder at are the whole
+// grid of the save whose first rank file's tree is root (CheckRanks, with the sizes its
+// args record).
+func checkRankSet(at string, found []rankFolder, root statedict.Value) error {
+	names := make([]string, len(found))
+	for i, f := range found {
+		names[i] = f.name
+	}
+	if err := CheckRanks(names, ParallelOf(root)); err != nil {
+		return fmt.Errorf("%s: %w", at, err)
+	}
+	return nil
+}
+
+// rankFiles checks the files a legacy save's ranks are read from: each a regular file
+// (through a link as torch.load follows one: a hub cache's snapshot links into blobs/),
+// inside the checkpoint folder, and no two the same file (a link or a hard link would make
+// one rank's file answer for another's).
+type rankFiles struct {
+	dir, iter string
+	folder    *hf.Folder
+	seen      []fs.FileInfo
+	names     []string // seen's, as rank/file
+}
+
+// check returns the path of the file name in rank folder r, or an error naming it.
+func (s *rankFiles) check(ctx context.Context, r, name string) (string, error) {
+	rel := path.Join(s.iter, r, name)
+	p := storage.Join(s.dir, rel)
+	st, err := storage.Stat(ctx, p)
+	if err != nil || !st.Mode().IsRegular() {
+		what := "no " + name
+		if err == nil {
+			what = fmt.Sprintf("a %s that is %s", name, regular.Kind(st.Mode()))
+		}
+		return "", fmt.Errorf("%s: %w: the rank folder %s has %s", storage.Join(s.dir, s.iter), statedict.ErrCorrupt, r, what)
+	}
+	if !s.folder.Confined(rel) {
+		return "", fmt.Errorf("%s: %w: %s is %w", storage.Join(s.dir, s.iter), statedict.ErrCorrupt, rel, hf.ErrOutside)
+	}
+	for i, o := range s.seen {
+		if os.SameFile(o, st) {
+			return "", fmt.Errorf("%s: %w: %s and %s are the same file", storage.Join(s.dir, s.iter), statedict.ErrCorrupt, s.names[i], path.Join(r, name))
+		}
+	}
+	s.seen = append(s.seen, st)
+	s.names = append(s.names, path.Join(r, name))
+	return p, nil
 }

@@ -27,13 +27,21 @@ func TestCheckRanks(t *testing.T) {
 		{[]string{"mp_rank_00", "mp_rank_02"}, Parallel{}, "missing mp_rank_01"},
 		{[]string{"mp_rank_00", "mp_rank_02"}, Parallel{TP: 2}, "missing mp_rank_01|extra mp_rank_02"},
 		{[]string{"mp_rank_00", "mp_rank_01", "mp_rank_02"}, Parallel{TP: 2}, "extra mp_rank_02|tensor parallel 2"},
+		{[]string{"mp_rank_00", "mp_rank_01", "mp_rank_02"}, Parallel{TP: 2, PP: 1}, "extra mp_rank_02"},
 		{[]string{"mp_rank_00_000", "mp_rank_01_001"}, Parallel{}, "missing mp_rank_00_001, mp_rank_01_000"},
 		{[]string{"mp_rank_00", "mp_rank_00_001"}, Parallel{}, "missing mp_rank_00_000|extra mp_rank_00"},
 		{[]string{"mp_rank_000"}, Parallel{}, "extra mp_rank_000"},
 		{[]string{"mp_rank_00", "mp_rank_x"}, Parallel{}, "extra mp_rank_x"},
 		{[]string{"mp_rank_99999999"}, Parallel{}, "extra mp_rank_99999999"},
 		{[]string{"mp_rank_65535"}, Parallel{}, "missing mp_rank_00, mp_rank_01|and 65527 more"},
-		{[]string{"mp_rank_00_256_255"}, Parallel{}, "more than 65536"},
+		{[]string{"mp_rank_00_256_255"}, Parallel{}, "a grid of 65792 rank folders, more than 65536"},
+		// Named as get_checkpoint_name names them: no pipeline rank with one stage, one
+		// with more; args asking for far more ranks than the folder holds refused by count.
+		{[]string{"mp_rank_00", "mp_rank_01"}, Parallel{TP: 2, PP: 2}, "missing mp_rank_00_000, mp_rank_00_001, mp_rank_01_000, mp_rank_01_001; extra mp_rank_00, mp_rank_01"},
+		{[]string{"mp_rank_00_000", "mp_rank_01_000"}, Parallel{TP: 2, PP: 1}, "missing mp_rank_00, mp_rank_01; extra mp_rank_00_000, mp_rank_01_000"},
+		{[]string{"mp_rank_00"}, Parallel{TP: 8, PP: 1}, "missing mp_rank_01, mp_rank_02, mp_rank_03, mp_rank_04, mp_rank_05, mp_rank_06, mp_rank_07"},
+		{[]string{"mp_rank_00"}, Parallel{TP: 16, PP: 1}, "missing mp_rank_01, mp_rank_02, mp_rank_03, mp_rank_04, mp_rank_05, mp_rank_06, mp_rank_07, mp_rank_08 and 7 more"},
+		{[]string{"mp_rank_00"}, Parallel{TP: 1 << 16, PP: 1 << 16}, "tensor parallel 65536 × pipeline parallel 65536 as its args record): a grid of 4294967296 rank folders, more than 65536; the folder holds 1"},
 	} {
 		err := CheckRanks(c.names, c.par)
 		if c.want == "" {

@@ -52,6 +52,7 @@ func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
 func tensors(file string, r io.ReaderAt, h *Header) (*statedict.Dict, error) {
 	data, mapped := storage.Bytes(r)
 	root := statedict.NewDictSize("", len(h.Tensors))
+	root.NameOrder = true // the header's order, not the writer's
 	for i := range h.Tensors {
 		ti := &h.Tensors[i]
 		fail := func(format string, args ...any) error {

@@ -50,6 +50,22 @@ func Detect(ctx context.Context, dir string) (string, bool) {
 	return "", false
 }
 
+// FolderOf returns the tag folder the model-states file path belongs to: its own folder,
+// when that folder holds the ranks' *_optim_states.pt files and path is one of its
+// *_model_states.pt files; false for any other file.
+func FolderOf(ctx context.Context, path string) (string, bool) {
+	dir, name := storage.Dir(path), storage.Base(path)
+	if !modelFile.MatchString(name) || len(files(ctx, dir, optimFile)) == 0 {
+		return "", false
+	}
+	for _, f := range files(ctx, dir, modelFile) {
+		if f == name {
+			return dir, true
+		}
+	}
+	return "", false
+}
+
 var (
 	optimFile = regexp.MustCompile(`_optim_states\.pt$`)
 	modelFile = regexp.MustCompile(`_model_states\.pt$`)
@@ -328,7 +344,8 @@ func parseModelStates(path string, d *statedict.Dict) (*modelStates, error) {
 
 // CheckModelStates refuses a ZeRO-3 model-states file read on its own (path, whose tree is
 // root): its module holds [0]-shaped placeholders in place of the parameters, which are
-// partitioned over the *_optim_states.pt files of its folder. Any other file passes.
+// partitioned over the *_optim_states.pt files of its folder (FolderOf finds them when
+// they are there). Any other file passes.
 func CheckModelStates(path string, root statedict.Value) error {
 	d, ok := root.(*statedict.Dict)
 	if !ok {
@@ -349,7 +366,7 @@ func CheckModelStates(path string, root statedict.Value) error {
 			shape, isShape := sizeOf(e.Value)
 			if isT && isShape && t.NumEl() == 0 && numel(shape) > 0 {
 				folder := storage.Dir(path)
-				return fmt.Errorf("%s: %w: a DeepSpeed ZeRO-3 model-states file: its parameters are placeholders (%s is %v, its shape %v); the weights are partitioned over the *_optim_states.pt files of %s — convert that folder (or its parent, which has `latest`)",
+				return fmt.Errorf("%s: %w: a DeepSpeed ZeRO-3 model-states file: its parameters are placeholders (%s is %v, its shape %v); the weights are partitioned over the ranks' *_optim_states.pt files, which %s does not hold — read the folder that has them",
 					path, statedict.ErrUnsupported, statedict.KeyString(e.Key), t.Shape, shape, folder)
 			}
 		}

@@ -449,6 +449,9 @@ func (d *Dir) leftover() error {
 	}
 	d.p.adopt(j, all)
 	if d.opts.Resume {
+		if err := d.p.removeIntended(j); err != nil {
+			return err
+		}
 		d.Resumed = map[string]Journaled{}
 		for name, e := range j.files {
 			if id, ok := d.p.files[name]; ok && e.finished && id.size == e.size {

@@ -534,3 +534,86 @@ func tree(t *testing.T, root string) string {
 	})
 	return b.String()
 }
+
+// TestLeftoverKilledInCreate: a kill between a file's creation and the journal record of
+// its inode leaves an empty file (and the folders on its way) that only the intent line
+// names. The next run resumes or starts over past it; the same name holding bytes, a second
+// link or a link is still foreign, and nothing is touched (TestKillResume met this window).
+func TestLeftoverKilledInCreate(t *testing.T) {
+	kill := func(t *testing.T, dst string, plant func(t *testing.T, partial string)) {
+		d, err := CreateDir(dst, DirOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, d, "a.safetensors", "aaaa")
+		// What partial.create does up to the kill: the intent, then the file, no record.
+		if err := d.p.j.write(record{Intent: "sub/b.safetensors"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(d.Path, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		plant(t, filepath.Join(d.Path, "sub", "b.safetensors"))
+		d.p.fo.close()
+		d.p.j.close()
+		untrack(d.key)
+	}
+	empty := func(t *testing.T, p string) {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, resume := range []bool{false, true} {
+		t.Run(fmt.Sprintf("empty/resume=%v", resume), func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "out")
+			kill(t, dst, empty)
+			d, err := CreateDir(dst, DirOptions{Resume: resume})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Abort()
+			want := ".ckpt-journal"
+			if resume {
+				want = ".ckpt-journal a.safetensors sub"
+				if len(d.Resumed) != 1 {
+					t.Errorf("resumed %v", d.Resumed)
+				}
+			}
+			if got := strings.Join(entries(t, d.Path), " "); got != want {
+				t.Fatalf("left %q, want %q", got, want)
+			}
+			writeFile(t, d, "sub/b.safetensors", "bb")
+		})
+	}
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim.txt")
+	os.WriteFile(victim, nil, 0o644)
+	for _, c := range []struct {
+		name  string
+		plant func(t *testing.T, p string)
+	}{
+		{"bytes", func(t *testing.T, p string) { os.WriteFile(p, []byte("x"), 0o644) }},
+		{"hard link", func(t *testing.T, p string) { os.Link(victim, p) }},
+		{"link", func(t *testing.T, p string) { os.Symlink(victim, p) }},
+		{"folder", func(t *testing.T, p string) { os.Mkdir(p, 0o755) }},
+	} {
+		for _, resume := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/resume=%v", c.name, resume), func(t *testing.T) {
+				dst := filepath.Join(t.TempDir(), "out")
+				kill(t, dst, c.plant)
+				before := tree(t, filepath.Dir(dst))
+				victimBefore := tree(t, base)
+				_, err := CreateDir(dst, DirOptions{Resume: resume})
+				if !errors.Is(err, ErrForeign) {
+					t.Fatalf("CreateDir: %v, want ErrForeign", err)
+				}
+				if after := tree(t, filepath.Dir(dst)); after != before {
+					t.Errorf("the partial folder changed:\n%s\n→\n%s", before, after)
+				}
+				if after := tree(t, base); after != victimBefore {
+					t.Errorf("outside changed:\n%s\n→\n%s", victimBefore, after)
+				}
+			})
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 // entry ckpt made with the inode it got when ckpt created it:
 //
 //	{"ckpt_journal":2,"folder":F,"self":J}           the header
+//	{"intent":"a/b.safetensors"}                     a file about to be created
 //	{"file":"a/b.safetensors","ino":I}               a file created (being written)
 //	{"file":"a/b.safetensors","ino":I,"size":N,"xxhash64":"…"}   that file finished
 //	{"dir":"a","ino":I}                              a subfolder made
@@ -29,6 +30,12 @@ import (
 // An entry is ckpt's only when the journal lists it and it is still that inode, of that
 // kind, with one link (a file), of the recorded size (a finished file). Everything else
 // in a partial folder is foreign: never removed, never adopted, never written through.
+//
+// A kill can fall between a file's creation and the record of its inode. The intent line
+// written before it covers that window: an entry at an intended name that the journal does
+// not list is ckpt's when it is an empty regular file with one link, or a folder on the
+// way to an intended name — a kill there leaves nothing else, and removing it loses no
+// bytes.
 
 // journalVersion is the header's ckpt_journal.
 const journalVersion = 2
@@ -47,6 +54,7 @@ type record struct {
 	File     string `json:"file,omitempty"`
 	Dir      string `json:"dir,omitempty"`
 	Control  string `json:"control,omitempty"`
+	Intent   string `json:"intent,omitempty"`
 	Ino      uint64 `json:"ino,omitempty"`
 	Size     int64  `json:"size,omitempty"`
 	XXHash64 string `json:"xxhash64,omitempty"`
@@ -66,6 +74,8 @@ type journaled struct {
 	files    map[string]entry
 	dirs     map[string]uint64
 	controls map[string]uint64
+	// intents is the names about to be created.
+	intents map[string]bool
 	// order is the files in the order first recorded.
 	order []string
 }
@@ -99,7 +109,7 @@ func readJournal(fo *folder, name string) (*journaled, ident, error) {
 // parseJournal parses a journal's lines; folder and self are the inodes its header must
 // name.
 func parseJournal(r io.Reader, folder, self uint64) (*journaled, error) {
-	j := &journaled{files: map[string]entry{}, dirs: map[string]uint64{}, controls: map[string]uint64{}}
+	j := &journaled{files: map[string]entry{}, dirs: map[string]uint64{}, controls: map[string]uint64{}, intents: map[string]bool{}}
 	br := bufio.NewReaderSize(r, 1<<16)
 	for n := 1; ; n++ {
 		line, err := readLine(br)
@@ -119,7 +129,7 @@ func parseJournal(r io.Reader, folder, self uint64) (*journaled, error) {
 			return nil, fmt.Errorf("line %d is not a journal record", n)
 		}
 		if n == 1 {
-			if rec.Journal != journalVersion || rec.Folder != folder || rec.Self != self || rec.File != "" || rec.Dir != "" || rec.Control != "" || rec.Ino != 0 {
+			if rec.Journal != journalVersion || rec.Folder != folder || rec.Self != self || rec.File != "" || rec.Dir != "" || rec.Control != "" || rec.Intent != "" || rec.Ino != 0 {
 				return nil, errors.New("its header does not name this folder and this journal")
 			}
 			continue
@@ -156,15 +166,20 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 // add takes in one record after the header.
 func (j *journaled) add(rec record) error {
 	kinds := 0
-	for _, s := range []string{rec.File, rec.Dir, rec.Control} {
+	for _, s := range []string{rec.File, rec.Dir, rec.Control, rec.Intent} {
 		if s != "" {
 			kinds++
 		}
 	}
-	if kinds != 1 || rec.Ino == 0 || rec.Journal != 0 || rec.Folder != 0 || rec.Self != 0 {
+	if kinds != 1 || (rec.Ino == 0) != (rec.Intent != "") || rec.Journal != 0 || rec.Folder != 0 || rec.Self != 0 {
 		return errors.New("not a journal record")
 	}
 	switch {
+	case rec.Intent != "":
+		if err := checkName(rec.Intent); err != nil || multihost.IsControl(rec.Intent) || rec.Size != 0 || rec.XXHash64 != "" {
+			return fmt.Errorf("%q is not a name ckpt writes", rec.Intent)
+		}
+		j.intents[rec.Intent] = true
 	case rec.File != "":
 		if err := checkName(rec.File); err != nil || multihost.IsControl(rec.File) {
 			return fmt.Errorf("%q is not a name ckpt writes", rec.File)

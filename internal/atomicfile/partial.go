@@ -41,13 +41,25 @@ func surveyAll(fo *folder) (map[string]ident, error) {
 }
 
 // proves reports whether the entry name, found as id, is one the journal records ckpt
-// made: the same inode and kind, a file with no other link to it.
+// made: the same inode and kind, a file with no other link to it. An entry the journal
+// only intended (a kill between its creation and its record) is ckpt's when it holds
+// nothing: an empty file with one link at an intended name, or a folder on the way to one.
 func (j *journaled) proves(name string, id ident) bool {
 	if e, ok := j.files[name]; ok {
 		return id.isReg() && id.nlink == 1 && id.ino == e.ino
 	}
 	if ino, ok := j.dirs[name]; ok {
 		return id.isDir() && id.ino == ino
+	}
+	if id.isReg() {
+		return j.intents[name] && id.nlink == 1 && id.size == 0
+	}
+	if id.isDir() {
+		for intent := range j.intents {
+			if strings.HasPrefix(intent, name+"/") {
+				return true
+			}
+		}
 	}
 	return false
 }
@@ -66,6 +78,20 @@ func (p *partial) adopt(j *journaled, all map[string]ident) {
 			p.files[name] = id
 		}
 	}
+}
+
+// removeIntended removes the files adopted from j's intents alone: created by a run killed
+// before it recorded them, so holding nothing to keep.
+func (p *partial) removeIntended(j *journaled) error {
+	for name := range j.intents {
+		if _, listed := j.files[name]; listed {
+			continue
+		}
+		if err := p.removeFile(name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // made reports whether id at name is an entry this process made or adopted.
@@ -93,6 +119,10 @@ func (p *partial) create(name string) (*os.File, error) {
 		}
 		delete(p.files, name)
 		delete(p.sums, name)
+	}
+	// The intent covers a kill between the creation and the record of its inode.
+	if err := p.j.write(record{Intent: name}); err != nil {
+		return nil, err
 	}
 	f, id, err := p.fo.create(name, 0o666, func(dir string, id ident) error {
 		p.dirs[dir] = id

@@ -168,6 +168,11 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 	for name := range j.dirs {
 		check(name)
 	}
+	for name := range j.intents {
+		if _, listed := j.files[name]; !listed {
+			check(name)
+		}
+	}
 	controls := map[string]ident{}
 	for _, n := range []string{partName, tmpName} {
 		id, err := fo.lstat(n)
@@ -216,6 +221,9 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 	}
 	if d.opts.Resume {
 		d.Resumed = map[string]Journaled{}
+	}
+	if err := d.p.removeIntended(j); err != nil {
+		return err
 	}
 	for _, name := range j.order {
 		id, ok := d.p.files[name]

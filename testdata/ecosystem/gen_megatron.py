@@ -15,9 +15,22 @@ dicts and file layouts their source saves:
                            the torch Adam state dict, fp32_from_fp16_params, grad_scaler),
                            opt_param_scheduler, rng_state (random, numpy, torch, CUDA and
                            tracker states), num_floating_point_operations_so_far
-    megatron/tp2pp2/       "release", release/mp_rank_{00,01}_{000,001}/model_optim_rng.pt
-                           (tensor × pipeline parallel ranks) and each rank's
-                           distrib_optim.pt (the distributed optimizer's parameter state)
+    megatron/llama_tp1/, llama_tp2pp2/, gpt_tp1/, gpt_tp2pp2/
+                           one model each (a Llama-style mcore GPTModel; a GPT-2-style
+                           megatron.legacy model with tied embeddings) saved at TP=1 and at
+                           TP=2 × PP=2 with the distributed optimizer: iter_0000003/
+                           mp_rank_TT[_PPP]/model_optim_rng.pt and distrib_optim.pt, each rank
+                           holding its slices of the same model (see megatron_tp.py, which cites
+                           the Megatron source it follows)
+    megatron/gpt_tp2pp2_nodist/
+                           the GPT model at TP=2 × PP=2 without the distributed optimizer: each
+                           rank's AdamW state by position in its model_optim_rng.pt
+    megatron/gpt_tp2/      the GPT model at TP=2 without pipeline parallelism (mp_rank_TT
+                           folders; the tied embeddings on one stage)
+    megatron/hostile/      TP=2 × PP=2 saves of the Llama model that do not merge: a replicated
+                           norm that differs on one rank (replica/), args whose query groups do
+                           not divide over the ranks (qkv_groups/), one rank whose args disagree
+                           (args/)
     megatron/torch_dist/   latest_checkpointed_iteration.txt "200", iter_0000200/: a DCP of
                            the sharded entries (layers stacked on a leading axis, optimizer
                            moments, ShardedObjects as bytes items named KEY/shard_OFF_SHAPE),
@@ -31,12 +44,14 @@ dicts and file layouts their source saves:
     nemo1/tp2.nemo         ./model_config.yaml, ./mp_rank_0{0,1}/model_weights.ckpt
     nemo1/model_gz.nemo    the same as model.nemo, gzip'd
 
-    scripts/oracle python testdata/ecosystem/gen_megatron.py
+    scripts/oracle python testdata/ecosystem/gen_megatron.py [NAME...]
 
-and megatron.json: for each, torch's listing of what the library's own loader gives —
-torch.load of each rank file (several ranks: under their folder names), dist_checkpointing's
-merge of common.pt and the DCP (loaded with dcp_to_torch_save), tarfile + torch.load of a
-.nemo's weights — and the bytes of every io.BytesIO, hex.
+(NAME: legacy, parallel, torch_dist, nemo2, nemo1; all by default) and megatron.json: for
+each, torch's listing of what the library's own loader gives — torch.load of the rank file,
+dist_checkpointing's merge of common.pt and the DCP (loaded with dcp_to_torch_save), tarfile +
+torch.load of a .nemo's weights — and the bytes of every io.BytesIO, hex; for the parallel
+saves ("llama", "gpt"), the TP=1 model and its optimizer state by parameter name they merge to
+(megatron_tp.expected) and the names of each param group.
 """
 import argparse
 import io
@@ -55,6 +70,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import listing  # noqa: E402
+import megatron_tp  # noqa: E402
 
 OUT = "testdata/ecosystem/megatron"
 HIDDEN, FFN, VOCAB, LAYERS = 8, 16, 32, 2
@@ -313,24 +329,84 @@ def byte_items(obj, prefix=""):
     return out
 
 
-def main():
-    expected = {"torch": torch.__version__}
-    torch.manual_seed(3)
-    loaded = {
-        "legacy": save_legacy(os.path.join(OUT, "legacy"), "100", 1, 1, False),
-        "tp2pp2": save_legacy(os.path.join(OUT, "tp2pp2"), "release", 2, 2, True),
-        "torch_dist": megatron_dist(os.path.join(OUT, "torch_dist")),
-        "nemo2": nemo2(os.path.join(OUT, "nemo2")),
-    }
-    os.makedirs(os.path.join(OUT, "nemo1"), exist_ok=True)
-    loaded["nemo1/model.nemo"] = nemo_file(os.path.join(OUT, "nemo1", "model.nemo"), 1, False)
-    loaded["nemo1/tp2.nemo"] = nemo_file(os.path.join(OUT, "nemo1", "tp2.nemo"), 2, False)
-    nemo_file(os.path.join(OUT, "nemo1", "model_gz.nemo"), 1, True)
+def layouts():
+    """Parameter layouts of the distributed optimizer's saved buffers (megatron_tp.coalesced)
+    for random parameter lists: sizes, shared embeddings first or last, bucket sizes, both
+    alignments."""
+    rng = random.Random(21)
+    out = []
+    for case in range(40):
+        n = rng.randint(1, 12)
+        params = [(f"p{i}", rng.choice([1, 3, 64, 100, 128, 4096, rng.randint(1, 5000)]), False) for i in range(n)]
+        if case % 4 == 1:
+            params[0] = (params[0][0], params[0][1], True)
+        if case % 4 == 2:
+            params[-1] = (params[-1][0], params[-1][1], True)
+        bucket = rng.choice([None, 1, 100, 1000, 5000, 40000000])
+        align = 64 if case % 2 == 0 else 1
+        starts, total = megatron_tp.coalesced(params, bucket, megatron_tp.DP, align)
+        out.append({"numel": [p[1] for p in params], "shared": [p[2] for p in params], "bucket_size": bucket,
+                    "align": align, "starts": starts, "total": total})
+    return out
+
+
+def parallel(expected):
+    """The tensor × pipeline parallel saves of megatron_tp, their merged truth in expected."""
+    expected["layouts"] = layouts()
+    root = os.path.join(OUT, "hostile")
+    shutil.rmtree(root, ignore_errors=True)
+    for name, (cfg, seed) in megatron_tp.MODELS.items():
+        truth = megatron_tp.Truth(cfg, seed)
+        megatron_tp.save(os.path.join(OUT, name + "_tp1"), cfg, truth, 1, 1, seed=seed + 100)
+        megatron_tp.save(os.path.join(OUT, name + "_tp2pp2"), cfg, truth, 2, 2, seed=seed + 200)
+        expected[name] = {"tensors": listing(megatron_tp.expected(cfg, truth)), "groups": truth.groups}
+        if name != "llama":
+            megatron_tp.save(os.path.join(OUT, name + "_tp2pp2_nodist"), cfg, truth, 2, 2, seed=seed + 300,
+                             distributed=False)
+            megatron_tp.save(os.path.join(OUT, name + "_tp2"), cfg, truth, 2, 1, seed=seed + 400)
+            continue
+
+        def replica(rank, state):
+            if rank == "mp_rank_01_000":
+                w = state["model"]["decoder.layers.1.self_attention.linear_qkv.layer_norm_weight"]
+                w[3] += 1
+
+        def disagree(rank, state):
+            if rank == "mp_rank_01_001":
+                state["args"].num_layers = 6
+        megatron_tp.save(os.path.join(root, "replica"), cfg, truth, 2, 2, seed=seed + 200, tamper=replica)
+        megatron_tp.save(os.path.join(root, "qkv_groups"), cfg, truth, 2, 2, seed=seed + 200, num_query_groups=4)
+        megatron_tp.save(os.path.join(root, "args"), cfg, truth, 2, 2, seed=seed + 200, tamper=disagree)
+
+
+def main(which):
+    path = "testdata/ecosystem/megatron.json"
+    expected = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            expected = json.load(f)
+    expected["torch"] = torch.__version__
+    expected.pop("tp2pp2", None)
+    loaded = {}
+    if "legacy" in which:
+        torch.manual_seed(3)
+        loaded["legacy"] = save_legacy(os.path.join(OUT, "legacy"), "100", 1, 1, False)
+    if "parallel" in which:
+        parallel(expected)
+    if "torch_dist" in which:
+        loaded["torch_dist"] = megatron_dist(os.path.join(OUT, "torch_dist"))
+    if "nemo2" in which:
+        loaded["nemo2"] = nemo2(os.path.join(OUT, "nemo2"))
+    if "nemo1" in which:
+        os.makedirs(os.path.join(OUT, "nemo1"), exist_ok=True)
+        loaded["nemo1/model.nemo"] = nemo_file(os.path.join(OUT, "nemo1", "model.nemo"), 1, False)
+        loaded["nemo1/tp2.nemo"] = nemo_file(os.path.join(OUT, "nemo1", "tp2.nemo"), 2, False)
+        nemo_file(os.path.join(OUT, "nemo1", "model_gz.nemo"), 1, True)
     for name, obj in loaded.items():
         expected[name] = {"tensors": listing(obj), "bytes": byte_items(obj)}
-    with open("testdata/ecosystem/megatron.json", "w") as f:
+    with open(path, "w") as f:
         json.dump(expected, f, indent=1)
         f.write("\n")
 
 
-main()
+main(sys.argv[1:] or ["legacy", "parallel", "torch_dist", "nemo2", "nemo1"])

@@ -37,21 +37,42 @@ def first(sd, pred):
     return None
 
 
-def layer_order(k):
+LAYERS = ("layers", "h", "blocks")  # the layer lists of the transformers families
+
+
+def layer_index(k):
     parts = k.split(".")
     for i, p in enumerate(parts):
-        if p == "layers" and i + 1 < len(parts) and parts[i + 1].isdigit():
-            return (int(parts[i + 1]), k)
-    return (-1, k)
+        if p in LAYERS and i + 1 < len(parts) and parts[i + 1].isdigit():
+            return int(parts[i + 1]), ".".join(parts[: i + 1]) + "."
+    return None, None
+
+
+def layer_order(k):
+    i, _ = layer_index(k)
+    return (-1 if i is None else i, k)
+
+
+def in_layer(k, n):
+    return layer_index(k)[0] == n
 
 
 def is_weight(k, v):
-    return v.is_floating_point() and v.dim() >= 2 and ".layers.0." in k
+    return v.is_floating_point() and v.dim() >= 2 and in_layer(k, 0)
+
+
+# The attention output projections of the transformers families.
+ATTENTION_OUT = ("o_proj", "out_proj", "attn.c_proj", "attention.dense", "self_attention.dense", "self_attn.dense",
+                 "experts.output_linear")
+
+# The token embeddings and final norms of the transformers families.
+EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "embed_in.weight", "word_embeddings.weight", "embeddings.weight")
+FINAL_NORMS = ("model.norm.weight", "ln_f.weight", "final_layer_norm.weight", "final_layernorm.weight", "norm_f.weight", "ln_out.weight")
 
 
 def variants(sd, ref):
     out = {}
-    o = first(sd, lambda k, v: is_weight(k, v) and ("o_proj" in k or "out_proj" in k)) or first(sd, is_weight)
+    o = first(sd, lambda k, v: is_weight(k, v) and any(p in k for p in ATTENTION_OUT)) or first(sd, is_weight)
     flat = sd[o].reshape(-1)
     i = int(flat.float().abs().argmax())
     for name, f in (("one_element_sign", lambda x: -x), ("one_element_x16", lambda x: x * 16)):
@@ -63,16 +84,18 @@ def variants(sd, ref):
     sq = first(sd, lambda k, v: is_weight(k, v) and v.dim() == 2 and v.shape[0] == v.shape[1])
     if sq:
         out["transposed"] = {**sd, sq: sd[sq].t().contiguous()}
-    l0 = [k for k in sd if ".layers.0." in k]
-    if all(k.replace(".layers.0.", ".layers.1.") in sd for k in l0):
-        s = dict(sd)
-        for k in l0:
-            k1 = k.replace(".layers.0.", ".layers.1.")
-            s[k], s[k1] = sd[k1], sd[k]
-        out["layers_swapped"] = s
-    e = first(sd, lambda k, v: k.endswith("embed_tokens.weight"))
+    l0 = [k for k in sd if in_layer(k, 0)]
+    if l0:
+        prefix = layer_index(l0[0])[1]
+        swap = {k: k.replace(prefix + "0.", prefix + "1.", 1) for k in l0}
+        if all(k1 in sd and sd[k1].shape == sd[k].shape for k, k1 in swap.items()):
+            s = dict(sd)
+            for k, k1 in swap.items():
+                s[k], s[k1] = sd[k1], sd[k]
+            out["layers_swapped"] = s
+    e = first(sd, lambda k, v: k.endswith(EMBEDDINGS) and v.dim() == 2)
     out["embed_shifted"] = {**sd, e: torch.roll(sd[e], 1, 0).contiguous()}
-    n = first(sd, lambda k, v: k.endswith("model.norm.weight"))
+    n = first(sd, lambda k, v: k.endswith(FINAL_NORMS))
     if n:
         out["norm_dropped"] = {**sd, n: torch.ones_like(sd[n])}
     g = torch.Generator().manual_seed(0)

@@ -38,12 +38,16 @@ func FuzzParseConfig(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(c.Sliding) != c.Layers {
-			t.Fatalf("%d sliding flags for %d layers", len(c.Sliding), c.Layers)
+		if len(c.Blocks) != c.Layers {
+			t.Fatalf("%d blocks for %d layers", len(c.Blocks), c.Layers)
 		}
-		for _, T := range []int{1, 7} {
-			if _, err := c.Rope.InvFreq(T); err != nil {
-				t.Fatalf("parsed config's rope fails: %v", err)
+		for _, b := range c.Blocks {
+			if r := b.Attn.Rope; r != nil {
+				for _, T := range []int{1, 7} {
+					if _, err := r.Rope.InvFreq(T); err != nil {
+						t.Fatalf("parsed config's rope fails: %v", err)
+					}
+				}
 			}
 		}
 	})

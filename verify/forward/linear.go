@@ -1,7 +1,6 @@
 package forward
 
 import (
-	"math"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -24,11 +23,13 @@ func linear(dst, x []float32, T int, w *matrix, bias []float32, tpu bool) error 
 	n, k := w.rows, w.cols
 	var xb []uint16 // the rounded activations as bfloat16 bits, for bfloat16 weights
 	if tpu {
-		x = roundedBF16(x[:T*k])
-		xb = make([]uint16, len(x))
-		for i, v := range x {
-			xb[i] = uint16(math.Float32bits(v) >> 16)
+		xb = make([]uint16, T*k)
+		xr := make([]float32, T*k)
+		for i, v := range x[:T*k] {
+			xb[i] = codec.Float32ToBF16(v)
+			xr[i] = codec.BF16ToFloat32(xb[i])
 		}
+		x = xr
 	}
 	workers := min(runtime.GOMAXPROCS(0), max(1, n/16))
 	var wg sync.WaitGroup
@@ -123,7 +124,7 @@ func (w *matrix) product(dst, x []float32, xb []uint16, T, j0, j1 int) error {
 // roundBF16 rounds x to the nearest bfloat16, ties to even, and widens it back: what a
 // TPU's matrix unit does to float32 inputs at default precision.
 func roundBF16(x float32) float32 {
-	return math.Float32frombits(uint32(codec.Float32ToBF16(x)) << 16)
+	return codec.BF16ToFloat32(codec.Float32ToBF16(x))
 }
 
 // roundedBF16 returns a copy of x with every element rounded to bfloat16.

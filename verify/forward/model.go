@@ -64,6 +64,10 @@ type Options struct {
 	// (norms, biases) are read gathered from their pieces. Without it, or for a checkpoint
 	// without shards, the whole reassembled tensors are used.
 	Shards bool
+	// MemoryLimit bounds the activations (and logits) a forward pass allocates, in bytes:
+	// a longer sequence is refused before anything is allocated. 0 means
+	// DefaultMemoryLimit, negative no limit.
+	MemoryLimit int64
 }
 
 // Model is a decoder-only language model ready to run, its weights read lazily from the
@@ -74,10 +78,13 @@ type Model struct {
 	ck    *statedict.Checkpoint
 	owned bool
 
-	embed, lmHead *matrix
-	norm          norm
-	layers        []*layer
-	sharded       Sharded
+	embed, pos       *matrix
+	projIn, projOut  *linearW
+	head             *linearW
+	embedNorm, final *normW
+	headT            *headTW
+	blocks           []*blockW
+	sharded          Sharded
 }
 
 // Open opens the checkpoint at path (any format formats.Open reads) and loads the model;
@@ -114,7 +121,7 @@ func Load(ctx context.Context, ck *statedict.Checkpoint, opts Options) (*Model, 
 	if err != nil {
 		return nil, err
 	}
-	ws, err := newWeights(ctx, ck, cfgJSON, opts)
+	ws, err := newWeights(ctx, ck, cfgJSON, opts, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +161,12 @@ func (m *Model) Close() error {
 
 // weights finds the checkpoint's tensors by their transformers names.
 type weights struct {
+	// prefix is what the checkpoint's names carry before the model's (a wrapper's
+	// "module."); bare: the checkpoint holds the decoder alone, its names without the
+	// config's Base.
 	prefix  string
+	base    string
+	bare    bool
 	tensors map[string]*statedict.Tensor
 	mxfp4   map[string]*quant.Group
 	round   bool // TPU precision: float32 weights are rounded to bfloat16
@@ -168,13 +180,13 @@ type weights struct {
 	use    *shardUse
 }
 
-func newWeights(ctx context.Context, ck *statedict.Checkpoint, cfgJSON []byte, opts Options) (*weights, error) {
+func newWeights(ctx context.Context, ck *statedict.Checkpoint, cfgJSON []byte, opts Options, cfg *Config) (*weights, error) {
 	list, err := ck.Tensors()
 	if err != nil {
 		return nil, err
 	}
 	ws := &weights{tensors: map[string]*statedict.Tensor{}, mxfp4: map[string]*quant.Group{}, exact: map[string]bool{},
-		round: opts.Precision == TPU, path: ck.Path}
+		round: opts.Precision == TPU, path: ck.Path, base: cfg.Base}
 	for _, nt := range list {
 		ws.tensors[nt.Name] = nt.Tensor
 	}
@@ -220,72 +232,133 @@ func newWeights(ctx context.Context, ck *statedict.Checkpoint, cfgJSON []byte, o
 			ws.tensors[g.Name] = t
 		}
 	}
-	// The decoder's names start with "model."; anything before it is a wrapper prefix
-	// ("module." from DDP, "_orig_mod." from torch.compile, a checkpoint dict's key).
-	const embed = "model.embed_tokens.weight"
-	found := false
-	for name := range ws.tensors {
-		if p, ok := strings.CutSuffix(name, embed); ok && (p == "" || strings.HasSuffix(p, ".")) {
-			if found && p != ws.prefix {
-				return nil, fmt.Errorf("%s: two models in one checkpoint (%s and %s)", ck.Path, ws.prefix+embed, name)
-			}
-			ws.prefix, found = p, true
-		}
-	}
-	if !found {
-		return nil, fmt.Errorf("%s: no %s: not a decoder-only transformers model state dict", ck.Path, embed)
+	// The model's names start with its own ("model.embed_tokens.weight"); anything before
+	// is a wrapper prefix ("module." from DDP, "_orig_mod." from torch.compile, a
+	// checkpoint dict's key). A checkpoint of the bare decoder has them without Base.
+	if err := ws.findPrefix(cfg.Embed); err != nil {
+		return nil, err
 	}
 	return ws, nil
 }
 
-func (ws *weights) tensor(name string) (*statedict.Tensor, error) {
-	t, ok := ws.tensors[ws.prefix+name]
-	if !ok {
-		return nil, fmt.Errorf("%s: checkpoint has no tensor %s", ws.path, ws.prefix+name)
+// findPrefix finds the wrapper prefix from where the embedding is stored.
+func (ws *weights) findPrefix(embed string) error {
+	for _, alt := range strings.Split(embed, "|") {
+		for _, bare := range []bool{false, true} {
+			want := alt
+			if bare {
+				if ws.base == "" || !strings.HasPrefix(alt, ws.base) {
+					break
+				}
+				want = strings.TrimPrefix(alt, ws.base)
+			}
+			found := false
+			for name := range ws.tensors {
+				if p, ok := strings.CutSuffix(name, want); ok && (p == "" || strings.HasSuffix(p, ".")) {
+					if found && p != ws.prefix {
+						return fmt.Errorf("%s: two models in one checkpoint (%s and %s)", ws.path, ws.prefix+want, name)
+					}
+					ws.prefix, ws.bare, found = p, bare, true
+				}
+			}
+			if found {
+				return nil
+			}
+		}
 	}
-	if t.DType.Kind() != statedict.KindFloat {
-		return nil, fmt.Errorf("%s: tensor %s is %s, not floating point", ws.path, ws.prefix+name, t.DType)
-	}
-	if err := t.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: tensor %s: %w", ws.path, ws.prefix+name, err)
-	}
-	return t, nil
+	return fmt.Errorf("%s: no %s: not a transformers model state dict of this architecture", ws.path, strings.ReplaceAll(embed, "|", " or "))
 }
 
-func (ws *weights) has(name string) bool {
-	_, ok := ws.tensors[ws.prefix+name]
-	return ok
+// stored is the checkpoint's name of the model's tensor name: the first of its
+// alternatives ("a|b") present, with the wrapper prefix, and without Base for a bare
+// decoder. The first alternative is returned when none is present.
+func (ws *weights) stored(name string) string {
+	alts := strings.Split(name, "|")
+	for _, n := range alts {
+		if s := ws.full(n); ws.tensors[s] != nil || ws.mxfp4[s] != nil {
+			return s
+		}
+	}
+	// A name outside the decoder (lm_head) at the top of a checkpoint whose decoder is
+	// nested ("model.language_model." in a multimodal model's own state dict).
+	if ws.bare && ws.prefix != "" {
+		for _, n := range alts {
+			if !strings.HasPrefix(n, ws.base) && (ws.tensors[n] != nil || ws.mxfp4[n] != nil) {
+				return n
+			}
+		}
+	}
+	return ws.full(alts[0])
+}
+
+func (ws *weights) full(n string) string {
+	if ws.bare {
+		n = strings.TrimPrefix(n, ws.base)
+	}
+	return ws.prefix + n
+}
+
+// tensor is the stored tensor of a model name (stored's rules), name being the stored
+// name it was found under.
+func (ws *weights) tensor(model string) (t *statedict.Tensor, name string, err error) {
+	name = ws.stored(model)
+	t, ok := ws.tensors[name]
+	if !ok {
+		return nil, name, fmt.Errorf("%s: checkpoint has no tensor %s", ws.path, strings.ReplaceAll(name, "|", " or "))
+	}
+	if t.DType.Kind() != statedict.KindFloat {
+		return nil, name, fmt.Errorf("%s: tensor %s is %s, not floating point", ws.path, name, t.DType)
+	}
+	if err := t.Validate(); err != nil {
+		return nil, name, fmt.Errorf("%s: tensor %s: %w", ws.path, name, err)
+	}
+	return t, name, nil
+}
+
+// has reports whether the model name (or one of its alternatives) is stored, as a tensor
+// or an MXFP4 group.
+func (ws *weights) has(model string) bool {
+	s := ws.stored(model)
+	return ws.tensors[s] != nil || ws.mxfp4[s] != nil
 }
 
 func shapeErr(name string, got []int64, want ...int) error {
 	return fmt.Errorf("tensor %s has shape %v, the config needs %v", name, got, want)
 }
 
-// mat is a 2-D [rows, cols] weight; round applies the TPU rounding to it (unless the weight
-// is kept exact).
-func (ws *weights) mat(name string, rows, cols int, round bool) (*matrix, error) {
-	t, err := ws.tensor(name)
+// mat is a 2-D weight used as [rows, cols]: stored so, or [cols, rows] when transposed
+// (GPT-2's Conv1D); round applies the TPU rounding to it (unless the weight is kept exact).
+func (ws *weights) mat(model string, rows, cols int, transposed, round bool) (*matrix, error) {
+	t, name, err := ws.tensor(model)
 	if err != nil {
 		return nil, err
 	}
-	round = round && !ws.exact[ws.prefix+name]
-	if len(t.Shape) != 2 || t.Shape[0] != int64(rows) || t.Shape[1] != int64(cols) {
-		return nil, shapeErr(ws.prefix+name, t.Shape, rows, cols)
+	round = round && !ws.exact[name]
+	a, b := rows, cols
+	if transposed {
+		a, b = cols, rows
 	}
-	m, err := matrixOf(view{name: ws.prefix + name, t: t, base: t.Offset, rs: t.Strides[0], cs: t.Strides[1], rows: rows, cols: cols}, round)
+	if len(t.Shape) != 2 || t.Shape[0] != int64(a) || t.Shape[1] != int64(b) {
+		return nil, shapeErr(name, t.Shape, a, b)
+	}
+	v := view{name: name, t: t, base: t.Offset, rs: t.Strides[0], cs: t.Strides[1], rows: rows, cols: cols}
+	if transposed {
+		v.rs, v.cs = t.Strides[1], t.Strides[0]
+	}
+	m, err := matrixOf(v, round)
 	if err != nil {
 		return nil, err
 	}
-	return m, ws.shardedMat(m, ws.prefix+name, t, round)
+	return m, ws.shardedMat(m, name, t, transposed, round)
 }
 
 // expert is expert e's [rows, cols] matrix of a stacked [E, rows, cols] weight, or of an
 // [E, cols, rows] one when transposed (gpt-oss stores x·W layouts).
-func (ws *weights) expert(name string, e, experts, rows, cols int, transposed bool) (*matrix, error) {
-	if g, ok := ws.mxfp4[ws.prefix+name]; ok {
-		return mxfp4Expert(ws.prefix+name, g, ws.tensors, e, experts, rows, cols)
+func (ws *weights) expert(model string, e, experts, rows, cols int, transposed bool) (*matrix, error) {
+	if g, ok := ws.mxfp4[ws.stored(model)]; ok {
+		return mxfp4Expert(ws.stored(model), g, ws.tensors, e, experts, rows, cols)
 	}
-	t, err := ws.tensor(name)
+	t, name, err := ws.tensor(model)
 	if err != nil {
 		return nil, err
 	}
@@ -294,14 +367,14 @@ func (ws *weights) expert(name string, e, experts, rows, cols int, transposed bo
 		a, b = cols, rows
 	}
 	if len(t.Shape) != 3 || t.Shape[0] != int64(experts) || t.Shape[1] != int64(a) || t.Shape[2] != int64(b) {
-		return nil, shapeErr(ws.prefix+name, t.Shape, experts, a, b)
+		return nil, shapeErr(name, t.Shape, experts, a, b)
 	}
-	v := view{name: fmt.Sprintf("%s%s[%d]", ws.prefix, name, e), t: t, base: t.Offset + int64(e)*t.Strides[0],
+	v := view{name: fmt.Sprintf("%s[%d]", name, e), t: t, base: t.Offset + int64(e)*t.Strides[0],
 		rs: t.Strides[1], cs: t.Strides[2], rows: rows, cols: cols}
 	if transposed {
 		v.rs, v.cs = t.Strides[2], t.Strides[1]
 	}
-	round := ws.round && !ws.exact[ws.prefix+name]
+	round := ws.round && !ws.exact[name]
 	m, err := matrixOf(v, round)
 	if err != nil {
 		return nil, err
@@ -322,25 +395,36 @@ func mxfp4Expert(name string, g *quant.Group, tensors map[string]*statedict.Tens
 	return q.matrix(), nil
 }
 
-// vec is a 1-D weight of n elements.
-func (ws *weights) vec(name string, n int) ([]float32, error) {
-	t, err := ws.tensor(name)
+// vec is a weight of n elements: 1-D, or any shape holding n elements contiguously (a
+// per-head norm's [heads, head_dim], a scalar parameter's [] or [1]).
+func (ws *weights) vec(model string, n int) ([]float32, error) {
+	t, name, err := ws.tensor(model)
 	if err != nil {
 		return nil, err
 	}
-	return readVector(ws.prefix+name, t, n)
+	if len(t.Shape) != 1 {
+		if t.NumEl() != int64(n) || !t.IsContiguous() {
+			return nil, shapeErr(name, t.Shape, n)
+		}
+		m, err := matrixOf(view{name: name, t: t, base: t.Offset, rs: int64(n), cs: 1, rows: 1, cols: n}, false)
+		if err != nil {
+			return nil, err
+		}
+		return m.rowsF32(0, 1)
+	}
+	return readVector(name, t, n)
 }
 
 // row is row r of a 2-D [rows, n] weight (a stacked bias).
-func (ws *weights) row(name string, r, rows, n int) ([]float32, error) {
-	t, err := ws.tensor(name)
+func (ws *weights) row(model string, r, rows, n int) ([]float32, error) {
+	t, name, err := ws.tensor(model)
 	if err != nil {
 		return nil, err
 	}
 	if len(t.Shape) != 2 || t.Shape[0] != int64(rows) || t.Shape[1] != int64(n) {
-		return nil, shapeErr(ws.prefix+name, t.Shape, rows, n)
+		return nil, shapeErr(name, t.Shape, rows, n)
 	}
-	m, err := matrixOf(view{name: ws.prefix + name, t: t, base: t.Offset, rs: t.Strides[0], cs: t.Strides[1], rows: rows, cols: n}, false)
+	m, err := matrixOf(view{name: name, t: t, base: t.Offset, rs: t.Strides[0], cs: t.Strides[1], rows: rows, cols: n}, false)
 	if err != nil {
 		return nil, err
 	}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,10 +23,16 @@ import (
 
 // Case is one tiny model written by testdata/forward/gen.py.
 type Case struct {
-	Name      string `json:"name"`
-	Path      string `json:"path"`
-	Tokens    []int  `json:"tokens"`
-	ModelType string `json:"model_type"`
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Tokens []int  `json:"tokens"`
+	// LongTokens are a few dozen ids whose float32 logits are NAME.long.safetensors.
+	LongTokens []int  `json:"long_tokens"`
+	ModelType  string `json:"model_type"`
+	// Architecture is the causal-LM class transformers built.
+	Architecture string `json:"architecture"`
+	// Generic marks an architecture the Go pass does not run (for verify --emit-torch).
+	Generic bool `json:"generic"`
 }
 
 var (
@@ -117,9 +126,9 @@ func maxAbsDiff(a, b []float32) float64 {
 	return m
 }
 
-// TestMatchesTransformers runs every generated model in float32 and compares the logits
-// with transformers' float32 eager forward: at most 1e-4 apart. It runs once per matmul
-// kernel this machine has (AVX-512, AVX2, the portable fallback).
+// TestMatchesTransformers runs every generated model in float32 on its 12 and its 40 tokens
+// and compares the logits with transformers' float32 eager forward: at most 1e-4 apart. It
+// runs once per matmul kernel this machine has (AVX-512, AVX2, the portable fallback).
 func TestMatchesTransformers(t *testing.T) {
 	cs, dir := generated(t)
 	def := kernel.Current()
@@ -135,28 +144,47 @@ func TestMatchesTransformers(t *testing.T) {
 }
 
 func checkCase(t *testing.T, dir string, c Case) {
-	{
-		{
-			want, shape := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
-			m, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			got, err := m.Forward(c.Tokens)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(shape) != 3 || shape[1] != int64(len(c.Tokens)) || int(shape[2]) != m.Config().Vocab || len(got) != len(want) {
-				t.Fatalf("logits shape %v, got %d values for %d tokens × vocab %d", shape, len(got), len(c.Tokens), m.Config().Vocab)
-			}
-			d := maxAbsDiff(got, want)
-			t.Logf("%s (%s): max abs error %.3g over %d logits", c.Name, c.ModelType, d, len(got))
-			if d > 1e-4 {
-				t.Errorf("max abs error %g > 1e-4", d)
-			}
+	if c.Generic {
+		if _, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{}); !IsUnsupported(err) {
+			t.Fatalf("the generic case %s (%s) opens: %v", c.Name, c.ModelType, err)
 		}
+		return
 	}
+	d := caseError(t, dir, c)
+	t.Logf("%s (%s): max abs error %.3g", c.Name, c.ModelType, d)
+	if d > 1e-4 {
+		t.Errorf("max abs error %g > 1e-4", d)
+	}
+}
+
+// caseError runs a generated model in float32 on its tokens and on its long tokens and
+// returns the largest absolute difference of its logits from transformers'.
+func caseError(t *testing.T, dir string, c Case) float64 {
+	t.Helper()
+	if len(c.LongTokens) == 0 {
+		t.Fatalf("%s: the generator wrote no long tokens", c.Name)
+	}
+	m, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var d float64
+	for _, run := range []struct {
+		file   string
+		tokens []int
+	}{{".logits.safetensors", c.Tokens}, {".long.safetensors", c.LongTokens}} {
+		want, shape := readLogits(t, filepath.Join(dir, c.Name+run.file))
+		got, err := m.Forward(context.Background(), run.tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(shape) != 3 || shape[1] != int64(len(run.tokens)) || int(shape[2]) != m.Config().Vocab || len(got) != len(want) {
+			t.Fatalf("%s: logits shape %v, got %d values for %d tokens × vocab %d", run.file, shape, len(got), len(run.tokens), m.Config().Vocab)
+		}
+		d = max(d, maxAbsDiff(got, want))
+	}
+	return d
 }
 
 // TestMXFP4MatchesQuant checks the forward pass's MXFP4 row decoder bit for bit against
@@ -224,6 +252,9 @@ func TestMXFP4MatchesQuant(t *testing.T) {
 func TestTPUPrecisionMatchesEmulation(t *testing.T) {
 	cs, dir := generated(t)
 	for _, c := range cs {
+		if c.Generic {
+			continue
+		}
 		t.Run(c.Name, func(t *testing.T) {
 			f32, _ := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
 			emu, _ := readLogits(t, filepath.Join(dir, c.Name+".tpu.safetensors"))
@@ -232,7 +263,7 @@ func TestTPUPrecisionMatchesEmulation(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			got, err := m.Forward(c.Tokens)
+			got, err := m.Forward(context.Background(), c.Tokens)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -281,7 +312,7 @@ func TestKeepFP8(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		out, err := m.Forward(c.Tokens)
+		out, err := m.Forward(context.Background(), c.Tokens)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,5 +332,154 @@ func TestKeepFP8(t *testing.T) {
 	}
 	if mean(kept, ref) >= mean(bf16, ref) {
 		t.Errorf("keeping FP8 weights exact did not bring the logits closer to float32")
+	}
+}
+
+// TestDefaultsTable regenerates defaults.json — the config-class defaults every supported
+// model_type is read with — from transformers and fails when the embedded table differs.
+func TestDefaultsTable(t *testing.T) {
+	o := oracle.Require(t)
+	out, err := o.Python(append([]string{"testdata/forward/defaults.py"}, Supported()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != string(defaultsJSON) {
+		t.Errorf("verify/forward/defaults.json is not what testdata/forward/defaults.py writes for the supported model types; regenerate it:\n"+
+			"  scripts/oracle python testdata/forward/defaults.py %s > verify/forward/defaults.json", strings.Join(Supported(), " "))
+	}
+}
+
+// familyTableMarks delimit the generated table in docs/verify.md.
+const (
+	familyTableBegin = "<!-- forward families: generated by TestFamilyTable (CKPT_UPDATE_DOCS=1 go test ./verify/forward -run TestFamilyTable) -->"
+	familyTableEnd   = "<!-- end of forward families -->"
+)
+
+// TestFamilyTable is the table of docs/verify.md listing every family the forward pass runs,
+// the transformers class, the generated test models and the largest logit error against
+// transformers' float32 forward over them. With CKPT_UPDATE_DOCS=1 it rewrites the table;
+// otherwise it fails when the table's families or models differ from what is supported and
+// generated, or a listed error is not what this machine measures to within a factor of 10
+// (the summation order of the kernels differs from machine to machine).
+func TestFamilyTable(t *testing.T) {
+	cs, dir := generated(t)
+	type fam struct {
+		arch   string
+		models []string
+		err    float64
+	}
+	fams := map[string]*fam{}
+	for _, c := range cs {
+		if c.Generic {
+			continue
+		}
+		f := fams[c.ModelType]
+		if f == nil {
+			f = &fam{arch: c.Architecture}
+			fams[c.ModelType] = f
+		}
+		f.models = append(f.models, c.Name)
+		f.err = max(f.err, caseError(t, dir, c))
+	}
+	if os.Getenv("CKPT_FORWARD_CASES") != "" {
+		t.Skip("CKPT_FORWARD_CASES limits the generated models")
+	}
+	var missing []string
+	for _, mt := range Supported() {
+		if fams[mt] == nil {
+			missing = append(missing, mt)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("supported model types without a generated test model: %v", missing)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n| model_type | transformers class | test models | max abs error |\n|---|---|---|---|\n", familyTableBegin)
+	var worst float64
+	models := 0
+	for _, mt := range slices.Sorted(maps.Keys(fams)) {
+		f := fams[mt]
+		worst = max(worst, f.err)
+		models += len(f.models)
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %.1e |\n", mt, f.arch, strings.Join(f.models, ", "), f.err)
+	}
+	fmt.Fprintf(&b, "\n%d model types, %d models; the largest error %.1e (%s kernels).\n%s",
+		len(fams), models, worst, kernel.Current(), familyTableEnd)
+	doc := filepath.Join(oracle.RepoRoot(), "docs", "verify.md")
+	raw, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	i, j := strings.Index(text, familyTableBegin), strings.Index(text, familyTableEnd)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no generated family table (%q … %q)", doc, familyTableBegin, familyTableEnd)
+	}
+	if os.Getenv("CKPT_UPDATE_DOCS") != "" {
+		if err := os.WriteFile(doc, []byte(text[:i]+b.String()+text[j+len(familyTableEnd):]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	old := strings.Split(strings.TrimSuffix(text[i:j], "\n"), "\n")
+	cur := strings.Split(strings.TrimSuffix(strings.TrimSuffix(b.String(), familyTableEnd), "\n"), "\n")
+	if len(old) != len(cur) {
+		t.Fatalf("docs/verify.md's family table has %d lines, the families %d: regenerate it (CKPT_UPDATE_DOCS=1)", len(old), len(cur))
+	}
+	for k := range old {
+		o, c := strings.Split(old[k], " | "), strings.Split(cur[k], " | ")
+		if len(o) != 4 || len(c) != 4 || !strings.HasPrefix(o[0], "| `") {
+			continue
+		}
+		if o[0] != c[0] || o[1] != c[1] || o[2] != c[2] {
+			t.Errorf("docs/verify.md lists %q, the test models give %q: regenerate it (CKPT_UPDATE_DOCS=1)", old[k], cur[k])
+			continue
+		}
+		var de, ce float64
+		fmt.Sscanf(strings.TrimSuffix(o[3], " |"), "%g", &de)
+		fmt.Sscanf(strings.TrimSuffix(c[3], " |"), "%g", &ce)
+		if ce > 10*de && ce > 1e-7 || ce < de/10 && de > 1e-7 {
+			t.Errorf("%s: docs/verify.md says %.1e, measured %.1e: regenerate it (CKPT_UPDATE_DOCS=1)", o[0], de, ce)
+		}
+	}
+}
+
+// TestSSMBlocks runs the state-space models on 40 positions a few at a time (2 and 7, so
+// the convolution's history crosses blocks shorter than its taps) and all at once: the
+// carried convolution inputs and state make them agree.
+func TestSSMBlocks(t *testing.T) {
+	cs, dir := generated(t)
+	ran := 0
+	for _, c := range cs {
+		if c.ModelType != "mamba" && c.ModelType != "falcon_mamba" {
+			continue
+		}
+		ran++
+		run := func(rows int) []float32 {
+			saved := ssmRows
+			defer func() { ssmRows = saved }()
+			if rows > 0 {
+				ssmRows = func(int) int { return rows }
+			}
+			m, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			out, err := m.Forward(context.Background(), tokensOf(40, m.cfg.Vocab))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		whole := run(0)
+		for _, rows := range []int{2, 7} {
+			if d := maxAbsDiff(whole, run(rows)); d > 1e-5 {
+				t.Errorf("%s: %d positions at a time depart by %.3g", c.Name, rows, d)
+			}
+		}
+	}
+	if ran == 0 {
+		t.Fatal("no state-space case generated")
 	}
 }

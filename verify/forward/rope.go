@@ -6,86 +6,102 @@ import (
 	"math"
 )
 
-// rope resolves the rotary embedding parameters as transformers' RotaryEmbeddingConfigMixin
-// does (convert_rope_params_to_dict, standardize_rope_params): legacy rope_scaling wins over
-// rope_parameters, rope_theta falls back to the top level and then to the class default, and
-// llama3/yarn/longrope take original_max_position_embeddings from the top level or
-// max_position_embeddings.
-func (c *Config) rope(raw map[string]any) error {
-	if c.fam.gemma == 3 {
-		return c.gemma3Rope(raw)
-	}
-	var rp map[string]any
+// Rope is a rotary embedding: the inverse frequencies of each rotated pair and the factor
+// applied to cos and sin, computed as transformers' modeling_rope_utils does.
+type Rope struct {
+	Type            string
+	Theta           float64
+	params          map[string]any
+	maxPos          int
+	rotaryDim       int // the rotated part of each head (head_dim × partial_rotary_factor)
+	AttentionFactor float64
+}
+
+// ropeOpts are a family's rotary defaults, as its config class applies them.
+type ropeOpts struct {
+	headDim int
+	// partial is the default partial_rotary_factor (0: 1), partialKeys the config fields
+	// that set it besides partial_rotary_factor (GPT-NeoX's rotary_pct).
+	partial     float64
+	partialKeys []string
+	// partialOK: the modeling code rotates part of each head when the factor is below 1;
+	// elsewhere (Llama's) a factor below 1 fails in transformers and is refused.
+	partialOK bool
+	// thetaKeys are config fields that set rope_theta besides rope_theta (rotary_emb_base).
+	thetaKeys []string
+	// longropeAliases: rope types "su" and "yarn" mean longrope (Phi-3's config class).
+	longropeAliases bool
+	// params are the rope_parameters the config class sets when config.json has none
+	// (gpt-oss' yarn).
+	params map[string]any
+}
+
+// ropeParams is the configuration's rope parameter dict, as RotaryEmbeddingConfigMixin's
+// convert_rope_params_to_dict finds it: legacy rope_scaling wins over rope_parameters.
+func (g *getter) ropeParams(o ropeOpts) map[string]any {
 	for _, key := range []string{"rope_scaling", "rope_parameters"} {
-		if m, ok := raw[key].(map[string]any); ok && len(m) > 0 {
-			rp = maps.Clone(m)
-			break
+		if v, ok := g.lookup(key); ok {
+			if m, ok := v.(map[string]any); ok && len(m) > 0 {
+				return maps.Clone(m)
+			}
 		}
 	}
-	if rp == nil {
-		rp = maps.Clone(c.fam.defaultRope)
+	if o.params != nil {
+		return maps.Clone(o.params)
 	}
-	if rp == nil {
-		rp = map[string]any{}
-	}
-	if _, ok := rp["rope_theta"]; !ok {
-		if t, ok := raw["rope_theta"]; ok {
-			rp["rope_theta"] = t
-		} else {
-			rp["rope_theta"] = c.fam.defaultTheta
-		}
-	}
-	r, err := c.resolveRope(raw, rp)
-	if err != nil {
-		return err
-	}
-	c.Rope = *r
-	return nil
+	return map[string]any{}
 }
 
-// gemma3Rope follows Gemma3TextConfig.convert_rope_params_to_dict: rope_parameters holds one
-// dict per layer type; legacy rope_scaling updates the full-attention one, rope_theta
-// (default 1e6) and rope_local_base_freq (default 1e4) give their thetas.
-func (c *Config) gemma3Rope(raw map[string]any) error {
+// ropeTheta is the configuration's top-level rope_theta (or a legacy alias), else the
+// class's default_theta.
+func (g *getter) ropeTheta(o ropeOpts, def float64) float64 {
+	for _, k := range append([]string{"rope_theta"}, o.thetaKeys...) {
+		if v, ok := g.lookup(k); ok && v != nil {
+			return g.float(k, def)
+		}
+	}
+	return def
+}
+
+// rope resolves the rotary embedding of a family with one rope for every layer.
+func (g *getter) rope(o ropeOpts) (*Rope, error) {
+	return g.resolveRope(g.ropeParams(o), o, g.theta(""))
+}
+
+// layerRopes resolves one rotary embedding per layer type when rope_parameters holds a dict
+// per type ({"full_attention": {...}, "sliding_attention": {...}}, as standardize_rope_params
+// keeps them), else the one rope for all. thetas gives each type's default theta.
+func (g *getter) layerRopes(o ropeOpts, thetas map[string]float64) (map[string]*Rope, error) {
+	rp := g.ropeParams(o)
 	per := map[string]map[string]any{}
-	if m, ok := raw["rope_parameters"].(map[string]any); ok {
-		for _, lt := range []string{"full_attention", "sliding_attention"} {
-			if d, ok := m[lt].(map[string]any); ok {
-				per[lt] = maps.Clone(d)
-			}
+	for lt := range thetas {
+		if d, ok := rp[lt].(map[string]any); ok {
+			per[lt] = maps.Clone(d)
 		}
 	}
-	for _, lt := range []string{"full_attention", "sliding_attention"} {
-		if per[lt] == nil {
-			per[lt] = map[string]any{"rope_type": "default"}
+	out := map[string]*Rope{}
+	for lt, th := range thetas {
+		d := per[lt]
+		if len(per) == 0 {
+			d = maps.Clone(rp)
+		} else if d == nil {
+			d = map[string]any{}
 		}
-	}
-	if m, ok := raw["rope_scaling"].(map[string]any); ok {
-		maps.Copy(per["full_attention"], m)
-	}
-	for lt, key := range map[string]string{"full_attention": "rope_theta", "sliding_attention": "rope_local_base_freq"} {
-		if _, ok := per[lt]["rope_theta"]; !ok {
-			if t, ok := raw[key]; ok {
-				per[lt]["rope_theta"] = t
-			} else {
-				per[lt]["rope_theta"] = map[string]float64{"full_attention": 1e6, "sliding_attention": 1e4}[lt]
-			}
+		r, err := g.resolveRope(d, o, th)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", lt, err)
 		}
+		out[lt] = r
 	}
-	full, err := c.resolveRope(raw, per["full_attention"])
-	if err != nil {
-		return err
-	}
-	local, err := c.resolveRope(raw, per["sliding_attention"])
-	if err != nil {
-		return err
-	}
-	c.Rope, c.RopeLocal = *full, local
-	return nil
+	return out, nil
 }
 
-// resolveRope completes one rope parameter dict (rope_theta already set) and checks it.
-func (c *Config) resolveRope(raw, rp map[string]any) (*Rope, error) {
+// resolveRope completes one rope parameter dict as standardize_rope_params does (type,
+// theta, partial factor, original_max_position_embeddings) and checks it.
+func (g *getter) resolveRope(rp map[string]any, o ropeOpts, defTheta float64) (*Rope, error) {
+	if v, ok := rp["rope_theta"]; !ok || v == nil {
+		rp["rope_theta"] = g.ropeTheta(o, defTheta)
+	}
 	typ, _ := rp["rope_type"].(string)
 	if typ == "" {
 		typ, _ = rp["type"].(string)
@@ -93,47 +109,71 @@ func (c *Config) resolveRope(raw, rp map[string]any) (*Rope, error) {
 	if typ == "" {
 		typ = "default"
 	}
-	if c.fam.longropeAliases && (typ == "su" || typ == "yarn") {
-		// Phi3Config.convert_rope_params_to_dict: the early Phi-3 names of LongRoPE.
+	if o.longropeAliases && (typ == "su" || typ == "yarn") {
 		typ = "longrope"
 	}
+	maxPos := g.int("max_position_embeddings", 0)
 	switch typ {
 	case "llama3", "yarn", "longrope":
-		if v, ok := raw["original_max_position_embeddings"]; ok {
-			rp["original_max_position_embeddings"] = v
+		if g.has("original_max_position_embeddings") {
+			rp["original_max_position_embeddings"] = float64(g.int("original_max_position_embeddings", 0))
 		} else if _, ok := rp["original_max_position_embeddings"]; !ok {
-			rp["original_max_position_embeddings"] = float64(c.MaxPositions)
+			rp["original_max_position_embeddings"] = float64(maxPos)
 		}
 	case "default", "linear", "dynamic":
 	default:
-		return nil, fmt.Errorf("config.json: rope type %q is not supported (default, linear, dynamic, yarn, longrope, llama3)", typ)
+		return nil, fmt.Errorf("rope type %q is not supported (default, linear, dynamic, yarn, longrope, llama3)", typ)
 	}
-	dim := c.HeadDim
-	if c.fam.stablelm {
-		// StableLmConfig's default partial_rotary_factor.
-		dim = int(float64(c.HeadDim) * 0.25)
-	}
-	for _, src := range []map[string]any{rp, raw} {
-		if f, ok := src["partial_rotary_factor"].(float64); ok {
-			if f != 1 && !c.fam.partialRotary {
-				return nil, fmt.Errorf("config.json: partial_rotary_factor %g is not supported for %s", f, c.ModelType)
+	// The factor: a declared partial_rotary_factor field of the config class wins (the
+	// attribute standardize_rope_params copies over the dict's); otherwise the dict's own
+	// (convert_rope_params_to_dict only sets a default), then a top-level field (or a
+	// legacy one such as rotary_pct), then the class default.
+	factor, set := 0.0, false
+	if g.cls != nil {
+		if _, declared := g.cls.Defaults["partial_rotary_factor"]; declared {
+			if v := g.value("partial_rotary_factor"); v != nil {
+				factor, set = g.float("partial_rotary_factor", 1), true
 			}
-			if !(f > 0 && f <= 1) {
-				return nil, fmt.Errorf("config.json: partial_rotary_factor %g must be in (0, 1]", f)
-			}
-			// int(head_dim * partial_rotary_factor), as modeling_rope_utils computes it.
-			dim = int(float64(c.HeadDim) * f)
-			break
 		}
+	}
+	if !set {
+		if f, ok := rp["partial_rotary_factor"].(float64); ok {
+			factor, set = f, true
+		}
+	}
+	if !set {
+		for _, k := range append([]string{"partial_rotary_factor"}, o.partialKeys...) {
+			if v, ok := g.lookup(k); ok && v != nil {
+				factor, set = g.float(k, 1), true
+				break
+			}
+		}
+	}
+	if !set {
+		factor = o.partial
+		if factor == 0 {
+			factor = 1
+		}
+	}
+	if !(factor > 0 && factor <= 1) {
+		return nil, fmt.Errorf("partial_rotary_factor %g must be in (0, 1]", factor)
+	}
+	if factor != 1 && !o.partialOK {
+		return nil, fmt.Errorf("partial_rotary_factor %g is not supported for %s (its modeling code rotates whole heads)", factor, g.modelType())
 	}
 	theta, ok := rp["rope_theta"].(float64)
 	if !ok || theta <= 1 {
-		return nil, fmt.Errorf("config.json: rope_theta %v must be a number above 1", rp["rope_theta"])
+		return nil, fmt.Errorf("rope_theta %v must be a number above 1", rp["rope_theta"])
 	}
+	if o.headDim <= 0 || o.headDim > maxHeadDim {
+		return nil, fmt.Errorf("head dimension %d out of range", o.headDim)
+	}
+	// int(head_dim * partial_rotary_factor), as modeling_rope_utils computes it.
+	dim := int(float64(o.headDim) * factor)
 	if dim%2 != 0 || dim == 0 {
-		return nil, fmt.Errorf("config.json: rotary dimension %d (of head_dim %d) must be even and positive", dim, c.HeadDim)
+		return nil, fmt.Errorf("rotary dimension %d (of head_dim %d) must be even and positive", dim, o.headDim)
 	}
-	r := &Rope{Type: typ, Theta: theta, params: rp, maxPos: c.MaxPositions, rotaryDim: dim}
+	r := &Rope{Type: typ, Theta: theta, params: rp, maxPos: maxPos, rotaryDim: dim}
 	if _, err := r.InvFreq(1); err != nil {
 		return nil, err
 	}
@@ -144,13 +184,13 @@ func (r *Rope) num(key string, def float64, required bool) (float64, error) {
 	v, ok := r.params[key]
 	if !ok || v == nil {
 		if required {
-			return 0, fmt.Errorf("config.json: rope %s needs %s", r.Type, key)
+			return 0, fmt.Errorf("rope %s needs %s", r.Type, key)
 		}
 		return def, nil
 	}
 	f, ok := v.(float64)
 	if !ok {
-		return 0, fmt.Errorf("config.json: rope parameter %s is %v, not a number", key, v)
+		return 0, fmt.Errorf("rope parameter %s is %v, not a number", key, v)
 	}
 	return f, nil
 }
@@ -187,6 +227,15 @@ func (r *Rope) InvFreq(seqLen int) ([]float32, error) {
 			inv[i] /= float32(f)
 		}
 	case "dynamic":
+		if alpha, _ := r.num("alpha", 0, false); alpha != 0 && seqLen <= r.maxPos {
+			// HunYuan's NTK-alpha rope: theta·alpha^(d/(d−2)), until the sequence outgrows
+			// max_position_embeddings and dynamic_rope_update recomputes it as plain dynamic.
+			base := r.Theta * math.Pow(alpha, float64(dim)/float64(dim-2))
+			for i, p := range powers(base, dim) {
+				inv[i] = 1 / p
+			}
+			break
+		}
 		f, err := r.num("factor", 0, true)
 		if err != nil {
 			return nil, err
@@ -194,7 +243,7 @@ func (r *Rope) InvFreq(seqLen int) ([]float32, error) {
 		seq := float64(max(seqLen, r.maxPos))
 		mp := float64(r.maxPos)
 		if mp <= 0 {
-			return nil, fmt.Errorf("config.json: dynamic rope needs max_position_embeddings")
+			return nil, fmt.Errorf("dynamic rope needs max_position_embeddings")
 		}
 		base := r.Theta * math.Pow(f*seq/mp-(f-1), float64(dim)/float64(dim-2))
 		for i, p := range powers(base, dim) {
@@ -318,13 +367,13 @@ func (r *Rope) longrope(pw []float32, seqLen int) ([]float32, error) {
 	}
 	list, ok := r.params[key].([]any)
 	if !ok || len(list) != len(pw) {
-		return nil, fmt.Errorf("config.json: longrope %s must list %d numbers", key, len(pw))
+		return nil, fmt.Errorf("longrope %s must list %d numbers", key, len(pw))
 	}
 	inv := make([]float32, len(pw))
 	for i, v := range list {
 		f, ok := v.(float64)
 		if !ok {
-			return nil, fmt.Errorf("config.json: longrope %s[%d] is %v, not a number", key, i, v)
+			return nil, fmt.Errorf("longrope %s[%d] is %v, not a number", key, i, v)
 		}
 		inv[i] = 1 / (float32(f) * pw[i])
 	}

@@ -88,13 +88,18 @@ func (ws *weights) partsOf(name string, t *statedict.Tensor, round bool, at func
 	return parts, nil
 }
 
-// shardedMat gives m the parts of the 2-D weight t when it is stored as shards.
-func (ws *weights) shardedMat(m *matrix, name string, t *statedict.Tensor, round bool) error {
+// shardedMat gives m the parts of the 2-D weight t when it is stored as shards (t holding
+// m transposed when transposed).
+func (ws *weights) shardedMat(m *matrix, name string, t *statedict.Tensor, transposed, round bool) error {
 	if _, ok := ws.shards[t]; !ok {
 		return nil
 	}
 	parts, err := ws.partsOf(name, t, round, func(s statedict.Shard) (view, int, int, bool) {
 		l := s.Local
+		if transposed {
+			return view{t: l, base: l.Offset, rs: l.Strides[1], cs: l.Strides[0], rows: int(s.Sizes[1]), cols: int(s.Sizes[0])},
+				int(s.Offsets[1]), int(s.Offsets[0]), true
+		}
 		return view{t: l, base: l.Offset, rs: l.Strides[0], cs: l.Strides[1], rows: int(s.Sizes[0]), cols: int(s.Sizes[1])},
 			int(s.Offsets[0]), int(s.Offsets[1]), true
 	})

@@ -105,7 +105,7 @@ func TestShardedLinear(t *testing.T) {
 					shards: map[*statedict.Tensor][]statedict.Shard{whole: shards},
 					use:    &shardUse{ranks: map[int]bool{}, tensors: map[*statedict.Tensor]bool{}}}
 				tpu := prec == TPU
-				m, err := ws.mat("w", n, k, tpu)
+				m, err := ws.mat("w", n, k, false, tpu)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -189,7 +189,7 @@ func TestShardedPiecesMustTile(t *testing.T) {
 			ws := &weights{tensors: map[string]*statedict.Tensor{"w": whole}, exact: map[string]bool{},
 				shards: map[*statedict.Tensor][]statedict.Shard{whole: shards},
 				use:    &shardUse{ranks: map[int]bool{}, tensors: map[*statedict.Tensor]bool{}}}
-			_, err := ws.mat("w", n, k, false)
+			_, err := ws.mat("w", n, k, false, false)
 			switch {
 			case c.error == "" && err != nil:
 				t.Fatal(err)

@@ -190,19 +190,6 @@ func (q *mxfp4) matrix() *matrix {
 	return &matrix{name: q.name, rows: q.rows, cols: q.groups * 32, tileBF16: true, fill: q.fill}
 }
 
-// fp4BF16 holds, for every scale byte and FP4 nibble, the bfloat16 bits of
-// ldexp(fp4, scale−127).
-var fp4BF16 = func() *[256][16]uint16 {
-	var t [256][16]uint16
-	for s := range 256 {
-		for n := range 16 {
-			v := math.Ldexp(float64(codec.FP4ToFloat32(byte(n))), s-127)
-			t[s][n] = uint16(math.Float32bits(float32(v)) >> 16)
-		}
-	}
-	return &t
-}()
-
 func (q *mxfp4) fill(dst []byte, r0, r1 int) error {
 	g := int64(q.groups)
 	row0 := int64(q.expert)*int64(q.rows) + int64(r0)
@@ -216,6 +203,7 @@ func (q *mxfp4) fill(dst []byte, r0, r1 int) error {
 		return fmt.Errorf("%s: %w", q.name, err)
 	}
 	out := dst[:n*g*32*2]
+	fp4BF16 := codec.MXFP4BF16()
 	for i, s := range ss {
 		tab := &fp4BF16[s]
 		blk := bs[i*16 : i*16+16]
@@ -266,7 +254,7 @@ func (m *matrix) rowsF32(r0, r1 int) ([]float32, error) {
 	switch {
 	case m.bf16 != nil:
 		for i, h := range m.bf16[r0*m.cols : r1*m.cols] {
-			out[i] = math.Float32frombits(uint32(h) << 16)
+			out[i] = codec.BF16ToFloat32(h)
 		}
 	case m.f32 != nil:
 		copy(out, m.f32[r0*m.cols:r1*m.cols])
@@ -276,7 +264,7 @@ func (m *matrix) rowsF32(r0, r1 int) ([]float32, error) {
 			return nil, err
 		}
 		for i := range out {
-			out[i] = math.Float32frombits(uint32(binary.NativeEndian.Uint16(buf[2*i:])) << 16)
+			out[i] = codec.BF16ToFloat32(binary.NativeEndian.Uint16(buf[2*i:]))
 		}
 	default:
 		buf := make([]byte, 4*n)
@@ -288,4 +276,24 @@ func (m *matrix) rowsF32(r0, r1 int) ([]float32, error) {
 		}
 	}
 	return out, nil
+}
+
+// slice returns rows [r0, r1) of m as a matrix of its own.
+func (m *matrix) slice(r0, r1 int) *matrix {
+	s := *m
+	s.name = fmt.Sprintf("%s[%d:%d]", m.name, r0, r1)
+	s.rows = r1 - r0
+	switch {
+	case m.bf16 != nil:
+		s.bf16 = m.bf16[r0*m.cols : r1*m.cols]
+	case m.f32 != nil:
+		s.f32 = m.f32[r0*m.cols : r1*m.cols]
+	default:
+		fill := m.fill
+		s.fill = func(dst []byte, a, b int) error { return fill(dst, r0+a, r0+b) }
+	}
+	if m.parts != nil {
+		s.parts = sliceParts(m.parts, r0, r1)
+	}
+	return &s
 }
