@@ -200,11 +200,13 @@ func Scan(ctx context.Context, path string) (*Result, error) {
 		if !s.covered[path] {
 			s.file(ctx, path, false)
 		}
-		s.finish()
-		return s.res, nil
+		return s.done(ctx, path)
 	}
 	err = storage.WalkDir(ctx, path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if d.IsDir() {
@@ -229,6 +231,16 @@ func Scan(ctx context.Context, path string) (*Result, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	return s.done(ctx, path)
+}
+
+// done finishes the result of a scan of path, unless ctx ended first: a scan cancelled part
+// way vouches for nothing, and the reads that failed then failed for the cancellation, not
+// for anything wrong with the checkpoint — they are not Problems.
+func (s *scanner) done(ctx context.Context, path string) (*Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	s.finish()
 	return s.res, nil
