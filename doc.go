@@ -8,7 +8,7 @@
 // a torch.save file (zip, legacy stream or tar), safetensors, a Hugging Face folder or hub
 // cache snapshot, a torch.distributed.checkpoint directory, Lightning, DeepSpeed, NeMo and
 // Megatron layouts — from a local path, gs:// or s3:// (the readers' files come through
-// [github.com/ckpt-dev/ckpt/formats/store]). It returns a
+// [github.com/ckpt-dev/ckpt/storage], every call under the caller's context). It returns a
 // [github.com/ckpt-dev/ckpt/statedict.Checkpoint]: the tree torch.load would build, with
 // tensors that read their bytes lazily (memory-mapped where they can). Close it when done.
 //
@@ -30,7 +30,7 @@
 // # Inspect and scan
 //
 // [github.com/ckpt-dev/ckpt/inspect.Build] describes a checkpoint as `ckpt inspect` prints
-// it; [github.com/ckpt-dev/ckpt/formats.Scan] lists every pickle the Python loaders would
+// it; [github.com/ckpt-dev/ckpt/scan.Scan] lists every pickle the Python loaders would
 // unpickle and every global they would import, without decoding anything.
 //
 // # Convert

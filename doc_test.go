@@ -1,6 +1,7 @@
 package ckpt_test
 
 import (
+	"context"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -19,7 +20,7 @@ import (
 // The entry points of the map: open a checkpoint, iterate its tensors, decode one, and
 // read the slice it is planned for.
 func Example() {
-	ck, err := formats.Open("testdata/torch/training_cuda.pt")
+	ck, err := formats.Open(context.Background(), "testdata/torch/training_cuda.pt")
 	if err != nil {
 		panic(err)
 	}

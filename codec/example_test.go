@@ -1,6 +1,7 @@
 package codec_test
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/ckpt-dev/ckpt/codec"
@@ -10,7 +11,7 @@ import (
 // Decode a tensor of any floating dtype — float8 here — to float32, exactly as torch's
 // t.float() does.
 func ExampleFloat32s() {
-	ck, err := formats.Open("../testdata/torch/dtypes.pt")
+	ck, err := formats.Open(context.Background(), "../testdata/torch/dtypes.pt")
 	if err != nil {
 		panic(err)
 	}

@@ -1,6 +1,7 @@
 package codec_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -21,7 +22,7 @@ func TestFloat32sMatchesTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ck, err := formats.Open("../testdata/torch/dtypes.pt")
+	ck, err := formats.Open(context.Background(), "../testdata/torch/dtypes.pt")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/manifest"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // checkApart refuses a destination that is the source, contains it or lies inside it:
@@ -15,7 +15,7 @@ import (
 // flags. Paths are compared after resolving symbolic links (the destination, which may not
 // exist yet, through its parent folder), and the same file reached by two names counts too.
 func checkApart(src, dst string) error {
-	if store.IsRemote(src) || store.IsRemote(dst) {
+	if storage.IsRemote(src) || storage.IsRemote(dst) {
 		s, d := strings.TrimSuffix(src, "/"), strings.TrimSuffix(dst, "/")
 		switch {
 		case s == d || s == d+"."+manifest.Name:

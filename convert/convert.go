@@ -26,12 +26,12 @@ import (
 	"github.com/ckpt-dev/ckpt/internal/plural"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Options describe one conversion. The zero value of each field changes nothing (device
@@ -155,12 +155,12 @@ var openSource = formats.OpenWith
 // removes everything written so far; the destination is then as it was.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
 	start := time.Now()
-	dst, lay, err := formats.ChooseLayout(opts.Src, opts.Dst, opts.Format, opts.Target.Sharding() != nil)
+	dst, lay, err := formats.ChooseLayout(ctx, opts.Src, opts.Dst, opts.Format, opts.Target.Sharding() != nil)
 	if err != nil {
 		return nil, err
 	}
 	opts.Dst = dst
-	if !store.IsRemote(opts.Dst) {
+	if !storage.IsRemote(opts.Dst) {
 		opts.Dst = filepath.Clean(opts.Dst)
 	}
 	if err := opts.Hosts.check(opts.Target, lay); err != nil {
@@ -172,13 +172,13 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Compress != "" && lay != formats.DCPFolder {
 		return nil, fmt.Errorf("%s: %w: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, statedict.ErrUnsupported, formats.ErrLayout, opts.Compress, lay)
 	}
-	ck, err := openSource(opts.Src, opts.Plan.OpenOptions())
+	ck, err := openSource(ctx, opts.Src, opts.Plan.OpenOptions())
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
 	if plan.TrainingInTree(lay, opts.Target) {
-		if ck, err = formats.WithTrainingState(ck); err != nil {
+		if ck, err = formats.WithTrainingState(ctx, ck); err != nil {
 			return nil, err
 		}
 		defer ck.Close()
@@ -193,8 +193,8 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	folder := lay.Folder()
 	var run string
-	if folder && store.IsRemote(opts.Dst) {
-		if run, err = runKey(p, opts); err != nil {
+	if folder && storage.IsRemote(opts.Dst) {
+		if run, err = runKey(ctx, p, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -214,7 +214,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		p.sum.Warnings = append(p.sum.Warnings, plan.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
 	}
 	out.total = p.Bytes
-	if err := write(out.root(), p, opts); err != nil {
+	if err := write(ctx, out.root(), p, opts); err != nil {
 		return nil, err
 	}
 	if err := strict(p, opts); err != nil {
@@ -280,7 +280,7 @@ func (p *planned) writeOptions(o *output, opts Options) statedict.WriteOptions {
 
 // write writes the planned checkpoint through out with the layout's writer, then the
 // training state taken along and the manifest.
-func write(out *subOutput, p *planned, opts Options) error {
+func write(ctx context.Context, out *subOutput, p *planned, opts Options) error {
 	prev := out.o.src
 	out.o.src = p.src
 	defer func() { out.o.src = prev }()
@@ -299,7 +299,7 @@ func write(out *subOutput, p *planned, opts Options) error {
 		p.sum.Warnings = append(p.sum.Warnings, notWritten(w.NotWritten, p.lay))
 	}
 	for _, name := range p.Alongside {
-		sub, err := convertAlongside(out, p, opts, name)
+		sub, err := convertAlongside(ctx, out, p, opts, name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -386,14 +386,14 @@ func (s *Summary) Messages() []string {
 
 // convertAlongside converts the training-state file name of the source folder into the
 // folder being written, with the same device and training-state options.
-func convertAlongside(parent *subOutput, p *planned, opts Options, name string) (*Summary, error) {
-	src := store.Join(p.src.Path, name)
-	ck, err := formats.Open(src)
+func convertAlongside(ctx context.Context, parent *subOutput, p *planned, opts Options, name string) (*Summary, error) {
+	src := storage.Join(p.src.Path, name)
+	ck, err := formats.Open(ctx, src)
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
-	sub := Options{Src: src, Dst: store.Join(opts.Dst, name), Format: formats.TorchFile, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: plan.AlongsideTarget(opts.Target), WeightsOnly: opts.WeightsOnly,
+	sub := Options{Src: src, Dst: storage.Join(opts.Dst, name), Format: formats.TorchFile, ToolVersion: opts.ToolVersion, Args: opts.Args, Target: plan.AlongsideTarget(opts.Target), WeightsOnly: opts.WeightsOnly,
 		Plan: opts.Plan.Alongside()}
 	sp, err := newPlan(ck, sub, formats.TorchFile)
 	if err != nil {
@@ -402,7 +402,7 @@ func convertAlongside(parent *subOutput, p *planned, opts Options, name string) 
 	parent.o.mu.Lock()
 	parent.o.total += sp.Bytes
 	parent.o.mu.Unlock()
-	if err := write(parent.sub(name), sp, sub); err != nil {
+	if err := write(ctx, parent.sub(name), sp, sub); err != nil {
 		return nil, err
 	}
 	return sp.sum, nil

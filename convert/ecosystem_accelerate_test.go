@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -41,11 +42,11 @@ func accelerateFixtures(t *testing.T) map[string]map[string]orderedListing {
 // DTensors) — as the model accelerate loads, the training state listed as ignored.
 func TestAccelerateInspect(t *testing.T) {
 	for name, want := range accelerateFixtures(t) {
-		ck, err := formats.Open(filepath.Join(folders, name))
+		ck, err := formats.Open(context.Background(), filepath.Join(folders, name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+		rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +103,7 @@ func TestAccelerateConvertTrainingState(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
-			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+			if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
 			}
 			for _, w := range sum.Warnings {

@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -50,11 +51,11 @@ func dcpFixtures(t *testing.T) map[string]dcpFixture {
 // torch lists them, reading compressed items without holding the checkpoint in memory.
 func TestEcosystemDCPInspect(t *testing.T) {
 	for name, want := range dcpFixtures(t) {
-		ck, err := formats.Open("../testdata/ecosystem/dcp/" + name)
+		ck, err := formats.Open(context.Background(), "../testdata/ecosystem/dcp/"+name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+		rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 		ck.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -102,7 +103,7 @@ func TestEcosystemDCPConvert(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s → %s %s: %v", src, c.format, c.compress, err)
 			}
-			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+			if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 				t.Errorf("%s → %s %s: check %+v %v", src, c.format, c.compress, rep, err)
 			}
 			runs = append(runs, run{src, c.format, c.compress, sum})

@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -84,7 +85,7 @@ func TestTrainerFolderEveryFormat(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", format, err)
 		}
-		if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+		if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 			t.Errorf("%s: check %+v, %v", format, rep, err)
 		}
 		return sum
@@ -181,11 +182,11 @@ func TestDiffusersPipeline(t *testing.T) {
 	o := oracle.Require(t)
 	fx := loadFolderFixtures(t)
 	src := filepath.Join(folders, "pipeline")
-	ck, err := formats.Open(src)
+	ck, err := formats.Open(context.Background(), src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+	rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 	ck.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +223,7 @@ func TestDiffusersPipeline(t *testing.T) {
 				t.Errorf("%s: %s not carried as it was (%v)", format, f, err)
 			}
 		}
-		if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+		if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 			t.Errorf("%s: check %+v, %v", format, rep, err)
 		}
 		for _, comp := range comps {
@@ -293,7 +294,7 @@ func TestSafetensorsMetadataKept(t *testing.T) {
 				t.Errorf("metadata %v, the source has %v", h, fx.Kohya.Metadata)
 			}
 		}
-		m, err := manifest.Read(sum.Manifest)
+		m, err := manifest.Read(context.Background(), sum.Manifest)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -60,14 +61,14 @@ func megatronFixtures(t *testing.T) map[string]megatronFixture {
 // saves merge into one model: formats/megatron's TestMergeFixtures.)
 func TestMegatronInspect(t *testing.T) {
 	for name, want := range megatronFixtures(t) {
-		ck, err := formats.Open(megatronDir + name)
+		ck, err := formats.Open(context.Background(), megatronDir+name)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if ck.Format != megatronSources[name] {
 			t.Errorf("%s read as %s", name, ck.Format)
 		}
-		rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+		rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 		ck.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -109,7 +110,7 @@ func TestMegatronLayoutFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ck, err := formats.Open(src)
+		ck, err := formats.Open(context.Background(), src)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +158,7 @@ func TestMegatronRefusals(t *testing.T) {
 		{"c", statedict.ErrCorrupt, []string{"mp_rank_00 has no model_optim_rng.pt"}},
 		{"d.nemo", statedict.ErrUnsupported, []string{"gzip-compressed .nemo", "tar xzf"}},
 	} {
-		_, err := formats.Open(filepath.Join(dir, c.src))
+		_, err := formats.Open(context.Background(), filepath.Join(dir, c.src))
 		if !errors.Is(err, c.kind) {
 			t.Errorf("%s: %v, want %v", c.src, err, c.kind)
 			continue
@@ -195,7 +196,7 @@ func TestMegatronConvertLoadsInTorch(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
-			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+			if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
 			}
 			if format == formats.DCPFolder && strings.HasPrefix(name, "nemo") {
@@ -246,7 +247,7 @@ func TestMegatronDistCommonOutside(t *testing.T) {
 	if err := os.Symlink(elsewhere, common); err != nil {
 		t.Fatal(err)
 	}
-	_, err := formats.Open(dir)
+	_, err := formats.Open(context.Background(), dir)
 	if !errors.Is(err, hf.ErrOutside) || !strings.Contains(err.Error(), "common.pt") {
 		t.Fatalf("common.pt linked outside: %v, want hf.ErrOutside naming it", err)
 	}
@@ -305,7 +306,7 @@ func TestMegatronParallelOnTPU(t *testing.T) {
 		if sum.Sharding == nil || sum.Sharding.Ranks != 4 || sum.Sharding.Sharded != 4*params {
 			t.Errorf("%s: sharding %+v, want the %d weights and their fp32_param, exp_avg, exp_avg_sq over 4 ranks", name, sum.Sharding, params)
 		}
-		ck, err := formats.Open(dst)
+		ck, err := formats.Open(context.Background(), dst)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,12 +94,12 @@ func objectFixtures(t *testing.T) map[string]objectFixture {
 func TestObjectCheckpointsInspect(t *testing.T) {
 	for name, want := range objectFixtures(t) {
 		t.Run(name, func(t *testing.T) {
-			ck, err := formats.Open("../testdata/ecosystem/objects/" + name)
+			ck, err := formats.Open(context.Background(), "../testdata/ecosystem/objects/"+name)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer ck.Close()
-			rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+			rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 			if err != nil {
 				t.Fatal(err)
 			}

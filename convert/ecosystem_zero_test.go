@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,11 +58,11 @@ func zeroFixtures(t *testing.T) map[string]zeroFixture {
 func TestZeROConsolidation(t *testing.T) {
 	for name, want := range zeroFixtures(t) {
 		for _, dir := range []string{name, name + "/global_step3"} {
-			ck, err := formats.Open("../testdata/ecosystem/zero/" + dir)
+			ck, err := formats.Open(context.Background(), "../testdata/ecosystem/zero/"+dir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+			rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 			ck.Close()
 			if err != nil {
 				t.Fatal(err)
@@ -94,11 +95,11 @@ func TestZeRO3ModelStatesAlone(t *testing.T) {
 	for r := range 3 {
 		path := filepath.Join(dir, fmt.Sprintf("zero_pp_rank_%d_mp_rank_00_model_states.pt", r))
 		for _, withOptim := range []bool{false, true} {
-			ck, err := formats.OpenWith(path, formats.OpenOptions{ZeROOptimizer: withOptim})
+			ck, err := formats.OpenWith(context.Background(), path, formats.OpenOptions{ZeROOptimizer: withOptim})
 			if err != nil {
 				t.Fatalf("%s: %v", path, err)
 			}
-			rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+			rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 			ck.Close()
 			if err != nil {
 				t.Fatal(err)
@@ -141,7 +142,7 @@ func TestZeRO3ModelStatesAlone(t *testing.T) {
 	if err := os.WriteFile(alone, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = formats.Open(alone)
+	_, err = formats.Open(context.Background(), alone)
 	if !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "placeholders") || !strings.Contains(err.Error(), "which "+filepath.Dir(alone)+" does not hold") {
 		t.Errorf("got %v", err)
 	}
@@ -167,7 +168,7 @@ func TestZeROConvertLoadsInTorch(t *testing.T) {
 			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format}); err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
-			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+			if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
 			}
 			jobs = append(jobs, ecosystemJob{Out: chrootPath(host, chroot, dst), Format: string(format), WeightsOnly: true})
@@ -201,11 +202,11 @@ func TestZeROConvertLoadsInTorch(t *testing.T) {
 func TestZeROOptimizerState(t *testing.T) {
 	fx := zeroFixtures(t)
 	for name, want := range fx {
-		ck, err := formats.OpenWith("../testdata/ecosystem/zero/"+name, formats.OpenOptions{ZeROOptimizer: true})
+		ck, err := formats.OpenWith(context.Background(), "../testdata/ecosystem/zero/"+name, formats.OpenOptions{ZeROOptimizer: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+		rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 		ck.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -253,7 +254,7 @@ func TestZeROOptimizerState(t *testing.T) {
 			if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/zero/" + name, Dst: dst, Format: format, Plan: plan.Options{ZeROOptimizer: true}}); err != nil {
 				t.Fatalf("%s → %s: %v", name, format, err)
 			}
-			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+			if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 				t.Errorf("%s → %s: check %+v %v", name, format, rep, err)
 			}
 			jobs = append(jobs, ecosystemJob{Out: chrootPath(host, chroot, dst), Format: string(format), WeightsOnly: true})

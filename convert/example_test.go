@@ -17,7 +17,7 @@ import (
 // to float32, find its AdamW moments by the parameter's name, then convert it for the TPU
 // with a context cancelled halfway — and see that nothing was left behind.
 func Example_loader() {
-	ck, err := formats.Open("../testdata/torch/training_cuda.pt")
+	ck, err := formats.Open(context.Background(), "../testdata/torch/training_cuda.pt")
 	if err != nil {
 		panic(err)
 	}

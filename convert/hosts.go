@@ -13,11 +13,11 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Hosts splits a per-device conversion across the machines of a multi-host job, each
@@ -40,7 +40,7 @@ import (
 // conversion done and exits successfully.
 //
 // Into a bucket prefix (gs://, s3://) the hosts share no file system and the prefix plays
-// the partial folder's part (store.JoinOutput; formats/store/bucket's hosts.go has the
+// the partial folder's part (storage.JoinOutput; storage/bucket's hosts.go has the
 // protocol): each host uploads its files straight to their final names, every object
 // carrying the conversion's run — its key (runKey), which every host derives alone, so two
 // conversions that differ in source structure, options or host count never adopt each
@@ -120,7 +120,7 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 	if err != nil {
 		return nil, err
 	}
-	run, err := runKey(p, opts)
+	run, err := runKey(ctx, p, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		return p.sum, nil
 	}
 	complete := func() bool {
-		m, err := manifest.Read(manifest.PathFor(opts.Dst, true))
+		m, err := manifest.Read(ctx, manifest.PathFor(opts.Dst, true))
 		if err != nil || m.Output.Run != run {
 			return false
 		}
@@ -213,7 +213,7 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 			return nil, err
 		}
 	}
-	if err := finishHosts(out, p, opts, parts, run); err != nil {
+	if err := finishHosts(ctx, out, p, opts, parts, run); err != nil {
 		return nil, err
 	}
 	if err := out.commit(); err != nil {
@@ -265,7 +265,7 @@ func waitParts(ctx context.Context, out *output, h Hosts, run string) ([]hostPar
 
 // finishHosts writes the layout's index from every host's part, then the manifest with
 // each tensor hashed from the files the hosts wrote (no host saw a whole sharded tensor).
-func finishHosts(out *output, p *planned, opts Options, parts []hostPart, run string) error {
+func finishHosts(ctx context.Context, out *output, p *planned, opts Options, parts []hostPart, run string) error {
 	layoutParts := make([][]byte, len(parts))
 	for i, hp := range parts {
 		layoutParts[i] = hp.Layout
@@ -278,7 +278,7 @@ func finishHosts(out *output, p *planned, opts Options, parts []hostPart, run st
 	for _, hp := range parts {
 		p.sum.Bytes += hp.Bytes
 	}
-	written, err := formats.Open(out.written())
+	written, err := formats.Open(ctx, out.written())
 	if err != nil {
 		return fmt.Errorf("%s: reading back what the hosts wrote: %w", opts.Dst, err)
 	}
@@ -347,11 +347,11 @@ func hostBytes(p *planned, ranks []int) int64 {
 // shape, device tag and pieces. (The bytes themselves are not compared: hosts may each read
 // their own copy of the source. A single process, which reads one copy, also keys the
 // source files' modification times.)
-func runKey(p *planned, opts Options) (string, error) {
+func runKey(ctx context.Context, p *planned, opts Options) (string, error) {
 	h := xxhash.New()
 	enc := json.NewEncoder(h)
 	alone := opts.Hosts.Count <= 1
-	size, mtimes, err := sourceStamp(opts.Src, alone)
+	size, mtimes, err := sourceStamp(ctx, opts.Src, alone)
 	if err != nil {
 		return "", err
 	}
@@ -390,7 +390,7 @@ func runKey(p *planned, opts Options) (string, error) {
 // sourceStamp is the size of the source file, or of the files of a source folder (links
 // followed; a bucket source's objects), and with times their modification times by name
 // (nil otherwise; a bucket source reports none).
-func sourceStamp(src string, times bool) (int64, map[string]int64, error) {
+func sourceStamp(ctx context.Context, src string, times bool) (int64, map[string]int64, error) {
 	var mtimes map[string]int64
 	if times {
 		mtimes = map[string]int64{}
@@ -400,9 +400,9 @@ func sourceStamp(src string, times bool) (int64, map[string]int64, error) {
 			mtimes[name] = mod.UnixNano()
 		}
 	}
-	if store.IsRemote(src) {
+	if storage.IsRemote(src) {
 		var n int64
-		err := store.WalkDir(src, func(name string, d fs.DirEntry, err error) error {
+		err := storage.WalkDir(ctx, src, func(name string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
 			}

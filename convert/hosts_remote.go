@@ -6,14 +6,14 @@ import (
 	"strings"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/manifest"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // share is a host's share of a multi-host output: a member of a shared folder
-// (*atomicfile.Dir) or of a bucket prefix (store.SharedOutput, whose protocol is
-// formats/store/bucket's JoinOutput: the prefix stands for the partial folder, control
+// (*atomicfile.Dir) or of a bucket prefix (storage.SharedOutput, whose protocol is
+// storage/bucket's JoinOutput: the prefix stands for the partial folder, control
 // objects for the control files, the run — the conversion's key, runKey — for the lock
 // and the folder's name).
 type share interface {
@@ -28,8 +28,8 @@ type share interface {
 // no host waits for another to learn it; Hosts.Wait bounds how long a host waits for host
 // 0 to clear what the prefix held (--force).
 func (o *output) joinRemote(opts Options, host, hosts int, run string) error {
-	so, err := store.JoinOutput(o.ctx, opts.Dst, store.SharedOptions{
-		OutputOptions: store.OutputOptions{Folder: true, Force: opts.Force, Owned: manifest.Owned, Manifest: manifest.Name},
+	so, err := storage.JoinOutput(o.ctx, opts.Dst, storage.SharedOptions{
+		OutputOptions: storage.OutputOptions{Folder: true, Force: opts.Force, Owned: manifest.Owned, Manifest: manifest.Name},
 		Host:          host, Hosts: hosts, Run: run, Resume: opts.Resume, Wait: opts.Hosts.Wait,
 	})
 	if err != nil {
@@ -42,7 +42,7 @@ func (o *output) joinRemote(opts Options, host, hosts int, run string) error {
 // leftovers reports what this host found of its own interrupted run: removed (cleaned) or
 // kept (resumed: nil without Resume).
 func (o *output) leftovers() (cleaned bool, resumed map[string]atomicfile.Journaled) {
-	if so, ok := o.share.(store.SharedOutput); ok {
+	if so, ok := o.share.(storage.SharedOutput); ok {
 		if r := so.Resumed(); r != nil {
 			resumed = map[string]atomicfile.Journaled{}
 			for name, f := range r {
@@ -68,7 +68,7 @@ func (o *output) written() string {
 // is hashed and must match the journal, as for a resumed local file. Manifests are always
 // written anew.
 func (o *output) resumedRemote(name string) io.WriteCloser {
-	so, ok := o.share.(store.SharedOutput)
+	so, ok := o.share.(storage.SharedOutput)
 	if !ok || path.Base(name) == manifest.Name || strings.HasSuffix(name, "."+manifest.Name) {
 		return nil
 	}

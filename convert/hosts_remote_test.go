@@ -15,13 +15,13 @@ import (
 	"time"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 	"github.com/ckpt-dev/ckpt/verify"
 )
 
@@ -80,11 +80,11 @@ func sameFiles(t *testing.T, what, want, got string) {
 			t.Errorf("%s: %s differs", what, n)
 		}
 	}
-	ma, err := manifest.Read(filepath.Join(want, manifest.Name))
+	ma, err := manifest.Read(context.Background(), filepath.Join(want, manifest.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mb, err := manifest.Read(filepath.Join(got, manifest.Name))
+	mb, err := manifest.Read(context.Background(), filepath.Join(got, manifest.Name))
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
@@ -115,7 +115,7 @@ func TestMultiHostBucket(t *testing.T) {
 					t.Errorf("%s host %d: %+v", dst, h, s.Host)
 				}
 			}
-			if rep, err := verify.Check(dst, ""); err != nil || !rep.OK() {
+			if rep, err := verify.Check(context.Background(), dst, ""); err != nil || !rep.OK() {
 				t.Fatalf("check %s: %v %+v", dst, err, rep)
 			}
 			for _, n := range objectNames(t, dst) {
@@ -189,14 +189,14 @@ func TestMultiHostBucketShares(t *testing.T) {
 		if sum, err := Run(context.Background(), options(dst, 1, 2)); err != nil || !sum.Host.Sealed {
 			t.Fatalf("host 1: %v", err)
 		}
-		if _, err := verify.Check(dst, ""); err == nil {
+		if _, err := verify.Check(context.Background(), dst, ""); err == nil {
 			t.Fatal("ckpt check passes a half-finished output")
 		}
 		// Host 0 of another conversion (float16 moments): its run differs, so it refuses
 		// the prefix holding this one's shares, with or without --force.
 		other := options(dst, 0, 2)
 		other.Plan.OptimizerDType = statedict.Float16
-		if _, err := Run(context.Background(), other); !errors.Is(err, store.ErrExists) {
+		if _, err := Run(context.Background(), other); !errors.Is(err, storage.ErrExists) {
 			t.Fatalf("host 0 of another conversion: %v", err)
 		}
 		// A foreign object in the prefix: host 0 refuses to finish, and leaves it.
@@ -204,7 +204,7 @@ func TestMultiHostBucketShares(t *testing.T) {
 		for _, force := range []bool{false, true} {
 			o := options(dst, 0, 2)
 			o.Force = force
-			if _, err := Run(context.Background(), o); !errors.Is(err, store.ErrForeign) || !strings.Contains(err.Error(), "notes.txt") {
+			if _, err := Run(context.Background(), o); !errors.Is(err, storage.ErrForeign) || !strings.Contains(err.Error(), "notes.txt") {
 				t.Fatalf("host 0 (force %v) beside a foreign object: %v", force, err)
 			}
 		}
@@ -229,7 +229,7 @@ func TestMultiHostBucketShares(t *testing.T) {
 		putForeign(t, dst+"/notes.txt", "mine")
 		o = options(dst, 0, 2)
 		o.Force, o.Plan.OptimizerDType = true, statedict.Float16
-		if _, err := Run(context.Background(), o); !errors.Is(err, store.ErrForeign) {
+		if _, err := Run(context.Background(), o); !errors.Is(err, storage.ErrForeign) {
 			t.Fatalf("--force beside a foreign object: %v", err)
 		}
 	}

@@ -121,9 +121,9 @@ func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
 
 // openCounting opens a checkpoint whose every storage reads through a countingReader, so
 // that no byte can be read without being logged (no mapping, no file ranges).
-func openCounting(log *readLog) func(string, formats.OpenOptions) (*statedict.Checkpoint, error) {
-	return func(path string, o formats.OpenOptions) (*statedict.Checkpoint, error) {
-		ck, err := formats.OpenWith(path, o)
+func openCounting(log *readLog) func(context.Context, string, formats.OpenOptions) (*statedict.Checkpoint, error) {
+	return func(ctx context.Context, path string, o formats.OpenOptions) (*statedict.Checkpoint, error) {
+		ck, err := formats.OpenWith(ctx, path, o)
 		if err != nil {
 			return nil, err
 		}
@@ -202,7 +202,9 @@ func fileNames(dir string) []string {
 // logs[h].
 func runLogged(t *testing.T, logs []*readLog, h int, opts Options) *Summary {
 	t.Helper()
-	defer func(f func(string, formats.OpenOptions) (*statedict.Checkpoint, error)) { openSource = f }(openSource)
+	defer func(f func(context.Context, string, formats.OpenOptions) (*statedict.Checkpoint, error)) {
+		openSource = f
+	}(openSource)
 	logs[h] = &readLog{ranges: map[string][][2]int64{}}
 	openSource = openCounting(logs[h])
 	sum, err := Run(context.Background(), opts)
@@ -230,10 +232,10 @@ func TestMultiHost(t *testing.T) {
 			if _, err := os.Stat(multi); !os.IsNotExist(err) {
 				t.Fatal("the output exists before host 0 finished it")
 			}
-			if _, err := verify.Check(multi, ""); err == nil {
+			if _, err := verify.Check(context.Background(), multi, ""); err == nil {
 				t.Fatal("ckpt check passes a half-finished output")
 			}
-			if _, err := verify.Check(partialOf(multi), ""); err == nil {
+			if _, err := verify.Check(context.Background(), partialOf(multi), ""); err == nil {
 				t.Fatal("ckpt check passes the partial folder")
 			}
 			// Host 0 of another conversion (float16 moments) refuses the others' shares.
@@ -264,18 +266,18 @@ func TestMultiHost(t *testing.T) {
 	if a, b := fileNames(single), fileNames(multi); !slices.Equal(a, b) {
 		t.Errorf("files %v, one process %v", b, a)
 	}
-	ms, _ := manifest.Read(filepath.Join(single, manifest.Name))
-	mm, _ := manifest.Read(filepath.Join(multi, manifest.Name))
+	ms, _ := manifest.Read(context.Background(), filepath.Join(single, manifest.Name))
+	mm, _ := manifest.Read(context.Background(), filepath.Join(multi, manifest.Name))
 	if fmt.Sprint(ms.Tensors) != fmt.Sprint(mm.Tensors) || mm.Output.Run == "" {
 		t.Errorf("manifests differ:\n%v\n%v", ms.Tensors, mm.Tensors)
 	}
-	rep, err := verify.Check(multi, "")
+	rep, err := verify.Check(context.Background(), multi, "")
 	if err != nil || !rep.OK() {
 		t.Fatalf("check: %v %+v", err, rep)
 	}
 
 	// What each host read, against the pieces its ranks' files hold.
-	ck, err := formats.Open(f.src)
+	ck, err := formats.Open(context.Background(), f.src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,10 +396,10 @@ func TestMultiHostSafetensors(t *testing.T) {
 			t.Errorf("%s differs between one process and 4 hosts (%v)", e.Name(), err)
 		}
 	}
-	if rep, err := verify.Check(multi, ""); err != nil || !rep.OK() {
+	if rep, err := verify.Check(context.Background(), multi, ""); err != nil || !rep.OK() {
 		t.Fatalf("check: %v %+v", err, rep)
 	}
-	ck, err := formats.Open(f.src)
+	ck, err := formats.Open(context.Background(), f.src)
 	if err != nil {
 		t.Fatal(err)
 	}

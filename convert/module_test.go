@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -46,7 +47,7 @@ func TestPickledModules(t *testing.T) {
 				t.Errorf("converted %v", sum.Remap.Converted)
 			}
 			data, _ := tensorsOf(t, dst)
-			ck, err := formats.Open(dst)
+			ck, err := formats.Open(context.Background(), dst)
 			if err != nil {
 				t.Fatal(err)
 			}

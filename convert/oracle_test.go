@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -178,7 +179,7 @@ func TestConvertFoldersLoadInTorch(t *testing.T) {
 // them is an error unless dropped.
 func unrepresentable(t *testing.T, src string, format formats.Layout) []string {
 	t.Helper()
-	ck, err := formats.Open(src)
+	ck, err := formats.Open(context.Background(), src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func TestTrainerFolderLoadsInTorch(t *testing.T) {
 	var jobs []checkJob
 	for _, sub := range sum.Alongside {
 		name := filepath.Base(sub.Dst)
-		if rep, err := verify.Check(sub.Dst, ""); err != nil || !rep.OK() {
+		if rep, err := verify.Check(context.Background(), sub.Dst, ""); err != nil || !rep.OK() {
 			t.Errorf("%s: check %+v, %v", name, rep, err)
 		}
 		jobs = append(jobs, checkJob{Name: name, Format: string(formats.TorchFile), Src: "/repo/testdata/" + files[name],

@@ -13,11 +13,11 @@ import (
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/internal/fastcopy"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // output is one conversion's destination while it is written: a temporary folder or file
@@ -36,12 +36,12 @@ type output struct {
 	progress func(done, total int64)
 	// single is a file output's size and digest once written, for its manifest.
 	single *atomicfile.Journaled
-	// remote is an output in object storage (store.Output); last holds its manifests,
+	// remote is an output in object storage (storage.Output); last holds its manifests,
 	// uploaded by commit after every other file.
-	remote store.Output
-	last   []store.NamedBytes
+	remote storage.Output
+	last   []storage.NamedBytes
 	// share is a multi-host conversion's share of the output: dir, or remote's
-	// store.SharedOutput.
+	// storage.SharedOutput.
 	share share
 
 	mu    sync.Mutex
@@ -66,7 +66,7 @@ const releaseEvery = 32 << 20
 //
 // Locally, atomicfile writes a folder under a temporary name beside it, journaled and
 // locked, and Resume keeps what a killed run finished. A folder in a bucket prefix is
-// written as host 0 of 1 of the multi-host protocol (store.JoinOutput, run's Hosts), every
+// written as host 0 of 1 of the multi-host protocol (storage.JoinOutput, run's Hosts), every
 // time and not only with Resume: a run killed with SIGKILL runs no cleanup, so only what it
 // journaled as it went can be resumed. That protocol was chosen over a journal of its own
 // because it already holds every rule a resume needs — the marker and each object carry
@@ -75,7 +75,7 @@ const releaseEvery = 32 << 20
 // its object has the journaled size and run, and what this run would write must hash to
 // the journal (resumedRemote) — at the cost of a small journal upload before and after
 // each file. A bucket has no lock, so a marker of this run is taken over only with Resume
-// or Force (formats/store/bucket's hosts.go, "One host").
+// or Force (storage/bucket's hosts.go, "One host").
 //
 // A single file in a bucket is not resumed: its object appears only once its upload
 // completes, so a killed run left nothing to keep (at most, in the instant between the
@@ -86,21 +86,21 @@ func newOutput(ctx context.Context, opts Options, folder bool, run string) (*out
 	dst, force := opts.Dst, opts.Force
 	o := &output{ctx: ctx, dst: dst, folder: folder, force: force, progress: opts.Progress, created: map[string]bool{}, sums: map[any]*xxhash.Digest{}}
 	var err error
-	if store.IsRemote(dst) {
+	if storage.IsRemote(dst) {
 		if folder {
 			return o, o.joinRemote(opts, 0, 1, run)
 		}
-		o.remote, err = store.CreateOutput(ctx, dst, store.OutputOptions{Folder: folder, Force: force, Owned: manifest.Owned, Companions: []string{"." + manifest.Name}, Manifest: manifest.Name})
+		o.remote, err = storage.CreateOutput(ctx, dst, storage.OutputOptions{Folder: folder, Force: force, Owned: manifest.Owned, Companions: []string{"." + manifest.Name}, Manifest: manifest.Name})
 		if err != nil {
 			return nil, err
 		}
 		return o, nil
 	}
 	if folder {
-		o.dir, err = atomicfile.CreateDir(dst, atomicfile.DirOptions{Force: force, Owner: ownerOf(dst, true), Resume: opts.Resume})
+		o.dir, err = atomicfile.CreateDir(dst, atomicfile.DirOptions{Force: force, Owner: ownerOf(ctx, dst, true), Resume: opts.Resume})
 		return o, err
 	}
-	fo := atomicfile.FileOptions{Force: force, Owner: ownerOf(dst, false)}
+	fo := atomicfile.FileOptions{Force: force, Owner: ownerOf(ctx, dst, false)}
 	if o.file, err = atomicfile.Create(dst, fo); err != nil {
 		return nil, err
 	}
@@ -115,10 +115,10 @@ func newOutput(ctx context.Context, opts Options, folder bool, run string) (*out
 // to replace it (atomicfile.Owner): the manifest there (inside a folder, beside a file)
 // and each file it records with the size and xxhash64 it had as written (Output.Sums).
 // A manifest that records no sums (or is not a ckpt manifest) proves nothing.
-func ownerOf(dst string, folder bool) atomicfile.Owner {
+func ownerOf(ctx context.Context, dst string, folder bool) atomicfile.Owner {
 	return func(string) ([]atomicfile.Journaled, bool) {
 		mpath := manifest.PathFor(dst, folder)
-		m, err := manifest.ReadEach(mpath, func(manifest.Tensor) error { return nil })
+		m, err := manifest.ReadEach(ctx, mpath, func(manifest.Tensor) error { return nil })
 		if err != nil {
 			return nil, false
 		}
@@ -157,14 +157,14 @@ func (o *output) fileSums(files []string) (map[string]manifest.FileSum, error) {
 
 // newMemberOutput is host host's share of a multi-host conversion's folder output, run
 // being the conversion's key: on a shared file system (atomicfile.JoinDir) or in a bucket
-// prefix (store.JoinOutput).
+// prefix (storage.JoinOutput).
 func newMemberOutput(ctx context.Context, opts Options, host, hosts int, run string) (*output, error) {
 	o := &output{ctx: ctx, dst: opts.Dst, folder: true, force: opts.Force, progress: opts.Progress, created: map[string]bool{}, sums: map[any]*xxhash.Digest{}}
-	if store.IsRemote(opts.Dst) {
+	if storage.IsRemote(opts.Dst) {
 		return o, o.joinRemote(opts, host, hosts, run)
 	}
 	var err error
-	o.dir, err = atomicfile.JoinDir(opts.Dst, atomicfile.DirOptions{Force: opts.Force, Owner: ownerOf(opts.Dst, true), Resume: opts.Resume}, host, hosts)
+	o.dir, err = atomicfile.JoinDir(opts.Dst, atomicfile.DirOptions{Force: opts.Force, Owner: ownerOf(ctx, opts.Dst, true), Resume: opts.Resume}, host, hosts)
 	o.share = o.dir
 	return o, err
 }
@@ -489,7 +489,7 @@ func (s *subOutput) Create(name string) (io.WriteCloser, error) {
 // Name implements statedict.Output.
 func (s *subOutput) Name() string {
 	if s.file != "" {
-		return store.Join(s.o.dst, s.file)
+		return storage.Join(s.o.dst, s.file)
 	}
 	return s.o.dst
 }
@@ -503,7 +503,7 @@ func (s *subOutput) writeManifest(m *manifest.Manifest) (string, error) {
 	switch {
 	case s.file != "":
 		path = manifest.PathFor(s.Name(), false)
-		w, err = s.o.create(store.Base(path))
+		w, err = s.o.create(storage.Base(path))
 	case s.o.folder:
 		path = manifest.PathFor(s.o.dst, true)
 		w, err = s.o.create(manifest.Name)

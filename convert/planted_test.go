@@ -358,7 +358,7 @@ func (c hostileCase) check(t *testing.T, plantAll func(t *testing.T, s sentinel,
 	}
 	dst := filepath.Join(base, c.dst)
 	if err == nil {
-		rep, cerr := verify.Check(dst, "")
+		rep, cerr := verify.Check(context.Background(), dst, "")
 		if cerr != nil || !rep.OK() {
 			t.Errorf("succeeded, but the output is not complete: %v %+v", cerr, rep)
 		}

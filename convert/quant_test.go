@@ -2,6 +2,7 @@ package convert_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -50,7 +51,7 @@ func loadExpected(t *testing.T) expectedQuant {
 // tensorsOf opens a checkpoint and returns its tensors' contiguous bytes and dtypes by name.
 func tensorsOf(t *testing.T, path string) (map[string][]byte, map[string]*statedict.Tensor) {
 	t.Helper()
-	ck, err := formats.Open(path)
+	ck, err := formats.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

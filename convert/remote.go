@@ -6,9 +6,9 @@ import (
 	"path"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // createRemote starts the file name of an output in object storage: a manifest is held
@@ -39,7 +39,7 @@ type held struct {
 func (h *held) Write(p []byte) (int, error) { return h.buf.Write(p) }
 func (h *held) Close() error {
 	h.o.mu.Lock()
-	h.o.last = append(h.o.last, store.NamedBytes{Name: h.name, Data: h.buf.Bytes()})
+	h.o.last = append(h.o.last, storage.NamedBytes{Name: h.name, Data: h.buf.Bytes()})
 	h.o.mu.Unlock()
 	return nil
 }

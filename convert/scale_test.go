@@ -3,6 +3,7 @@
 package convert_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -54,7 +55,7 @@ func TestManyShardsFewDescriptors(t *testing.T) {
 		if _, err := convert.Run(t.Context(), convert.Options{Src: s.src, Dst: dst, Format: s.format}); err != nil {
 			t.Fatalf("%s → %s: %v", filepath.Base(s.src), s.dst, err)
 		}
-		rep, err := verify.Check(dst, "")
+		rep, err := verify.Check(context.Background(), dst, "")
 		if err != nil || !rep.OK() || rep.Checked != 338 {
 			t.Fatalf("%s: check %+v, %v", s.dst, rep, err)
 		}

@@ -1,6 +1,7 @@
 package formats
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,17 +14,17 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/megatron"
 	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/zero"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // folderReader is a folder layout ckpt reads: how it is recognized and how it is read.
 type folderReader struct {
 	// layout names it in messages.
 	layout string
-	detect func(dir string) bool
-	open   func(dir string) (*statedict.Checkpoint, error)
+	detect func(ctx context.Context, dir string) bool
+	open   func(ctx context.Context, dir string) (*statedict.Checkpoint, error)
 }
 
 // folderReaders are the folder layouts ckpt reads, in the order they are tried (the more
@@ -34,19 +35,27 @@ var folderReaders []folderReader
 
 func init() {
 	folderReaders = []folderReader{
-		{"NeMo 2", nemo.Detect2, func(d string) (*statedict.Checkpoint, error) { return nemo.Open2(d, megatronOpeners) }},
-		{"Megatron-LM", megatron.Detect, func(d string) (*statedict.Checkpoint, error) { return megatron.Open(d, megatronOpeners) }},
+		{"NeMo 2", nemo.Detect2, func(ctx context.Context, d string) (*statedict.Checkpoint, error) {
+			return nemo.Open2(ctx, d, megatronOpeners)
+		}},
+		{"Megatron-LM", megatron.Detect, func(ctx context.Context, d string) (*statedict.Checkpoint, error) {
+			return megatron.Open(ctx, d, megatronOpeners)
+		}},
 		{"DCP", dcp.IsCheckpoint, dcp.Open},
 		{"per-device safetensors", isRanksFolder, openRanks},
-		{"DeepSpeed ZeRO", func(d string) bool { _, ok := zero.Detect(d); return ok }, func(d string) (*statedict.Checkpoint, error) {
-			tag, _ := zero.Detect(d)
-			return zero.Open(tag, openPart)
+		{"DeepSpeed ZeRO", func(ctx context.Context, d string) bool { _, ok := zero.Detect(ctx, d); return ok }, func(ctx context.Context, d string) (*statedict.Checkpoint, error) {
+			tag, _ := zero.Detect(ctx, d)
+			return zero.Open(ctx, tag, openPart)
 		}},
-		{"accelerate FSDP", func(d string) bool { return len(accelerate.Detect(d)) > 0 }, func(d string) (*statedict.Checkpoint, error) {
-			return accelerate.Open(d, accelerate.Detect(d), dcp.Open)
+		{"accelerate FSDP", func(ctx context.Context, d string) bool { return len(accelerate.Detect(ctx, d)) > 0 }, func(ctx context.Context, d string) (*statedict.Checkpoint, error) {
+			return accelerate.Open(ctx, d, accelerate.Detect(ctx, d), dcp.Open)
 		}},
-		{"diffusers", diffusers.Detect, func(d string) (*statedict.Checkpoint, error) { return diffusers.Open(d, openDir, holdsWeights) }},
-		{"Hugging Face", func(d string) bool { _, ok := hf.Detect(d); return ok }, func(d string) (*statedict.Checkpoint, error) { return hf.Open(d, openFile) }},
+		{"diffusers", diffusers.Detect, func(ctx context.Context, d string) (*statedict.Checkpoint, error) {
+			return diffusers.Open(ctx, d, openDir, holdsWeights)
+		}},
+		{"Hugging Face", func(ctx context.Context, d string) bool { _, ok := hf.Detect(ctx, d); return ok }, func(ctx context.Context, d string) (*statedict.Checkpoint, error) {
+			return hf.Open(ctx, d, openFile)
+		}},
 	}
 }
 
@@ -56,29 +65,29 @@ func init() {
 // safetensors folder (it has sharding.json), a DeepSpeed ZeRO checkpoint (consolidated), an
 // accelerate FSDP save_state folder (pytorch_model_fsdp_N/), a diffusers pipeline
 // (model_index.json) or a Hugging Face model or PEFT adapter folder.
-func openDir(dir string) (*statedict.Checkpoint, error) {
+func openDir(ctx context.Context, dir string) (*statedict.Checkpoint, error) {
 	for _, r := range folderReaders {
-		if r.detect(dir) {
-			return r.open(dir)
+		if r.detect(ctx, dir) {
+			return r.open(ctx, dir)
 		}
 	}
 	err := fmt.Errorf("%s: not a checkpoint folder (no DCP .metadata, no model.safetensors, pytorch_model.bin or index file)", dir)
-	if files := hf.WeightFiles(dir); len(files) > 0 {
+	if files := hf.WeightFiles(ctx, dir); len(files) > 0 {
 		err = fmt.Errorf("%w; it holds %s: pass a file itself (ckpt reads any single checkpoint file)", err, strings.Join(files, ", "))
-	} else if steps := trainerCheckpoints(dir); len(steps) > 0 {
+	} else if steps := trainerCheckpoints(ctx, dir); len(steps) > 0 {
 		list := strings.Join(steps, ", ")
 		if len(steps) > 4 {
 			list = strings.Join(steps[:2], ", ") + ", … " + steps[len(steps)-1]
 		}
-		err = fmt.Errorf("%w; it is a Trainer output folder holding the checkpoints %s: name one, e.g. %s (the latest step)", err, list, store.Join(dir, steps[len(steps)-1]))
+		err = fmt.Errorf("%w; it is a Trainer output folder holding the checkpoints %s: name one, e.g. %s (the latest step)", err, list, storage.Join(dir, steps[len(steps)-1]))
 	}
 	return nil, err
 }
 
 // trainerCheckpoints lists the checkpoint-STEP folders of a Hugging Face Trainer's (or
 // accelerate's) output folder dir, by step.
-func trainerCheckpoints(dir string) []string {
-	entries, err := store.ReadDir(dir)
+func trainerCheckpoints(ctx context.Context, dir string) []string {
+	entries, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil
 	}
@@ -103,11 +112,11 @@ func trainerCheckpoints(dir string) []string {
 
 // holdsWeights reports whether the folder dir is one openDir reads as a checkpoint of its
 // own (a DCP folder, a Hugging Face or PEFT folder).
-func holdsWeights(dir string) bool {
-	if dcp.IsCheckpoint(dir) {
+func holdsWeights(ctx context.Context, dir string) bool {
+	if dcp.IsCheckpoint(ctx, dir) {
 		return true
 	}
-	_, ok := hf.Detect(dir)
+	_, ok := hf.Detect(ctx, dir)
 	return ok
 }
 
@@ -115,6 +124,6 @@ func holdsWeights(dir string) bool {
 // files as any checkpoint file, the sharded entries as DCP.
 var megatronOpeners = megatron.Openers{File: openPart, DCP: dcp.Open}
 
-func openSafetensors(path string) (*statedict.Checkpoint, error) {
-	return safetensors.Open(path)
+func openSafetensors(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	return safetensors.Open(ctx, path)
 }

@@ -1,6 +1,7 @@
 package formats_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -74,7 +75,7 @@ func TestErrorFamily(t *testing.T) {
 	cases[filepath.Join(dir, "missing.pt")] = "none"
 
 	for path, want := range cases {
-		ck, err := formats.Open(path)
+		ck, err := formats.Open(context.Background(), path)
 		if err == nil {
 			ck.Close()
 			t.Errorf("%s: opened", path)

@@ -1,6 +1,7 @@
 package formats_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -11,7 +12,7 @@ import (
 // Open any checkpoint — a torch.save file here; a safetensors file, a Hugging Face folder or
 // a DCP directory the same way — and walk its tensors without reading their bytes.
 func ExampleOpen() {
-	ck, err := formats.Open("../testdata/torch/shufflenet_cuda.pt")
+	ck, err := formats.Open(context.Background(), "../testdata/torch/shufflenet_cuda.pt")
 	if err != nil {
 		panic(err)
 	}
@@ -32,7 +33,7 @@ func ExampleOpen() {
 // Errors of every format share one family: a broken file is statedict.ErrCorrupt, whatever
 // its format, and the message still names the file and the byte.
 func ExampleOpen_errors() {
-	_, err := formats.Open("../testdata/safetensors/crafted/overlap.safetensors")
+	_, err := formats.Open(context.Background(), "../testdata/safetensors/crafted/overlap.safetensors")
 	fmt.Println(errors.Is(err, statedict.ErrCorrupt))
 	fmt.Println(err)
 	// Output:

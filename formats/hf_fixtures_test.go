@@ -1,6 +1,7 @@
 package formats_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -47,7 +48,7 @@ func TestHFFolders(t *testing.T) {
 			if err := json.Unmarshal(b, &want); err != nil {
 				t.Fatal(err)
 			}
-			ck, err := formats.Open(dir)
+			ck, err := formats.Open(context.Background(), dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,7 +56,7 @@ func TestHFFolders(t *testing.T) {
 			if ck.Format != want.Format {
 				t.Errorf("format %q, want %q", ck.Format, want.Format)
 			}
-			rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+			rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -189,7 +190,7 @@ func TestHFFolderErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := copyDir(t, src)
 			c.damage(t, dir)
-			ck, err := formats.Open(dir)
+			ck, err := formats.Open(context.Background(), dir)
 			if err == nil {
 				ck.Close()
 				t.Fatal("damaged folder opened without error")
@@ -212,7 +213,7 @@ func TestHFFolderOtherWeights(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ck, err := formats.Open(dir)
+	ck, err := formats.Open(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,11 +240,11 @@ func TestFolderOfOtherLayout(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "weights_ema.safetensors"), st, 0o644)
 	os.WriteFile(filepath.Join(dir, "notes.json"), []byte("{}"), 0o644)
-	_, err = formats.Open(dir)
+	_, err = formats.Open(context.Background(), dir)
 	if err == nil || !strings.Contains(err.Error(), "not a checkpoint folder") || !strings.Contains(err.Error(), "it holds weights_ema.safetensors") {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := formats.Open(filepath.Join(dir, "weights_ema.safetensors")); err != nil {
+	if _, err := formats.Open(context.Background(), filepath.Join(dir, "weights_ema.safetensors")); err != nil {
 		t.Fatalf("the file named in the error does not open: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package formats
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,10 +13,10 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Layout is an on-disk layout ckpt writes — the one vocabulary of outputs: what a user asks
@@ -135,7 +136,7 @@ var ErrEarlierOutput = errors.New("the destination folder is an earlier output, 
 //   - Otherwise DST is a torch.save file.
 //   - Per rank, the output is a folder: dcp by default, safetensors as one file per rank;
 //     a torch.save file holds whole tensors and cannot be.
-func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, error) {
+func ChooseLayout(ctx context.Context, src, dst string, want Layout, perRank bool) (string, Layout, error) {
 	if want != "" && !want.Valid() {
 		_, err := ParseLayout(string(want))
 		return "", "", fmt.Errorf("%w: %w", ErrLayout, err)
@@ -143,10 +144,10 @@ func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, e
 	if perRank {
 		return chooseRanks(dst, want)
 	}
-	st, err := store.Stat(src)
+	st, err := storage.Stat(ctx, src)
 	srcDir := err == nil && st.IsDir()
 	ext := strings.ToLower(path.Ext(filepath.ToSlash(strings.TrimRight(dst, "/"+string(filepath.Separator)))))
-	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || !fileExt[ext] && isFolder(dst)
+	dstDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator)) || !fileExt[ext] && isFolder(ctx, dst)
 	if dstDir {
 		dst = strings.TrimRight(dst, "/"+string(filepath.Separator))
 		if dst == "" {
@@ -154,11 +155,11 @@ func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, e
 		}
 	}
 	inside := func(l Layout) (string, Layout, error) {
-		if st, err := store.Stat(store.Join(dst, manifest.Name)); err == nil && !st.IsDir() {
+		if st, err := storage.Stat(ctx, storage.Join(dst, manifest.Name)); err == nil && !st.IsDir() {
 			return "", "", fmt.Errorf("%w: %w: %s holds %s: a %s file written inside would go unrecorded", ErrLayout, ErrEarlierOutput, dst, manifest.Name, l)
 		}
-		base := strings.TrimSuffix(store.Base(src), path.Ext(store.Base(src)))
-		return store.Join(dst, base+l.Ext()), l, nil
+		base := strings.TrimSuffix(storage.Base(src), path.Ext(storage.Base(src)))
+		return storage.Join(dst, base+l.Ext()), l, nil
 	}
 	switch want {
 	case TorchFile:
@@ -180,7 +181,7 @@ func ChooseLayout(src, dst string, want Layout, perRank bool) (string, Layout, e
 		return dst, SafetensorsFile, nil
 	case (ext == ".pt" || ext == ".pth" || ext == ".bin") && !dstDir:
 		return dst, TorchFile, nil
-	case srcDir && dcp.IsCheckpoint(src):
+	case srcDir && dcp.IsCheckpoint(ctx, src):
 		return dst, DCPFolder, nil
 	case srcDir:
 		return dst, HFFolder, nil
@@ -199,9 +200,9 @@ var fileExt = map[string]bool{".safetensors": true, ".pt": true, ".pth": true, "
 
 // isFolder reports whether dst is an existing folder — a folder itself, not a link to one:
 // a link planted at DST never leads the output somewhere else.
-func isFolder(dst string) bool {
-	if store.IsRemote(dst) {
-		st, err := store.Stat(dst)
+func isFolder(ctx context.Context, dst string) bool {
+	if storage.IsRemote(dst) {
+		st, err := storage.Stat(ctx, dst)
 		return err == nil && st.IsDir()
 	}
 	st, err := os.Lstat(dst)

@@ -1,6 +1,7 @@
 package formats
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -51,7 +52,7 @@ func TestChooseLayout(t *testing.T) {
 		{file, "x.pt", TorchFile, true, "", "", true},
 		{file, "x", "gguf", false, "", "", true},
 	} {
-		out, lay, err := ChooseLayout(c.src, c.dst, c.want, c.perRank)
+		out, lay, err := ChooseLayout(context.Background(), c.src, c.dst, c.want, c.perRank)
 		if c.err {
 			if !errors.Is(err, ErrLayout) {
 				t.Errorf("%s → %s (%q, per rank %v): %v, want an ErrLayout", c.src, c.dst, c.want, c.perRank, err)

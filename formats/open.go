@@ -13,7 +13,7 @@ package formats
 
 import (
 	"bytes"
-	"encoding/binary"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -22,11 +22,12 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/pytar"
-	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/formats/torchlegacy"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/formats/zero"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Kind is a detected file format.
@@ -41,8 +42,8 @@ const (
 )
 
 // Detect recognizes the format of a single file from its first bytes.
-func Detect(path string) (Kind, error) {
-	f, err := store.Open(path)
+func Detect(ctx context.Context, path string) (Kind, error) {
+	f, err := storage.Open(ctx, path)
 	if err != nil {
 		return "", err
 	}
@@ -68,7 +69,7 @@ func Detect(path string) (Kind, error) {
 			return kind, err
 		}
 	}
-	if looksLikeSafetensors(head) {
+	if safetensors.LooksLike(head) {
 		return Safetensors, nil
 	}
 	return "", fmt.Errorf("%s: %w: unrecognized checkpoint format (not a torch.save zip or legacy stream, not safetensors)", path, statedict.ErrUnsupported)
@@ -79,7 +80,7 @@ func Detect(path string) (Kind, error) {
 // must be one ckpt reads (else the error names the member and its byte offset), or a
 // legacy torch.save tar. isTar is false for a file tarfile does not open, or opens as an
 // empty archive.
-func detectTar(path string, f store.File) (kind Kind, isTar bool, err error) {
+func detectTar(path string, f storage.File) (kind Kind, isTar bool, err error) {
 	a, err := pytar.Read(f, f.Size())
 	switch {
 	case errors.Is(err, pytar.ErrNotTar):
@@ -114,27 +115,6 @@ func isNemoGzip(f io.ReaderAt) bool {
 	return nemo.IsGzipArchive(head[:n])
 }
 
-// looksLikeSafetensors checks for an 8-byte little-endian header length followed by a JSON
-// object (the reference accepts leading whitespace).
-func looksLikeSafetensors(head []byte) bool {
-	if len(head) < 9 {
-		return false
-	}
-	if n := binary.LittleEndian.Uint64(head); n < 2 {
-		return false
-	}
-	for _, c := range head[8:] {
-		switch c {
-		case ' ', '\t', '\r', '\n':
-			continue
-		case '{':
-			return true
-		}
-		return false
-	}
-	return false
-}
-
 // OpenOptions ask a reader for more than the checkpoint's default reading.
 type OpenOptions struct {
 	// ZeROOptimizer reads a DeepSpeed ZeRO folder as {"model": the consolidated weights,
@@ -145,15 +125,15 @@ type OpenOptions struct {
 
 // Open reads the checkpoint at path, a file or a folder, in whatever supported format it is.
 // A gs:// or s3:// path is read through the backend registered for its scheme (see package
-// store; importing formats/store/bucket registers them): headers, pickles and metadata
+// store; importing storage/bucket registers them): headers, pickles and metadata
 // first, tensor bytes only when read.
-func Open(path string) (*statedict.Checkpoint, error) {
-	return OpenWith(path, OpenOptions{})
+func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	return OpenWith(ctx, path, OpenOptions{})
 }
 
 // OpenWith is Open with options.
-func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
-	st, err := store.Stat(path)
+func OpenWith(ctx context.Context, path string, o OpenOptions) (*statedict.Checkpoint, error) {
+	st, err := storage.Stat(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -161,18 +141,18 @@ func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
 	if o.ZeROOptimizer {
 		tag, ok := "", false
 		if st.IsDir() {
-			tag, ok = zero.Detect(path)
+			tag, ok = zero.Detect(ctx, path)
 		} else {
-			tag, ok = zero.FolderOf(path) // a rank's model-states file: its folder
+			tag, ok = zero.FolderOf(ctx, path) // a rank's model-states file: its folder
 		}
 		if !ok {
 			return nil, fmt.Errorf("%s: %w: the ZeRO optimizer state is read from a DeepSpeed ZeRO checkpoint folder (latest, global_stepN/, *_optim_states.pt) or one of its *_model_states.pt files; this is not one", path, statedict.ErrUnsupported)
 		}
-		ck, err = zero.OpenWith(tag, openPart, zero.Options{Optimizer: true})
+		ck, err = zero.OpenWith(ctx, tag, openPart, zero.Options{Optimizer: true})
 	} else if st.IsDir() {
-		ck, err = openDir(path)
+		ck, err = openDir(ctx, path)
 	} else {
-		ck, err = openFile(path)
+		ck, err = openFile(ctx, path)
 	}
 	if err != nil {
 		return nil, err
@@ -190,15 +170,15 @@ func OpenWith(path string, o OpenOptions) (*statedict.Checkpoint, error) {
 // DeepSpeed ZeRO-3 model-states file, whose parameters are placeholders for the ranks'
 // partitions — reads as the checkpoint of its folder, consolidated (zero.Open), or is
 // refused when its folder does not hold the ranks' files.
-func openFile(path string) (*statedict.Checkpoint, error) {
-	ck, err := openPart(path)
+func openFile(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	ck, err := openPart(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	if err := zero.CheckModelStates(path, ck.Root); err != nil {
 		ck.Close()
-		if dir, ok := zero.FolderOf(path); ok {
-			return zero.Open(dir, openPart)
+		if dir, ok := zero.FolderOf(ctx, path); ok {
+			return zero.Open(ctx, dir, openPart)
 		}
 		return nil, err
 	}
@@ -206,20 +186,20 @@ func openFile(path string) (*statedict.Checkpoint, error) {
 }
 
 // openPart reads one file in whatever format it is, as it is.
-func openPart(path string) (*statedict.Checkpoint, error) {
-	kind, err := Detect(path)
+func openPart(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	kind, err := Detect(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	switch kind {
 	case TorchZip:
-		return torchzip.Open(path)
+		return torchzip.Open(ctx, path)
 	case TorchLegacy:
-		return torchlegacy.Open(path)
+		return torchlegacy.Open(ctx, path)
 	case Safetensors:
-		return openSafetensors(path)
+		return openSafetensors(ctx, path)
 	case Nemo:
-		return nemo.Open(path, torchzip.DecodeAt)
+		return nemo.Open(ctx, path, torchzip.DecodeAt)
 	}
 	return nil, fmt.Errorf("%s: no reader for format %s", path, kind)
 }

@@ -1,6 +1,7 @@
 package formats
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,9 +9,9 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // openRanks reads a per-device safetensors folder (safetensors.Sharding): every tensor is
@@ -18,12 +19,12 @@ import (
 // reading the folder never holds a whole tensor in memory; the pieces read are the
 // checkpoint's Shards. Each rank file must hold exactly its rank's piece of every tensor the
 // manifest lists, as the manifest says.
-func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
-	m, err := safetensors.ReadSharding(dir)
+func openRanks(ctx context.Context, dir string) (_ *statedict.Checkpoint, err error) {
+	m, err := safetensors.ReadSharding(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
-	mpath := store.Join(dir, safetensors.ShardingFile)
+	mpath := storage.Join(dir, safetensors.ShardingFile)
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("%s: %w: %s", mpath, statedict.ErrCorrupt, fmt.Sprintf(format, args...))
 	}
@@ -39,11 +40,11 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 		if files[r] != nil {
 			return files[r], nil
 		}
-		path := store.Join(dir, m.Files[r])
-		if err := checkRank(path, r, m.WorldSize); err != nil {
+		path := storage.Join(dir, m.Files[r])
+		if err := checkRank(ctx, path, r, m.WorldSize); err != nil {
 			return nil, err
 		}
-		c, err := safetensors.Open(path)
+		c, err := safetensors.Open(ctx, path)
 		if err != nil {
 			return nil, err
 		}
@@ -115,8 +116,8 @@ func openRanks(dir string) (_ *statedict.Checkpoint, err error) {
 }
 
 // checkRank checks that the rank file at path says it is rank r's of a world of n.
-func checkRank(path string, r, n int) error {
-	f, err := store.Open(path)
+func checkRank(ctx context.Context, path string, r, n int) error {
+	f, err := storage.Open(ctx, path)
 	if err != nil {
 		return err
 	}
@@ -132,8 +133,8 @@ func checkRank(path string, r, n int) error {
 }
 
 // isRanksFolder reports whether dir is a per-device safetensors folder.
-func isRanksFolder(dir string) bool {
-	_, err := store.Stat(store.Join(dir, safetensors.ShardingFile))
+func isRanksFolder(ctx context.Context, dir string) bool {
+	_, err := storage.Stat(ctx, storage.Join(dir, safetensors.ShardingFile))
 	return !errors.Is(err, os.ErrNotExist)
 }
 

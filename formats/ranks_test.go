@@ -2,6 +2,7 @@ package formats
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -69,7 +70,7 @@ func TestSafetensorsRanks(t *testing.T) {
 		t.Fatalf("files %v, not written %v", w.Files, w.NotWritten)
 	}
 	// Rank 2 holds rows[3:4], cols[:, :4] and rep.
-	r2, err := Open(filepath.Join(dir, "rank-00002-of-00004.safetensors"))
+	r2, err := Open(context.Background(), filepath.Join(dir, "rank-00002-of-00004.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestSafetensorsRanks(t *testing.T) {
 	}
 	r2.Close()
 	// The folder reads back as the whole tensors.
-	back, err := Open(dir)
+	back, err := Open(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestSafetensorsRanks(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(parts, "rank-00001-of-00004.safetensors"), r0, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(parts); err == nil || !strings.Contains(err.Error(), `says it is rank "0/4"`) {
+	if _, err := Open(context.Background(), parts); err == nil || !strings.Contains(err.Error(), `says it is rank "0/4"`) {
 		t.Errorf("swapped rank files: %v", err)
 	}
 	// Placements that put the pieces elsewhere than the manifest says — the devices would
@@ -151,7 +152,7 @@ func TestSafetensorsRanks(t *testing.T) {
 		t.Fatalf("no cols placements in %s", m)
 	}
 	os.WriteFile(mpath, bad, 0o644)
-	if _, err := Open(dir); !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), `tensor "cols": rank 2 holds the piece at [0 0]`) {
+	if _, err := Open(context.Background(), dir); !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), `tensor "cols": rank 2 holds the piece at [0 0]`) {
 		t.Errorf("placements disagreeing with the pieces: %v", err)
 	}
 }
@@ -196,7 +197,7 @@ func FuzzRanksManifest(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, safetensors.ShardingFile), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		ck, err := Open(dir)
+		ck, err := Open(context.Background(), dir)
 		if err != nil {
 			if !errors.Is(err, statedict.ErrCorrupt) && !errors.Is(err, statedict.ErrUnsupported) && !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("error %v is neither corrupt nor unsupported", err)

@@ -1,6 +1,7 @@
 package formats
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -124,13 +125,13 @@ func TestRankSets(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := copyFixture(t, eco+c.fixture)
-			if ck, err := Open(dir); err != nil {
+			if ck, err := Open(context.Background(), dir); err != nil {
 				t.Fatalf("the fixture itself: %v", err)
 			} else {
 				ck.Close()
 			}
 			c.edit(t, filepath.Join(dir, c.at))
-			ck, err := Open(dir)
+			ck, err := Open(context.Background(), dir)
 			if err == nil {
 				ck.Close()
 				t.Fatalf("read as a complete checkpoint")

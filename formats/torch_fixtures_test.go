@@ -1,6 +1,7 @@
 package formats_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -71,7 +72,7 @@ func TestTorchFixtures(t *testing.T) {
 		}
 		t.Run(want.File, func(t *testing.T) {
 			path := filepath.Join("../testdata/torch", want.File)
-			ck, err := formats.Open(path)
+			ck, err := formats.Open(context.Background(), path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,7 +80,7 @@ func TestTorchFixtures(t *testing.T) {
 			if ck.Format != want.Format {
 				t.Errorf("format %q, torch wrote %q", ck.Format, want.Format)
 			}
-			rep, err := inspect.Build(ck, inspect.Options{Hash: true})
+			rep, err := inspect.Build(context.Background(), ck, inspect.Options{Hash: true})
 			if err != nil {
 				t.Fatal(err)
 			}

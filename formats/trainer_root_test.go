@@ -17,7 +17,7 @@ func TestTrainerOutputRootHint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := Open(dir)
+	_, err := Open(t.Context(), dir)
 	want := "holding the checkpoints checkpoint-90, checkpoint-500, checkpoint-1000: name one, e.g. " + filepath.Join(dir, "checkpoint-1000") + " (the latest step)"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("got %v, want %q", err, want)

@@ -1,6 +1,7 @@
 package formats
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -8,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // WithTrainingState returns ck with the training state of an HF Trainer or accelerate
@@ -21,7 +22,7 @@ import (
 // ck is returned as it is when its folder holds no training state; otherwise the returned
 // checkpoint takes over ck's closers (closing ck does nothing more) and adds the
 // training-state files'.
-func WithTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) {
+func WithTrainingState(ctx context.Context, ck *statedict.Checkpoint) (*statedict.Checkpoint, error) {
 	var files, rest []string
 	for _, f := range ck.Ignored {
 		if hf.IsTrainerState(f) || hf.IsTrainingStateFolder(f) {
@@ -47,7 +48,7 @@ func WithTrainingState(ck *statedict.Checkpoint) (*statedict.Checkpoint, error) 
 	own := len(ck.Closers)
 	ck.Closers = nil
 	for _, f := range files {
-		part, err := Open(store.Join(ck.Path, f))
+		part, err := Open(ctx, storage.Join(ck.Path, f))
 		if err != nil {
 			// ck keeps its own closers; the parts opened so far are closed.
 			ck.Closers = out.Closers[:own:own]

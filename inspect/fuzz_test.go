@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -30,12 +31,12 @@ func FuzzInspect(f *testing.F) {
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		ck, err := formats.Open(p)
+		ck, err := formats.Open(context.Background(), p)
 		if err != nil {
 			return
 		}
 		defer ck.Close()
-		rep, err := Build(ck, Options{Hash: true, Training: true})
+		rep, err := Build(context.Background(), ck, Options{Hash: true, Training: true})
 		if err != nil {
 			return
 		}

@@ -10,13 +10,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/ckpt-dev/ckpt/internal/plural"
 	"hash"
 	"io"
 	"math/big"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/internal/plural"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
@@ -109,7 +110,7 @@ type Options struct {
 }
 
 // Build describes ck.
-func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
+func Build(ctx context.Context, ck *statedict.Checkpoint, opts Options) (*Report, error) {
 	// The rows are allocated at their count (a first walk counts the tensors stored as
 	// such): grown by doubling, the 300 000 rows of a large checkpoint (38 MB) needed half
 	// as much again while copied, at the peak of the live heap.
@@ -183,7 +184,7 @@ func Build(ck *statedict.Checkpoint, opts Options) (*Report, error) {
 	}
 	if opts.Hash {
 		sums := make([]hash.Hash, len(hashed))
-		err := statedict.ReadTensors(context.Background(), hashed, func(i int) io.Writer {
+		err := statedict.ReadTensors(ctx, hashed, func(i int) io.Writer {
 			sums[i] = sha256.New()
 			return sums[i]
 		}, statedict.ReadOptions{Release: ck.ReleaseMemory})

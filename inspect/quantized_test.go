@@ -1,6 +1,7 @@
 package inspect_test
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -15,12 +16,12 @@ import (
 // tensors with scheme and logical shape beside the unchanged list of stored tensors, an
 // error for codes without a config, and no section for a plain checkpoint.
 func TestQuantizedSection(t *testing.T) {
-	ck, err := formats.Open("../testdata/quantized/mxfp4")
+	ck, err := formats.Open(context.Background(), "../testdata/quantized/mxfp4")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	r, err := inspect.Build(ck, inspect.Options{})
+	r, err := inspect.Build(context.Background(), ck, inspect.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestQuantizedSection(t *testing.T) {
 		codes.Set(name, &statedict.Tensor{DType: dt, Shape: []int64{1}, Strides: []int64{1},
 			Storage: statedict.NewMappedStorage(name, "cpu", dt, make([]byte, dt.Size()))})
 	}
-	r, err = inspect.Build(&statedict.Checkpoint{Format: "safetensors", Root: codes}, inspect.Options{})
+	r, err = inspect.Build(context.Background(), &statedict.Checkpoint{Format: "safetensors", Root: codes}, inspect.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,12 +58,12 @@ func TestQuantizedSection(t *testing.T) {
 		t.Errorf("codes without config: %+v", r.Quantized)
 	}
 
-	plain, err := formats.Open("../testdata/torch/views.pt")
+	plain, err := formats.Open(context.Background(), "../testdata/torch/views.pt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if r, err = inspect.Build(plain, inspect.Options{}); err != nil || r.Quantized != nil {
+	if r, err = inspect.Build(context.Background(), plain, inspect.Options{}); err != nil || r.Quantized != nil {
 		t.Errorf("plain checkpoint: %v %+v", err, r.Quantized)
 	}
 }

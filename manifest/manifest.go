@@ -8,6 +8,7 @@ package manifest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,8 +18,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Name is the manifest's file name inside a folder output; a file output FILE gets
@@ -93,18 +94,18 @@ type Tensor struct {
 // beside a file output.
 func PathFor(dst string, folder bool) string {
 	if folder {
-		return store.Join(dst, Name)
+		return storage.Join(dst, Name)
 	}
 	return dst + "." + Name
 }
 
 // Find returns the manifest path of the existing output at path.
-func Find(path string) (string, error) {
-	st, err := store.Stat(path)
+func Find(ctx context.Context, path string) (string, error) {
+	st, err := storage.Stat(ctx, path)
 	if err != nil {
 		return "", err
 	}
-	if store.IsRemote(path) {
+	if storage.IsRemote(path) {
 		return PathFor(strings.TrimSuffix(path, "/"), st.IsDir()), nil
 	}
 	return PathFor(filepath.Clean(path), st.IsDir()), nil
@@ -114,9 +115,9 @@ func Find(path string) (string, error) {
 const maxManifest = 1 << 30
 
 // Read reads and parses the manifest file at path.
-func Read(path string) (*Manifest, error) {
+func Read(ctx context.Context, path string) (*Manifest, error) {
 	var ts []Tensor
-	m, err := ReadEach(path, func(t Tensor) error {
+	m, err := ReadEach(ctx, path, func(t Tensor) error {
 		ts = append(ts, t)
 		return nil
 	})
@@ -141,8 +142,8 @@ func Read(path string) (*Manifest, error) {
 // a file that has one reads differently in readers that take the first, the last or
 // either (a streaming read meets the first tensor list before it knows of a second), so
 // what `ckpt check` verified need not be what another tool reads.
-func ReadEach(path string, each func(Tensor) error) (*Manifest, error) {
-	f, err := store.Open(path)
+func ReadEach(ctx context.Context, path string, each func(Tensor) error) (*Manifest, error) {
+	f, err := storage.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -383,8 +384,8 @@ func Write(w io.Writer, m *Manifest) error {
 // files its manifest lists and the manifest itself — for replacing it (a local output is
 // proven file by file from Output.Sums instead). A folder without a manifest claims
 // nothing.
-func Owned(dir string) ([]string, bool) {
-	m, err := Read(store.Join(dir, Name))
+func Owned(ctx context.Context, dir string) ([]string, bool) {
+	m, err := Read(ctx, storage.Join(dir, Name))
 	if err != nil {
 		return nil, false
 	}

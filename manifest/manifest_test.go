@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -63,7 +64,7 @@ func TestReadersAgree(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.doc), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			read, err1 := Read(path)
+			read, err1 := Read(context.Background(), path)
 			var un Manifest
 			err2 := json.Unmarshal([]byte(tc.doc), &un)
 			if (err1 == nil) != tc.ok || (err2 == nil) != tc.ok {

@@ -1,6 +1,7 @@
 package optimizerstate_test
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/ckpt-dev/ckpt/formats"
@@ -11,7 +12,7 @@ import (
 // its model first (ids, order and shapes checked), so the moments found are that
 // parameter's.
 func ExampleStateFor() {
-	ck, err := formats.Open("../testdata/torch/training_cuda.pt")
+	ck, err := formats.Open(context.Background(), "../testdata/torch/training_cuda.pt")
 	if err != nil {
 		panic(err)
 	}

@@ -1,6 +1,7 @@
 package optimizerstate_test
 
 import (
+	"context"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,7 +18,7 @@ import (
 // the top level beside a flattened "optimizer", "lr_scheduler", "dataloader", "train_state").
 func openTitan(t *testing.T, name string) *statedict.Checkpoint {
 	t.Helper()
-	ck, err := formats.Open("../testdata/titan/" + name + "/step-2")
+	ck, err := formats.Open(context.Background(), "../testdata/titan/"+name+"/step-2")
 	if err != nil {
 		t.Fatal(err)
 	}

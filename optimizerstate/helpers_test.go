@@ -1,6 +1,7 @@
 package optimizerstate_test
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"testing"
@@ -87,7 +88,7 @@ func s(d ...int64) []int64 { return d }
 // open reads a fixture of testdata/optim and closes it with the test.
 func open(t *testing.T, name string) *statedict.Checkpoint {
 	t.Helper()
-	ck, err := formats.Open("../testdata/optim/" + name)
+	ck, err := formats.Open(context.Background(), "../testdata/optim/"+name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package optimizerstate_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -294,7 +295,7 @@ func TestMismatchReported(t *testing.T) {
 // fits, must not replace it (found converting a DCP checkpoint with model, optim and other
 // tensor dicts side by side: the state was attached to the wrong dict and then dropped).
 func TestFindKeepsFittingModel(t *testing.T) {
-	ck, err := formats.Open("../testdata/dcp/sharded")
+	ck, err := formats.Open(context.Background(), "../testdata/dcp/sharded")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package plan_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"strings"
@@ -15,7 +16,7 @@ import (
 // cast and tagged "tpu", the AdamW moments keep float32 and follow their parameters, the
 // step counters stay where torch put them, and the CUDA RNG state is dropped.
 func Example() {
-	ck, err := formats.Open("../testdata/torch/training_cuda.pt")
+	ck, err := formats.Open(context.Background(), "../testdata/torch/training_cuda.pt")
 	if err != nil {
 		log.Fatal(err)
 	}

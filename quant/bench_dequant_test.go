@@ -1,6 +1,7 @@
 package quant_test
 
 import (
+	"context"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -20,7 +21,7 @@ import (
 func BenchmarkDequantize(b *testing.B) {
 	var groups []*quant.Group
 	if dir := os.Getenv("CKPT_BENCH_DEQUANT"); dir != "" {
-		ck, err := formats.Open(dir)
+		ck, err := formats.Open(context.Background(), dir)
 		if err != nil {
 			b.Fatal(err)
 		}

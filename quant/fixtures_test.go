@@ -2,6 +2,7 @@ package quant_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -66,7 +67,7 @@ func checkFixtures(t *testing.T, dir string, full bool) {
 	for _, name := range names {
 		want := expected[name]
 		t.Run(name, func(t *testing.T) {
-			ck, err := formats.Open(filepath.Join(dir, name))
+			ck, err := formats.Open(context.Background(), filepath.Join(dir, name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +82,7 @@ func checkFixtures(t *testing.T, dir string, full bool) {
 			}
 			var ref *statedict.Checkpoint
 			if full {
-				if ref, err = formats.Open(filepath.Join(dir, name+".expected.safetensors")); err != nil {
+				if ref, err = formats.Open(context.Background(), filepath.Join(dir, name+".expected.safetensors")); err != nil {
 					t.Fatal(err)
 				}
 				defer ref.Close()

@@ -2,6 +2,7 @@ package quant_test
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
@@ -18,7 +19,7 @@ import (
 func TestRandomReads(t *testing.T) {
 	groups := syntheticGroups(t)
 	for _, name := range []string{"fp8_block", "fp8_fbgemm", "fp8_ct", "modelopt_mixed", "mxfp4", "nvfp4_ct", "nvfp4_modelopt"} {
-		ck, err := formats.Open(filepath.Join(fixturesDir, name))
+		ck, err := formats.Open(context.Background(), filepath.Join(fixturesDir, name))
 		if err != nil {
 			t.Fatal(err)
 		}

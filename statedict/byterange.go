@@ -3,6 +3,8 @@ package statedict
 import (
 	"hash"
 	"io"
+
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Range is a run of bytes that is both in memory (Data, typically a slice of an mmap'd
@@ -28,7 +30,7 @@ type RangeWriter interface {
 
 // WriteRange writes r to w, through w's WriteRange when it has one (else r's sums are fed here).
 func WriteRange(w io.Writer, r Range) (int64, error) {
-	if rw, ok := w.(RangeWriter); ok {
+	if rw, ok := storage.As[RangeWriter](w); ok {
 		return rw.WriteRange(r)
 	}
 	if r.Src != nil {
@@ -91,7 +93,7 @@ type Lender interface {
 // Lend borrows up to n of the range's bytes from off on (relative to the range's start)
 // when its Src lends them (Lender); ok is false when it does not, and ReadAt copies them.
 func (r Range) Lend(off, n int64) (b []byte, release func(), ok bool, err error) {
-	l, can := r.Src.(Lender)
+	l, can := storage.As[Lender](r.Src)
 	if !can {
 		return nil, nil, false, nil
 	}

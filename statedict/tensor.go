@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"unsafe"
+
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Storage is a flat run of bytes that one or more tensors view, as torch's UntypedStorage.
@@ -54,7 +56,7 @@ func NewMappedStorage(key, location string, dtype DType, data []byte) *Storage {
 // [offset, offset+size). When r is a Windower the storage reads through r's window on that
 // range.
 func NewReaderStorage(key, location string, dtype DType, r io.ReaderAt, offset, size int64) *Storage {
-	if w, ok := r.(Windower); ok {
+	if w, ok := storage.As[Windower](r); ok {
 		r = w.Window(offset, size)
 	}
 	return &Storage{Key: key, Location: location, DType: dtype, Size: size, ra: r, Offset: offset}
@@ -82,7 +84,7 @@ func (t *Tensor) Prefetch() {
 	if t.Storage == nil {
 		return
 	}
-	if p, ok := t.Storage.ra.(Prefetcher); ok {
+	if p, ok := storage.As[Prefetcher](t.Storage.ra); ok {
 		p.Prefetch()
 	}
 }
@@ -97,7 +99,7 @@ type ReadPlanner interface {
 // willRead tells the storage's reader, when it plans (ReadPlanner), that the n bytes at off
 // are about to be read whole: a tensor being written.
 func (s *Storage) willRead(off, n int64) {
-	if p, ok := s.ra.(ReadPlanner); ok && s.data == nil {
+	if p, ok := storage.As[ReadPlanner](s.ra); ok && s.data == nil {
 		p.WillRead(s.Offset+off, n)
 	}
 }
@@ -142,7 +144,7 @@ func (s *Storage) ReadAt(p []byte, off int64) (int, error) {
 // Lend lends up to n of the storage's bytes at off in place when its reader does
 // (Lender: a remote object's window); ok is false otherwise.
 func (s *Storage) Lend(off, n int64) (b []byte, release func(), ok bool, err error) {
-	l, can := s.ra.(Lender)
+	l, can := storage.As[Lender](s.ra)
 	if !can || s.data != nil || off < 0 || off >= s.Size {
 		return nil, nil, false, nil
 	}

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ckpt-dev/ckpt/internal/plural"
 	"io"
 	"slices"
 	"strconv"
+
+	"github.com/ckpt-dev/ckpt/internal/plural"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/ckpt-dev/ckpt/formats"
@@ -71,14 +72,14 @@ type CheckProblem struct {
 // The manifest is read entry by entry (manifest.ReadEach) and compared as it is read: what
 // Check keeps per tensor is the output's own tensor list, an index by name, and for each
 // tensor to hash its position and expected digest — tens of bytes, not a record.
-func Check(path, mpath string) (*CheckReport, error) {
+func Check(ctx context.Context, path, mpath string) (*CheckReport, error) {
 	if mpath == "" {
 		var err error
-		if mpath, err = manifest.Find(path); err != nil {
+		if mpath, err = manifest.Find(ctx, path); err != nil {
 			return nil, err
 		}
 	}
-	ck, err := openOutput(path)
+	ck, err := openOutput(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +102,7 @@ func Check(path, mpath string) (*CheckReport, error) {
 	var jobs []job
 	odd := map[int]string{}
 	listed := make([]bool, len(tensors))
-	_, err = manifest.ReadEach(mpath, func(mt manifest.Tensor) error {
+	_, err = manifest.ReadEach(ctx, mpath, func(mt manifest.Tensor) error {
 		rep.Tensors++
 		i, ok := byName[mt.Name]
 		if !ok {
@@ -133,7 +134,7 @@ func Check(path, mpath string) (*CheckReport, error) {
 	// A per-device output keeps a copy of a replicated piece in every rank's file that holds
 	// it; formats.Open reassembles from the first. Every further copy must hash as its box of
 	// the reassembled tensor does, which the manifest's hash vouches for.
-	reps, closeRanks, err := replicas(path, func(name string) *statedict.Tensor {
+	reps, closeRanks, err := replicas(ctx, path, func(name string) *statedict.Tensor {
 		if i, ok := byName[name]; ok {
 			return tensors[i].Tensor
 		}
@@ -155,7 +156,7 @@ func Check(path, mpath string) (*CheckReport, error) {
 		ts = append(ts, statedict.NamedTensor{Name: r.name, Tensor: r.e}, statedict.NamedTensor{Name: r.name, Tensor: r.d})
 		rep.Bytes += r.d.NBytes()
 	}
-	sums, err := hashAll(ts, ck.ReleaseMemory)
+	sums, err := hashAll(ctx, ts, ck.ReleaseMemory)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -186,11 +187,11 @@ func Check(path, mpath string) (*CheckReport, error) {
 // hashAll returns the xxhash64 of each tensor's contiguous bytes, hashing on every core.
 // A tensor's digest lives only while its bytes stream: it is summed when the last byte
 // arrives (an empty tensor's at once).
-func hashAll(ts []statedict.NamedTensor, release func()) ([]uint64, error) {
+func hashAll(ctx context.Context, ts []statedict.NamedTensor, release func()) ([]uint64, error) {
 	sums := make([]uint64, len(ts))
 	open := make([]*sizedDigest, len(ts))
 	empty := xxhash.Sum64(nil)
-	err := statedict.ReadTensors(context.Background(), ts, func(i int) io.Writer {
+	err := statedict.ReadTensors(ctx, ts, func(i int) io.Writer {
 		n := ts[i].Tensor.NBytes()
 		if n == 0 {
 			sums[i] = empty
@@ -256,8 +257,8 @@ func shapeOf(s []int64) []int64 {
 
 // openOutput opens a conversion's output: one too damaged to open (statedict.ErrCorrupt)
 // fails verification, as a damaged tensor does.
-func openOutput(path string) (*statedict.Checkpoint, error) {
-	ck, err := formats.Open(path)
+func openOutput(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	ck, err := formats.Open(ctx, path)
 	if errors.Is(err, statedict.ErrCorrupt) {
 		return nil, fmt.Errorf("%w: %w", ErrFailed, err)
 	}

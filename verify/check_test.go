@@ -2,6 +2,7 @@ package verify_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -34,7 +35,7 @@ func TestCheckIntact(t *testing.T) {
 			if _, err := convert.Run(t.Context(), convert.Options{Src: tc.src, Dst: dst, Format: tc.format}); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := verify.Check(dst, "")
+			rep, err := verify.Check(context.Background(), dst, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,7 +84,7 @@ func TestCheckFindsDamage(t *testing.T) {
 			if err := os.WriteFile(mpath, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := verify.Check(dst, "")
+			rep, err := verify.Check(context.Background(), dst, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,7 +124,7 @@ func flipTensorByte(t *testing.T, path, name string) {
 // tensorsOf reads every tensor of the checkpoint at path as contiguous bytes, by name.
 func tensorsOf(t *testing.T, path string) (map[string][]byte, map[string]*statedict.Tensor) {
 	t.Helper()
-	ck, err := formats.Open(path)
+	ck, err := formats.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

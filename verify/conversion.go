@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -31,12 +32,12 @@ type Conversion struct {
 // openSource opens the source as the conversion read it: with a Trainer or accelerate
 // folder's training state inside the tree when the output held it there
 // (plan.TrainingInTree).
-func (c *Conversion) openSource(src string) (*statedict.Checkpoint, error) {
-	ck, err := formats.OpenWith(src, c.Options.OpenOptions())
+func (c *Conversion) openSource(ctx context.Context, src string) (*statedict.Checkpoint, error) {
+	ck, err := formats.OpenWith(ctx, src, c.Options.OpenOptions())
 	if err != nil || !plan.TrainingInTree(c.Options.Layout, c.Target) {
 		return ck, err
 	}
-	wrapped, err := formats.WithTrainingState(ck)
+	wrapped, err := formats.WithTrainingState(ctx, ck)
 	if err != nil {
 		ck.Close()
 		return nil, err

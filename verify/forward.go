@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 	"github.com/ckpt-dev/ckpt/verify/forward"
 	"github.com/ckpt-dev/ckpt/verify/forward/kernel"
 )
@@ -158,11 +158,11 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 	if opts.Thresholds != nil {
 		th = *opts.Thresholds
 	}
-	sck, err := formats.Open(src)
+	sck, err := formats.Open(ctx, src)
 	if err != nil {
 		return nil, nil, err
 	}
-	dck, err := openOutput(dst)
+	dck, err := openOutput(ctx, dst)
 	if err != nil {
 		sck.Close()
 		return nil, nil, err
@@ -175,12 +175,12 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 			dck.Close()
 		}
 	}()
-	scfg, dcfg, err := configs(sck, dck, opts.Config)
+	scfg, dcfg, err := configs(ctx, sck, dck, opts.Config)
 	if err != nil {
 		return nil, nil, err
 	}
 	if opts.Generation == nil && opts.Manifest != "-" {
-		c, _, _, err := conversionFor(dst, ParityOptions{Manifest: opts.Manifest})
+		c, _, _, err := conversionFor(ctx, dst, ParityOptions{Manifest: opts.Manifest})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -196,18 +196,18 @@ func Forward(ctx context.Context, src, dst string, opts ForwardOptions) (*Forwar
 	if err != nil {
 		return nil, nil, err
 	}
-	ref, err := forward.Load(sck, forward.Options{Precision: forward.Float32, Config: scfg})
+	ref, err := forward.Load(ctx, sck, forward.Options{Precision: forward.Float32, Config: scfg})
 	if forward.IsUnsupported(err) {
 		return nil, genericLogits(opts.Tokens, scfg, dcfg), &NoFamilyError{Err: fmt.Errorf("the source: %w", err)}
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("the source: %w", err)
 	}
-	refTPU, err := forward.Load(sck, forward.Options{Precision: forward.TPU, KeepFP8: skeep, Config: scfg})
+	refTPU, err := forward.Load(ctx, sck, forward.Options{Precision: forward.TPU, KeepFP8: skeep, Config: scfg})
 	if err != nil {
 		return nil, nil, fmt.Errorf("the source: %w", err)
 	}
-	got, err := forward.Load(dck, forward.Options{Precision: forward.TPU, KeepFP8: keep, Config: dcfg, Shards: true})
+	got, err := forward.Load(ctx, dck, forward.Options{Precision: forward.TPU, KeepFP8: keep, Config: dcfg, Shards: true})
 	if forward.IsUnsupported(err) {
 		return nil, genericLogits(opts.Tokens, scfg, dcfg), &NoFamilyError{Err: fmt.Errorf("the converted checkpoint: %w", err)}
 	}
@@ -289,12 +289,12 @@ func genericLogits(tokens []int, scfg, dcfg []byte) *Logits {
 // configs finds config.json for each side: given, each side's own, else the other side's —
 // without its quantization config when the borrowing side's tensors are not quantized that
 // way (a dequantized output whose config was not written beside it).
-func configs(sck, dck *statedict.Checkpoint, given []byte) ([]byte, []byte, error) {
+func configs(ctx context.Context, sck, dck *statedict.Checkpoint, given []byte) ([]byte, []byte, error) {
 	if given != nil {
 		return given, given, nil
 	}
-	s, serr := ownConfig(sck.Path)
-	d, derr := ownConfig(dck.Path)
+	s, serr := ownConfig(ctx, sck.Path)
+	d, derr := ownConfig(ctx, dck.Path)
 	switch {
 	case serr != nil && derr != nil:
 		if sck.Path == dck.Path {
@@ -312,12 +312,12 @@ func configs(sck, dck *statedict.Checkpoint, given []byte) ([]byte, []byte, erro
 }
 
 // ownConfig reads config.json inside a checkpoint folder or beside a checkpoint file.
-func ownConfig(path string) ([]byte, error) {
+func ownConfig(ctx context.Context, path string) ([]byte, error) {
 	dir := path
-	if st, err := store.Stat(path); err == nil && !st.IsDir() {
-		dir = store.Dir(path)
+	if st, err := storage.Stat(ctx, path); err == nil && !st.IsDir() {
+		dir = storage.Dir(path)
 	}
-	b, err := store.ReadFile(store.Join(dir, "config.json"), 64<<20)
+	b, err := storage.ReadFile(ctx, storage.Join(dir, "config.json"), 64<<20)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", path, forward.ErrNoConfig)
 	}

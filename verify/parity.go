@@ -5,16 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ckpt-dev/ckpt/internal/plural"
 	"os"
 	"slices"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/internal/plural"
+
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // ParityOptions configure Parity.
@@ -188,7 +189,7 @@ func (r *ParityReport) Err() error {
 // Every tensor is read once, on every core, through statedict.ReadTensors, the other side
 // at the same offsets; resident memory stays bounded whatever the checkpoints' size.
 func Parity(ctx context.Context, src, dst string, opts ParityOptions) (*ParityReport, error) {
-	conv, mpath, warn, err := conversionFor(dst, opts)
+	conv, mpath, warn, err := conversionFor(ctx, dst, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +203,7 @@ func Parity(ctx context.Context, src, dst string, opts ParityOptions) (*ParityRe
 }
 
 // conversionFor decides the conversion to check against.
-func conversionFor(dst string, opts ParityOptions) (*Conversion, string, []string, error) {
+func conversionFor(ctx context.Context, dst string, opts ParityOptions) (*Conversion, string, []string, error) {
 	if opts.Conversion != nil {
 		return opts.Conversion, "", nil, nil
 	}
@@ -211,16 +212,16 @@ func conversionFor(dst string, opts ParityOptions) (*Conversion, string, []strin
 	}
 	mpath := opts.Manifest
 	if mpath == "" {
-		p, err := manifest.Find(dst)
+		p, err := manifest.Find(ctx, dst)
 		if err != nil {
 			return nil, "", nil, err
 		}
-		if _, err := store.Stat(p); err != nil {
+		if _, err := storage.Stat(ctx, p); err != nil {
 			return Standard(), "", nil, nil
 		}
 		mpath = p
 	}
-	m, err := manifest.Read(mpath)
+	m, err := manifest.Read(ctx, mpath)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -240,12 +241,12 @@ type dstTensor struct {
 }
 
 func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityReport, error) {
-	sck, err := conv.openSource(src)
+	sck, err := conv.openSource(ctx, src)
 	if err != nil {
 		return nil, err
 	}
 	defer sck.Close()
-	dck, err := openOutput(dst)
+	dck, err := openOutput(ctx, dst)
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +368,7 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 	for _, p := range pairs {
 		final[p.name] = p.final
 	}
-	reps, closeRanks, err := replicas(dst, func(name string) *statedict.Tensor { return final[name] })
+	reps, closeRanks, err := replicas(ctx, dst, func(name string) *statedict.Tensor { return final[name] })
 	defer closeRanks()
 	if err != nil {
 		return nil, err
@@ -429,7 +430,7 @@ func parity(ctx context.Context, src, dst string, conv *Conversion) (*ParityRepo
 // took along into the output folder.
 func alongside(ctx context.Context, sck, dck *statedict.Checkpoint, conv *Conversion, rep *ParityReport) error {
 	if dck.Format != "hf" {
-		if st, err := store.Stat(dck.Path); err != nil || !st.IsDir() {
+		if st, err := storage.Stat(ctx, dck.Path); err != nil || !st.IsDir() {
 			return nil
 		}
 	}
@@ -437,14 +438,14 @@ func alongside(ctx context.Context, sck, dck *statedict.Checkpoint, conv *Conver
 		if !hf.IsTrainerState(f) {
 			continue
 		}
-		d := store.Join(dck.Path, f)
-		if _, err := store.Stat(d); err != nil {
+		d := storage.Join(dck.Path, f)
+		if _, err := storage.Stat(ctx, d); err != nil {
 			if dck.Format == "hf" && errors.Is(err, os.ErrNotExist) {
 				rep.Problems = append(rep.Problems, ParityProblem{Tensor: f, Kind: "missing"})
 			}
 			continue
 		}
-		sub, err := parity(ctx, store.Join(sck.Path, f), d, conv.alongside())
+		sub, err := parity(ctx, storage.Join(sck.Path, f), d, conv.alongside())
 		if err != nil {
 			return err
 		}

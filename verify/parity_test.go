@@ -2,6 +2,7 @@ package verify_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -292,11 +293,11 @@ func TestParityTrainerFolder(t *testing.T) {
 
 func readManifest(t *testing.T, dst string) *manifest.Manifest {
 	t.Helper()
-	p, err := manifest.Find(dst)
+	p, err := manifest.Find(context.Background(), dst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := manifest.Read(p)
+	m, err := manifest.Read(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func readManifest(t *testing.T, dst string) *manifest.Manifest {
 
 func writeManifest(t *testing.T, dst string, m *manifest.Manifest) {
 	t.Helper()
-	p, _ := manifest.Find(dst)
+	p, _ := manifest.Find(context.Background(), dst)
 	var buf bytes.Buffer
 	if err := manifest.Write(&buf, m); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,8 +10,8 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // replica is a copy of a piece of a tensor in one rank's file, paired with the box of the
@@ -26,12 +27,12 @@ type replica struct {
 // output at dir — every rank's copy but the first — paired with the boxes of the expected
 // tensors (by destination name) they must equal. It opens the rank files it needs;
 // release closes them. A folder without a sharding manifest has none.
-func replicas(dir string, expected func(name string) *statedict.Tensor) (out []replica, release func(), err error) {
+func replicas(ctx context.Context, dir string, expected func(name string) *statedict.Tensor) (out []replica, release func(), err error) {
 	release = func() {}
-	if st, err := store.Stat(dir); err != nil || !st.IsDir() {
+	if st, err := storage.Stat(ctx, dir); err != nil || !st.IsDir() {
 		return nil, release, nil
 	}
-	m, err := safetensors.ReadSharding(dir)
+	m, err := safetensors.ReadSharding(ctx, dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, release, nil
@@ -54,9 +55,9 @@ func replicas(dir string, expected func(name string) *statedict.Tensor) (out []r
 			return ts, nil
 		}
 		if r < 0 || r >= len(m.Files) || !filepath.IsLocal(m.Files[r]) {
-			return nil, fmt.Errorf("%s: %w: rank %d's file", store.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, r)
+			return nil, fmt.Errorf("%s: %w: rank %d's file", storage.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, r)
 		}
-		ck, err := formats.Open(store.Join(dir, m.Files[r]))
+		ck, err := formats.Open(ctx, storage.Join(dir, m.Files[r]))
 		if err != nil {
 			return nil, err
 		}

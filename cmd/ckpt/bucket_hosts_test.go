@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 )
 
 // TestBucketMultiHostKillResume runs the 2 hosts of a per-device conversion as processes

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 )
 
 // uploadCounter counts, by object name, the requests that start an upload to a server:
@@ -165,7 +165,7 @@ func TestBucketKillResume(t *testing.T) {
 				args []string
 				msg  string
 			}{
-				{args(dst), "--resume keeps the files it finished"},
+				{args(dst), "keeps the files it finished (make sure that run is not still going) (--resume, with the options of that conversion, finishes it)"},
 				{append(args(dst, "--resume"), "--dtype", "float16"), "the source or the options differ"},
 				{append(args(dst, "--resume"), "--max-shard-size", "3MiB"), "the source or the options differ"},
 			} {

@@ -25,7 +25,7 @@ Run it after copying a checkpoint to a TPU VM, or on a gs:// or s3:// output. Ex
 problem when the checkpoint differs from its manifest.`,
 		Args: positional("OUTPUT", "ckpt check model_tpu.pt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep, err := verify.Check(args[0], manifest)
+			rep, err := verify.Check(cmd.Context(), args[0], manifest)
 			if err != nil {
 				return err
 			}

@@ -8,12 +8,12 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 	"github.com/ckpt-dev/ckpt/verify"
 	"github.com/ckpt-dev/ckpt/verify/forward"
 	"github.com/spf13/cobra"
@@ -124,7 +124,9 @@ func describe(err error) error {
 	var ae *optimizerstate.AmbiguousError
 	var nf *verify.NoFamilyError
 	switch {
-	case errors.Is(err, atomicfile.ErrExists), errors.Is(err, store.ErrExists):
+	case errors.Is(err, atomicfile.ErrUnfinished):
+		msg += " (--resume, with the options of that conversion, finishes it)"
+	case errors.Is(err, atomicfile.ErrExists), errors.Is(err, storage.ErrExists):
 		msg += " (--force replaces an earlier output)"
 	case errors.As(err, &ae):
 		msg += " (--optimizer-names FILE)"
@@ -132,8 +134,6 @@ func describe(err error) error {
 		msg += " (name a new DST, or replace that output with --force and a folder --format)"
 	case errors.Is(err, forward.ErrNoConfig):
 		msg += " (--config FILE gives the model's config.json)"
-	case errors.Is(err, atomicfile.ErrUnfinished):
-		msg += " (--resume, with the options of that conversion, finishes it)"
 	case errors.Is(err, verify.ErrNoTokens):
 		msg += " (give --tokens or --prompt-ids)"
 	case errors.As(err, &nf):

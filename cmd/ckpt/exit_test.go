@@ -15,8 +15,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
+	"github.com/ckpt-dev/ckpt/storage"
 	"github.com/ckpt-dev/ckpt/verify/forward"
 )
 
@@ -29,8 +29,8 @@ func TestDescribeForceHint(t *testing.T) {
 		hint bool
 	}{
 		{fmt.Errorf("out: %w", atomicfile.ErrExists), true},
-		{fmt.Errorf("gs://b/out: %w: holds 3 object(s)", store.ErrExists), true},
-		{fmt.Errorf("gs://b/out/x: %w: not listed by the ckpt manifest there", store.ErrForeign), false},
+		{fmt.Errorf("gs://b/out: %w: holds 3 object(s)", storage.ErrExists), true},
+		{fmt.Errorf("gs://b/out/x: %w: not listed by the ckpt manifest there", storage.ErrForeign), false},
 		{fmt.Errorf("out: %w", atomicfile.ErrForeign), false},
 		{&fs.PathError{Op: "mkdir", Path: "/tmp/x", Err: fs.ErrExist}, false},
 	} {
@@ -165,15 +165,12 @@ func TestREADMEExitTable(t *testing.T) {
 }
 
 // flagsInLibrary are the library files whose strings may name flags: a verify report
-// describes the conversion it assumed as convert's flags (docs/json.md, "conversion"), and
-// the hub cache says the `hf download` command line that fetches a missing model. The
-// bucket store's two messages (formats/store/bucket/hosts.go) wait for its move out of
-// formats.
+// describes the conversion it assumed as convert's flags (docs/json.md, "conversion"), the
+// hub cache says the `hf download` command line that fetches a missing model, and the
+// Megatron reader names Megatron-LM's own flag that re-saves an old distributed optimizer.
 var flagsInLibrary = map[string]bool{
-	"verify/conversion.go":          true,
-	"formats/hf/cache.go":           true,
-	"formats/store/bucket/hosts.go": true,
-	// Megatron-LM's own flag that re-saves a distributed optimizer of the old format.
+	"verify/conversion.go":              true,
+	"formats/hf/cache.go":               true,
 	"formats/megatron/merge_distopt.go": true,
 }
 

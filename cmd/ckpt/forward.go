@@ -101,7 +101,7 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 			if args[0], err = sourcePath(args[0]); err != nil {
 				return err
 			}
-			m, err := forward.Open(args[0], opts)
+			m, err := forward.Open(cmd.Context(), args[0], opts)
 			if err != nil {
 				return err
 			}

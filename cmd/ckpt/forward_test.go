@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -20,7 +21,7 @@ import (
 // readF32 reads a float32 tensor's values from a checkpoint file.
 func readF32(t *testing.T, path, name string) ([]float32, []int64) {
 	t.Helper()
-	ck, err := formats.Open(path)
+	ck, err := formats.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

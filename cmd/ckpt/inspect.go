@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
-	english "github.com/ckpt-dev/ckpt/internal/plural"
 	"io"
 	"sort"
 	"strings"
+
+	english "github.com/ckpt-dev/ckpt/internal/plural"
+	"github.com/ckpt-dev/ckpt/scan"
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
@@ -39,7 +41,7 @@ not fit its model or cannot be mapped unambiguously.`,
 			if args[0], err = sourcePath(args[0]); err != nil {
 				return err
 			}
-			ck, err := formats.Open(args[0])
+			ck, err := formats.Open(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -50,7 +52,7 @@ not fit its model or cannot be mapped unambiguously.`,
 			}
 			if optim || names != nil {
 				// A Trainer or accelerate folder's training-state files join the tree.
-				wrapped, err := formats.WithTrainingState(ck)
+				wrapped, err := formats.WithTrainingState(cmd.Context(), ck)
 				if err != nil {
 					return fmt.Errorf("%s: %w", args[0], err)
 				}
@@ -59,13 +61,13 @@ not fit its model or cannot be mapped unambiguously.`,
 					ck = wrapped
 				}
 			}
-			rep, err := inspect.Build(ck, inspect.Options{Hash: hash, Training: optim || names != nil, OptimizerNames: names})
+			rep, err := inspect.Build(cmd.Context(), ck, inspect.Options{Hash: hash, Training: optim || names != nil, OptimizerNames: names})
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
 			// What scan calls known code execution makes inspect fail too, after the report.
 			var danger error
-			if res, err := formats.Scan(args[0]); err == nil {
+			if res, err := scan.Scan(cmd.Context(), args[0]); err == nil {
 				for _, f := range res.Refused() {
 					if f.Class == pickle.Unsafe {
 						rep.Dangerous = append(rep.Dangerous, fmt.Sprintf("%s at %s: %s", f.Global, f.File, f.Where))

@@ -14,10 +14,10 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
-	_ "github.com/ckpt-dev/ckpt/formats/store/bucket" // gs:// and s3:// paths
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	english "github.com/ckpt-dev/ckpt/internal/plural"
+	"github.com/ckpt-dev/ckpt/storage"
+	_ "github.com/ckpt-dev/ckpt/storage/bucket" // gs:// and s3:// paths
 	"github.com/spf13/cobra"
 )
 
@@ -52,7 +52,7 @@ var exiting sync.Mutex
 func removePartialOnSignal(sigs <-chan os.Signal) {
 	s := (<-sigs).(syscall.Signal)
 	exiting.Lock()
-	if n := atomicfile.RemovePending() + store.AbortPending(); n > 0 {
+	if n := atomicfile.RemovePending() + storage.AbortPending(); n > 0 {
 		fmt.Fprintf(os.Stderr, "ckpt: %s: removed %s\n", s, plural(n, "partial output"))
 	}
 	os.Exit(128 + int(s))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -73,12 +74,12 @@ func TestInspectTrainerFolder(t *testing.T) {
 // TestInspectOptimizerMismatch: an optimizer state saved with another model is reported
 // with the parameter and the model entry at fault, and exit status 4.
 func TestInspectOptimizerMismatch(t *testing.T) {
-	llama, err := formats.Open("../../testdata/optim/llama_cuda.pt")
+	llama, err := formats.Open(context.Background(), "../../testdata/optim/llama_cuda.pt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer llama.Close()
-	mlp, err := formats.Open("../../testdata/optim/mlp_cuda.pt")
+	mlp, err := formats.Open(context.Background(), "../../testdata/optim/mlp_cuda.pt")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,13 +73,13 @@ Activations, gradients and XLA's workspace come on top. Exit status 6: does not 
 			if args[0], err = sourcePath(args[0]); err != nil {
 				return err
 			}
-			ck, err := formats.Open(args[0])
+			ck, err := formats.Open(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			defer ck.Close()
 			// A Trainer or accelerate folder's optimizer state takes device memory too.
-			if ck, err = formats.WithTrainingState(ck); err != nil {
+			if ck, err = formats.WithTrainingState(cmd.Context(), ck); err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
 			defer ck.Close()

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/ckpt-dev/ckpt/formats"
+	"github.com/ckpt-dev/ckpt/scan"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/spf13/cobra"
 )
@@ -99,7 +99,7 @@ in it would run code.`,
 			if args[0], err = sourcePath(args[0]); err != nil {
 				return err
 			}
-			res, err := formats.Scan(args[0])
+			res, err := scan.Scan(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -119,7 +119,7 @@ in it would run code.`,
 }
 
 // scanOutput builds the --json report.
-func scanOutput(res *formats.ScanResult) scanJSON {
+func scanOutput(res *scan.Result) scanJSON {
 	j := scanJSON{Path: res.Path, Files: []fileJSON{}, Pickles: []pickleJSON{}, Refused: []findingJSON{}, Dangerous: []string{}, Problems: []problemJSON{}}
 	for _, f := range res.Files {
 		j.Files = append(j.Files, fileJSON{f.Path, f.Layout})
@@ -158,7 +158,7 @@ const listedPickles = 3
 
 // printScan writes the text report: each file's layout, its pickles (or their sum), the
 // problems, then the distinct globals with their class and severity, worst first.
-func printScan(out io.Writer, res *formats.ScanResult) {
+func printScan(out io.Writer, res *scan.Result) {
 	for _, f := range res.Files {
 		fmt.Fprintf(out, "%s: %s\n", f.Path, f.Layout)
 	}
@@ -207,7 +207,7 @@ func printScan(out io.Writer, res *formats.ScanResult) {
 // scanVerdict turns a scan into the command's error: refused findings (wrapping
 // statedict.ErrDangerous: exit 3) first, then problems, then finding nothing to vouch for
 // (exit 1).
-func scanVerdict(res *formats.ScanResult) error {
+func scanVerdict(res *scan.Result) error {
 	if bad := res.Refused(); len(bad) > 0 {
 		f := bad[0]
 		at := fmt.Sprintf("at byte %d", f.Offset)
@@ -247,8 +247,8 @@ func scanVerdict(res *formats.ScanResult) error {
 
 // holdsCheckpoint reports whether the scan read any file as a checkpoint (a safetensors
 // file holds no pickle, and loading it runs no code), not only configs, text and other
-// files ("not a checkpoint", as formats.ScannedFile documents its layouts).
-func holdsCheckpoint(res *formats.ScanResult) bool {
+// files ("not a checkpoint", as scan.ScannedFile documents its layouts).
+func holdsCheckpoint(res *scan.Result) bool {
 	for _, f := range res.Files {
 		if f.Layout != "not a checkpoint" {
 			return true

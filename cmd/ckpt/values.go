@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/runtime"
+	"github.com/ckpt-dev/ckpt/storage"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -137,7 +137,7 @@ func editDistance(a, b string) int {
 // local hub cache ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub) — never
 // downloaded; when it is not there the error says how to get it.
 func sourcePath(p string) (string, error) {
-	if store.IsRemote(p) {
+	if storage.IsRemote(p) {
 		return p, nil
 	}
 	if _, err := os.Lstat(p); err == nil {

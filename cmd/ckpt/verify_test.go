@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -22,7 +23,7 @@ import (
 // tensor's bytes is flipped.
 func changeElement(t *testing.T, path, name string, at int) {
 	t.Helper()
-	ck, err := formats.Open(path)
+	ck, err := formats.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestVerifyLibraryConversion(t *testing.T) {
 	if _, err := convert.Run(t.Context(), opts); err != nil {
 		t.Fatal(err)
 	}
-	m, err := manifest.Read(dst + "." + manifest.Name)
+	m, err := manifest.Read(context.Background(), dst+"."+manifest.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +346,7 @@ func TestVerifyEmitGeneric(t *testing.T) {
 // readTensorNames lists a safetensors file's tensors.
 func readTensorNames(t *testing.T, path string) ([]string, error) {
 	t.Helper()
-	ck, err := formats.Open(path)
+	ck, err := formats.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +425,7 @@ func TestVerifyPerDevice(t *testing.T) {
 // rank's file.
 func changePiece(t *testing.T, dir, name string, rank, at int) {
 	t.Helper()
-	ck, err := formats.Open(dir)
+	ck, err := formats.Open(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@
 package accelerate
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -23,8 +24,8 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format is the statedict.Checkpoint.Format of these folders.
@@ -34,15 +35,15 @@ var modelDir = regexp.MustCompile(`^pytorch_model_fsdp_\d+$`)
 
 // Detect returns the model folders (pytorch_model_fsdp_N holding a DCP .metadata) of dir,
 // in order; none when dir is not such a folder.
-func Detect(dir string) []string {
-	entries, err := store.ReadDir(dir)
+func Detect(ctx context.Context, dir string) []string {
+	entries, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil
 	}
 	var out []string
 	for _, e := range entries {
 		if e.IsDir() && modelDir.MatchString(e.Name()) {
-			if dcp.IsCheckpoint(store.Join(dir, e.Name())) {
+			if dcp.IsCheckpoint(ctx, storage.Join(dir, e.Name())) {
 				out = append(out, e.Name())
 			}
 		}
@@ -58,8 +59,8 @@ func Detect(dir string) []string {
 
 // Open reads the folder dir whose model folders are models (see Detect); openDCP reads a
 // DCP folder.
-func Open(dir string, models []string, openDCP func(string) (*statedict.Checkpoint, error)) (_ *statedict.Checkpoint, err error) {
-	folder, err := hf.OpenFolder(dir)
+func Open(ctx context.Context, dir string, models []string, openDCP func(context.Context, string) (*statedict.Checkpoint, error)) (_ *statedict.Checkpoint, err error) {
+	folder, err := hf.OpenFolder(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +76,7 @@ func Open(dir string, models []string, openDCP func(string) (*statedict.Checkpoi
 			ck.Outside = append(ck.Outside, m+"/")
 			continue
 		}
-		d, err := openDCP(store.Join(dir, m))
+		d, err := openDCP(ctx, storage.Join(dir, m))
 		if err != nil {
 			return nil, err
 		}
@@ -92,7 +93,7 @@ func Open(dir string, models []string, openDCP func(string) (*statedict.Checkpoi
 			model, _ = top.Get("model")
 		}
 		if model == nil {
-			return nil, fmt.Errorf("%s: %w: accelerate saves a model as {\"model\": state dict}; this DCP has no \"model\" entry", store.Join(dir, m), statedict.ErrCorrupt)
+			return nil, fmt.Errorf("%s: %w: accelerate saves a model as {\"model\": state dict}; this DCP has no \"model\" entry", storage.Join(dir, m), statedict.ErrCorrupt)
 		}
 		if len(models) == 1 {
 			ck.Root = model
@@ -106,7 +107,7 @@ func Open(dir string, models []string, openDCP func(string) (*statedict.Checkpoi
 		}
 		ck.Root = root
 	}
-	entries, err := store.ReadDir(dir)
+	entries, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +119,7 @@ func Open(dir string, models []string, openDCP func(string) (*statedict.Checkpoi
 			ck.Outside = append(ck.Outside, name)
 		case e.IsDir() && hf.IsTrainingStateFolder(name+"/"):
 			ck.Ignored = append(ck.Ignored, name+"/")
-			files, err := hf.FilesUnder(dir, name)
+			files, err := hf.FilesUnder(ctx, dir, name)
 			if err != nil {
 				return nil, err
 			}

@@ -1,6 +1,7 @@
 package accelerate
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,14 +20,14 @@ func TestOpenKeepsShards(t *testing.T) {
 	}
 	w := &statedict.Tensor{DType: statedict.Float32, Shape: []int64{4}}
 	piece := statedict.Shard{Piece: statedict.Piece{Offsets: []int64{2}, Sizes: []int64{2}}}
-	openDCP := func(string) (*statedict.Checkpoint, error) {
+	openDCP := func(context.Context, string) (*statedict.Checkpoint, error) {
 		model := statedict.NewDict("")
 		model.Set("w", w)
 		top := statedict.NewDict("")
 		top.Set("model", model)
 		return &statedict.Checkpoint{Root: top, Shards: map[*statedict.Tensor][]statedict.Shard{w: {piece}}}, nil
 	}
-	ck, err := Open(dir, []string{m}, openDCP)
+	ck, err := Open(context.Background(), dir, []string{m}, openDCP)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package dcp
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -36,7 +37,7 @@ func BenchmarkOpenManyTensors(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				ck, err := Open(dir)
+				ck, err := Open(context.Background(), dir)
 				if err != nil {
 					b.Fatal(err)
 				}

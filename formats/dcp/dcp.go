@@ -17,6 +17,7 @@ package dcp
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -27,10 +28,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format is the statedict.Checkpoint.Format of checkpoints opened by Open.
@@ -41,8 +42,8 @@ const MetadataFile = ".metadata"
 
 // IsCheckpoint reports whether the folder dir is a torch.distributed.checkpoint directory:
 // it holds a .metadata file.
-func IsCheckpoint(dir string) bool {
-	st, err := store.Stat(store.Join(dir, MetadataFile))
+func IsCheckpoint(ctx context.Context, dir string) bool {
+	st, err := storage.Stat(ctx, storage.Join(dir, MetadataFile))
 	return err == nil && st.Mode().IsRegular()
 }
 
@@ -104,25 +105,25 @@ const MaxMetadata = 1 << 30
 // *statedict.Tensor (a multi-chunk tensor is a contiguous tensor whose storage assembles
 // the chunks on demand), non-tensor values are what their embedded torch.save archives
 // hold. The data files stay mapped until the checkpoint is closed.
-func Open(dir string) (*statedict.Checkpoint, error) {
+func Open(ctx context.Context, dir string) (*statedict.Checkpoint, error) {
 	var root *os.Root
-	if !store.IsRemote(dir) {
+	if !storage.IsRemote(dir) {
 		var err error
 		if root, err = os.OpenRoot(dir); err != nil {
 			return nil, err
 		}
 		defer root.Close()
 	}
-	mdPath := store.Join(dir, MetadataFile)
-	md, err := openMetadata(root, dir, mdPath)
+	mdPath := storage.Join(dir, MetadataFile)
+	md, err := openMetadata(ctx, root, dir, mdPath)
 	if err != nil {
 		return nil, err
 	}
-	r := reader{dir: dir, root: root, md: md, files: map[string]store.File{}, blobs: map[blobKey]*blob{}}
+	r := reader{dir: dir, root: root, md: md, files: map[string]storage.File{}, blobs: map[blobKey]*blob{}}
 	if severalRanks(md) {
 		r.shards, r.ranks = map[*statedict.Tensor][]statedict.Shard{}, map[int]bool{}
 	}
-	values, err := r.values()
+	values, err := r.values(ctx)
 	if err == nil {
 		var root *statedict.Dict
 		if root, err = Nest(md, values, mdPath); err == nil {
@@ -140,7 +141,7 @@ func Open(dir string) (*statedict.Checkpoint, error) {
 }
 
 // openMetadata reads the folder's .metadata (through root when local), streaming it.
-func openMetadata(root *os.Root, dir, mdPath string) (*Metadata, error) {
+func openMetadata(ctx context.Context, root *os.Root, dir, mdPath string) (*Metadata, error) {
 	var f interface {
 		io.ReaderAt
 		io.Closer
@@ -155,8 +156,8 @@ func openMetadata(root *os.Root, dir, mdPath string) (*Metadata, error) {
 			f, size = lf, st.Size()
 		}
 	} else {
-		var sf store.File
-		if sf, err = store.Open(mdPath); err == nil {
+		var sf storage.File
+		if sf, err = storage.Open(ctx, mdPath); err == nil {
 			f, size = sf, sf.Size()
 		}
 	}
@@ -166,9 +167,9 @@ func openMetadata(root *os.Root, dir, mdPath string) (*Metadata, error) {
 	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			if ranks := store.Glob(dir, "__*.metadata"); len(ranks) > 0 {
+			if ranks := storage.Glob(ctx, dir, "__*.metadata"); len(ranks) > 0 {
 				return nil, fmt.Errorf("%s: %w: no %s but per-rank %s files (saved without collectives); they are not merged",
-					dir, ErrUnsupported, MetadataFile, store.Base(ranks[0]))
+					dir, ErrUnsupported, MetadataFile, storage.Base(ranks[0]))
 			}
 		}
 		return nil, fmt.Errorf("%s: %w", mdPath, err)
@@ -182,7 +183,7 @@ type reader struct {
 	dir   string
 	root  *os.Root // a local folder: data files must resolve inside it, symlinks included
 	md    *Metadata
-	files map[string]store.File
+	files map[string]storage.File
 	order []string // relative paths in the order mapped, for closing
 	// last is the relative path and full path of the file an entry last named: one
 	// string for the 300 000 items of one data file, not one each.
@@ -228,15 +229,15 @@ func (r *reader) closers() []io.Closer {
 // built its tensor record is let go (Nest needs the names only), and the storage entries
 // once every value is built, so that the metadata and the checkpoint of hundreds of
 // thousands of tensors are not held whole together.
-func (r *reader) values() ([]statedict.Value, error) {
+func (r *reader) values(ctx context.Context) ([]statedict.Value, error) {
 	out := make([]statedict.Value, len(r.md.Items))
 	for i := range r.md.Items {
 		it := &r.md.Items[i]
 		var err error
 		if it.Tensor == nil {
-			out[i], err = r.bytesItem(i, it.FQN)
+			out[i], err = r.bytesItem(ctx, i, it.FQN)
 		} else {
-			out[i], err = r.tensor(i, it.FQN, it.Tensor)
+			out[i], err = r.tensor(ctx, i, it.FQN, it.Tensor)
 			it.Tensor = nil
 		}
 		if err != nil {
@@ -267,13 +268,13 @@ func FileRank(rel string) (int, bool) {
 
 // slice returns the entry's bytes — a slice of its mapped file (mapped), or read from an
 // object — and its file's path.
-func (r *reader) slice(e *StorageEntry) (b []byte, mapped bool, path string, err error) {
-	f, path, err := r.file(e)
+func (r *reader) slice(ctx context.Context, e *StorageEntry) (b []byte, mapped bool, path string, err error) {
+	f, path, err := r.file(ctx, e)
 	if err != nil {
 		return nil, false, path, err
 	}
-	_, mapped = store.Bytes(f)
-	if b, err = store.ReadRange(f, e.Offset, e.Length); err != nil {
+	_, mapped = storage.Bytes(f)
+	if b, err = storage.ReadRange(f, e.Offset, e.Length); err != nil {
 		return nil, false, path, &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: e.Offset, Err: err}
 	}
 	return b, mapped, path, nil
@@ -281,9 +282,9 @@ func (r *reader) slice(e *StorageEntry) (b []byte, mapped bool, path string, err
 
 // file opens the entry's file (once per file: mapped, or an object read in ranges) and
 // checks the entry's bytes lie inside it.
-func (r *reader) file(e *StorageEntry) (store.File, string, error) {
+func (r *reader) file(ctx context.Context, e *StorageEntry) (storage.File, string, error) {
 	if e.RelativePath != r.last || r.lastPath == "" {
-		r.last, r.lastPath = e.RelativePath, store.Join(r.dir, e.RelativePath)
+		r.last, r.lastPath = e.RelativePath, storage.Join(r.dir, e.RelativePath)
 	}
 	path := r.lastPath
 	fail := func(off int64, format string, args ...any) error {
@@ -303,7 +304,7 @@ func (r *reader) file(e *StorageEntry) (store.File, string, error) {
 			}
 		}
 		var err error
-		if f, err = store.Open(path); err != nil {
+		if f, err = storage.Open(ctx, path); err != nil {
 			return nil, path, fail(-1, "data file: %w", err)
 		}
 		r.files[e.RelativePath] = f
@@ -316,9 +317,9 @@ func (r *reader) file(e *StorageEntry) (store.File, string, error) {
 }
 
 // bytesItem decodes a non-tensor value: a torch.save archive of the Python object.
-func (r *reader) bytesItem(i int, fqn string) (statedict.Value, error) {
+func (r *reader) bytesItem(ctx context.Context, i int, fqn string) (statedict.Value, error) {
 	e, _ := r.md.ChunkEntry(i, 0)
-	b, mapped, path, err := r.slice(e)
+	b, mapped, path, err := r.slice(ctx, e)
 	if err != nil {
 		return nil, err
 	}
@@ -338,12 +339,12 @@ func (r *reader) bytesItem(i int, fqn string) (statedict.Value, error) {
 
 // tensor reads every chunk of a tensor item and returns the tensor: the chunk itself when
 // one chunk holds all elements, else a lazy assembly of the chunks.
-func (r *reader) tensor(item int, fqn string, t *TensorMeta) (out *statedict.Tensor, _ error) {
+func (r *reader) tensor(ctx context.Context, item int, fqn string, t *TensorMeta) (out *statedict.Tensor, _ error) {
 	chunks := make([]Chunk, len(t.Chunks))
 	var shards []statedict.Shard
 	for i, c := range t.Chunks {
 		e, _ := r.md.ChunkEntry(item, i) // ReadMetadata checked every chunk has its entry
-		ct, err := r.chunk(fqn, t.DType, c, e)
+		ct, err := r.chunk(ctx, fqn, t.DType, c, e)
 		if err != nil {
 			return nil, err
 		}
@@ -380,7 +381,7 @@ func (r *reader) tensor(item int, fqn string, t *TensorMeta) (out *statedict.Ten
 	}
 	asm, err := NewChunked(t.DType, t.Size, chunks)
 	if err != nil {
-		return nil, &Error{File: store.Join(r.dir, MetadataFile), FQN: fqn, Offset: -1, Err: err}
+		return nil, &Error{File: storage.Join(r.dir, MetadataFile), FQN: fqn, Offset: -1, Err: err}
 	}
 	out = asm.Tensor(fqn)
 	out.Storage.File = r.dir
@@ -388,8 +389,8 @@ func (r *reader) tensor(item int, fqn string, t *TensorMeta) (out *statedict.Ten
 }
 
 // chunk decodes one stored chunk, stored as e, and checks it against the metadata.
-func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta, e *StorageEntry) (*statedict.Tensor, error) {
-	f, path, err := r.file(e)
+func (r *reader) chunk(ctx context.Context, fqn string, dtype statedict.DType, c ChunkMeta, e *StorageEntry) (*statedict.Tensor, error) {
+	f, path, err := r.file(ctx, e)
 	if err != nil {
 		return nil, err
 	}
@@ -400,9 +401,9 @@ func (r *reader) chunk(fqn string, dtype statedict.DType, c ChunkMeta, e *Storag
 		// Inflated when read: the metadata says what the item holds.
 		return r.zstdTensor(fqn, path, e, f, dtype, c.Sizes), nil
 	}
-	if _, mapped := store.Bytes(f); !mapped && e.Length <= torchzip.SmallArchive {
+	if _, mapped := storage.Bytes(f); !mapped && e.Length <= torchzip.SmallArchive {
 		// Read with pread: a small archive is read once, for its kind and its directory.
-		b, err := store.ReadRange(f, e.Offset, e.Length)
+		b, err := storage.ReadRange(f, e.Offset, e.Length)
 		if err != nil {
 			return nil, fail(fmt.Errorf("reading the item: %w", err))
 		}

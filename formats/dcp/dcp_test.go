@@ -2,6 +2,7 @@ package dcp
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -75,7 +76,7 @@ func TestFixtures(t *testing.T) {
 	for _, want := range readListings(t) {
 		t.Run(want.Dir, func(t *testing.T) {
 			dir := filepath.Join(fixtures, want.Dir)
-			ck, err := Open(dir)
+			ck, err := Open(context.Background(), dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -312,7 +313,7 @@ func TestMutated(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, MetadataFile), mdb, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			_, err = Open(dir)
+			_, err = Open(context.Background(), dir)
 			var de *Error
 			if !errors.As(err, &de) {
 				t.Fatalf("error %v (%T), want a *dcp.Error", err, err)
@@ -361,7 +362,7 @@ func TestSymlinkEscape(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dir, "__0_0.distcp")); err != nil {
 		t.Skip(err)
 	}
-	_, err := Open(dir)
+	_, err := Open(context.Background(), dir)
 	var de *Error
 	if !errors.As(err, &de) || de.File != filepath.Join(dir, "__0_0.distcp") || !strings.Contains(err.Error(), "escapes") {
 		t.Errorf("error %v, want a *dcp.Error about __0_0.distcp escaping the folder", err)
@@ -370,7 +371,7 @@ func TestSymlinkEscape(t *testing.T) {
 
 // TestVariants opens legal variations of the sharded fixture's metadata.
 func TestVariants(t *testing.T) {
-	base, err := Open(filepath.Join(fixtures, "sharded"))
+	base, err := Open(context.Background(), filepath.Join(fixtures, "sharded"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +412,7 @@ func TestVariants(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, MetadataFile), mdb, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			ck, err := Open(dir)
+			ck, err := Open(context.Background(), dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -490,7 +491,7 @@ func TestOpenErrors(t *testing.T) {
 		{trailing, nil, "1 bytes after the end of the pickle"},
 	}
 	for _, tc := range tests {
-		_, err := Open(tc.dir)
+		_, err := Open(context.Background(), tc.dir)
 		if err == nil || tc.is != nil && !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%s: error %v, want %v containing %q", tc.dir, err, tc.is, tc.msg)
 		}
@@ -509,7 +510,7 @@ func TestZstdPlain(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, MetadataFile), mdb, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ck, err := Open(dir)
+	ck, err := Open(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"slices"
 
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // With SerializationFormat.SAFETENSORS, each data file holds its bytes items as usual and
@@ -57,11 +57,11 @@ func looksLikeSafetensors(b []byte) bool {
 
 // looksLikeSafetensorsAt applies looksLikeSafetensors to the blob at off in f, whose first
 // bytes are head: the header length it starts with is checked against the file's size.
-func looksLikeSafetensorsAt(f store.File, off int64, head []byte) bool {
+func looksLikeSafetensorsAt(f storage.File, off int64, head []byte) bool {
 	if len(head) < 9 {
 		return false
 	}
-	if d, ok := store.Bytes(f); ok {
+	if d, ok := storage.Bytes(f); ok {
 		return looksLikeSafetensors(d[off:])
 	}
 	n := binary.LittleEndian.Uint64(head)
@@ -117,7 +117,7 @@ func (r *reader) safetensorsChunk(e *StorageEntry, path string) (*statedict.Tens
 	}
 	start := e.Offset + bl.hdr.DataStart + ti.Begin
 	var st *statedict.Storage
-	if b, ok := store.Bytes(f); ok {
+	if b, ok := storage.Bytes(f); ok {
 		st = statedict.NewMappedStorage(e.FQN, "cpu", d, b[start:start+ti.Size()])
 		st.Offset = start
 	} else {

@@ -2,6 +2,7 @@ package dcp
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -163,7 +164,7 @@ func TestWriteSharded(t *testing.T) {
 		t.Errorf("%d stored items, want 11: %v", len(md.Storage), where)
 	}
 	// Read back: every tensor whole and bit-exact.
-	got, err := Open(dir)
+	got, err := Open(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +325,7 @@ func TestWriteManyRanks(t *testing.T) {
 	if it, _ := md.Item("x"); it == nil || len(it.Tensor.Chunks) != ranks {
 		t.Fatalf("metadata: %+v", it)
 	}
-	ck, err := Open(dir)
+	ck, err := Open(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,10 @@ import (
 	"sync"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchpickle"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -312,7 +312,7 @@ func (z *zstdChunk) ReadAt(p []byte, off int64) (int, error) {
 
 // inflate decompresses the item and returns the chunk's contiguous bytes.
 func (z *zstdChunk) inflate() ([]byte, error) {
-	data, err := store.ReadRange(z.src, z.off, z.length)
+	data, err := storage.ReadRange(z.src, z.off, z.length)
 	if err != nil {
 		return nil, err
 	}

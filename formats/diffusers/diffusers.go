@@ -13,6 +13,7 @@ package diffusers
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,8 +22,8 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format is the statedict.Checkpoint.Format of pipelines.
@@ -32,8 +33,8 @@ const Format = "diffusers-pipeline"
 const IndexFile = "model_index.json"
 
 // Detect reports whether dir is a pipeline root.
-func Detect(dir string) bool {
-	st, err := store.Stat(store.Join(dir, IndexFile))
+func Detect(ctx context.Context, dir string) bool {
+	st, err := storage.Stat(ctx, storage.Join(dir, IndexFile))
 	return err == nil && st.Mode().IsRegular()
 }
 
@@ -74,8 +75,8 @@ const maxIndex = 16 << 20
 // Open reads the pipeline at dir. openDir opens one component folder in whatever layout it
 // is (passed in to keep this package independent of the readers); a component folder that
 // holds no weights contributes its files as extras.
-func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWeights func(string) bool) (_ *statedict.Checkpoint, err error) {
-	folder, err := hf.OpenFolder(dir)
+func Open(ctx context.Context, dir string, openDir func(context.Context, string) (*statedict.Checkpoint, error), isWeights func(context.Context, string) bool) (_ *statedict.Checkpoint, err error) {
+	folder, err := hf.OpenFolder(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +86,7 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 			ck.Close()
 		}
 	}()
-	index, err := store.ReadFile(store.Join(dir, IndexFile), maxIndex)
+	index, err := storage.ReadFile(ctx, storage.Join(dir, IndexFile), maxIndex)
 	if err != nil {
 		return nil, err
 	}
@@ -97,23 +98,23 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 	listed := map[string]bool{}
 	for _, name := range names {
 		listed[name] = true
-		sub := store.Join(dir, name)
-		if st, err := store.Stat(sub); err != nil || !st.IsDir() {
+		sub := storage.Join(dir, name)
+		if st, err := storage.Stat(ctx, sub); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("%s: %w: %s lists the component %s, which has no folder", dir, statedict.ErrCorrupt, IndexFile, name)
 		}
 		if !folder.Confined(name) {
 			ck.Outside = append(ck.Outside, name)
 			continue
 		}
-		if !isWeights(sub) {
-			files, err := hf.FilesUnder(dir, name)
+		if !isWeights(ctx, sub) {
+			files, err := hf.FilesUnder(ctx, dir, name)
 			if err != nil {
 				return nil, err
 			}
 			ck.Extras = append(ck.Extras, files...)
 			continue
 		}
-		c, err := openDir(sub)
+		c, err := openDir(ctx, sub)
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +134,7 @@ func Open(dir string, openDir func(string) (*statedict.Checkpoint, error), isWei
 	if len(ck.Components) == 0 {
 		return nil, fmt.Errorf("%s: %w: none of the components %s lists (%s) holds weights", dir, statedict.ErrCorrupt, IndexFile, strings.Join(names, ", "))
 	}
-	entries, err := store.ReadDir(dir)
+	entries, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil, err
 	}

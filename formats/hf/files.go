@@ -1,6 +1,7 @@
 package hf
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -9,8 +10,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/regular"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Folder gives read access to the files of a checkpoint folder, confined to it: a file, or
@@ -28,12 +29,15 @@ type Folder struct {
 	// remote is the folder of a gs:// or s3:// path: objects have no links, so every
 	// object under the prefix is confined.
 	remote fs.FS
+	// ctx cancels the remote folder's reads (fs.FS methods take none).
+	ctx context.Context
 }
 
-// OpenFolder opens dir for confined reading. Close releases it.
-func OpenFolder(dir string) (*Folder, error) {
-	if store.IsRemote(dir) {
-		return &Folder{dir: dir, real: dir, remote: store.Sub(dir)}, nil
+// OpenFolder opens dir for confined reading; ctx cancels a remote folder's reads. Close
+// releases it.
+func OpenFolder(ctx context.Context, dir string) (*Folder, error) {
+	if storage.IsRemote(dir) {
+		return &Folder{ctx: ctx, dir: dir, real: dir, remote: storage.Sub(ctx, dir)}, nil
 	}
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
@@ -70,7 +74,7 @@ func (f *Folder) Confined(name string) bool {
 		if !fs.ValidPath(name) {
 			return false
 		}
-		_, err := store.Stat(store.Join(f.dir, name))
+		_, err := storage.Stat(f.ctx, storage.Join(f.dir, name))
 		return err == nil
 	}
 	real, err := filepath.EvalSymlinks(filepath.Join(f.real, filepath.FromSlash(name)))
@@ -90,7 +94,7 @@ func (f *Folder) Open(name string) (fs.File, error) {
 		return f.remote.Open(name)
 	}
 	if !f.Confined(name) {
-		return nil, &fs.PathError{Op: "open", Path: store.Join(f.dir, name), Err: ErrOutside}
+		return nil, &fs.PathError{Op: "open", Path: storage.Join(f.dir, name), Err: ErrOutside}
 	}
 	file, _, err := regular.OpenIn(f.root, path.Join(f.sub, name))
 	if err != nil {
@@ -110,9 +114,9 @@ func inside(p, dir string) bool {
 
 // FilesUnder lists the regular files under the subfolder name of dir (local or in a
 // bucket), by their slash-separated paths relative to dir, sorted.
-func FilesUnder(dir, name string) ([]string, error) {
+func FilesUnder(ctx context.Context, dir, name string) ([]string, error) {
 	var out []string
-	err := store.WalkDir(store.Join(dir, name), func(p string, d fs.DirEntry, err error) error {
+	err := storage.WalkDir(ctx, storage.Join(dir, name), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package hf
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,7 +24,7 @@ func FuzzReadIndex(f *testing.F) {
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		idx, err := ReadIndex(p)
+		idx, err := ReadIndex(context.Background(), p)
 		if err != nil {
 			return
 		}

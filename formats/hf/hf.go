@@ -8,6 +8,7 @@
 package hf
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -17,8 +18,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Formats ckpt reports for Hugging Face folders.
@@ -68,40 +69,40 @@ type Index struct {
 type WeightEntry struct{ Name, File string }
 
 // Detect reports whether dir looks like a Hugging Face folder and which format it holds.
-func Detect(dir string) (format string, ok bool) {
+func Detect(ctx context.Context, dir string) (format string, ok bool) {
 	for _, l := range layouts {
-		if l.index != "" && exists(store.Join(dir, l.index)) {
+		if l.index != "" && exists(ctx, storage.Join(dir, l.index)) {
 			return l.shardedFormat, true
 		}
-		if exists(store.Join(dir, l.single)) {
+		if exists(ctx, storage.Join(dir, l.single)) {
 			return l.format, true
 		}
 	}
 	return "", false
 }
 
-func exists(p string) bool {
-	st, err := store.Stat(p)
+func exists(ctx context.Context, p string) bool {
+	st, err := storage.Stat(ctx, p)
 	return err == nil && st.Mode().IsRegular()
 }
 
 // Open reads the folder. openFile opens one weights file (safetensors or torch.save) with
 // format detection; passing it in keeps this package independent of the readers.
-func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
+func Open(ctx context.Context, dir string, openFile func(context.Context, string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
 	for _, l := range layouts {
-		if l.index != "" && exists(store.Join(dir, l.index)) {
-			return openSharded(dir, l, openFile)
+		if l.index != "" && exists(ctx, storage.Join(dir, l.index)) {
+			return openSharded(ctx, dir, l, openFile)
 		}
-		if exists(store.Join(dir, l.single)) {
-			return openSingle(dir, l, openFile)
+		if exists(ctx, storage.Join(dir, l.single)) {
+			return openSingle(ctx, dir, l, openFile)
 		}
 	}
 	return nil, fmt.Errorf("%s: no model.safetensors, pytorch_model.bin or index file", dir)
 }
 
-func openSingle(dir string, l layout, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
-	path := store.Join(dir, l.single)
-	ck, err := openFile(path)
+func openSingle(ctx context.Context, dir string, l layout, openFile func(context.Context, string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
+	path := storage.Join(dir, l.single)
+	ck, err := openFile(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ func openSingle(dir string, l layout, openFile func(string) (*statedict.Checkpoi
 		return nil, err
 	}
 	out := &statedict.Checkpoint{Format: l.format, Path: dir, Root: root, Closers: ck.Closers, Metadata: ck.Metadata, WeightsName: l.weightsName}
-	if err := addFiles(out, dir, map[string]bool{l.single: true}); err != nil {
+	if err := addFiles(ctx, out, dir, map[string]bool{l.single: true}); err != nil {
 		out.Close()
 		return nil, err
 	}
@@ -146,8 +147,8 @@ func flatTensorDict(path string, root statedict.Value) (*statedict.Dict, error) 
 const MaxIndex = 1 << 30
 
 // ReadIndex parses an index file, keeping weight_map order and rejecting duplicate names.
-func ReadIndex(path string) (*Index, error) {
-	b, err := store.ReadFile(path, MaxIndex)
+func ReadIndex(ctx context.Context, path string) (*Index, error) {
+	b, err := storage.ReadFile(ctx, path, MaxIndex)
 	if err != nil {
 		return nil, err
 	}
@@ -189,9 +190,9 @@ func ReadIndex(path string) (*Index, error) {
 	return idx, nil
 }
 
-func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpoint, error)) (ck *statedict.Checkpoint, err error) {
-	indexPath := store.Join(dir, l.index)
-	idx, err := ReadIndex(indexPath)
+func openSharded(ctx context.Context, dir string, l layout, openFile func(context.Context, string) (*statedict.Checkpoint, error)) (ck *statedict.Checkpoint, err error) {
+	indexPath := storage.Join(dir, l.index)
+	idx, err := ReadIndex(ctx, indexPath)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +207,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 		want[e.File][e.Name] = true
 	}
 	sort.Strings(shards)
-	entries, err := store.ReadDir(dir)
+	entries, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -224,11 +225,11 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 	root := statedict.NewDict("")
 	where := map[string]string{}
 	for _, shard := range shards {
-		path := store.Join(dir, shard)
-		if !exists(path) {
+		path := storage.Join(dir, shard)
+		if !exists(ctx, path) {
 			return nil, fmt.Errorf("%s: %w: shard %s is missing (the index maps %d tensors to it)", indexPath, statedict.ErrCorrupt, shard, len(want[shard]))
 		}
-		sck, err := openFile(path)
+		sck, err := openFile(ctx, path)
 		if err != nil {
 			return nil, err
 		}
@@ -263,7 +264,7 @@ func openSharded(dir string, l layout, openFile func(string) (*statedict.Checkpo
 	for _, s := range shards {
 		skip[s] = true
 	}
-	if err := addFiles(out, dir, skip); err != nil {
+	if err := addFiles(ctx, out, dir, skip); err != nil {
 		return nil, err
 	}
 	out.Root = root
@@ -294,14 +295,14 @@ func indexFile(idx *Index, name string) string {
 }
 
 // addFiles gives ck confined access to dir's files and lists them (see extraFiles).
-func addFiles(ck *statedict.Checkpoint, dir string, weights map[string]bool) error {
-	f, err := OpenFolder(dir)
+func addFiles(ctx context.Context, ck *statedict.Checkpoint, dir string, weights map[string]bool) error {
+	f, err := OpenFolder(ctx, dir)
 	if err != nil {
 		return err
 	}
 	ck.Closers = append(ck.Closers, f)
 	ck.Files = f
-	ck.Extras, ck.Ignored, ck.Outside, err = extraFiles(f, weights)
+	ck.Extras, ck.Ignored, ck.Outside, err = extraFiles(ctx, f, weights)
 	return err
 }
 
@@ -312,8 +313,8 @@ func addFiles(ck *statedict.Checkpoint, dir string, weights map[string]bool) err
 // count when they stay inside the folder or its hub cache blobs (a Hugging Face hub cache
 // snapshot is made of them); links leading elsewhere, and entries that are not files
 // (FIFOs, devices, sockets), are listed in outside, never read.
-func extraFiles(f *Folder, weights map[string]bool) (extras, ignored, outside []string, err error) {
-	entries, err := store.ReadDir(f.dir)
+func extraFiles(ctx context.Context, f *Folder, weights map[string]bool) (extras, ignored, outside []string, err error) {
+	entries, err := storage.ReadDir(ctx, f.dir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -323,7 +324,7 @@ func extraFiles(f *Folder, weights map[string]bool) (extras, ignored, outside []
 			continue
 		}
 		if de.Type()&fs.ModeSymlink != 0 {
-			st, err := store.Stat(store.Join(f.dir, name))
+			st, err := storage.Stat(ctx, storage.Join(f.dir, name))
 			if err != nil || st.IsDir() {
 				continue // dangling, or a link to a folder
 			}
@@ -353,13 +354,13 @@ func extraFiles(f *Folder, weights map[string]bool) (extras, ignored, outside []
 // WeightFiles lists the files of dir that hold weights or pickles, judged by their names,
 // so that an error about a folder ckpt does not read as a whole can name the files it could
 // read one by one.
-func WeightFiles(dir string) []string {
-	f, err := OpenFolder(dir)
+func WeightFiles(ctx context.Context, dir string) []string {
+	f, err := OpenFolder(ctx, dir)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	_, files, _, _ := extraFiles(f, nil)
+	_, files, _, _ := extraFiles(ctx, f, nil)
 	return files
 }
 

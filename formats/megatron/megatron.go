@@ -31,6 +31,7 @@
 package megatron
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -43,8 +44,8 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Formats of statedict.Checkpoint.Format.
@@ -104,20 +105,20 @@ func ParseBackend(b []byte) (string, error) {
 
 // Detect reports whether dir is a Megatron checkpoint: a save folder (it has the tracker
 // file), an iteration folder of rank folders, or a dist_checkpointing folder.
-func Detect(dir string) bool {
-	return store.IsFile(store.Join(dir, TrackerFile)) || slices.ContainsFunc(ranks(dir), func(e fs.DirEntry) bool { return rankDir.MatchString(e.Name()) }) || IsDist(dir)
+func Detect(ctx context.Context, dir string) bool {
+	return storage.IsFile(ctx, storage.Join(dir, TrackerFile)) || slices.ContainsFunc(ranks(ctx, dir), func(e fs.DirEntry) bool { return rankDir.MatchString(e.Name()) }) || IsDist(ctx, dir)
 }
 
 // IsDist reports whether dir is a Megatron-core dist_checkpointing folder: a DCP .metadata
 // beside common.pt and metadata.json.
-func IsDist(dir string) bool {
-	return dcp.IsCheckpoint(dir) && store.IsFile(store.Join(dir, CommonFile)) && store.IsFile(store.Join(dir, MetadataJSON))
+func IsDist(ctx context.Context, dir string) bool {
+	return dcp.IsCheckpoint(ctx, dir) && storage.IsFile(ctx, storage.Join(dir, CommonFile)) && storage.IsFile(ctx, storage.Join(dir, MetadataJSON))
 }
 
 // ranks lists dir's entries named as rank folders (mp_rank_*, folders or not: a link or
 // file in a rank folder's place is refused by name when read), in rank order.
-func ranks(dir string) []fs.DirEntry {
-	entries, err := store.ReadDir(dir)
+func ranks(ctx context.Context, dir string) []fs.DirEntry {
+	entries, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil
 	}
@@ -135,42 +136,42 @@ func ranks(dir string) []fs.DirEntry {
 // independent of them.
 type Openers struct {
 	// File reads one torch.save file.
-	File func(string) (*statedict.Checkpoint, error)
+	File func(context.Context, string) (*statedict.Checkpoint, error)
 	// DCP reads a torch.distributed.checkpoint folder.
-	DCP func(string) (*statedict.Checkpoint, error)
+	DCP func(context.Context, string) (*statedict.Checkpoint, error)
 }
 
 // Open reads the Megatron checkpoint at dir (see Detect).
-func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
-	folder, err := hf.OpenFolder(dir)
+func Open(ctx context.Context, dir string, op Openers) (_ *statedict.Checkpoint, err error) {
+	folder, err := hf.OpenFolder(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
 	defer folder.Close()
 	iter := ""
-	if store.IsFile(store.Join(dir, TrackerFile)) {
-		b, err := readSmall(store.Join(dir, TrackerFile))
+	if storage.IsFile(ctx, storage.Join(dir, TrackerFile)) {
+		b, err := readSmall(ctx, storage.Join(dir, TrackerFile))
 		if err != nil {
 			return nil, err
 		}
 		if iter, err = ParseTracker(b); err != nil {
-			return nil, fmt.Errorf("%s: %w", store.Join(dir, TrackerFile), err)
+			return nil, fmt.Errorf("%s: %w", storage.Join(dir, TrackerFile), err)
 		}
-		if st, err := store.Stat(store.Join(dir, iter)); err != nil || !st.IsDir() || !folder.Confined(iter) {
-			have := store.Glob(dir, "iter_*")
+		if st, err := storage.Stat(ctx, storage.Join(dir, iter)); err != nil || !st.IsDir() || !folder.Confined(iter) {
+			have := storage.Glob(ctx, dir, "iter_*")
 			for i := range have {
-				have[i] = store.Base(have[i])
+				have[i] = storage.Base(have[i])
 			}
 			return nil, fmt.Errorf("%s: %w: %s names %s, which is not a folder of it (it has %s); pass an iteration folder itself",
 				dir, statedict.ErrCorrupt, TrackerFile, iter, orNone(have))
 		}
 	}
 	sub := func(name string) string { return path.Join(iter, name) }
-	at := store.Join(dir, iter)
-	if IsDist(at) {
-		return openDist(dir, iter, op, folder)
+	at := storage.Join(dir, iter)
+	if IsDist(ctx, at) {
+		return openDist(ctx, dir, iter, op, folder)
 	}
-	found, err := rankFolders(at)
+	found, err := rankFolders(ctx, at)
 	if err != nil {
 		return nil, err
 	}
@@ -178,16 +179,16 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 		return nil, fmt.Errorf("%s: %w: neither mp_rank_* folders (%s) nor a dist_checkpointing folder (.metadata, %s, %s)", at, statedict.ErrCorrupt, RankFile, CommonFile, MetadataJSON)
 	}
 	files := &rankFiles{dir: dir, iter: iter, folder: folder}
-	if len(found) > 1 || store.IsFile(store.Join(at, found[0].name, DistribOptimFile)) {
-		return openMerged(dir, iter, found, files, op)
+	if len(found) > 1 || storage.IsFile(ctx, storage.Join(at, found[0].name, DistribOptimFile)) {
+		return openMerged(ctx, dir, iter, found, files, op)
 	}
 	// One rank without the distributed optimizer: its file's tree.
 	r := found[0].name
-	p, err := files.check(r, RankFile)
+	p, err := files.check(ctx, r, RankFile)
 	if err != nil {
 		return nil, err
 	}
-	ck, err := op.File(p)
+	ck, err := op.File(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +197,7 @@ func Open(dir string, op Openers) (_ *statedict.Checkpoint, err error) {
 		out.Close()
 		return nil, err
 	}
-	others, err := store.ReadDir(store.Join(at, r))
+	others, err := storage.ReadDir(ctx, storage.Join(at, r))
 	if err != nil {
 		out.Close()
 		return nil, err
@@ -216,8 +217,8 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-func readSmall(p string) ([]byte, error) {
-	b, err := store.ReadFile(p, maxTracker)
+func readSmall(ctx context.Context, p string) ([]byte, error) {
+	b, err := storage.ReadFile(ctx, p, maxTracker)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %w", p, statedict.ErrCorrupt, err)
 	}
@@ -226,23 +227,23 @@ func readSmall(p string) ([]byte, error) {
 
 // openDist reads the dist_checkpointing folder iter of dir: common.pt's entries merged with
 // the DCP's, as dist_checkpointing.load merges them.
-func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Checkpoint, err error) {
-	at := store.Join(dir, iter)
+func openDist(ctx context.Context, dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Checkpoint, err error) {
+	at := storage.Join(dir, iter)
 	if !folder.Confined(path.Join(iter, CommonFile)) {
-		return nil, &fs.PathError{Op: "open", Path: store.Join(at, CommonFile), Err: hf.ErrOutside}
+		return nil, &fs.PathError{Op: "open", Path: storage.Join(at, CommonFile), Err: hf.ErrOutside}
 	}
-	b, err := readSmall(store.Join(at, MetadataJSON))
+	b, err := readSmall(ctx, storage.Join(at, MetadataJSON))
 	if err != nil {
 		return nil, err
 	}
 	backend, err := ParseBackend(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", store.Join(at, MetadataJSON), err)
+		return nil, fmt.Errorf("%s: %w", storage.Join(at, MetadataJSON), err)
 	}
 	if backend != "torch_dist" {
 		return nil, fmt.Errorf("%s: %w: a %s dist_checkpointing folder (ckpt reads torch_dist)", at, statedict.ErrUnsupported, backend)
 	}
-	d, err := op.DCP(at)
+	d, err := op.DCP(ctx, at)
 	if err != nil {
 		return nil, err
 	}
@@ -252,14 +253,14 @@ func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Che
 			out.Close()
 		}
 	}()
-	common, err := op.File(store.Join(at, CommonFile))
+	common, err := op.File(ctx, storage.Join(at, CommonFile))
 	if err != nil {
 		return nil, err
 	}
 	out.Closers = append(out.Closers, common.Closers...)
 	root, ok := common.Root.(*statedict.Dict)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", store.Join(at, CommonFile), statedict.ErrCorrupt, common.Root)
+		return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", storage.Join(at, CommonFile), statedict.ErrCorrupt, common.Root)
 	}
 	merged := statedict.NewDict(root.Class)
 	for _, e := range root.Entries() {
@@ -269,7 +270,7 @@ func openDist(dir, iter string, op Openers, folder *hf.Folder) (_ *statedict.Che
 		return nil, fmt.Errorf("%s: %w: merging %s with the sharded entries: %w", at, statedict.ErrCorrupt, CommonFile, err)
 	}
 	out.Root = merged
-	entries, err := store.ReadDir(at)
+	entries, err := storage.ReadDir(ctx, at)
 	if err != nil {
 		return nil, err
 	}

@@ -1,14 +1,15 @@
 package megatron
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // rank is one (tensor, pipeline) rank's saved state.
@@ -57,8 +58,8 @@ type merger struct {
 // Megatron's checkpoint converter (tools/checkpoint/loader_megatron.py) merges a tensor ×
 // pipeline parallel run: see Open. Layouts it cannot prove it merges correctly are refused,
 // naming the tensor or rank at fault.
-func openMerged(dir, iter string, found []rankFolder, files *rankFiles, op Openers) (_ *statedict.Checkpoint, err error) {
-	at := store.Join(dir, iter)
+func openMerged(ctx context.Context, dir, iter string, found []rankFolder, files *rankFiles, op Openers) (_ *statedict.Checkpoint, err error) {
+	at := storage.Join(dir, iter)
 	out := &statedict.Checkpoint{Format: Legacy, Path: dir}
 	defer func() {
 		if err != nil {
@@ -66,7 +67,7 @@ func openMerged(dir, iter string, found []rankFolder, files *rankFiles, op Opene
 		}
 	}()
 	read := func(r rankFolder, first bool) (*rank, error) {
-		k, ignored, err := openRank(dir, iter, r, files, op, out, first, found)
+		k, ignored, err := openRank(ctx, dir, iter, r, files, op, out, first, found)
 		if err != nil {
 			return nil, err
 		}
@@ -115,9 +116,9 @@ func openMerged(dir, iter string, found []rankFolder, files *rankFiles, op Opene
 // flattened) and its distrib_optim.pt; the folder's other files are returned as ignored.
 // Both files are checked by files. The first rank's args are the save's: the rank folders
 // found are checked against them (checkRankSet) before anything else is read.
-func openRank(dir, iter string, f rankFolder, files *rankFiles, op Openers, out *statedict.Checkpoint, first bool, found []rankFolder) (*rank, []string, error) {
-	at := store.Join(dir, iter, f.name)
-	entries, err := store.ReadDir(at)
+func openRank(ctx context.Context, dir, iter string, f rankFolder, files *rankFiles, op Openers, out *statedict.Checkpoint, first bool, found []rankFolder) (*rank, []string, error) {
+	at := storage.Join(dir, iter, f.name)
+	entries, err := storage.ReadDir(ctx, at)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -133,10 +134,10 @@ func openRank(dir, iter string, f rankFolder, files *rankFiles, op Openers, out 
 		}
 	}
 	k := &rank{folder: f.name, tp: f.tp, pp: f.pp, byName: map[string]*statedict.Tensor{}}
-	if k.file, err = files.check(f.name, RankFile); err != nil {
+	if k.file, err = files.check(ctx, f.name, RankFile); err != nil {
 		return nil, nil, err
 	}
-	ck, err := op.File(k.file)
+	ck, err := op.File(ctx, k.file)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -150,19 +151,19 @@ func openRank(dir, iter string, f rankFolder, files *rankFiles, op Openers, out 
 	}
 	k.root = root
 	if first {
-		if err := checkRankSet(store.Join(dir, iter), found, root); err != nil {
+		if err := checkRankSet(storage.Join(dir, iter), found, root); err != nil {
 			return nil, nil, err
 		}
 	}
 	if len(f.id) > 2 {
-		return nil, nil, fmt.Errorf("%s: %w: %s is an expert-parallel rank (mp_rank_TT_PPP_EEE): ckpt merges dense GPT models only", store.Join(dir, iter), statedict.ErrUnsupported, f.name)
+		return nil, nil, fmt.Errorf("%s: %w: %s is an expert-parallel rank (mp_rank_TT_PPP_EEE): ckpt merges dense GPT models only", storage.Join(dir, iter), statedict.ErrUnsupported, f.name)
 	}
 	av, _ := root.Get("args")
 	if k.args, err = parseArgs(av); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", k.file, err)
 	}
 	if k.tp >= k.args.tp || k.pp >= k.args.pp {
-		return nil, nil, fmt.Errorf("%s: %w: the rank folder %s is not a rank of its args' tensor parallel %d × pipeline parallel %d", store.Join(dir, iter), statedict.ErrCorrupt, f.name, k.args.tp, k.args.pp)
+		return nil, nil, fmt.Errorf("%s: %w: the rank folder %s is not a rank of its args' tensor parallel %d × pipeline parallel %d", storage.Join(dir, iter), statedict.ErrCorrupt, f.name, k.args.tp, k.args.pp)
 	}
 	if v, _ := root.Get("checkpoint_version"); !versionAtLeast2(v) {
 		return nil, nil, fmt.Errorf("%s: %w: checkpoint_version %s: checkpoints before 2.0 order the fused query-key-value rows differently", k.file, statedict.ErrUnsupported, describe(v))
@@ -187,10 +188,10 @@ func openRank(dir, iter string, f rankFolder, files *rankFiles, op Openers, out 
 		}
 	}
 	if hasOptim {
-		if k.optim, err = files.check(f.name, DistribOptimFile); err != nil {
+		if k.optim, err = files.check(ctx, f.name, DistribOptimFile); err != nil {
 			return nil, nil, err
 		}
-		ck, err := op.File(k.optim)
+		ck, err := op.File(ctx, k.optim)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -1,6 +1,7 @@
 package megatron
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -131,15 +132,15 @@ func FuzzMerge(f *testing.F) {
 			which = 1
 		}
 		dir, files := dirs[which], files[which]
-		op := Openers{File: func(p string) (*statedict.Checkpoint, error) {
-			ck, err := torchzip.Open(p)
+		op := Openers{File: func(ctx context.Context, p string) (*statedict.Checkpoint, error) {
+			ck, err := torchzip.Open(ctx, p)
 			if err != nil {
 				return nil, err
 			}
 			mutate(ck.Root, slices.Index(files, p), ops)
 			return ck, nil
 		}}
-		ck, err := Open(dir, op)
+		ck, err := Open(context.Background(), dir, op)
 		if err != nil {
 			if !errors.Is(err, statedict.ErrCorrupt) && !errors.Is(err, statedict.ErrUnsupported) {
 				t.Fatalf("error outside the family: %v", err)

@@ -2,6 +2,7 @@ package megatron
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -111,7 +112,7 @@ func TestMergeFixtures(t *testing.T) {
 	want, _ := readExpected(t)
 	for _, name := range []string{"llama_tp1", "llama_tp2pp2", "gpt_tp1", "gpt_tp2", "gpt_tp2pp2", "gpt_tp2pp2_nodist"} {
 		t.Run(name, func(t *testing.T) {
-			ck, err := Open(fixtures+name, openers)
+			ck, err := Open(context.Background(), fixtures+name, openers)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,7 +168,7 @@ func TestMergeFixtures(t *testing.T) {
 // the first rank's; Transformer Engine's extra state (the same on every rank) sits beside
 // the model, which holds tensors only.
 func TestMergeKeepsPerRankState(t *testing.T) {
-	ck, err := Open(fixtures+"llama_tp2pp2", openers)
+	ck, err := Open(context.Background(), fixtures+"llama_tp2pp2", openers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestMergeRefusals(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(filepath.Base(c.src), func(t *testing.T) {
-			ck, err := Open(c.src, openers)
+			ck, err := Open(context.Background(), c.src, openers)
 			if err == nil && c.read {
 				err = statedict.Walk(ck.Root, "", func(n string, v statedict.Value) error {
 					if x, ok := v.(*statedict.Tensor); ok {
@@ -606,7 +607,7 @@ func TestMergeThroughLinks(t *testing.T) {
 			}
 		}
 	}
-	ck, err := Open(at, openers)
+	ck, err := Open(context.Background(), at, openers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -635,7 +636,7 @@ func TestMergeThroughLinks(t *testing.T) {
 	if err := os.Symlink(outside, p); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(at, openers); !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), "iter_0000003/mp_rank_01_001/distrib_optim.pt is a link leading outside") {
+	if _, err := Open(context.Background(), at, openers); !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), "iter_0000003/mp_rank_01_001/distrib_optim.pt is a link leading outside") {
 		t.Errorf("a distrib_optim.pt leading outside: %v", err)
 	}
 }

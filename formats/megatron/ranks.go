@@ -1,6 +1,7 @@
 package megatron
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"math"
@@ -12,9 +13,9 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // A legacy save's rank folders are named by Megatron's get_checkpoint_name: mp_rank_TT
@@ -291,9 +292,9 @@ type rankFolder struct {
 // rankFolders lists the rank folders of the iteration folder at (the entries ranks lists),
 // in rank order, refusing an entry in a rank folder's place that is not a folder: a link
 // could make one rank's files answer for another's, or another save's for this one's.
-func rankFolders(at string) ([]rankFolder, error) {
+func rankFolders(ctx context.Context, at string) ([]rankFolder, error) {
 	var out []rankFolder
-	for _, e := range ranks(at) {
+	for _, e := range ranks(ctx, at) {
 		if !e.IsDir() {
 			return nil, fmt.Errorf("%s: %w: %s is %s, not a rank folder", at, statedict.ErrCorrupt, e.Name(), regular.Kind(e.Type()))
 		}
@@ -335,23 +336,23 @@ type rankFiles struct {
 }
 
 // check returns the path of the file name in rank folder r, or an error naming it.
-func (s *rankFiles) check(r, name string) (string, error) {
+func (s *rankFiles) check(ctx context.Context, r, name string) (string, error) {
 	rel := path.Join(s.iter, r, name)
-	p := store.Join(s.dir, rel)
-	st, err := store.Stat(p)
+	p := storage.Join(s.dir, rel)
+	st, err := storage.Stat(ctx, p)
 	if err != nil || !st.Mode().IsRegular() {
 		what := "no " + name
 		if err == nil {
 			what = fmt.Sprintf("a %s that is %s", name, regular.Kind(st.Mode()))
 		}
-		return "", fmt.Errorf("%s: %w: the rank folder %s has %s", store.Join(s.dir, s.iter), statedict.ErrCorrupt, r, what)
+		return "", fmt.Errorf("%s: %w: the rank folder %s has %s", storage.Join(s.dir, s.iter), statedict.ErrCorrupt, r, what)
 	}
 	if !s.folder.Confined(rel) {
-		return "", fmt.Errorf("%s: %w: %s is %w", store.Join(s.dir, s.iter), statedict.ErrCorrupt, rel, hf.ErrOutside)
+		return "", fmt.Errorf("%s: %w: %s is %w", storage.Join(s.dir, s.iter), statedict.ErrCorrupt, rel, hf.ErrOutside)
 	}
 	for i, o := range s.seen {
 		if os.SameFile(o, st) {
-			return "", fmt.Errorf("%s: %w: %s and %s are the same file", store.Join(s.dir, s.iter), statedict.ErrCorrupt, s.names[i], path.Join(r, name))
+			return "", fmt.Errorf("%s: %w: %s and %s are the same file", storage.Join(s.dir, s.iter), statedict.ErrCorrupt, s.names[i], path.Join(r, name))
 		}
 	}
 	s.seen = append(s.seen, st)

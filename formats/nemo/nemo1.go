@@ -18,6 +18,7 @@ package nemo
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,8 +31,8 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/megatron"
 	"github.com/ckpt-dev/ckpt/formats/pytar"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format1 is the statedict.Checkpoint.Format of .nemo archives.
@@ -160,11 +161,11 @@ func IsGzipArchive(head []byte) bool {
 }
 
 // Open reads the .nemo archive at path (local: mapped; a gs:// or s3:// object: read in
-// ranges, see package store): its weights members decoded in place by decode (a torch.save
+// ranges, see package storage): its weights members decoded in place by decode (a torch.save
 // archive of size bytes at base in the file, as torchzip.DecodeAt reads one), the other
 // members carried as extras read through Checkpoint.Files.
-func Open(file string, decode func(r io.ReaderAt, base, size int64, file string) (statedict.Value, error)) (_ *statedict.Checkpoint, err error) {
-	f, err := store.Open(file)
+func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, size int64, file string) (statedict.Value, error)) (_ *statedict.Checkpoint, err error) {
+	f, err := storage.Open(ctx, file)
 	if err != nil {
 		return nil, err
 	}

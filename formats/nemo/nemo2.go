@@ -1,6 +1,7 @@
 package nemo
 
 import (
+	"context"
 	"io"
 	"io/fs"
 	"path"
@@ -10,8 +11,8 @@ import (
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/formats/megatron"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format2 is the statedict.Checkpoint.Format of NeMo 2 checkpoint folders.
@@ -26,15 +27,15 @@ const (
 // Detect2 reports whether dir is a NeMo 2 checkpoint: context/ (the serialized model and
 // trainer configuration, tokenizer files) beside weights/, a Megatron-core torch_dist
 // folder.
-func Detect2(dir string) bool {
-	st, err := store.Stat(store.Join(dir, ContextDir))
-	return err == nil && st.IsDir() && megatron.IsDist(store.Join(dir, WeightsDir))
+func Detect2(ctx context.Context, dir string) bool {
+	st, err := storage.Stat(ctx, storage.Join(dir, ContextDir))
+	return err == nil && st.IsDir() && megatron.IsDist(ctx, storage.Join(dir, WeightsDir))
 }
 
 // Open2 reads the NeMo 2 checkpoint at dir as the Megatron torch_dist checkpoint under
 // weights/, with every file of context/ carried as an extra ("context/model.yaml").
-func Open2(dir string, op megatron.Openers) (_ *statedict.Checkpoint, err error) {
-	folder, err := hf.OpenFolder(dir)
+func Open2(ctx context.Context, dir string, op megatron.Openers) (_ *statedict.Checkpoint, err error) {
+	folder, err := hf.OpenFolder(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +45,7 @@ func Open2(dir string, op megatron.Openers) (_ *statedict.Checkpoint, err error)
 			ck.Close()
 		}
 	}()
-	w, err := megatron.Open(store.Join(dir, WeightsDir), op)
+	w, err := megatron.Open(ctx, storage.Join(dir, WeightsDir), op)
 	if err != nil {
 		return nil, err
 	}
@@ -54,12 +55,12 @@ func Open2(dir string, op megatron.Openers) (_ *statedict.Checkpoint, err error)
 		ck.Ignored = append(ck.Ignored, path.Join(WeightsDir, f))
 	}
 	// context/ walked where it lies (a local folder or a bucket prefix); names relative to dir.
-	ctx := store.Join(dir, ContextDir)
-	err = store.WalkDir(ctx, func(p string, d fs.DirEntry, err error) error {
+	ctxDir := storage.Join(dir, ContextDir)
+	err = storage.WalkDir(ctx, ctxDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		name := path.Join(ContextDir, filepath.ToSlash(strings.TrimPrefix(p, ctx)))
+		name := path.Join(ContextDir, filepath.ToSlash(strings.TrimPrefix(p, ctxDir)))
 		switch {
 		case d.IsDir():
 		case !folder.Confined(name):
@@ -72,7 +73,7 @@ func Open2(dir string, op megatron.Openers) (_ *statedict.Checkpoint, err error)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := store.ReadDir(dir)
+	entries, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil, err
 	}

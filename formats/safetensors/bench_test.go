@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -124,7 +125,7 @@ func BenchmarkRead(b *testing.B) {
 	}
 	b.SetBytes(st.Size())
 	for b.Loop() {
-		ck, err := Open(path)
+		ck, err := Open(context.Background(), path)
 		if err != nil {
 			b.Fatal(err)
 		}

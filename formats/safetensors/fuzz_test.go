@@ -8,7 +8,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // FuzzReadHeader feeds arbitrary files to ReadHeader and the tensor mapping of Open. It checks
@@ -48,7 +48,7 @@ func FuzzReadHeader(f *testing.F) {
 		if h.DataStart+end != size {
 			t.Fatalf("tensors end at %d in a %d-byte file", h.DataStart+end, size)
 		}
-		if _, err := tensors("", store.FromBytes(b), h); err != nil {
+		if _, err := tensors("", storage.FromBytes(b), h); err != nil {
 			checkErr("tensors", err)
 		}
 		for _, ti := range h.Tensors {

@@ -588,3 +588,25 @@ func dtypeName(s string) string {
 	}
 	return s
 }
+
+// LooksLike reports whether head starts as a safetensors file does: an 8-byte
+// little-endian header length followed by a JSON object (the reference accepts leading
+// whitespace before it).
+func LooksLike(head []byte) bool {
+	if len(head) < 9 {
+		return false
+	}
+	if n := binary.LittleEndian.Uint64(head); n < 2 {
+		return false
+	}
+	for _, c := range head[8:] {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{':
+			return true
+		}
+		return false
+	}
+	return false
+}

@@ -1,19 +1,20 @@
 package safetensors
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format is the statedict.Checkpoint.Format of files opened by Open.
 const Format = "safetensors"
 
 // Open maps the safetensors file at path (or reads a gs:// or s3:// object's header, see
-// package store) and validates its header. The checkpoint's Root is a
+// package storage) and validates its header. The checkpoint's Root is a
 // *statedict.Dict of tensor name → *statedict.Tensor in data-offset order (which is the order
 // the writer laid the tensors out, see Header.Tensors). Each tensor has its own Storage, keyed
 // by the tensor name with location "cpu", whose bytes are a zero-copy slice of the mapping:
@@ -24,8 +25,8 @@ const Format = "safetensors"
 // (an odd last dimension is an error, as in safetensors' torch loader); F6_E2M3, F6_E3M2 and
 // unknown dtype strings become foreign tensors (statedict.Tensor.Foreign = the dtype string,
 // DType uint8, Shape [nbytes]) so their bytes still travel.
-func Open(path string) (*statedict.Checkpoint, error) {
-	f, err := store.Open(path)
+func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	f, err := storage.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +50,7 @@ func Open(path string) (*statedict.Checkpoint, error) {
 // is h: storages slice a mapped file's bytes, or read an object's ranges when a tensor is
 // read.
 func tensors(file string, r io.ReaderAt, h *Header) (*statedict.Dict, error) {
-	data, mapped := store.Bytes(r)
+	data, mapped := storage.Bytes(r)
 	root := statedict.NewDictSize("", len(h.Tensors))
 	root.NameOrder = true // the header's order, not the writer's
 	for i := range h.Tensors {

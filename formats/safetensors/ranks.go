@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"hash"
@@ -9,8 +10,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // ShardingFile is the sharding manifest of a per-device safetensors folder (WriteRanks).
@@ -336,9 +337,9 @@ const maxRanks = 1 << 16
 // format and version, a world of one file per rank, each a file of the folder, and a mesh
 // of that many ranks. The tensors' pieces are the reader's to check against the files. A
 // folder without one gives an error matching fs.ErrNotExist.
-func ReadSharding(dir string) (*Sharding, error) {
-	mpath := store.Join(dir, ShardingFile)
-	b, err := store.ReadFile(mpath, MaxShardingFile+1)
+func ReadSharding(ctx context.Context, dir string) (*Sharding, error) {
+	mpath := storage.Join(dir, ShardingFile)
+	b, err := storage.ReadFile(ctx, mpath, MaxShardingFile+1)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -82,7 +83,7 @@ func diffListings(t *testing.T, got, want []listedTensor) {
 func TestEveryDType(t *testing.T) {
 	path := filepath.Join(testdata, "every_dtype.safetensors")
 	want := readListing(t, must(os.ReadFile(filepath.Join(testdata, "every_dtype.json"))))
-	ck, err := Open(path)
+	ck, err := Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestHostile(t *testing.T) {
 			}
 			path := filepath.Join(testdata, "crafted", tc.file+".safetensors")
 			data := must(os.ReadFile(path))
-			_, err := Open(path)
+			_, err := Open(context.Background(), path)
 			var fe *FormatError
 			if !errors.As(err, &fe) {
 				t.Fatalf("Open: %v, want a *FormatError", err)
@@ -289,7 +290,7 @@ func TestAccepted(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ReadHeader: %v (safetensors: %s)", err, v.SafeOpen)
 			}
-			ck, err := Open(path)
+			ck, err := Open(context.Background(), path)
 			if tc.openErr != "" {
 				var fe *FormatError
 				if !errors.As(err, &fe) || !strings.Contains(fe.Msg, tc.openErr) || fe.Tensor != h.Tensors[0].Name ||
@@ -334,7 +335,7 @@ func TestWriterMatchesReference(t *testing.T) {
 	path := filepath.Join(testdata, "every_dtype.safetensors")
 	want := must(os.ReadFile(path))
 	h := must(ReadHeader(bytes.NewReader(want), int64(len(want))))
-	ck := must(Open(path))
+	ck := must(Open(context.Background(), path))
 	defer ck.Close()
 	dict := ck.Root.(*statedict.Dict)
 
@@ -381,7 +382,7 @@ func TestWriterMatchesReference(t *testing.T) {
 // metadata, has safetensors + torch load the file, and checks it sees the same tensors.
 func TestWriterRoundTripOracle(t *testing.T) {
 	want := readListing(t, must(os.ReadFile(filepath.Join(testdata, "every_dtype.json"))))
-	ck := must(Open(filepath.Join(testdata, "every_dtype.safetensors")))
+	ck := must(Open(context.Background(), filepath.Join(testdata, "every_dtype.safetensors")))
 	defer ck.Close()
 	dict := ck.Root.(*statedict.Dict)
 	var plan []TensorInfo

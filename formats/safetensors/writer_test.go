@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -309,7 +310,7 @@ func TestTensorInfoFor(t *testing.T) {
 
 // TestForeignRoundTrip reads the F6 fixture and writes it back: the F6 bytes travel unchanged.
 func TestForeignRoundTrip(t *testing.T) {
-	ck := must(Open(filepath.Join(testdata, "crafted", "f6.safetensors")))
+	ck := must(Open(context.Background(), filepath.Join(testdata, "crafted", "f6.safetensors")))
 	defer ck.Close()
 	var plan []TensorInfo
 	dict := ck.Root.(*statedict.Dict)

@@ -7,6 +7,7 @@ package torchlegacy
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,9 +15,9 @@ import (
 	"math/big"
 
 	"github.com/ckpt-dev/ckpt/formats/pickle"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchpickle"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format is the name ckpt gives this format.
@@ -68,19 +69,19 @@ func (e *Error) Is(target error) bool {
 const maxRemote = 1 << 30
 
 // Open maps the file at path and reads it as a legacy torch.save stream. A gs:// or s3://
-// object (see package store) is read into memory whole, up to 1 GiB.
-func Open(path string) (*statedict.Checkpoint, error) {
-	f, err := store.Open(path)
+// object (see package storage) is read into memory whole, up to 1 GiB.
+func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	f, err := storage.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	data, ok := store.Bytes(f)
+	data, ok := storage.Bytes(f)
 	if !ok {
 		if f.Size() > maxRemote {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w: a legacy (pre-1.6) torch.save stream of %d bytes in object storage; ckpt reads such streams whole and only up to %d bytes remotely: copy it to local disk", path, statedict.ErrUnsupported, f.Size(), int64(maxRemote))
 		}
-		data, err = store.ReadRange(f, 0, f.Size())
+		data, err = storage.ReadRange(f, 0, f.Size())
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", path, err)

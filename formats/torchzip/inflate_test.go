@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/internal/zipdir"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -109,14 +110,14 @@ func TestDeflatedStorages(t *testing.T) {
 		}
 		return nil
 	})
-	z, err := readZipDir(bytes.NewReader(arch), arch, int64(len(arch)))
+	z, err := zipdir.Read(bytes.NewReader(arch), arch, int64(len(arch)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer z.release()
-	for i := range z.File {
-		f := &z.File[i]
-		if f.name() != key {
+	defer z.Release()
+	for i := range z.Files {
+		f := &z.Files[i]
+		if string(f.Name) != key {
 			continue
 		}
 		raw, off, err := rawRecord(source{data: arch, size: int64(len(arch))}, f, func(_ int64, err error) error { return err })

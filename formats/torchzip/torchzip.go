@@ -11,15 +11,17 @@ package torchzip
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/formats/torchpickle"
+	"github.com/ckpt-dev/ckpt/internal/zipdir"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format is the name ckpt gives this format.
@@ -62,9 +64,9 @@ func (e *Error) Is(target error) bool {
 }
 
 // Open reads the file at path (local: mapped; a gs:// or s3:// object: read in ranges,
-// see package store) as a torch zip checkpoint.
-func Open(path string) (*statedict.Checkpoint, error) {
-	f, err := store.Open(path)
+// see package storage) as a torch zip checkpoint.
+func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
+	f, err := storage.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -93,12 +95,12 @@ func DecodeBytes(data []byte, file string, base int64) (statedict.Value, error) 
 }
 
 // DecodeAt reads the torch zip archive of size bytes at base in r, the whole file named
-// file. When r is store.Mapped, tensors alias its bytes as Decode's do; otherwise only the
+// file. When r is storage.Mapped, tensors alias its bytes as Decode's do; otherwise only the
 // zip directory and the small records (data.pkl, version, byteorder) are read up front and
 // every storage reads its bytes from r when a tensor is read, so a remote object is never
 // read whole.
 func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, error) {
-	if d, ok := store.Bytes(r); ok {
+	if d, ok := storage.Bytes(r); ok {
 		if base < 0 || size < 0 || base > int64(len(d)) || size > int64(len(d))-base {
 			return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: archive of %d bytes runs past the end of the %d-byte file", statedict.ErrCorrupt, size, len(d))}
 		}
@@ -109,7 +111,7 @@ func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, er
 		// One read instead of one per structure (end record, directory, local headers,
 		// data.pkl): a DCP data file read with pread holds 300 000 such archives.
 		var err error
-		if small, err = store.ReadRange(r, base, size); err != nil {
+		if small, err = storage.ReadRange(r, base, size); err != nil {
 			return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: reading the %d-byte archive: %v", statedict.ErrCorrupt, size, err)}
 		}
 	}
@@ -167,7 +169,7 @@ func (s source) section(off, n int64) io.ReaderAt {
 		return bytes.NewReader(s.data[off : off+n])
 	}
 	r := s.r
-	if w, ok := r.(statedict.Windower); ok {
+	if w, ok := storage.As[statedict.Windower](r); ok {
 		r = w.Window(s.base+off, n)
 	}
 	return io.NewSectionReader(r, s.base+off, n)
@@ -178,7 +180,7 @@ func (s source) slice(off, n int64) ([]byte, error) {
 	if b := s.inMemory(); b != nil {
 		return b[off : off+n], nil
 	}
-	return store.ReadRange(s.r, s.base+off, n)
+	return storage.ReadRange(s.r, s.base+off, n)
 }
 
 // head returns up to the first n bytes of the archive.
@@ -201,38 +203,38 @@ func decode(data source, file string) (statedict.Value, error) {
 	if !bytes.HasPrefix(data.head(int64(len(Magic))), Magic) {
 		return nil, fail("", 0, errors.New("not a torch zip archive (no PK\\x03\\x04 at the start)"))
 	}
-	zr, err := readZipDir(data.readerAt(), data.inMemory(), data.size)
+	zr, err := zipdir.Read(data.readerAt(), data.inMemory(), data.size)
 	switch {
-	case errors.Is(err, errNoDirectoryEnd):
+	case errors.Is(err, zipdir.ErrNoDirectoryEnd):
 		return nil, fail("", -1, fmt.Errorf("%w: no end-of-central-directory record in its last bytes: the file looks truncated (%d bytes: an interrupted download or copy?)", err, data.size))
 	case err != nil && strings.HasPrefix(err.Error(), "zip: "): // archive/zip's errors say what they are
 		return nil, fail("", -1, err)
 	case err != nil:
 		return nil, fail("", -1, fmt.Errorf("zip: %w", err))
 	}
-	defer zr.release()
-	if len(zr.File) == 0 {
+	defer zr.Release()
+	if len(zr.Files) == 0 {
 		return nil, fail("", -1, errors.New("empty zip archive"))
 	}
-	first := zr.File[0].Name
+	first := zr.Files[0].Name
 	slash := bytes.IndexByte(first, '/')
 	if slash < 0 {
 		return nil, fail(string(first), -1, errors.New("file in archive is not in a subdirectory"))
 	}
 	prefix := string(first[:slash+1])
-	for i := range zr.File {
-		if f := &zr.File[i]; !bytes.HasPrefix(f.Name, first[:slash+1]) {
+	for i := range zr.Files {
+		if f := &zr.Files[i]; !bytes.HasPrefix(f.Name, first[:slash+1]) {
 			// torch's PyTorchStreamReader refuses the archive ("file in archive is not in a
 			// subdirectory"): a record beside the archive folder (../../escaped.txt) is
 			// nothing torch.save writes.
-			return nil, fail(f.name(), -1, fmt.Errorf("%w: record is not in the archive folder %s, which torch refuses", statedict.ErrCorrupt, prefix))
+			return nil, fail(string(f.Name), -1, fmt.Errorf("%w: record is not in the archive folder %s, which torch refuses", statedict.ErrCorrupt, prefix))
 		}
 	}
-	if a, b, ok := zr.caseClash(); ok {
+	if a, b, ok := zr.CaseClash(); ok {
 		return nil, fail(b, -1, fmt.Errorf("%w: records %q and %q differ only in case: torch's reader finds either for one name", statedict.ErrCorrupt, a, b))
 	}
 	// records finds a record by its name inside the archive folder, whatever its case.
-	records := func(rest string) *zipFile { return zr.find(prefix + rest) }
+	records := func(rest string) *zipdir.File { return zr.Find(prefix + rest) }
 	// torch.load takes an archive with a record named exactly constants.pkl for TorchScript.
 	if c := records("constants.pkl"); c != nil && string(c.Name) == prefix+"constants.pkl" || records(".data/version") != nil && records("version") == nil {
 		return nil, fail(prefix+"constants.pkl", -1, fmt.Errorf("%w: this is a TorchScript archive (torch.jit.save), not a torch.save checkpoint", statedict.ErrUnsupported))
@@ -242,7 +244,7 @@ func decode(data source, file string) (statedict.Value, error) {
 		if f == nil {
 			return nil, -1, fail(prefix+name, -1, errors.New("record missing"))
 		}
-		return record(data, f, func(off int64, err error) error { return fail(f.name(), off, err) })
+		return record(data, f, func(off int64, err error) error { return fail(string(f.Name), off, err) })
 	}
 	if err := checkVersion(records, read, fail, prefix); err != nil {
 		return nil, err
@@ -281,24 +283,24 @@ func decode(data source, file string) (statedict.Value, error) {
 		if rec.Method == zip.Deflate {
 			// Inflated lazily, as far as the tensors read, streaming: a small deflated record
 			// may claim gigabytes no tensor references.
-			off, n, err := storedRange(data.size, rec, func(off int64, err error) error { return fail(rec.name(), off, err) })
+			off, n, err := storedRange(data.size, rec, func(off int64, err error) error { return fail(string(rec.Name), off, err) })
 			if err != nil {
 				return nil, err
 			}
 			if err := checkRatio(rec.UncompressedSize64, n); err != nil {
-				return nil, fail(rec.name(), off, err)
+				return nil, fail(string(rec.Name), off, err)
 			}
 			if uint64(nbytes) > rec.UncompressedSize64 {
 				return nil, fail(prefix+name, off, fmt.Errorf("%w: storage of %d %s elements needs %d bytes, record has %d", statedict.ErrCorrupt, req.NumEl, req.DType, nbytes, rec.UncompressedSize64))
 			}
-			z := newInflater(data.section(off, n), n, int64(rec.UncompressedSize64), base+off, file+": "+rec.name())
+			z := newInflater(data.section(off, n), n, int64(rec.UncompressedSize64), base+off, file+": "+string(rec.Name))
 			st := statedict.NewReaderStorage(req.Key, req.Location, req.DType, z, base+off, nbytes)
 			st.File, st.BigEndian = file, bigEndian
 			return st, nil
 		}
 		if data.data == nil {
 			// Read from the file when a tensor is read, never here.
-			off, size, err := storedRange(data.size, rec, func(off int64, err error) error { return fail(rec.name(), off, err) })
+			off, size, err := storedRange(data.size, rec, func(off int64, err error) error { return fail(string(rec.Name), off, err) })
 			if err != nil {
 				return nil, err
 			}
@@ -334,7 +336,7 @@ func decode(data source, file string) (statedict.Value, error) {
 
 // checkVersion applies torch's rule: a `version` (or `.data/version`) record holding a
 // number in 1..10 must exist.
-func checkVersion(records func(string) *zipFile, read func(string) ([]byte, int64, error), fail func(string, int64, error) error, prefix string) error {
+func checkVersion(records func(string) *zipdir.File, read func(string) ([]byte, int64, error), fail func(string, int64, error) error, prefix string) error {
 	name := "version"
 	if records(name) == nil {
 		name = ".data/version"
@@ -352,7 +354,7 @@ func checkVersion(records func(string) *zipFile, read func(string) ([]byte, int6
 
 // storedRange returns where a record's stored (possibly compressed) bytes lie in an archive
 // of size bytes, checked to lie inside it.
-func storedRange(size int64, f *zipFile, fail func(int64, error) error) (int64, int64, error) {
+func storedRange(size int64, f *zipdir.File, fail func(int64, error) error) (int64, int64, error) {
 	off, err := f.DataOffset()
 	if err != nil {
 		return -1, 0, fail(-1, fmt.Errorf("%w: %v", statedict.ErrCorrupt, err))
@@ -366,7 +368,7 @@ func storedRange(size int64, f *zipFile, fail func(int64, error) error) (int64, 
 
 // rawRecord returns a record's stored (possibly compressed) bytes, checked to lie inside
 // the archive, and their offset.
-func rawRecord(data source, f *zipFile, fail func(int64, error) error) ([]byte, int64, error) {
+func rawRecord(data source, f *zipdir.File, fail func(int64, error) error) ([]byte, int64, error) {
 	off, n, err := storedRange(data.size, f, fail)
 	if err != nil {
 		return nil, off, err
@@ -385,7 +387,7 @@ const maxInflatedRecord = 1 << 30
 // record returns a record's bytes: a zero-copy slice of data for stored records, a
 // decompressed copy for deflated ones (bounded by maxInflatedRecord and the ratio cap). off
 // is the data offset within data.
-func record(data source, f *zipFile, fail func(int64, error) error) ([]byte, int64, error) {
+func record(data source, f *zipdir.File, fail func(int64, error) error) ([]byte, int64, error) {
 	raw, off, err := rawRecord(data, f, fail)
 	if err != nil {
 		return nil, off, err

@@ -13,6 +13,7 @@
 package zero
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -23,8 +24,8 @@ import (
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/codec"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Format is the statedict.Checkpoint.Format of consolidated ZeRO checkpoints.
@@ -36,14 +37,14 @@ const maxLatest = 4096
 // Detect returns the tag folder of a ZeRO checkpoint at dir: the folder `latest` names, or
 // dir itself when it holds the ranks' *_optim_states.pt files. A `latest` that is not a
 // small regular file (a FIFO, a device, a folder) names nothing.
-func Detect(dir string) (string, bool) {
-	if b, err := store.ReadFile(store.Join(dir, "latest"), maxLatest); err == nil {
+func Detect(ctx context.Context, dir string) (string, bool) {
+	if b, err := storage.ReadFile(ctx, storage.Join(dir, "latest"), maxLatest); err == nil {
 		tag := strings.TrimSpace(string(b))
-		if tag != "" && filepath.Base(tag) == tag && tag != ".." && tag != "." && len(files(store.Join(dir, tag), optimFile)) > 0 {
-			return store.Join(dir, tag), true
+		if tag != "" && filepath.Base(tag) == tag && tag != ".." && tag != "." && len(files(ctx, storage.Join(dir, tag), optimFile)) > 0 {
+			return storage.Join(dir, tag), true
 		}
 	}
-	if len(files(dir, optimFile)) > 0 && len(files(dir, modelFile)) > 0 {
+	if len(files(ctx, dir, optimFile)) > 0 && len(files(ctx, dir, modelFile)) > 0 {
 		return dir, true
 	}
 	return "", false
@@ -52,12 +53,12 @@ func Detect(dir string) (string, bool) {
 // FolderOf returns the tag folder the model-states file path belongs to: its own folder,
 // when that folder holds the ranks' *_optim_states.pt files and path is one of its
 // *_model_states.pt files; false for any other file.
-func FolderOf(path string) (string, bool) {
-	dir, name := store.Dir(path), store.Base(path)
-	if !modelFile.MatchString(name) || len(files(dir, optimFile)) == 0 {
+func FolderOf(ctx context.Context, path string) (string, bool) {
+	dir, name := storage.Dir(path), storage.Base(path)
+	if !modelFile.MatchString(name) || len(files(ctx, dir, optimFile)) == 0 {
 		return "", false
 	}
-	for _, f := range files(dir, modelFile) {
+	for _, f := range files(ctx, dir, modelFile) {
 		if f == name {
 			return dir, true
 		}
@@ -72,8 +73,8 @@ var (
 )
 
 // entries lists the entries of dir matching re, whatever they are.
-func entries(dir string, re *regexp.Regexp) []fs.DirEntry {
-	all, err := store.ReadDir(dir)
+func entries(ctx context.Context, dir string, re *regexp.Regexp) []fs.DirEntry {
+	all, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil
 	}
@@ -104,8 +105,8 @@ func reorder[T any](names, order []string, items []T) []T {
 
 // files lists the regular files of dir matching re, in natural order (rank 10 after rank 2),
 // as zero_to_fp32's get_checkpoint_files sorts them.
-func files(dir string, re *regexp.Regexp) []string {
-	entries, err := store.ReadDir(dir)
+func files(ctx context.Context, dir string, re *regexp.Regexp) []string {
+	entries, err := storage.ReadDir(ctx, dir)
 	if err != nil {
 		return nil
 	}
@@ -173,12 +174,12 @@ type Options struct {
 // torch.save file. The checkpoint's root is the consolidated state dict in zero_to_fp32's
 // order: buffers (as float32), frozen parameters, trainable parameters, shared parameters
 // (the same tensor as the one they share).
-func Open(dir string, openFile func(string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
-	return OpenWith(dir, openFile, Options{})
+func Open(ctx context.Context, dir string, openFile func(context.Context, string) (*statedict.Checkpoint, error)) (*statedict.Checkpoint, error) {
+	return OpenWith(ctx, dir, openFile, Options{})
 }
 
 // OpenWith is Open with options.
-func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), opts Options) (_ *statedict.Checkpoint, err error) {
+func OpenWith(ctx context.Context, dir string, openFile func(context.Context, string) (*statedict.Checkpoint, error), opts Options) (_ *statedict.Checkpoint, err error) {
 	out := &statedict.Checkpoint{Format: Format, Path: dir}
 	defer func() {
 		if err != nil {
@@ -186,31 +187,31 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		}
 	}()
 	open := func(name string) (*statedict.Dict, error) {
-		ck, err := openFile(store.Join(dir, name))
+		ck, err := openFile(ctx, storage.Join(dir, name))
 		if err != nil {
 			return nil, err
 		}
 		out.Closers = append(out.Closers, ck.Closers...)
 		d, ok := ck.Root.(*statedict.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", store.Join(dir, name), statedict.ErrCorrupt, ck.Root)
+			return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", storage.Join(dir, name), statedict.ErrCorrupt, ck.Root)
 		}
 		return d, nil
 	}
 	// A link or anything but a file in a rank file's place is refused by name (files lists
 	// regular files only, and would otherwise pass over it).
 	for _, re := range []*regexp.Regexp{modelFile, optimFile} {
-		if err := filesOnly(entries(dir, re)); err != nil {
+		if err := filesOnly(entries(ctx, dir, re)); err != nil {
 			return nil, fmt.Errorf("%s: %w", dir, err)
 		}
 	}
 	var models []*modelStates
-	for _, name := range files(dir, modelFile) {
+	for _, name := range files(ctx, dir, modelFile) {
 		d, err := open(name)
 		if err != nil {
 			return nil, err
 		}
-		m, err := parseModelStates(store.Join(dir, name), d)
+		m, err := parseModelStates(storage.Join(dir, name), d)
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +220,7 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 	if len(models) == 0 {
 		return nil, fmt.Errorf("%s: %w: no *_model_states.pt file", dir, statedict.ErrCorrupt)
 	}
-	optims := files(dir, optimFile)
+	optims := files(ctx, dir, optimFile)
 	stage, ws := int64(0), int64(0)
 	var groups [][]*statedict.Tensor // per rank: the fp32 flat partitions, per group
 	var bases []*statedict.Dict      // per rank: the optimizer state over those partitions
@@ -228,7 +229,7 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 		if err != nil {
 			return nil, err
 		}
-		p := store.Join(dir, name)
+		p := storage.Join(dir, name)
 		osd, ok := field(d, "optimizer_state_dict").(*statedict.Dict)
 		if !ok {
 			return nil, fmt.Errorf("%s: %w: no optimizer_state_dict", p, statedict.ErrCorrupt)
@@ -271,20 +272,20 @@ func OpenWith(dir string, openFile func(string) (*statedict.Checkpoint, error), 
 	}
 	// The ranks' files must be exactly ranks 0 … ws-1, once each; they are consolidated in
 	// rank order.
-	order, err := checkRanks("optim_states.pt", optimName, entries(dir, optimFile), ws)
+	order, err := checkRanks("optim_states.pt", optimName, entries(ctx, dir, optimFile), ws)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	groups, bases = reorder(optims, order, groups), reorder(optims, order, bases)
 	optims = order
 	if stage == 3 {
-		morder, err := checkRanks("model_states.pt", modelName, entries(dir, modelFile), ws)
+		morder, err := checkRanks("model_states.pt", modelName, entries(ctx, dir, modelFile), ws)
 		if err != nil {
 			return nil, fmt.Errorf("%s: ZeRO-3 keeps every rank's model states: %w", dir, err)
 		}
 		names := make([]string, len(models))
 		for i, m := range models {
-			names[i] = store.Base(m.file)
+			names[i] = storage.Base(m.file)
 		}
 		models = reorder(names, morder, models)
 	}
@@ -364,7 +365,7 @@ func CheckModelStates(path string, root statedict.Value) error {
 			t, isT := field(module, statedict.KeyString(e.Key)).(*statedict.Tensor)
 			shape, isShape := sizeOf(e.Value)
 			if isT && isShape && t.NumEl() == 0 && numel(shape) > 0 {
-				folder := store.Dir(path)
+				folder := storage.Dir(path)
 				return fmt.Errorf("%s: %w: a DeepSpeed ZeRO-3 model-states file: its parameters are placeholders (%s is %v, its shape %v); the weights are partitioned over the ranks' *_optim_states.pt files, which %s does not hold — read the folder that has them",
 					path, statedict.ErrUnsupported, statedict.KeyString(e.Key), t.Shape, shape, folder)
 			}

@@ -26,6 +26,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
 
 // pending holds how to undo each output still being written, for RemovePending. Its lock
@@ -113,7 +115,7 @@ var ErrBusy = errors.New("another ckpt is writing this destination")
 // ErrUnfinished is returned when the destination holds the partial output of an interrupted
 // conversion of another kind (a single process's, where several hosts would write), which
 // only resuming that conversion finishes.
-var ErrUnfinished = errors.New("an interrupted conversion's partial output is in the way")
+var ErrUnfinished = multihost.ErrUnfinished
 
 // Owner reports which files of the earlier output at path an earlier run wrote: each with
 // the size and xxhash64 recorded as it was written (names relative to path for a folder
@@ -123,15 +125,8 @@ var ErrUnfinished = errors.New("an interrupted conversion's partial output is in
 type Owner func(path string) (claims []Journaled, ok bool)
 
 // Journaled is a file of an output recorded as finished: fsynced, with its size and the
-// xxhash64 of its bytes (16 lower-case hex digits).
-type Journaled struct {
-	File     string `json:"file"`
-	Size     int64  `json:"size"`
-	XXHash64 string `json:"xxhash64"`
-}
-
-// journalName is the journal inside a single process's partial folder.
-const journalName = ".ckpt-journal"
+// xxhash64 of its bytes (the protocol's record, defined in multihost).
+type Journaled = multihost.Finished
 
 // partialName is where path is written until it is complete.
 func partialName(path string) string {
@@ -189,7 +184,7 @@ func Create(path string, opts FileOptions) (*File, error) {
 		return nil, err
 	}
 	base := filepath.Base(path)
-	if isControl(base) {
+	if multihost.IsControl(base) {
 		return nil, fmt.Errorf("%s: the name %s is reserved for ckpt's control files", path, base)
 	}
 	d, err := startDir(path, DirOptions{})
@@ -417,7 +412,7 @@ func (d *Dir) start() error {
 		}
 	}
 	if d.p.j == nil {
-		if d.p.j, err = newJournal(fo, journalName); err != nil {
+		if d.p.j, err = newJournal(fo, multihost.SingleJournal); err != nil {
 			if fresh {
 				fo.removeFolder()
 			}
@@ -434,7 +429,7 @@ func (d *Dir) start() error {
 // removed entry by entry, what its journal proves ckpt made.
 func (d *Dir) leftover() error {
 	fo := d.p.fo
-	j, jid, err := readJournal(fo, journalName)
+	j, jid, err := readJournal(fo, multihost.SingleJournal)
 	if err != nil {
 		return d.inTheWay(err)
 	}
@@ -447,7 +442,7 @@ func (d *Dir) leftover() error {
 			return nil // a kill between making the folder and its journal
 		}
 		for name := range all {
-			if strings.HasPrefix(name, memberPrefix) {
+			if strings.HasPrefix(name, multihost.HostPrefix) {
 				return fmt.Errorf("%s: %s is the partial output of a multi-host conversion; finish it with its hosts or remove it first", d.final, d.Path)
 			}
 		}
@@ -455,7 +450,7 @@ func (d *Dir) leftover() error {
 	}
 	var foreign []string
 	for name, id := range all {
-		if name == journalName || j.proves(name, id) {
+		if name == multihost.SingleJournal || j.proves(name, id) {
 			continue
 		}
 		foreign = append(foreign, name)
@@ -479,13 +474,13 @@ func (d *Dir) leftover() error {
 				return err
 			}
 		}
-		d.p.j, err = appendJournal(fo, journalName, jid)
+		d.p.j, err = appendJournal(fo, multihost.SingleJournal, jid)
 		return err
 	}
 	if err := d.p.removeAll(); err != nil {
 		return err
 	}
-	if err := fo.remove(journalName, jid); err != nil {
+	if err := fo.remove(multihost.SingleJournal, jid); err != nil {
 		return err
 	}
 	d.CleanedUp = true
@@ -500,7 +495,7 @@ func (d *Dir) Create(name string) (*os.File, error) {
 	if err := checkName(name); err != nil {
 		return nil, fmt.Errorf("%s: %q is not a file name inside the output folder", d.final, name)
 	}
-	if first, _, _ := strings.Cut(name, "/"); isControl(first) {
+	if first, _, _ := strings.Cut(name, "/"); multihost.IsControl(first) {
 		return nil, fmt.Errorf("%s: the name %s is reserved for ckpt's control files", d.final, first)
 	}
 	var f *os.File
@@ -667,7 +662,7 @@ func (d *Dir) Commit() error {
 		}
 		var foreign []string
 		for name, id := range all {
-			if !(name == journalName && id.ino == d.p.j.id.ino) && !d.p.made(name, id) {
+			if !(name == multihost.SingleJournal && id.ino == d.p.j.id.ino) && !d.p.made(name, id) {
 				foreign = append(foreign, name)
 			}
 		}
@@ -689,7 +684,7 @@ func (d *Dir) Commit() error {
 	}
 	if d.member == nil {
 		d.p.j.close()
-		if err := fo.remove(journalName, d.p.j.id); err != nil {
+		if err := fo.remove(multihost.SingleJournal, d.p.j.id); err != nil {
 			return fail(err)
 		}
 	} else if err := d.member.removeControl(d); err != nil {
@@ -823,7 +818,7 @@ func (d *Dir) discard() {
 	d.p.removeAll()
 	if d.p.j != nil {
 		d.p.j.close()
-		d.p.fo.remove(journalName, d.p.j.id)
+		d.p.fo.remove(multihost.SingleJournal, d.p.j.id)
 	}
 	d.p.fo.removeFolder() // fails, keeping it, while anything foreign is left in it
 	d.p.close()

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
 
 func entries(t *testing.T, dir string) []string {
@@ -485,13 +487,13 @@ func TestLeftoverProven(t *testing.T) {
 		{"a file beside", func(t *testing.T, p string) { os.WriteFile(filepath.Join(p, "notes.txt"), []byte("x"), 0o644) }},
 		{"a link in a subfolder", func(t *testing.T, p string) { os.Symlink(victim, filepath.Join(p, "sub", "x")) }},
 		{"journal is a link", func(t *testing.T, p string) {
-			os.Rename(filepath.Join(p, journalName), filepath.Join(base, "moved-journal"))
-			os.Symlink(filepath.Join(base, "moved-journal"), filepath.Join(p, journalName))
+			os.Rename(filepath.Join(p, multihost.SingleJournal), filepath.Join(base, "moved-journal"))
+			os.Symlink(filepath.Join(base, "moved-journal"), filepath.Join(p, multihost.SingleJournal))
 		}},
 		{"journal is a copy", func(t *testing.T, p string) {
-			b, _ := os.ReadFile(filepath.Join(p, journalName))
+			b, _ := os.ReadFile(filepath.Join(p, multihost.SingleJournal))
 			os.WriteFile(filepath.Join(p, "copy"), b, 0o600) // a new inode, while the old one lives
-			os.Rename(filepath.Join(p, "copy"), filepath.Join(p, journalName))
+			os.Rename(filepath.Join(p, "copy"), filepath.Join(p, multihost.SingleJournal))
 		}},
 	} {
 		for _, resume := range []bool{false, true} {

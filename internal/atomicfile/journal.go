@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+
+	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
 
 // A journal is how ckpt proves, after a kill, which entries of a partial folder it made:
@@ -174,12 +176,12 @@ func (j *journaled) add(rec record) error {
 	}
 	switch {
 	case rec.Intent != "":
-		if err := checkName(rec.Intent); err != nil || isControl(rec.Intent) || rec.Size != 0 || rec.XXHash64 != "" {
+		if err := checkName(rec.Intent); err != nil || multihost.IsControl(rec.Intent) || rec.Size != 0 || rec.XXHash64 != "" {
 			return fmt.Errorf("%q is not a name ckpt writes", rec.Intent)
 		}
 		j.intents[rec.Intent] = true
 	case rec.File != "":
-		if err := checkName(rec.File); err != nil || isControl(rec.File) {
+		if err := checkName(rec.File); err != nil || multihost.IsControl(rec.File) {
 			return fmt.Errorf("%q is not a name ckpt writes", rec.File)
 		}
 		if rec.Size < 0 || (rec.XXHash64 == "" && rec.Size != 0) {
@@ -195,17 +197,12 @@ func (j *journaled) add(rec record) error {
 		}
 		j.dirs[rec.Dir] = rec.Ino
 	default:
-		if !isControl(rec.Control) || strings.Contains(rec.Control, "/") || rec.Size != 0 || rec.XXHash64 != "" {
+		if !multihost.IsControl(rec.Control) || strings.Contains(rec.Control, "/") || rec.Size != 0 || rec.XXHash64 != "" {
 			return fmt.Errorf("%q is not a control file ckpt writes", rec.Control)
 		}
 		j.controls[rec.Control] = rec.Ino
 	}
 	return nil
-}
-
-// isControl reports whether name is reserved for ckpt's control files.
-func isControl(name string) bool {
-	return name == journalName || strings.HasPrefix(name, memberPrefix)
 }
 
 // journal is a journal open for appending.

@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
 
 // TestParseJournal: only lines ckpt writes are accepted, after a header naming this folder
@@ -64,7 +66,7 @@ func FuzzJournal(f *testing.F) {
 			return
 		}
 		for name, e := range j.files {
-			if !fs.ValidPath(name) || name == "." || isControl(name) || e.ino == 0 || e.size < 0 || (e.finished && e.xxhash64 == "") {
+			if !fs.ValidPath(name) || name == "." || multihost.IsControl(name) || e.ino == 0 || e.size < 0 || (e.finished && e.xxhash64 == "") {
 				t.Fatalf("accepted file %q %+v", name, e)
 			}
 		}
@@ -74,7 +76,7 @@ func FuzzJournal(f *testing.F) {
 			}
 		}
 		for name := range j.controls {
-			if !isControl(name) || strings.Contains(name, "/") {
+			if !multihost.IsControl(name) || strings.Contains(name, "/") {
 				t.Fatalf("accepted control %q", name)
 			}
 		}

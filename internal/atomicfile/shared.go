@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
 
 // A shared output is one folder written by several processes — the hosts of a multi-host
@@ -25,9 +26,6 @@ import (
 // atomically. Its journal records its lock and part too. The finisher refuses to commit a
 // folder holding anything no member's journal proves it made.
 
-// memberPrefix starts the names of the members' control files.
-const memberPrefix = ".ckpt-host-"
-
 // maxPart bounds a part read (a member's record of the items it wrote).
 const maxPart = 256 << 20
 
@@ -44,10 +42,6 @@ type member struct {
 	made     map[string]ident
 	controls map[string]ident
 	released bool
-}
-
-func controlName(host int, kind string) string {
-	return memberPrefix + strconv.Itoa(host) + "." + kind
 }
 
 // JoinDir starts writing the folder path as member host of hosts of a shared output (see
@@ -90,11 +84,11 @@ func (d *Dir) join() error {
 	if err != nil {
 		return d.inTheWay(err)
 	}
-	if _, err := fo.lstat(journalName); err == nil {
+	if _, err := fo.lstat(multihost.SingleJournal); err == nil {
 		fo.close()
 		return fmt.Errorf("%s: %w: %s is the partial output of a single-process conversion; resume that conversion or remove it first", d.final, ErrUnfinished, d.Path)
 	}
-	lockName := controlName(m.host, "lock")
+	lockName := multihost.Control(m.host, multihost.Lock)
 	lf, lid, created, err := fo.open(lockName, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		fo.close()
@@ -131,12 +125,12 @@ func (d *Dir) join() error {
 // nothing touched. createdLock is set when this run made its lock file.
 func (d *Dir) memberLeftovers(createdLock bool) error {
 	m, fo := d.member, d.p.fo
-	jname := controlName(m.host, "journal")
+	jname := multihost.Control(m.host, multihost.Journal)
 	j, jid, err := readJournal(fo, jname)
 	if err != nil {
 		return d.inTheWay(err)
 	}
-	lockName, partName, tmpName := controlName(m.host, "lock"), controlName(m.host, "part"), controlName(m.host, "part.tmp")
+	lockName, partName, tmpName := multihost.Control(m.host, multihost.Lock), multihost.Control(m.host, multihost.Part), multihost.Control(m.host, multihost.PartTmp)
 	if j == nil {
 		if !createdLock {
 			return d.inTheWay(fmt.Errorf("%s is not a lock file ckpt made (no journal records it)", fo.pathOf(lockName)))
@@ -293,7 +287,7 @@ func (d *Dir) Unseal() error {
 	if err := d.p.removeAll(); err != nil {
 		return err
 	}
-	partName := controlName(m.host, "part")
+	partName := multihost.Control(m.host, multihost.Part)
 	if err := d.p.fo.remove(partName, m.controls[partName]); err != nil {
 		return err
 	}
@@ -301,7 +295,7 @@ func (d *Dir) Unseal() error {
 	if err := d.p.j.truncate(d.p.fo); err != nil {
 		return err
 	}
-	if err := d.p.j.write(record{Control: controlName(m.host, "lock"), Ino: m.lockID.ino}); err != nil {
+	if err := d.p.j.write(record{Control: multihost.Control(m.host, multihost.Lock), Ino: m.lockID.ino}); err != nil {
 		return err
 	}
 	m.sealed, d.Resumed, d.CleanedUp = nil, nil, true
@@ -317,7 +311,7 @@ func (d *Dir) Seal(part []byte) error {
 		return errors.New("atomicfile: Seal is for a member still writing")
 	}
 	fo := d.p.fo
-	partName, tmpName := controlName(m.host, "part"), controlName(m.host, "part.tmp")
+	partName, tmpName := multihost.Control(m.host, multihost.Part), multihost.Control(m.host, multihost.PartTmp)
 	// Holding the gate: once RemovePending has removed this member's files, no part may
 	// claim them.
 	err := gated(func() error {
@@ -371,7 +365,7 @@ func (d *Dir) Parts() ([][]byte, error) {
 	}
 	out := make([][]byte, m.hosts)
 	for h := range m.hosts {
-		name := controlName(h, "part")
+		name := multihost.Control(h, multihost.Part)
 		id, err := d.p.fo.lstat(name)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -416,7 +410,7 @@ func (m *member) survey(d *Dir) (map[string]ident, error) {
 	controls := map[string]ident{}
 	proven := map[string]bool{}
 	for h := range m.hosts {
-		jname, lockName, partName := controlName(h, "journal"), controlName(h, "lock"), controlName(h, "part")
+		jname, lockName, partName := multihost.Control(h, multihost.Journal), multihost.Control(h, multihost.Lock), multihost.Control(h, multihost.Part)
 		j, jid, err := readJournal(fo, jname)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w: %w", d.final, ErrForeign, err)
@@ -476,7 +470,7 @@ func (m *member) sums(d *Dir) (map[string]Journaled, error) {
 		if h == m.host {
 			continue
 		}
-		j, _, err := readJournal(d.p.fo, controlName(h, "journal"))
+		j, _, err := readJournal(d.p.fo, multihost.Control(h, multihost.Journal))
 		if err != nil {
 			return nil, err
 		}
@@ -507,7 +501,7 @@ func (m *member) prepareCommit(d *Dir) error {
 		if h == m.host {
 			continue
 		}
-		name := controlName(h, "lock")
+		name := multihost.Control(h, multihost.Lock)
 		lf, id, created, err := fo.open(name, os.O_RDWR|os.O_CREATE)
 		if err != nil {
 			return fmt.Errorf("%s: %w: %w", d.final, ErrForeign, err)
@@ -519,7 +513,7 @@ func (m *member) prepareCommit(d *Dir) error {
 		// A host that sealed its share holds its lock until its process is done: give it
 		// a moment (under load, the time between its seal and its exit).
 		err = lock(lf)
-		if _, serr := fo.lstat(controlName(h, "part")); serr == nil {
+		if _, serr := fo.lstat(multihost.Control(h, multihost.Part)); serr == nil {
 			for deadline := time.Now().Add(sealedExit); err != nil && time.Now().Before(deadline); err = lock(lf) {
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -551,7 +545,7 @@ func (m *member) removeControl(d *Dir) error {
 		return err
 	}
 	for name := range es {
-		if strings.HasPrefix(name, memberPrefix) {
+		if strings.HasPrefix(name, multihost.HostPrefix) {
 			return fmt.Errorf("%s: %w: %s holds %s, which no host of this conversion made", d.final, ErrForeign, d.Path, name)
 		}
 	}
@@ -587,7 +581,7 @@ func (m *member) abort(d *Dir) {
 		d.p.removeAll()
 		if d.p.j != nil {
 			d.p.j.close()
-			fo.remove(controlName(m.host, "journal"), d.p.j.id)
+			fo.remove(multihost.Control(m.host, multihost.Journal), d.p.j.id)
 		}
 	}
 	// The folder stays open (for the removals below) after the locks are let go.
@@ -600,7 +594,7 @@ func (m *member) abort(d *Dir) {
 	if dup.id.ino != fo.id.ino {
 		return
 	}
-	dup.remove(controlName(m.host, "lock"), m.lockID)
+	dup.remove(multihost.Control(m.host, multihost.Lock), m.lockID)
 	for name, id := range m.made {
 		dup.remove(name, id)
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 )
 
 // PutTree uploads the file or folder at local to the gs:// or s3:// URL dst (a folder's

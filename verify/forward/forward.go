@@ -15,16 +15,16 @@ func tokenRows(width int) int {
 
 // Forward runs the model on one sequence of token ids at positions 0…T−1 with a causal mask
 // (the layers' sliding windows and chunks applied) and returns the logits of every
-// position, float32 [T, vocab] row-major. Weights are read from the checkpoint layer by
-// layer; the pages a layer faulted in are released after it, so resident memory stays near
-// one layer's weights plus the activations. It refuses, before allocating, a sequence whose
-// activations and logits would not fit in Options.MemoryLimit; Run with Logits computes
-// them a block of positions at a time instead.
-func (m *Model) Forward(tokens []int) ([]float32, error) {
+// position, float32 [T, vocab] row-major; ctx is checked between layers, as in Run. Weights
+// are read from the checkpoint layer by layer; the pages a layer faulted in are released
+// after it, so resident memory stays near one layer's weights plus the activations. It
+// refuses, before allocating, a sequence whose activations and logits would not fit in
+// Options.MemoryLimit; Run with Logits computes them a block of positions at a time instead.
+func (m *Model) Forward(ctx context.Context, tokens []int) ([]float32, error) {
 	if err := m.fits(len(tokens), true); err != nil {
 		return nil, err
 	}
-	st, err := m.Run(context.Background(), tokens)
+	st, err := m.Run(ctx, tokens)
 	if err != nil {
 		return nil, err
 	}

@@ -62,7 +62,7 @@ func TestLongSequenceBoundedMemory(t *testing.T) {
 	if err := tinymodel.WriteLlama(dir, tinymodel.Sizes{Vocab: 32000, Hidden: 32, Inter: 48, Layers: 1, Heads: 2, KVHeads: 1, MaxPositions: 64}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Open(dir, Options{})
+	m, err := Open(context.Background(), dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestLongSequenceBoundedMemory(t *testing.T) {
 	// Forward, which returns all the logits at once, refuses before allocating when they
 	// and the activations exceed the limit.
 	m.opts.MemoryLimit = 1 << 30
-	if _, err := m.Forward(tokensOf(T, 32000)); err == nil || !strings.Contains(err.Error(), "20000 tokens need about") {
+	if _, err := m.Forward(context.Background(), tokensOf(T, 32000)); err == nil || !strings.Contains(err.Error(), "20000 tokens need about") {
 		t.Errorf("Forward of %d tokens under a 1 GiB limit: %v", T, err)
 	}
 }
@@ -113,7 +113,7 @@ func TestBlockedAttentionMatchesEager(t *testing.T) {
 			saved := keyBlock
 			defer func() { keyBlock = saved }()
 			keyBlock = kb
-			m, err := Open(dir, Options{})
+			m, err := Open(context.Background(), dir, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +121,7 @@ func TestBlockedAttentionMatchesEager(t *testing.T) {
 			for _, b := range m.cfg.Blocks {
 				b.Attn.Window = window
 			}
-			out, err := m.Forward(ids)
+			out, err := m.Forward(context.Background(), ids)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +147,7 @@ func TestMemoryLimitRefusal(t *testing.T) {
 	if err := tinymodel.WriteLlama(dir, tinymodel.Sizes{Vocab: 50, Hidden: 32, Inter: 48, Layers: 1, Heads: 4, KVHeads: 2, MaxPositions: 64}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Open(filepath.Join(dir), Options{MemoryLimit: 64 << 20})
+	m, err := Open(context.Background(), filepath.Join(dir), Options{MemoryLimit: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,15 @@
 package forward
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/formats/store"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // Precision selects how the matrix products are computed.
@@ -88,12 +89,12 @@ type Model struct {
 
 // Open opens the checkpoint at path (any format formats.Open reads) and loads the model;
 // Close releases the checkpoint.
-func Open(path string, opts Options) (*Model, error) {
-	ck, err := formats.Open(path)
+func Open(ctx context.Context, path string, opts Options) (*Model, error) {
+	ck, err := formats.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	m, err := Load(ck, opts)
+	m, err := Load(ctx, ck, opts)
 	if err != nil {
 		ck.Close()
 		return nil, err
@@ -105,14 +106,14 @@ func Open(path string, opts Options) (*Model, error) {
 // Load prepares the forward pass over an open checkpoint: it reads the configuration, finds
 // every weight the architecture needs and checks its shape (reading no weight bytes except
 // small vectors), so that a missing or misshapen tensor is reported before any compute.
-func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
+func Load(ctx context.Context, ck *statedict.Checkpoint, opts Options) (*Model, error) {
 	cfgJSON := opts.Config
 	if cfgJSON == nil {
-		p, err := configPath(ck.Path)
+		p, err := configPath(ctx, ck.Path)
 		if err != nil {
 			return nil, err
 		}
-		if cfgJSON, err = store.ReadFile(p, 64<<20); err != nil {
+		if cfgJSON, err = storage.ReadFile(ctx, p, 64<<20); err != nil {
 			return nil, err
 		}
 	}
@@ -120,7 +121,7 @@ func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws, err := newWeights(ck, cfgJSON, opts, cfg)
+	ws, err := newWeights(ctx, ck, cfgJSON, opts, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -139,13 +140,13 @@ func Load(ck *statedict.Checkpoint, opts Options) (*Model, error) {
 var ErrNoConfig = errors.New("no config.json")
 
 // configPath finds config.json: inside a checkpoint folder, or beside a checkpoint file.
-func configPath(path string) (string, error) {
+func configPath(ctx context.Context, path string) (string, error) {
 	dir := path
-	if st, err := store.Stat(path); err == nil && !st.IsDir() {
-		dir = store.Dir(path)
+	if st, err := storage.Stat(ctx, path); err == nil && !st.IsDir() {
+		dir = storage.Dir(path)
 	}
-	p := store.Join(dir, "config.json")
-	if _, err := store.Stat(p); err != nil {
+	p := storage.Join(dir, "config.json")
+	if _, err := storage.Stat(ctx, p); err != nil {
 		return "", fmt.Errorf("%s: %w (looked for %s)", path, ErrNoConfig, p)
 	}
 	return p, nil
@@ -183,7 +184,7 @@ type weights struct {
 	use    *shardUse
 }
 
-func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options, cfg *Config) (*weights, error) {
+func newWeights(ctx context.Context, ck *statedict.Checkpoint, cfgJSON []byte, opts Options, cfg *Config) (*weights, error) {
 	list, err := ck.Tensors()
 	if err != nil {
 		return nil, err
@@ -198,8 +199,8 @@ func newWeights(ck *statedict.Checkpoint, cfgJSON []byte, opts Options, cfg *Con
 		ws.use = &shardUse{ranks: map[int]bool{}, tensors: map[*statedict.Tensor]bool{}}
 	}
 	var hfq []byte
-	if p, err := configPath(ck.Path); err == nil {
-		if b, err := store.ReadFile(store.Join(store.Dir(p), quant.HFQuantConfFile), 64<<20); err == nil {
+	if p, err := configPath(ctx, ck.Path); err == nil {
+		if b, err := storage.ReadFile(ctx, storage.Join(storage.Dir(p), quant.HFQuantConfFile), 64<<20); err == nil {
 			hfq = b
 		}
 	}

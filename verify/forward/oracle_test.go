@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -83,7 +84,7 @@ func TestMain(m *testing.M) {
 // readLogits reads the "logits" tensor [1, T, vocab] the generator wrote.
 func readLogits(t *testing.T, path string) ([]float32, []int64) {
 	t.Helper()
-	ck, err := formats.Open(path)
+	ck, err := formats.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestMatchesTransformers(t *testing.T) {
 
 func checkCase(t *testing.T, dir string, c Case) {
 	if c.Generic {
-		if _, err := Open(filepath.Join(dir, c.Path), Options{}); !IsUnsupported(err) {
+		if _, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{}); !IsUnsupported(err) {
 			t.Fatalf("the generic case %s (%s) opens: %v", c.Name, c.ModelType, err)
 		}
 		return
@@ -163,7 +164,7 @@ func caseError(t *testing.T, dir string, c Case) float64 {
 	if len(c.LongTokens) == 0 {
 		t.Fatalf("%s: the generator wrote no long tokens", c.Name)
 	}
-	m, err := Open(filepath.Join(dir, c.Path), Options{})
+	m, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func caseError(t *testing.T, dir string, c Case) float64 {
 		tokens []int
 	}{{".logits.safetensors", c.Tokens}, {".long.safetensors", c.LongTokens}} {
 		want, shape := readLogits(t, filepath.Join(dir, c.Name+run.file))
-		got, err := m.Forward(run.tokens)
+		got, err := m.Forward(context.Background(), run.tokens)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +192,7 @@ func caseError(t *testing.T, dir string, c Case) float64 {
 // the generated gpt-oss MXFP4 checkpoint.
 func TestMXFP4MatchesQuant(t *testing.T) {
 	_, dir := generated(t)
-	ck, err := formats.Open(filepath.Join(dir, "gpt_oss_mxfp4"))
+	ck, err := formats.Open(context.Background(), filepath.Join(dir, "gpt_oss_mxfp4"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,12 +258,12 @@ func TestTPUPrecisionMatchesEmulation(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			f32, _ := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
 			emu, _ := readLogits(t, filepath.Join(dir, c.Name+".tpu.safetensors"))
-			m, err := Open(filepath.Join(dir, c.Path), Options{Precision: TPU})
+			m, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{Precision: TPU})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			got, err := m.Forward(c.Tokens)
+			got, err := m.Forward(context.Background(), c.Tokens)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -306,12 +307,12 @@ func TestKeepFP8(t *testing.T) {
 	}
 	ref, _ := readLogits(t, filepath.Join(dir, c.Name+".logits.safetensors"))
 	run := func(keep bool) []float32 {
-		m, err := Open(filepath.Join(dir, c.Path), Options{Precision: TPU, KeepFP8: keep})
+		m, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{Precision: TPU, KeepFP8: keep})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		out, err := m.Forward(c.Tokens)
+		out, err := m.Forward(context.Background(), c.Tokens)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -460,12 +461,12 @@ func TestSSMBlocks(t *testing.T) {
 			if rows > 0 {
 				ssmRows = func(int) int { return rows }
 			}
-			m, err := Open(filepath.Join(dir, c.Path), Options{})
+			m, err := Open(context.Background(), filepath.Join(dir, c.Path), Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			out, err := m.Forward(tokensOf(40, m.cfg.Vocab))
+			out, err := m.Forward(context.Background(), tokensOf(40, m.cfg.Vocab))
 			if err != nil {
 				t.Fatal(err)
 			}

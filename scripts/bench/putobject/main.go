@@ -15,7 +15,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 )
 
 func main() {

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ckpt-dev/ckpt/formats/store/bucket"
+	"github.com/ckpt-dev/ckpt/storage/bucket"
 )
 
 func main() {

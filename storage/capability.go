@@ -1,0 +1,38 @@
+package storage
+
+import "io"
+
+// A decorator of a reader or writer — a File counting what is read, a writer hashing what
+// passes — keeps the optional capabilities of what it wraps (Mapped; statedict's Windower,
+// Prefetcher, ReadPlanner, Lender, RangeWriter) discoverable by giving it back through
+// Unwrap, as errors.As finds wrapped errors (restic's backend.AsBackend): callers look
+// capabilities up with As, never with a bare type assertion, which a decorator defeats.
+
+// ReaderUnwrapper is a reader that wraps another, reading at the same offsets.
+type ReaderUnwrapper interface {
+	Unwrap() io.ReaderAt
+}
+
+// WriterUnwrapper is a writer that wraps another, writing the same bytes.
+type WriterUnwrapper interface {
+	Unwrap() io.Writer
+}
+
+// As returns the first value in v's Unwrap chain (v itself first) that has capability T.
+func As[T any](v any) (T, bool) {
+	for v != nil {
+		if c, ok := v.(T); ok {
+			return c, true
+		}
+		switch u := v.(type) {
+		case ReaderUnwrapper:
+			v = u.Unwrap()
+		case WriterUnwrapper:
+			v = u.Unwrap()
+		default:
+			v = nil
+		}
+	}
+	var zero T
+	return zero, false
+}
