@@ -76,6 +76,23 @@ type Server struct {
 	Served, Requests atomic.Int64
 	// Failed counts the requests a fault failed or reset.
 	Failed atomic.Int64
+	// inFlight counts the requests being handled.
+	inFlight atomic.Int64
+}
+
+// Settle waits until no request has been in flight for settle (a killed client's last
+// requests may still be handled after it died: an upload whose body arrived whole is
+// stored then), or until timeout; it reports whether the server settled.
+func (s *Server) Settle(settle, timeout time.Duration) bool {
+	idleSince := time.Now()
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if s.inFlight.Load() != 0 {
+			idleSince = time.Now()
+		} else if time.Since(idleSince) >= settle {
+			return true
+		}
+	}
+	return false
 }
 
 // SetFaults replaces the faults injected from now on.
@@ -91,6 +108,8 @@ func (s *Server) Close() { s.http.Close() }
 func (s *Server) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.Requests.Add(1)
+		s.inFlight.Add(1)
+		defer s.inFlight.Add(-1)
 		s.mu.Lock()
 		f := s.faults
 		var fail, reset, delay bool
