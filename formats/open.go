@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	pathpkg "path"
 	"slices"
 	"strings"
 
@@ -69,7 +70,10 @@ func Detect(ctx context.Context, path string) (Kind, error) {
 			return kind, err
 		}
 	}
-	if safetensors.LooksLike(head) {
+	// A file named .safetensors that does not begin as one is still read as one, so that its
+	// reader says where it breaks (corrupt, as the safetensors library calls a header too
+	// short, empty or not an object) instead of "not a checkpoint".
+	if safetensors.LooksLike(head) || strings.EqualFold(pathpkg.Ext(path), ".safetensors") {
 		return Safetensors, nil
 	}
 	return "", fmt.Errorf("%s: %w: unrecognized checkpoint format (not a torch.save zip or legacy stream, not safetensors)", path, statedict.ErrUnsupported)
