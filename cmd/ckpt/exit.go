@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -85,6 +86,8 @@ func exitStatus(err error) int {
 	switch {
 	case err == nil:
 		return 0
+	case interrupted.Load() != 0 && (errors.Is(err, context.Canceled) || errors.Is(err, atomicfile.ErrInterrupted)):
+		return 128 + int(interrupted.Load())
 	case errors.As(err, &u), errors.Is(err, formats.ErrLayout):
 		return exitUsage
 	case errors.Is(err, statedict.ErrDangerous):
@@ -189,6 +192,9 @@ type errorReport struct {
 
 // errorKind names the kind of a command's error for programs.
 func errorKind(err error) string {
+	if interrupted.Load() != 0 && exitStatus(err) == 128+int(interrupted.Load()) {
+		return "interrupted"
+	}
 	switch exitStatus(err) {
 	case exitUsage:
 		return "usage"

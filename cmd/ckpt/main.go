@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +13,9 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	english "github.com/ckpt-dev/ckpt/internal/plural"
@@ -24,10 +27,12 @@ import (
 func main() {
 	fitAddressSpace()
 	// Registered before any work starts, so no signal can arrive unhandled.
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	go removePartialOnSignal(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	go onSignal(sigs, cancel)
 	root := newRoot()
+	root.SetContext(ctx)
 	err := execute(root, os.Args[1:])
 	exiting.Lock() // held for good: the process ends here
 	if err != nil {
@@ -45,16 +50,35 @@ func main() {
 // committed or aborted by itself.
 var exiting sync.Mutex
 
-// removePartialOnSignal waits for SIGINT or SIGTERM on sigs, removes the outputs being
-// written (Go exits on these signals without running deferred cleanups, which would leave a
-// partial checkpoint as large as the real one under its temporary name) and exits
-// 128+signal.
-func removePartialOnSignal(sigs <-chan os.Signal) {
+// interrupted is the signal that stopped the command (0 until one arrives).
+var interrupted atomic.Int32
+
+// unwindGrace is how long a command without outputs in flight has to return once its
+// context is cancelled by a signal, before the handler ends the process itself.
+const unwindGrace = 3 * time.Second
+
+// onSignal waits for SIGINT or SIGTERM on sigs. Outputs being written are removed at once
+// (Go exits on these signals without running deferred cleanups, which would leave a partial
+// checkpoint as large as the real one under its temporary name) and the process exits
+// 128+signal. A command with no output in flight (inspect, check, verify, scan, a bucket
+// read) is cancelled through its context instead and returns by itself — its --json error
+// object printed, its status 128+signal — unless it takes longer than unwindGrace or a
+// second signal comes. No output can start once the handler has run (ErrInterrupted).
+func onSignal(sigs <-chan os.Signal, cancel context.CancelFunc) {
 	s := (<-sigs).(syscall.Signal)
+	interrupted.Store(int32(s))
 	exiting.Lock()
 	if n := atomicfile.RemovePending() + storage.AbortPending(); n > 0 {
 		fmt.Fprintf(os.Stderr, "ckpt: %s: removed %s\n", s, plural(n, "partial output"))
+		os.Exit(128 + int(s))
 	}
+	exiting.Unlock()
+	cancel()
+	select {
+	case <-sigs:
+	case <-time.After(unwindGrace):
+	}
+	exiting.Lock()
 	os.Exit(128 + int(s))
 }
 
