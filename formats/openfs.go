@@ -2,6 +2,7 @@ package formats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -19,8 +20,9 @@ import (
 // used in messages, which name the file as fs:///name, and by readers that look at
 // names (a DeepSpeed "*_model_states.pt"). Bytes of r past size are never read. r must
 // stay readable until the checkpoint is closed: tensors read their bytes from it
-// lazily, through ReadAt calls that may run in parallel. A file that is only part of a
-// checkpoint (a ZeRO-3 rank's model states) is refused: its siblings are not there; give
+// lazily, through ReadAt calls that may run in parallel. A folder checkpoint's file (a
+// Hugging Face index, DCP's .metadata) or a file that is only part of a checkpoint (a
+// ZeRO-3 rank's model states) is refused, saying so: its siblings are not there; give
 // the folder to [OpenFS].
 func OpenFile(ctx context.Context, r io.ReaderAt, size int64, name string) (*statedict.Checkpoint, error) {
 	base := path.Base(filepath.ToSlash(name))
@@ -32,7 +34,11 @@ func OpenFile(ctx context.Context, r io.ReaderAt, size int64, name string) (*sta
 		return nil, fmt.Errorf("%s: %w: size %d is negative", p, statedict.ErrCorrupt, size)
 	}
 	ctx = storage.WithBackend(ctx, storage.FSScheme, storage.FromReaderAt(base, r, size))
-	return OpenWith(ctx, p, OpenOptions{})
+	ck, err := OpenWith(ctx, p, OpenOptions{})
+	if errors.Is(err, errUnrecognized) {
+		return nil, fmt.Errorf("%w; OpenFile reads single-file checkpoints: a folder checkpoint's file (a Hugging Face index, DCP's .metadata or .distcp) is read with OpenFS over its folder", err)
+	}
+	return ck, err
 }
 
 // OpenFS reads the checkpoint name in fsys, a file or a folder, in any format [Open]
