@@ -198,7 +198,11 @@ type Quantizer struct {
 	Axis               int64
 }
 
-// Tensor is a strided view of a Storage, as a torch tensor is. Its bytes are read lazily.
+// Tensor is a strided view of a Storage, as a torch tensor is. Its bytes are read lazily:
+// [Tensor.Bytes] gives its contiguous value as stored (in DType), [Tensor.WriteTo] streams
+// it, and [github.com/ckpt-dev/ckpt/codec.Float32s] decodes it to float32 — every
+// floating dtype exactly (bfloat16, float16, FP8, packed FP4), integers and bool
+// converted — as torch's t.float() does.
 type Tensor struct {
 	Shape   []int64
 	Strides []int64 // in elements of DType

@@ -7,6 +7,9 @@
 // Backends are registered by the packages that implement them (as database/sql drivers
 // are): importing github.com/ckpt-dev/ckpt/storage/bucket registers gs:// and s3://,
 // so a program that never imports it never links a cloud SDK.
+// A backend can also be given for one call tree rather than the program: [WithBackend]
+// puts it in the context, as formats.OpenFS does with [FromFS] (an fs.FS read at
+// fs:/// paths) so every reader opens its siblings through the caller's fs.FS.
 package storage
 
 import (
