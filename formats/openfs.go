@@ -36,7 +36,7 @@ func OpenFile(ctx context.Context, r io.ReaderAt, size int64, name string) (*sta
 	ctx = storage.WithBackend(ctx, storage.FSScheme, storage.FromReaderAt(base, r, size))
 	ck, err := OpenWith(ctx, p, OpenOptions{})
 	if errors.Is(err, errUnrecognized) {
-		return nil, fmt.Errorf("%w; OpenFile reads single-file checkpoints: a folder checkpoint's file (a Hugging Face index, DCP's .metadata or .distcp) is read with OpenFS over its folder", err)
+		return nil, fmt.Errorf("%w; OpenFile reads single-file checkpoints: if this is a file of a folder checkpoint (a Hugging Face index, DCP's .metadata or a .distcp file), read the folder with OpenFS", err)
 	}
 	return ck, err
 }
