@@ -178,10 +178,20 @@ func (s *Storage) WriteTo(w io.Writer) (int64, error) {
 	return done, nil
 }
 
+// LocalFile is where a FileBacked storage's bytes lie as stored in a local file, for
+// readers that pread them rather than fault the mapping in. A storage mapped from another
+// backend's object (storage.Mem's bytes) has no local file to pread: ok is false.
+func (s *Storage) LocalFile() (path string, off int64, ok bool) {
+	if !s.FileBacked || s.File == "" || storage.IsRemote(s.File) {
+		return "", 0, false
+	}
+	return s.File, s.Offset, true
+}
+
 // writeMapped writes d, which starts at byte start of the storage's mapped bytes.
 func (s *Storage) writeMapped(w io.Writer, d []byte, start int64) (int64, error) {
-	if s.FileBacked && s.File != "" {
-		return WriteRange(w, Range{Data: d, Path: s.File, Off: s.Offset + start})
+	if file, off, ok := s.LocalFile(); ok {
+		return WriteRange(w, Range{Data: d, Path: file, Off: off + start})
 	}
 	n, err := w.Write(d)
 	return int64(n), err
