@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -178,7 +179,7 @@ func TestOpenFSFolders(t *testing.T) {
 }
 
 // The checkpoint's extra files (config.json, tokenizer files) come through the fs.FS too,
-// and messages name files as fs:///name.
+// messages name files as fs:///name, and full reads stream the same bytes.
 func TestOpenFSFiles(t *testing.T) {
 	ck, err := formats.OpenFS(context.Background(), os.DirFS("../testdata/hf"), "mistral_sharded")
 	if err != nil {
@@ -195,6 +196,18 @@ func TestOpenFSFiles(t *testing.T) {
 	want, _ := os.ReadFile("../testdata/hf/mistral_sharded/config.json")
 	if !bytes.Equal(got, want) {
 		t.Errorf("config.json through ck.Files differs from the file")
+	}
+	// ReadTensors, the full read of inspect, check and verify, streams what Bytes gives.
+	tensors, _ := ck.Tensors()
+	bufs := make([]bytes.Buffer, len(tensors))
+	if err := statedict.ReadTensors(context.Background(), tensors, func(i int) io.Writer { return &bufs[i] }, statedict.ReadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, nt := range tensors {
+		b, err := nt.Tensor.Bytes()
+		if err != nil || len(b) == 0 || !bytes.Equal(b, bufs[i].Bytes()) {
+			t.Errorf("%s: ReadTensors gave %d bytes, Bytes %d (%v)", nt.Name, bufs[i].Len(), len(b), err)
+		}
 	}
 }
 
