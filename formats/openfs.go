@@ -47,7 +47,7 @@ func OpenFile(ctx context.Context, r io.ReaderAt, size int64, name string) (*sta
 // fsys's root); the readers open every sibling they need through fsys, never outside it,
 // and messages name files as fs:///name. Files are read through their ReadAt (os.DirFS,
 // embed.FS and fstest.MapFS files have one; a file without one is read into memory only
-// when it is at most storage.MaxUnreadable bytes, else refused with
+// when it is at most storage.MaxWithoutReaderAt bytes, else refused with
 // storage.ErrNoReaderAt). fsys must stay readable until the checkpoint is closed; ctx,
 // kept by the checkpoint, also ends its reads.
 func OpenFS(ctx context.Context, fsys fs.FS, name string) (*statedict.Checkpoint, error) {

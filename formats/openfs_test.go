@@ -241,7 +241,7 @@ func (f *lyingFile) Stat() (fs.FileInfo, error) {
 	return storage.FileInfo("big.safetensors", f.size, false), nil
 }
 func (f *lyingFile) Read(p []byte) (int, error) {
-	if f.read > storage.MaxUnreadable+1<<20 {
+	if f.read > storage.MaxWithoutReaderAt+1<<20 {
 		return 0, errors.New("read far past the bound")
 	}
 	f.read += int64(len(p))
@@ -282,7 +282,7 @@ func TestOpenFSHostile(t *testing.T) {
 		return formats.OpenFS(ctx, noReadAt{testdata}, "hf/mistral_sharded")
 	})
 	// A large one is refused before it is read, and one whose Stat lies is cut at the bound.
-	for _, size := range []int64{storage.MaxUnreadable + 1, 1 << 40, 100} {
+	for _, size := range []int64{storage.MaxWithoutReaderAt + 1, 1 << 40, 100} {
 		_, err := formats.OpenFS(ctx, lying{size}, "big.safetensors")
 		if !errors.Is(err, storage.ErrNoReaderAt) || !strings.Contains(err.Error(), "fs:///big.safetensors") {
 			t.Errorf("size %d without ReadAt: %v, want ErrNoReaderAt naming the file", size, err)

@@ -34,20 +34,20 @@ func WithBackend(ctx context.Context, scheme string, b FS) context.Context {
 	return context.WithValue(ctx, backendKey{scheme}, b)
 }
 
-// MaxUnreadable bounds the bytes read whole into memory from an fs.FS file that has no
+// MaxWithoutReaderAt bounds the bytes read whole into memory from an fs.FS file that has no
 // ReadAt: small files (configs, indexes, small checkpoints) are read; larger ones are
 // refused with [ErrNoReaderAt] rather than held in memory.
-const MaxUnreadable = 64 << 20
+const MaxWithoutReaderAt = 64 << 20
 
 // ErrNoReaderAt is returned for a file of an fs.FS that has no ReadAt (io.ReaderAt) and is
-// larger than [MaxUnreadable].
+// larger than [MaxWithoutReaderAt].
 var ErrNoReaderAt = errors.New("the fs.FS's file has no ReadAt (io.ReaderAt) and is too large to read into memory")
 
 // FromFS is fsys as a backend for [FSScheme] paths: "fs:///a/b" is fsys's "a/b". Every name
 // is checked with fs.ValidPath, so reads stay inside fsys (as far as fsys itself keeps
 // them: os.DirFS follows symbolic links out of its folder, an os.Root's FS does not).
 // Files are read through their ReadAt; a file without one is read into memory when it
-// is at most MaxUnreadable bytes, else refused. Only regular files are opened, so a FIFO
+// is at most MaxWithoutReaderAt bytes, else refused. Only regular files are opened, so a FIFO
 // in an os.DirFS is never waited on.
 func FromFS(fsys fs.FS) FS { return ioFS{fsys} }
 
@@ -93,16 +93,16 @@ func (f ioFS) Open(ctx context.Context, p string) (File, error) {
 		return &fsFile{ctx: ctx, f: file, r: ra, size: st.Size()}, nil
 	}
 	defer file.Close()
-	if st.Size() > MaxUnreadable {
-		return nil, fmt.Errorf("%s: %w (%d bytes, more than the %d read whole)", p, ErrNoReaderAt, st.Size(), MaxUnreadable)
+	if st.Size() > MaxWithoutReaderAt {
+		return nil, fmt.Errorf("%s: %w (%d bytes, more than the %d read whole)", p, ErrNoReaderAt, st.Size(), MaxWithoutReaderAt)
 	}
 	// The size Stat reports is not trusted: the read stops one byte past the bound.
-	b, err := io.ReadAll(io.LimitReader(file, MaxUnreadable+1))
+	b, err := io.ReadAll(io.LimitReader(file, MaxWithoutReaderAt+1))
 	if err != nil {
 		return nil, &fs.PathError{Op: "read", Path: p, Err: err}
 	}
-	if len(b) > MaxUnreadable {
-		return nil, fmt.Errorf("%s: %w (more than the %d bytes read whole, though its Stat said %d)", p, ErrNoReaderAt, MaxUnreadable, st.Size())
+	if len(b) > MaxWithoutReaderAt {
+		return nil, fmt.Errorf("%s: %w (more than the %d bytes read whole, though its Stat said %d)", p, ErrNoReaderAt, MaxWithoutReaderAt, st.Size())
 	}
 	return &fsFile{ctx: ctx, f: noClose{}, r: bytes.NewReader(b), size: int64(len(b))}, nil
 }
