@@ -8,7 +8,11 @@
 // a torch.save file (zip, legacy stream or tar), safetensors, a Hugging Face folder or hub
 // cache snapshot, a torch.distributed.checkpoint directory, Lightning, DeepSpeed, NeMo and
 // Megatron layouts — from a local path, gs:// or s3:// (the readers' files come through
-// [github.com/ckpt-dev/ckpt/storage], every call under the caller's context). It returns a
+// [github.com/ckpt-dev/ckpt/storage], every call under the caller's context). As
+// archive/zip and debug/elf do beside their Open,
+// [github.com/ckpt-dev/ckpt/formats.OpenFile] reads a single-file checkpoint from any
+// io.ReaderAt and [github.com/ckpt-dev/ckpt/formats.OpenFS] any checkpoint, folders
+// included, from an fs.FS (os.DirFS, embed.FS, an in-memory one). Each returns a
 // [github.com/ckpt-dev/ckpt/statedict.Checkpoint]: the tree torch.load would build, with
 // tensors that read their bytes lazily (memory-mapped where they can). Close it when done.
 //

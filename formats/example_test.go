@@ -1,9 +1,13 @@
 package formats_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"testing/fstest"
 
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -39,4 +43,51 @@ func ExampleOpen_errors() {
 	// Output:
 	// true
 	// ../testdata/safetensors/crafted/overlap.safetensors: safetensors: tensor "b": byte 62: data_offsets [4, 8] overlap the previous tensor, which ends at 8
+}
+
+// Read a checkpoint from any io.ReaderAt — bytes in memory here, an HTTP range reader or
+// an object in an archive as well — as archive/zip.NewReader does: no path, no folder.
+func ExampleOpenFile() {
+	data, err := os.ReadFile("../testdata/torch/views.pt") // or downloaded, or embedded
+	if err != nil {
+		panic(err)
+	}
+	ck, err := formats.OpenFile(context.Background(), bytes.NewReader(data), int64(len(data)), "views.pt")
+	if err != nil {
+		panic(err)
+	}
+	defer ck.Close()
+	tensors, _ := ck.Tensors()
+	fmt.Println(ck.Format, ck.Path, len(tensors), "tensors")
+	fmt.Println(tensors[0].Name, tensors[0].Tensor.DType, tensors[0].Tensor.Shape)
+	// Output:
+	// torch-zip fs:///views.pt 28 tensors
+	// transposed float32 [4 3]
+}
+
+// Read any checkpoint, folders included, from an fs.FS — an in-memory one here; os.DirFS,
+// an os.Root's FS or embed.FS the same way. The sharded Hugging Face folder's index,
+// shards and config.json all come through fsys.
+func ExampleOpenFS() {
+	fsys := fstest.MapFS{}
+	entries, _ := os.ReadDir("../testdata/hf/mistral_sharded")
+	for _, e := range entries {
+		b, err := os.ReadFile("../testdata/hf/mistral_sharded/" + e.Name())
+		if err != nil {
+			panic(err)
+		}
+		fsys["models/mistral/"+e.Name()] = &fstest.MapFile{Data: b}
+	}
+	ck, err := formats.OpenFS(context.Background(), fsys, "models/mistral")
+	if err != nil {
+		panic(err)
+	}
+	defer ck.Close()
+	tensors, _ := ck.Tensors()
+	config, _ := fs.ReadFile(ck.Files, "config.json")
+	fmt.Println(ck.Format, ck.Path, len(tensors), "tensors,", ck.Extras)
+	fmt.Println("config.json:", len(config), "bytes")
+	// Output:
+	// hf-safetensors-sharded fs:///models/mistral 20 tensors, [config.json generation_config.json]
+	// config.json: 672 bytes
 }

@@ -76,8 +76,11 @@ func Detect(ctx context.Context, path string) (Kind, error) {
 	if safetensors.LooksLike(head) || strings.EqualFold(pathpkg.Ext(path), ".safetensors") {
 		return Safetensors, nil
 	}
-	return "", fmt.Errorf("%s: %w: unrecognized checkpoint format (not a torch.save zip or legacy stream, not safetensors)", path, statedict.ErrUnsupported)
+	return "", fmt.Errorf("%s: %w: %w", path, statedict.ErrUnsupported, errUnrecognized)
 }
+
+// errUnrecognized is Detect's error for bytes that are no single-file format.
+var errUnrecognized = errors.New("unrecognized checkpoint format (not a torch.save zip or legacy stream, not safetensors)")
 
 // detectTar recognizes a tar archive as Python's tarfile reads it (package pytar) — the
 // reading of NeMo's restore_from and torch's legacy loader: a .nemo archive, whose index

@@ -178,10 +178,20 @@ func (s *Storage) WriteTo(w io.Writer) (int64, error) {
 	return done, nil
 }
 
+// LocalFile is where a FileBacked storage's bytes lie as stored in a local file, for
+// readers that pread them rather than fault the mapping in. A storage mapped from another
+// backend's object (storage.Mem's bytes) has no local file to pread: ok is false.
+func (s *Storage) LocalFile() (path string, off int64, ok bool) {
+	if !s.FileBacked || s.File == "" || storage.IsRemote(s.File) {
+		return "", 0, false
+	}
+	return s.File, s.Offset, true
+}
+
 // writeMapped writes d, which starts at byte start of the storage's mapped bytes.
 func (s *Storage) writeMapped(w io.Writer, d []byte, start int64) (int64, error) {
-	if s.FileBacked && s.File != "" {
-		return WriteRange(w, Range{Data: d, Path: s.File, Off: s.Offset + start})
+	if file, off, ok := s.LocalFile(); ok {
+		return WriteRange(w, Range{Data: d, Path: file, Off: off + start})
 	}
 	n, err := w.Write(d)
 	return int64(n), err
@@ -198,7 +208,11 @@ type Quantizer struct {
 	Axis               int64
 }
 
-// Tensor is a strided view of a Storage, as a torch tensor is. Its bytes are read lazily.
+// Tensor is a strided view of a Storage, as a torch tensor is. Its bytes are read lazily:
+// [Tensor.Bytes] gives its contiguous value as stored (in DType), [Tensor.WriteTo] streams
+// it, and [github.com/ckpt-dev/ckpt/codec.Float32s] decodes it to float32 — every
+// floating dtype exactly (bfloat16, float16, FP8, packed FP4), integers and bool
+// converted — as torch's t.float() does.
 type Tensor struct {
 	Shape   []int64
 	Strides []int64 // in elements of DType

@@ -65,7 +65,7 @@ var ErrForeign = errors.New("refusing a destination holding what ckpt did not wr
 
 // CreateOutput starts an output at url through its backend.
 func CreateOutput(ctx context.Context, url string, opts OutputOptions) (Output, error) {
-	b, err := backend(url)
+	b, err := backend(ctx, url)
 	if err != nil {
 		return nil, err
 	}

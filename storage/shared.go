@@ -61,7 +61,7 @@ type SharedCreator interface {
 
 // JoinOutput starts this host's share of the shared output at url through its backend.
 func JoinOutput(ctx context.Context, url string, opts SharedOptions) (SharedOutput, error) {
-	b, err := backend(url)
+	b, err := backend(ctx, url)
 	if err != nil {
 		return nil, err
 	}

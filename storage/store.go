@@ -7,6 +7,9 @@
 // Backends are registered by the packages that implement them (as database/sql drivers
 // are): importing github.com/ckpt-dev/ckpt/storage/bucket registers gs:// and s3://,
 // so a program that never imports it never links a cloud SDK.
+// A backend can also be given for one call tree rather than the program: [WithBackend]
+// puts it in the context, as formats.OpenFS does with [FromFS] (an fs.FS read at
+// fs:/// paths) so every reader opens its siblings through the caller's fs.FS.
 package storage
 
 import (
@@ -92,11 +95,15 @@ func IsRemote(p string) bool {
 // ErrNoBackend is returned for a URL whose scheme has no registered backend.
 var ErrNoBackend = errors.New("no storage backend for this scheme is linked into this program")
 
-// backend returns the FS for p.
-func backend(p string) (FS, error) {
+// backend returns the FS for p: the one ctx carries for its scheme (WithBackend), else the
+// one registered for it.
+func backend(ctx context.Context, p string) (FS, error) {
 	s, ok := Scheme(p)
 	if !ok {
 		return local{}, nil
+	}
+	if b, ok := ctx.Value(backendKey{s}).(FS); ok {
+		return b, nil
 	}
 	mu.RLock()
 	b := backends[s]
@@ -109,7 +116,7 @@ func backend(p string) (FS, error) {
 
 // Open opens p for reading: a local file is memory-mapped (the File is also Mapped).
 func Open(ctx context.Context, p string) (File, error) {
-	b, err := backend(p)
+	b, err := backend(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +125,7 @@ func Open(ctx context.Context, p string) (File, error) {
 
 // Stat describes p.
 func Stat(ctx context.Context, p string) (fs.FileInfo, error) {
-	b, err := backend(p)
+	b, err := backend(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +134,7 @@ func Stat(ctx context.Context, p string) (fs.FileInfo, error) {
 
 // ReadDir lists the folder p.
 func ReadDir(ctx context.Context, p string) ([]fs.DirEntry, error) {
-	b, err := backend(p)
+	b, err := backend(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -195,8 +202,10 @@ func Dir(p string) string {
 	}
 	s, _ := Scheme(p)
 	rest := strings.TrimSuffix(strings.TrimPrefix(p, s+"://"), "/")
-	if i := strings.LastIndexByte(rest, '/'); i >= 0 {
+	if i := strings.LastIndexByte(rest, '/'); i > 0 {
 		return s + "://" + rest[:i]
+	} else if i == 0 || rest == "" { // a path without a host: fs:///name is in fs:///
+		return s + ":///"
 	}
 	return s + "://" + rest
 }
@@ -206,7 +215,8 @@ func Base(p string) string {
 	if !IsRemote(p) {
 		return filepath.Base(p)
 	}
-	return path.Base(strings.TrimSuffix(p, "/"))
+	s, _ := Scheme(p)
+	return path.Base(strings.TrimSuffix(strings.TrimPrefix(p, s+"://"), "/"))
 }
 
 // Glob returns the names in folder dir matching the path.Match pattern, as full paths.

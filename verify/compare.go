@@ -195,13 +195,13 @@ func (r *randomReader) ReadAt(p []byte, off int64) error {
 // storageAt reads the storage's bytes at off.
 func (r *randomReader) storageAt(p []byte, off int64) error {
 	st := r.t.Storage
-	if st.FileBacked && st.File != "" {
-		f, err := r.files.open(st.File)
+	if file, at, ok := st.LocalFile(); ok {
+		f, err := r.files.open(file)
 		if err != nil {
 			return err
 		}
-		if _, err := f.ReadAt(p, st.Offset+off); err != nil {
-			return fmt.Errorf("reading %s at byte %d: %w", st.File, st.Offset+off, err)
+		if _, err := f.ReadAt(p, at+off); err != nil {
+			return fmt.Errorf("reading %s at byte %d: %w", file, at+off, err)
 		}
 		return nil
 	}
