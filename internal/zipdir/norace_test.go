@@ -1,0 +1,5 @@
+//go:build !race
+
+package zipdir
+
+const raceEnabled = false
