@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"strings"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
-	"github.com/ckpt-dev/ckpt/storage"
 	"github.com/ckpt-dev/ckpt/verify/forward"
 	"github.com/ckpt-dev/ckpt/verify/forward/kernel"
 )
@@ -293,8 +291,8 @@ func configs(ctx context.Context, sck, dck *statedict.Checkpoint, given []byte) 
 	if given != nil {
 		return given, given, nil
 	}
-	s, serr := ownConfig(ctx, sck.Path)
-	d, derr := ownConfig(ctx, dck.Path)
+	s, serr := forward.ReadConfig(ctx, sck.Path)
+	d, derr := forward.ReadConfig(ctx, dck.Path)
 	switch {
 	case serr != nil && derr != nil:
 		if sck.Path == dck.Path {
@@ -309,19 +307,6 @@ func configs(ctx context.Context, sck, dck *statedict.Checkpoint, given []byte) 
 		return s, b, err
 	}
 	return s, d, nil
-}
-
-// ownConfig reads config.json inside a checkpoint folder or beside a checkpoint file.
-func ownConfig(ctx context.Context, path string) ([]byte, error) {
-	dir := path
-	if st, err := storage.Stat(ctx, path); err == nil && !st.IsDir() {
-		dir = storage.Dir(path)
-	}
-	b, err := storage.ReadFile(ctx, storage.Join(dir, "config.json"), 64<<20)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", path, forward.ErrNoConfig)
-	}
-	return b, err
 }
 
 // borrowConfig is the other side's config for ck, its quantization config removed when

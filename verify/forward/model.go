@@ -109,11 +109,8 @@ func Open(ctx context.Context, path string, opts Options) (*Model, error) {
 func Load(ctx context.Context, ck *statedict.Checkpoint, opts Options) (*Model, error) {
 	cfgJSON := opts.Config
 	if cfgJSON == nil {
-		p, err := configPath(ctx, ck.Path)
-		if err != nil {
-			return nil, err
-		}
-		if cfgJSON, err = storage.ReadFile(ctx, p, 64<<20); err != nil {
+		var err error
+		if cfgJSON, err = ReadConfig(ctx, ck.Path); err != nil {
 			return nil, err
 		}
 	}
@@ -138,6 +135,16 @@ func Load(ctx context.Context, ck *statedict.Checkpoint, opts Options) (*Model, 
 // ErrNoConfig is returned when a model's config.json is neither given nor found in its
 // folder or beside its file: the forward pass cannot know the architecture.
 var ErrNoConfig = errors.New("no config.json")
+
+// ReadConfig reads the config.json of the checkpoint at path: inside its folder, or beside
+// its file (ErrNoConfig when there is none).
+func ReadConfig(ctx context.Context, path string) ([]byte, error) {
+	p, err := configPath(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return storage.ReadFile(ctx, p, 64<<20)
+}
 
 // configPath finds config.json: inside a checkpoint folder, or beside a checkpoint file.
 func configPath(ctx context.Context, path string) (string, error) {
