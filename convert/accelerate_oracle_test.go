@@ -1,8 +1,6 @@
 package convert_test
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -50,38 +48,6 @@ func TestAccelerateFSDPResumesOnMesh(t *testing.T) {
 			t.Errorf("warning: %s", w.Message)
 		}
 	}
-	if err := os.Mkdir(filepath.Join(host, "work"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out, err := o.Python("testdata/runtime/accelerate_fsdp_resume.py", "check", "testdata/runtime/accelerate_fsdp2", chroot+"/out", chroot+"/work")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res struct {
-		OK     bool     `json:"ok"`
-		Errors []string `json:"errors"`
-		Ranks  []struct {
-			Loaded    int `json:"loaded"`
-			OwnPieces int `json:"own_pieces"`
-		} `json:"ranks"`
-		MaxDiff float64 `json:"max_diff"`
-		Moved   float64 `json:"moved"`
-		Control float64 `json:"control"`
-		Params  int     `json:"params"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	for _, e := range res.Errors {
-		t.Error(e)
-	}
-	if len(res.Ranks) != 4 || !res.OK || res.Params != 27 {
-		t.Fatalf("%s", out)
-	}
-	for r, rr := range res.Ranks {
-		if rr.Loaded != 3*27 || rr.OwnPieces < 3*27 {
-			t.Errorf("rank %d checked %d tensors, %d pieces of its file; want %d", r, rr.Loaded, rr.OwnPieces, 3*27)
-		}
-	}
+	res := checkMeshResume(t, o, host, chroot+"/work", "testdata/runtime/accelerate_fsdp_resume.py", 27, "testdata/runtime/accelerate_fsdp2", chroot+"/out")
 	t.Logf("after 3 steps: max |resumed - reference| %.3g, parameters moved up to %.3g, swapped-moments control %.3g", res.MaxDiff, res.Moved, res.Control)
 }

@@ -1,8 +1,6 @@
 package convert_test
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -59,39 +57,7 @@ func TestTrainerResumesOnMesh(t *testing.T) {
 					t.Errorf("warning: %s", w.Message)
 				}
 			}
-			if err := os.Mkdir(filepath.Join(host, "work"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			out, err := o.Python("testdata/runtime/trainer_resume.py", "check", chroot+"/checkpoint-2", chroot+"/out", chroot+"/work")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var res struct {
-				OK     bool     `json:"ok"`
-				Errors []string `json:"errors"`
-				Ranks  []struct {
-					Loaded    int `json:"loaded"`
-					OwnPieces int `json:"own_pieces"`
-				} `json:"ranks"`
-				MaxDiff float64 `json:"max_diff"`
-				Moved   float64 `json:"moved"`
-				Control float64 `json:"control"`
-				Params  int     `json:"params"`
-			}
-			if err := json.Unmarshal(out, &res); err != nil {
-				t.Fatalf("%v: %s", err, out)
-			}
-			for _, e := range res.Errors {
-				t.Error(e)
-			}
-			if len(res.Ranks) != 4 || !res.OK || res.Params != rep[0].Params {
-				t.Fatalf("%s", out)
-			}
-			for r, rr := range res.Ranks {
-				if rr.Loaded != 3*res.Params || rr.OwnPieces < 3*res.Params {
-					t.Errorf("rank %d checked %d tensors, %d pieces of its file; want %d", r, rr.Loaded, rr.OwnPieces, 3*res.Params)
-				}
-			}
+			res := checkMeshResume(t, o, host, chroot+"/work", "testdata/runtime/trainer_resume.py", rep[0].Params, chroot+"/checkpoint-2", chroot+"/out")
 			t.Logf("%d parameters; after 3 steps: max |resumed - reference| %.3g, parameters moved up to %.3g, swapped-moments control %.3g",
 				res.Params, res.MaxDiff, res.Moved, res.Control)
 		})

@@ -44,9 +44,13 @@ const maxRanks = 1 << 16
 // rankID is a rank folder's ranks as its name gives them: one to three numbers.
 type rankID []int64
 
-// parseRank reads a rank folder's name.
-func parseRank(name string) (rankID, bool) {
-	m := rankDir.FindStringSubmatch(name)
+// parseRank reads a Megatron rank folder's name.
+func parseRank(name string) (rankID, bool) { return parseRankWith(rankDir, name) }
+
+// parseRankWith reads a rank folder's name by re, whose groups are the ranks; an empty
+// group (an alternative not taken, a pipeline rank a name leaves out) is skipped.
+func parseRankWith(re *regexp.Regexp, name string) (rankID, bool) {
+	m := re.FindStringSubmatch(name)
 	if m == nil {
 		return nil, false
 	}
@@ -132,24 +136,7 @@ var (
 )
 
 // parseNeMoRank reads a NeMo 1 rank folder's name: (tensor) or (tensor, pipeline).
-func parseNeMoRank(name string) (rankID, bool) {
-	m := nemoRankDir.FindStringSubmatch(name)
-	if m == nil {
-		return nil, false
-	}
-	var id rankID
-	for _, s := range m[1:] {
-		if s == "" {
-			continue
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n >= maxRanks {
-			return nil, false
-		}
-		id = append(id, n)
-	}
-	return id, true
-}
+func parseNeMoRank(name string) (rankID, bool) { return parseRankWith(nemoRankDir, name) }
 
 func nemoRankName(id rankID) string {
 	if len(id) == 1 {
