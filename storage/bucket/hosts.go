@@ -194,6 +194,23 @@ func (m *member) join() error {
 	}
 }
 
+// foreignBeside returns clear's ErrForeign refusal of an object beside another run's
+// marker that the run did not upload (nil when every object is the marker's run's).
+func (m *member) foreignBeside() error {
+	objs, err := m.b.List(m.ctx, m.l.Key+"/", "")
+	if err != nil {
+		return pathError("list", m.l, err)
+	}
+	there := make([]string, len(objs))
+	for i, ob := range objs {
+		there[i] = ob.Key
+	}
+	if err := m.unfinished(there); errors.Is(err, storage.ErrForeign) {
+		return err
+	}
+	return nil
+}
+
 // alone applies a single process's rules (Hosts 1) to the marker it found naming run:
 // no other host makes a marker, so one naming this run was left by an interrupted run of
 // this conversion — or made by one still going, which a bucket, having no lock, cannot
@@ -202,9 +219,16 @@ func (m *member) join() error {
 // replaces (clear's rules), so a resume whose source or options differ is refused before
 // anything is touched.
 func (m *member) alone(run string, found bool) error {
-	switch {
-	case m.opts.Hosts != 1 || !found || m.opts.Force:
+	if m.opts.Hosts != 1 || !found || m.opts.Force {
 		return nil
+	}
+	if run != m.run {
+		// What Force would refuse too is refused for that reason first.
+		if err := m.foreignBeside(); err != nil {
+			return err
+		}
+	}
+	switch {
 	case run == m.run && !m.opts.Resume:
 		return fmt.Errorf("%s: %w: %w: it is this conversion's, interrupted; resuming it keeps the files it finished (make sure that run is not still going)", m.l, storage.ErrExists, multihost.ErrUnfinished)
 	case run != m.run && m.opts.Resume:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -145,48 +146,23 @@ func (o *output) clear(opts storage.OutputOptions) error {
 	if len(there) == 0 {
 		return nil
 	}
-	rel := func(k string) string {
-		if o.folder {
-			return strings.TrimPrefix(k, o.l.Key+"/")
-		}
-		return strings.TrimPrefix(k, o.l.Key)
-	}
 	partial := slices.Contains(there, o.key(PartialMarker))
+	// What is there is proven ckpt's (or not) before Force is looked at, so that a
+	// destination Force could never replace is refused for that reason the first time.
+	if partial {
+		// This run's own marker is taken over only with Force (a plain rerun is told the
+		// destination exists).
+		if err := o.unfinished(there); err != nil && (opts.Force || !errors.Is(err, errOwnRun)) {
+			return err
+		}
+	} else if err := o.owned(there, opts); err != nil {
+		return err
+	}
 	if !opts.Force && partial && !o.folder {
 		return fmt.Errorf("%s: %w: holds what an interrupted conversion left (%s); it cannot be resumed: the object appears only once its upload completes, so an interrupted single-file upload leaves nothing to keep", o.l, storage.ErrExists, Location{o.l.Scheme, o.l.Bucket, o.key(PartialMarker)})
 	}
 	if !opts.Force {
 		return fmt.Errorf("%s: %w: holds %d object(s) (%s…)", o.l, storage.ErrExists, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
-	}
-	if partial {
-		if err := o.unfinished(there); err != nil {
-			return err
-		}
-	} else {
-		var owned []string
-		ok := false
-		if o.folder && opts.Owned != nil {
-			owned, ok = opts.Owned(o.ctx, o.l.String())
-		} else if !o.folder {
-			// A file output's earlier copy is ckpt's when its manifest lies beside it.
-			for _, c := range companions(o.l.Key, opts.Companions) {
-				ok = ok || slices.Contains(there, c)
-			}
-			owned = append([]string{""}, func() (out []string) {
-				for _, c := range companions(o.l.Key, opts.Companions) {
-					out = append(out, rel(c))
-				}
-				return out
-			}()...)
-		}
-		if !ok {
-			return fmt.Errorf("%s: %w: holds %d object(s) no ckpt manifest there lists (%s…); ckpt never replaces what it did not write", o.l, storage.ErrForeign, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
-		}
-		for _, k := range there {
-			if !slices.Contains(owned, rel(k)) {
-				return fmt.Errorf("%s: %w: %s is not listed by the ckpt manifest there; ckpt never replaces what it did not write", o.l, storage.ErrForeign, Location{o.l.Scheme, o.l.Bucket, k})
-			}
-		}
 	}
 	// Manifests first (nothing complete-looking), then the rest, the marker last.
 	slices.SortStableFunc(there, func(a, b string) int {
@@ -204,6 +180,39 @@ func (o *output) clear(opts storage.OutputOptions) error {
 	for _, k := range there {
 		if err := o.b.Delete(o.ctx, k); err != nil {
 			return pathError("remove", Location{o.l.Scheme, o.l.Bucket, k}, err)
+		}
+	}
+	return nil
+}
+
+// owned checks that every key in there (no marker among them) is an earlier output's that
+// Force may replace: listed by the ckpt manifest there (a folder), or a file output's
+// object with its manifest beside it.
+func (o *output) owned(there []string, opts storage.OutputOptions) error {
+	rel := func(k string) string {
+		if o.folder {
+			return strings.TrimPrefix(k, o.l.Key+"/")
+		}
+		return strings.TrimPrefix(k, o.l.Key)
+	}
+	var owned []string
+	ok := false
+	if o.folder && opts.Owned != nil {
+		owned, ok = opts.Owned(o.ctx, o.l.String())
+	} else if !o.folder {
+		// A file output's earlier copy is ckpt's when its manifest lies beside it.
+		owned = []string{""}
+		for _, c := range companions(o.l.Key, opts.Companions) {
+			ok = ok || slices.Contains(there, c)
+			owned = append(owned, rel(c))
+		}
+	}
+	if !ok {
+		return fmt.Errorf("%s: %w: holds %d object(s) no ckpt manifest there lists (%s…); ckpt never replaces what it did not write", o.l, storage.ErrForeign, len(there), Location{o.l.Scheme, o.l.Bucket, there[0]})
+	}
+	for _, k := range there {
+		if !slices.Contains(owned, rel(k)) {
+			return fmt.Errorf("%s: %w: %s is not listed by the ckpt manifest there; ckpt never replaces what it did not write", o.l, storage.ErrForeign, Location{o.l.Scheme, o.l.Bucket, k})
 		}
 	}
 	return nil

@@ -358,3 +358,56 @@ func TestNoCredentialsReportedAtOnce(t *testing.T) {
 		t.Errorf("%d requests reached the server", n)
 	}
 }
+
+// TestForeignRefusedFirst: a destination that Force would refuse too — objects no ckpt
+// manifest lists, or one beside an unfinished output's marker it did not upload — is
+// refused the first time as foreign, not as an earlier output Force would replace (issue
+// 28, item 6), for a file, a folder and a single process's journaled folder (host 0 of 1,
+// as convert writes every folder into a bucket); nothing there changes.
+func TestForeignRefusedFirst(t *testing.T) {
+	servers(t)
+	ctx := context.Background()
+	for _, scheme := range []string{"gs", "s3"} {
+		for _, c := range []struct {
+			name   string
+			folder bool
+			join   bool
+			stale  bool // an unfinished output's marker and file lie there too
+		}{
+			{name: "file"},
+			{name: "folder", folder: true},
+			{name: "joined", folder: true, join: true},
+			{name: "stale-folder", folder: true, stale: true},
+			{name: "stale-joined", folder: true, join: true, stale: true},
+		} {
+			t.Run(scheme+"/"+c.name, func(t *testing.T) {
+				dir := "first/" + c.name
+				url := scheme + "://ckpt/" + dir
+				foreign := dir + "/notes.txt"
+				if !c.folder {
+					foreign = dir
+				}
+				if c.stale {
+					crashed(t, url, true, "model.safetensors")
+				}
+				putObject(t, scheme, foreign, "someone else's")
+				before := keys(t, scheme, dir)
+				var err error
+				if c.join {
+					_, err = storage.JoinOutput(ctx, url, storage.SharedOptions{OutputOptions: storage.OutputOptions{Folder: true}, Host: 0, Hosts: 1, Run: "r1"})
+				} else {
+					_, err = storage.CreateOutput(ctx, url, storage.OutputOptions{Folder: c.folder})
+				}
+				if !errors.Is(err, storage.ErrForeign) || errors.Is(err, storage.ErrExists) {
+					t.Fatalf("without Force: %v, want ErrForeign alone", err)
+				}
+				if !strings.Contains(err.Error(), foreign) && !strings.Contains(err.Error(), "no ckpt manifest") {
+					t.Errorf("the error does not say why: %v", err)
+				}
+				if after := keys(t, scheme, dir); !slices.Equal(after, before) {
+					t.Errorf("the prefix changed: %v, was %v", after, before)
+				}
+			})
+		}
+	}
+}
