@@ -51,9 +51,14 @@ func OpenFile(ctx context.Context, r io.ReaderAt, size int64, name string) (*sta
 // storage.ErrNoReaderAt). fsys must stay readable until the checkpoint is closed; ctx,
 // kept by the checkpoint, also ends its reads.
 func OpenFS(ctx context.Context, fsys fs.FS, name string) (*statedict.Checkpoint, error) {
+	return OpenFSWith(ctx, fsys, name, OpenOptions{})
+}
+
+// OpenFSWith is OpenFS with options, as [OpenWith] is [Open] with them.
+func OpenFSWith(ctx context.Context, fsys fs.FS, name string, o OpenOptions) (*statedict.Checkpoint, error) {
 	if !fs.ValidPath(name) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w: not a name inside an fs.FS (slash-separated, no .. or leading /)", fs.ErrInvalid)}
 	}
 	ctx = storage.WithBackend(ctx, storage.FSScheme, storage.FromFS(fsys))
-	return OpenWith(ctx, storage.FSPath(name), OpenOptions{})
+	return OpenWith(ctx, storage.FSPath(name), o)
 }

@@ -62,7 +62,13 @@ func readAll(t *testing.T, open func() (*statedict.Checkpoint, error)) (string, 
 // format and tensors, byte for byte, or errors of the same kind.
 func sameAs(t *testing.T, how, fixture string, open func() (*statedict.Checkpoint, error)) {
 	t.Helper()
-	wantFormat, want, wantErr := readAll(t, func() (*statedict.Checkpoint, error) { return formats.Open(context.Background(), fixture) })
+	sameAsWith(t, how, fixture, formats.OpenOptions{}, open)
+}
+
+// sameAsWith is sameAs against OpenWith(fixture, opts).
+func sameAsWith(t *testing.T, how, fixture string, opts formats.OpenOptions, open func() (*statedict.Checkpoint, error)) {
+	t.Helper()
+	wantFormat, want, wantErr := readAll(t, func() (*statedict.Checkpoint, error) { return formats.OpenWith(context.Background(), fixture, opts) })
 	format, got, err := readAll(t, open)
 	if wantErr != nil || err != nil {
 		for _, kind := range []error{statedict.ErrCorrupt, statedict.ErrUnsupported, statedict.ErrDangerous} {
@@ -174,6 +180,38 @@ func TestOpenFSFolders(t *testing.T) {
 			sameAs(t, "OpenFS(MapFS)", fixture, func() (*statedict.Checkpoint, error) {
 				return formats.OpenFS(ctx, mapFS(t, "../testdata", under), name)
 			})
+		})
+	}
+}
+
+// OpenFSWith takes Open's options: a ZeRO folder read through an fs.FS with its optimizer
+// state consolidated gives what OpenWith(path) gives, model and optimizer.
+func TestOpenFSWithZeROOptimizer(t *testing.T) {
+	ctx := context.Background()
+	opts := formats.OpenOptions{ZeROOptimizer: true}
+	for _, name := range []string{"ecosystem/zero/zero2", "ecosystem/zero/zero3"} {
+		t.Run(name, func(t *testing.T) {
+			fixture := filepath.Join("../testdata", filepath.FromSlash(name))
+			open := func() (*statedict.Checkpoint, error) {
+				return formats.OpenFSWith(ctx, mapFS(t, "../testdata", name), name, opts)
+			}
+			sameAsWith(t, "OpenFSWith(MapFS)", fixture, opts, open)
+			sameAsWith(t, "OpenFSWith(os.DirFS)", fixture, opts, func() (*statedict.Checkpoint, error) {
+				return formats.OpenFSWith(ctx, os.DirFS("../testdata"), name, opts)
+			})
+			_, got, err := readAll(t, open)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var optim int
+			for _, g := range got {
+				if strings.HasPrefix(g.name, "optimizer.") {
+					optim++
+				}
+			}
+			if optim == 0 {
+				t.Errorf("no optimizer state among %d tensors", len(got))
+			}
 		})
 	}
 }
