@@ -625,6 +625,82 @@ func TestLeftoverKilledInCreate(t *testing.T) {
 	}
 }
 
+// TestStaleIntent: only the last intent not followed by its file's record can be a kill's
+// window. An earlier intent — a creation that failed, maybe because something was planted
+// at the name — proves nothing: an empty file there is foreign and stays. A file made anew
+// (an index written again, its first inode journaled and removed) that a kill left empty
+// is ckpt's.
+func TestStaleIntent(t *testing.T) {
+	for _, resume := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failed/resume=%v", resume), func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "out")
+			d, err := CreateDir(dst, DirOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A creation that failed after its intent; another file written after it.
+			if err := d.p.j.write(record{Intent: "x.safetensors"}); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, d, "a.safetensors", "aaaa")
+			if err := os.WriteFile(filepath.Join(d.Path, "x.safetensors"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			d.p.fo.close()
+			d.p.j.close()
+			untrack(d.key)
+			before := tree(t, filepath.Dir(dst))
+			if _, err := CreateDir(dst, DirOptions{Resume: resume}); !errors.Is(err, ErrForeign) || !strings.Contains(err.Error(), "x.safetensors") {
+				t.Fatalf("CreateDir: %v, want ErrForeign naming x.safetensors", err)
+			}
+			if after := tree(t, filepath.Dir(dst)); after != before {
+				t.Errorf("the partial folder changed:\n%s\n→\n%s", before, after)
+			}
+		})
+		t.Run(fmt.Sprintf("made-anew/resume=%v", resume), func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "out")
+			d, err := CreateDir(dst, DirOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, d, "a.safetensors", "aaaa")
+			writeFile(t, d, "index.json", "{}")
+			// What partial.create does for a file made before, up to a kill: the old one
+			// removed, the intent, the new empty file, no record. (The old file is held
+			// open so that the new one cannot get its inode number back.)
+			old, err := os.Open(filepath.Join(d.Path, "index.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer old.Close()
+			if err := os.Remove(filepath.Join(d.Path, "index.json")); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.p.j.write(record{Intent: "index.json"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(d.Path, "index.json"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			d.p.fo.close()
+			d.p.j.close()
+			untrack(d.key)
+			d, err = CreateDir(dst, DirOptions{Resume: resume})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Abort()
+			want := ".ckpt-journal"
+			if resume {
+				want = ".ckpt-journal a.safetensors"
+			}
+			if got := strings.Join(entries(t, d.Path), " "); got != want {
+				t.Fatalf("left %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 // TestSecondWriterBusy: while one writer holds a destination, a second is refused as busy
 // — on every system: off unix the lock is no longer a silent no-op (issue 28, item 13).
 func TestSecondWriterBusy(t *testing.T) {

@@ -32,10 +32,12 @@ import (
 // in a partial folder is foreign: never removed, never adopted, never written through.
 //
 // A kill can fall between a file's creation and the record of its inode. The intent line
-// written before it covers that window: an entry at an intended name that the journal does
-// not list is ckpt's when it is an empty regular file with one link, or a folder on the
-// way to an intended name — a kill there leaves nothing else, and removing it loses no
-// bytes.
+// written before it covers that window: files are created one at a time, so only the last
+// intent not followed by its file's record can be in it (an earlier one is a creation that
+// failed — maybe because something was planted at that name). An entry at that one name
+// that the journal does not list is ckpt's when it is an empty regular file with one link,
+// or a folder on the way to it — a kill there leaves nothing else, and removing it loses
+// no bytes.
 
 // journalVersion is the header's ckpt_journal.
 const journalVersion = 2
@@ -74,8 +76,9 @@ type journaled struct {
 	files    map[string]entry
 	dirs     map[string]uint64
 	controls map[string]uint64
-	// intents is the names about to be created.
-	intents map[string]bool
+	// intent is the file a kill may have caught being created: the last intent not
+	// followed by the record of its file ("" for none).
+	intent string
 	// order is the files in the order first recorded.
 	order []string
 }
@@ -109,7 +112,7 @@ func readJournal(fo *folder, name string) (*journaled, ident, error) {
 // parseJournal parses a journal's lines; folder and self are the inodes its header must
 // name.
 func parseJournal(r io.Reader, folder, self uint64) (*journaled, error) {
-	j := &journaled{files: map[string]entry{}, dirs: map[string]uint64{}, controls: map[string]uint64{}, intents: map[string]bool{}}
+	j := &journaled{files: map[string]entry{}, dirs: map[string]uint64{}, controls: map[string]uint64{}}
 	br := bufio.NewReaderSize(r, 1<<16)
 	for n := 1; ; n++ {
 		line, err := readLine(br)
@@ -179,7 +182,7 @@ func (j *journaled) add(rec record) error {
 		if err := checkName(rec.Intent); err != nil || multihost.IsControl(rec.Intent) || rec.Size != 0 || rec.XXHash64 != "" {
 			return fmt.Errorf("%q is not a name ckpt writes", rec.Intent)
 		}
-		j.intents[rec.Intent] = true
+		j.intent = rec.Intent
 	case rec.File != "":
 		if err := checkName(rec.File); err != nil || multihost.IsControl(rec.File) {
 			return fmt.Errorf("%q is not a name ckpt writes", rec.File)
@@ -189,6 +192,9 @@ func (j *journaled) add(rec record) error {
 		}
 		if _, ok := j.files[rec.File]; !ok {
 			j.order = append(j.order, rec.File)
+		}
+		if rec.File == j.intent {
+			j.intent = ""
 		}
 		j.files[rec.File] = entry{ino: rec.Ino, finished: rec.XXHash64 != "", size: rec.Size, xxhash64: rec.XXHash64}
 	case rec.Dir != "":

@@ -43,25 +43,20 @@ func surveyAll(fo *folder) (map[string]ident, error) {
 // proves reports whether the entry name, found as id, is one the journal records ckpt
 // made: the same inode and kind, a file with no other link to it. An entry the journal
 // only intended (a kill between its creation and its record) is ckpt's when it holds
-// nothing: an empty file with one link at an intended name, or a folder on the way to one.
+// nothing: an empty file with one link at the intended name, or a folder on the way to it.
 func (j *journaled) proves(name string, id ident) bool {
+	// The intended file first: it may be one made anew (a finisher's index written
+	// again), whose earlier inode the journal lists and which was removed before.
+	if name == j.intent && id.isReg() && id.nlink == 1 && id.size == 0 {
+		return true
+	}
 	if e, ok := j.files[name]; ok {
 		return id.isReg() && id.nlink == 1 && id.ino == e.ino
 	}
 	if ino, ok := j.dirs[name]; ok {
 		return id.isDir() && id.ino == ino
 	}
-	if id.isReg() {
-		return j.intents[name] && id.nlink == 1 && id.size == 0
-	}
-	if id.isDir() {
-		for intent := range j.intents {
-			if strings.HasPrefix(intent, name+"/") {
-				return true
-			}
-		}
-	}
-	return false
+	return j.intent != "" && id.isDir() && strings.HasPrefix(j.intent, name+"/")
 }
 
 // adopt takes the entries the journal proves (all, as surveyed) as this process's own.
@@ -80,18 +75,13 @@ func (p *partial) adopt(j *journaled, all map[string]ident) {
 	}
 }
 
-// removeIntended removes the files adopted from j's intents alone: created by a run killed
-// before it recorded them, so holding nothing to keep.
+// removeIntended removes the file adopted from j's intent alone: created by a run killed
+// before it recorded it, so holding nothing to keep.
 func (p *partial) removeIntended(j *journaled) error {
-	for name := range j.intents {
-		if _, listed := j.files[name]; listed {
-			continue
-		}
-		if err := p.removeFile(name); err != nil {
-			return err
-		}
+	if j.intent == "" {
+		return nil
 	}
-	return nil
+	return p.removeFile(j.intent)
 }
 
 // made reports whether id at name is an entry this process made or adopted.

@@ -168,10 +168,8 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 	for name := range j.dirs {
 		check(name)
 	}
-	for name := range j.intents {
-		if _, listed := j.files[name]; !listed {
-			check(name)
-		}
+	if j.intent != "" {
+		check(j.intent)
 	}
 	controls := map[string]ident{}
 	for _, n := range []string{partName, tmpName} {
