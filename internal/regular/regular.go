@@ -87,16 +87,6 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 	return read(f, st, path, limit)
 }
 
-// ReadIn reads name inside root as ReadFile does.
-func ReadIn(root *os.Root, name string, limit int64) ([]byte, error) {
-	f, st, err := OpenIn(root, name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return read(f, st, name, limit)
-}
-
 func read(f *os.File, st fs.FileInfo, path string, limit int64) ([]byte, error) {
 	if limit < 0 {
 		return nil, fmt.Errorf("regular: %s: a read needs a bound", path)

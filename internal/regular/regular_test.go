@@ -66,10 +66,18 @@ func TestReadFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	if _, err := ReadIn(root, "fifo", 100); !errors.Is(err, ErrNotRegular) {
-		t.Errorf("ReadIn of a FIFO: %v", err)
+	if f, _, err := OpenIn(root, "fifo"); !errors.Is(err, ErrNotRegular) {
+		if err == nil {
+			f.Close()
+		}
+		t.Errorf("OpenIn of a FIFO: %v", err)
 	}
-	if b, err := ReadIn(root, "ok.json", 100); err != nil || string(b) != `{"a":1}` {
-		t.Errorf("ReadIn: %q %v", b, err)
+	f, st, err := OpenIn(root, "ok.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if b, err := read(f, st, "ok.json", 100); err != nil || string(b) != `{"a":1}` {
+		t.Errorf("OpenIn: %q %v", b, err)
 	}
 }
