@@ -1,0 +1,31 @@
+package statedict
+
+// DTensor is what a torch.distributed.tensor.DTensor pickled by one rank says about itself
+// (torch.save of an FSDP2 or tensor-parallel model's state_dict on each rank): the Tensor
+// carrying it holds the rank's local shard, this the facts that place the shard in the
+// whole tensor. A reader of the ranks' files reassembles the whole tensor from them
+// (DTensor.full_tensor()); a Tensor with DTensor set is never a whole tensor.
+type DTensor struct {
+	// Shape and Stride are the global tensor's (DTensor.shape, DTensor.stride()).
+	Shape, Stride []int64
+	// Placements are one per mesh axis as torch's repr writes them: "Shard(dim=0)",
+	// "Replicate()", "_StridedShard(dim=0, sf=2)", "Partial(sum)".
+	Placements []string
+	// Mesh is the device mesh's shape, outermost axis first, with its dimension names
+	// ("" for an unnamed mesh).
+	Mesh []MeshAxis
+	// Rank is the global rank that saved the shard: the mesh's _rank, or for meshes
+	// pickled without one (torch before 2.9), the row-major index of Coord in the mesh.
+	Rank int
+	// Coord is the saving rank's coordinate on the mesh.
+	Coord []int
+}
+
+// MeshSize is the number of ranks of the DTensor's mesh.
+func (d *DTensor) MeshSize() int {
+	n := 1
+	for _, a := range d.Mesh {
+		n *= a.Size
+	}
+	return n
+}
