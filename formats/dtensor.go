@@ -65,19 +65,21 @@ func firstDTensor(v statedict.Value) *statedict.DTensor {
 	return d
 }
 
-// isDTensorFolder reports whether dir holds torch.save files the first of which holds a
-// DTensor shard.
+// isDTensorFolder reports whether dir holds torch.save files one of which holds a DTensor
+// shard, or fails to open (its reader, openDTensorRanks, then says why).
 func isDTensorFolder(ctx context.Context, dir string) bool {
-	files := torchFiles(ctx, dir)
-	if len(files) == 0 {
-		return false
+	for _, p := range torchFiles(ctx, dir) {
+		ck, err := openPart(ctx, p)
+		if err != nil {
+			return true
+		}
+		found := firstDTensor(ck.Root) != nil
+		ck.Close()
+		if found {
+			return true
+		}
 	}
-	ck, err := openPart(ctx, files[0])
-	if err != nil {
-		return false
-	}
-	defer ck.Close()
-	return firstDTensor(ck.Root) != nil
+	return false
 }
 
 // openDTensorRanks reads a folder of per-rank torch.save files holding DTensors as the

@@ -1,13 +1,18 @@
 package formats
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -103,6 +108,128 @@ func TestDTensorRanks(t *testing.T) {
 					t.Errorf("%s: epoch %v, want 3 (kept once)", p, epoch)
 				}
 				ck.Close()
+			}
+		})
+	}
+}
+
+// patchedRank copies the rank file src into dir under name with its pickle's bytes old
+// replaced by new (which must occur exactly once), rewriting the zip archive around it.
+func patchedRank(t *testing.T, src, dir, name string, old, new []byte) {
+	t.Helper()
+	zr, err := zip.OpenReader(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	var out bytes.Buffer
+	zw := zip.NewWriter(&out)
+	found := false
+	for _, f := range zr.File {
+		r, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(f.Name, "/data.pkl") && old != nil {
+			if n := bytes.Count(b, old); n != 1 {
+				t.Fatalf("%s: %q occurs %d times in the pickle", src, old, n)
+			}
+			b, found = bytes.Replace(b, old, new, 1), true
+		}
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: f.Name, Method: zip.Store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if old != nil && !found {
+		t.Fatalf("%s has no data.pkl", src)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDTensorRanksHostile: rank sets and rank files that do not make one checkpoint are
+// refused as corrupt (or unsupported), naming the file, the tensor and where it lies;
+// a mesh claiming 2^40 ranks allocates nothing for them.
+func TestDTensorRanksHostile(t *testing.T) {
+	ctx := context.Background()
+	fix := func(layout, name string) string { return filepath.Join("..", "testdata", "dtensor", layout, name) }
+	copyTo := func(t *testing.T, dir string, srcs map[string]string) {
+		for name, src := range srcs {
+			patchedRank(t, src, dir, name, nil, nil)
+		}
+	}
+	// The pickle bytes patched: rank 0's local shard of model.0.weight is (3, 8) (BININT1 3,
+	// BININT1 8, TUPLE2); its mesh's one axis is (2,) (the _FlatLayout shape).
+	local38 := []byte("K\x03K\x08\x86q\x1c")
+	cases := []struct {
+		name string
+		make func(t *testing.T, dir string)
+		open string // the file opened ("" the folder)
+		want []string
+		kind error
+	}{
+		{"missing rank", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"a.pt": fix("hsdp", "part-0.pt"), "b.pt": fix("hsdp", "part-2.pt")})
+		}, "", []string{"mesh (replicate=2, shard=2) has 4 ranks", "the files of rank"}, statedict.ErrCorrupt},
+		{"one rank alone", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
+		}, "rank1.pt", []string{"rank1.pt holds one rank's DTensor shards", "the files of rank 0 are missing"}, statedict.ErrCorrupt},
+		{"rank planted twice", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("fsdp2", "rank1.pt"), "rank0-copy.pt": fix("fsdp2", "rank0.pt")})
+		}, "", []string{"rank0-copy.pt and", "rank0.pt both hold rank 0's shards"}, statedict.ErrCorrupt},
+		{"ranks of two meshes", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("fsdp_tp", "rank1.pt")})
+		}, "", []string{"model"}, statedict.ErrCorrupt},
+		{"a file without DTensors", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("fsdp2", "rank1.pt"),
+				"full.pt": filepath.Join("..", "testdata", "torch", "views.pt")})
+		}, "", []string{"full.pt: ", "holds no DTensor"}, statedict.ErrCorrupt},
+		{"local shard disagrees with placement", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
+			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", local38, []byte("K\x02K\x08\x86q\x1c"))
+		}, "", []string{"model.0.weight", "rank0.pt (byte ", "local shard of shape [2 8]", "the shard [3 8] at [0 0]"}, statedict.ErrCorrupt},
+		{"ranks disagree on a value", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt")})
+			patchedRank(t, fix("fsdp2", "rank1.pt"), dir, "rank1.pt", []byte("K\x03u."), []byte("K\x04u."))
+		}, "", []string{"epoch: rank 0's", "holds 3, rank 1's", "rank1.pt 4"}, statedict.ErrCorrupt},
+		{"partial placement", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
+			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", []byte("placement_types\nShard\n"), []byte("placement_types\nPartial\n"))
+		}, "", []string{"rank0.pt (byte ", "model.0.weight", "Partial(sum)", "not the tensor's data"}, statedict.ErrUnsupported},
+		{"mesh of 2^40 ranks", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
+			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", []byte("shapeq2K\x02\x85"), []byte("shapeq2\x8a\x06\x00\x00\x00\x00\x00\x01\x85"))
+		}, "", []string{"rank0.pt", "[0.weight]", "a mesh axis of 1099511627776 ranks"}, statedict.ErrUnsupported},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.make(t, dir)
+			p := filepath.Join(dir, tc.open)
+			ck, err := Open(ctx, p)
+			if err == nil {
+				ck.Close()
+				t.Fatalf("%s opened", p)
+			}
+			if !errors.Is(err, tc.kind) {
+				t.Errorf("error %v is not %v", err, tc.kind)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
 			}
 		})
 	}

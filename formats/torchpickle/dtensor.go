@@ -249,8 +249,11 @@ func readMesh(v pickle.Value) (*statedict.DTensor, error) {
 			}
 			n := int64(1)
 			for _, s := range sh {
-				if s < 1 || s > maxMeshRanks {
+				if s < 1 {
 					return nil, fmt.Errorf("mesh axis of size %d", s)
+				}
+				if s > maxMeshRanks {
+					return nil, fmt.Errorf("%w: a mesh axis of %d ranks (more than %d)", statedict.ErrUnsupported, s, maxMeshRanks)
 				}
 				n *= s
 				if n > maxMeshRanks {
