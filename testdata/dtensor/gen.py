@@ -46,8 +46,15 @@ def listing(tree, prefix=""):
     return out
 
 
-def model():
+def model(layout="fsdp2"):
+    """The layout's model, unsharded."""
     torch.manual_seed(0)
+    if layout == "fsdp_tp":
+        m = torch.nn.Sequential(torch.nn.Linear(8, 12), torch.nn.ReLU(), torch.nn.Linear(12, 8))
+        torch.manual_seed(0)
+        for p in m.parameters():
+            torch.nn.init.normal_(p)
+        return m
     return torch.nn.Sequential(
         torch.nn.Linear(8, 6), torch.nn.ReLU(),
         torch.nn.Linear(6, 5), torch.nn.ReLU(),   # 5 rows: uneven over 2
@@ -68,10 +75,7 @@ def run(rank, world, layout, rdzv, out):
     else:
         from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel, RowwiseParallel
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-        m = torch.nn.Sequential(torch.nn.Linear(8, 12), torch.nn.ReLU(), torch.nn.Linear(12, 8))
-        torch.manual_seed(0)
-        for p in m.parameters():
-            torch.nn.init.normal_(p)
+        m = model(layout)
         parallelize_module(m, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
         fully_shard(m, mesh=mesh["dp"])
         name = f"rank{rank}.pt"
