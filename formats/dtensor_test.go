@@ -80,15 +80,16 @@ func checkDTensorListing(t *testing.T, ck *statedict.Checkpoint, e dtensorExpect
 }
 
 // TestDTensorRanks reads real FSDP2 per-rank saves (uneven and empty shards, HSDP's
-// (Replicate, Shard) on a 2-D mesh, FSDP2 over tensor parallelism with _StridedShard) as
-// the folder and as each rank file alone: every tensor, weights and AdamW moments, is
+// (Replicate, Shard) on a 2-D mesh, FSDP2 over tensor parallelism with _StridedShard, the
+// mesh as torch before 2.9 pickles it) as the folder and as each rank file alone: every tensor, weights and AdamW moments, is
 // what torch's full_tensor() gives, bit for bit.
 func TestDTensorRanks(t *testing.T) {
 	ctx := context.Background()
-	for _, layout := range []string{"fsdp2", "hsdp", "fsdp_tp"} {
-		t.Run(layout, func(t *testing.T) {
-			e := readDTensorExpected(t, layout)
-			dir := filepath.Join("..", "testdata", "dtensor", layout)
+	// fsdp2_torch25: the fsdp2 files as torch 2.5–2.8 pickle the mesh (gen_torch25.py).
+	for _, tc := range []struct{ layout, expected string }{{"fsdp2", "fsdp2"}, {"hsdp", "hsdp"}, {"fsdp_tp", "fsdp_tp"}, {"fsdp2_torch25", "fsdp2"}} {
+		t.Run(tc.layout, func(t *testing.T) {
+			e := readDTensorExpected(t, tc.expected)
+			dir := filepath.Join("..", "testdata", "dtensor", tc.layout)
 			paths := []string{dir}
 			files, _ := filepath.Glob(filepath.Join(dir, "*.pt"))
 			if len(files) != e.World {
@@ -196,6 +197,9 @@ func TestDTensorRanksHostile(t *testing.T) {
 		{"ranks of two meshes", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("fsdp_tp", "rank1.pt")})
 		}, "", []string{"model"}, statedict.ErrCorrupt},
+		{"meshes disagree", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("hsdp", "part-0.pt")})
+		}, "", []string{"model.0.weight: ", "rank0.pt (byte ", "placements [Shard(dim=0)] on the mesh (2)", "rank1.pt (byte ", "placements [Replicate() Shard(dim=0)] on the mesh (replicate=2, shard=2)"}, statedict.ErrCorrupt},
 		{"a file without DTensors", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("fsdp2", "rank1.pt"),
 				"full.pt": filepath.Join("..", "testdata", "torch", "views.pt")})
@@ -227,6 +231,7 @@ func TestDTensorRanksHostile(t *testing.T) {
 				ck.Close()
 				t.Fatalf("%s opened", p)
 			}
+			t.Log(err)
 			if !errors.Is(err, tc.kind) {
 				t.Errorf("error %v is not %v", err, tc.kind)
 			}
