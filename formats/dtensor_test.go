@@ -216,6 +216,14 @@ func TestDTensorRanksHostile(t *testing.T) {
 			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
 			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", []byte("placement_types\nShard\n"), []byte("placement_types\nPartial\n"))
 		}, "", []string{"rank0.pt (byte ", "model.0.weight", "Partial(sum)", "not the tensor's data"}, statedict.ErrUnsupported},
+		{"another wrapper subclass", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
+			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", []byte("torch.distributed.tensor\nDTensor\n"), []byte("torch.distributed.tensor\nXTensor\n"))
+		}, "", []string{"rank0.pt", "[0.weight]", "tensor subclass torch.distributed.tensor.XTensor"}, statedict.ErrUnsupported},
+		{"saved by a rank outside the mesh", func(t *testing.T, dir string) {
+			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
+			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", []byte("_coordinate_on_dimqKK\x00\x85"), []byte("_coordinate_on_dimqKN"))
+		}, "", []string{"rank0.pt", "[0.weight]", "coordinate is None", "a rank outside the mesh"}, statedict.ErrCorrupt},
 		{"mesh of 2^40 ranks", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
 			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", []byte("shapeq2K\x02\x85"), []byte("shapeq2\x8a\x06\x00\x00\x00\x00\x00\x01\x85"))
