@@ -13,14 +13,14 @@ import (
 
 // TestDTensorRanksConvert: the per-rank FSDP2 saves of testdata/dtensor (written by real
 // torch: uneven and empty shards on 2 ranks, HSDP on a 2x2 mesh, FSDP2 over tensor
-// parallelism with _StridedShard), each read from its folder and from one rank file alone,
+// parallelism with _StridedShard, split evenly and not), each read from its folder and from one rank file alone,
 // convert to a torch file that torch.load(weights_only=True) reads as every tensor of the
 // ranks' full_tensor(), bit for bit — weights and AdamW moments — and to a DCP folder for a
 // v5p-8 (fsdp=4) that 4 gloo ranks running FSDP2 resume from with dcp.load: every
 // parameter, moment and step as saved, lr and epoch kept (testdata/dtensor/check.py).
 func TestDTensorRanksConvert(t *testing.T) {
 	o := oracle.Require(t)
-	for _, tc := range []struct{ layout, file string }{{"fsdp2", "rank1.pt"}, {"hsdp", "part-3.pt"}, {"fsdp_tp", "rank2.pt"}} {
+	for _, tc := range []struct{ layout, file string }{{"fsdp2", "rank1.pt"}, {"hsdp", "part-3.pt"}, {"fsdp_tp", "rank2.pt"}, {"fsdp_tp_uneven", "rank0.pt"}} {
 		t.Run(tc.layout, func(t *testing.T) {
 			host, chroot := oracle.TempDir(t)
 			expected := "testdata/dtensor/" + tc.layout + ".json"

@@ -1,5 +1,6 @@
 """Writes the per-rank DTensor fixtures of testdata/dtensor with real torch (run in the
-oracle: scripts/oracle python testdata/dtensor/gen.py [OUT]).
+oracle: scripts/oracle python testdata/dtensor/gen.py [OUT [LAYOUT...]], by default
+into testdata/dtensor; with LAYOUTs only those).
 
 Each layout is what a training loop under FSDP2 (torch.distributed.fsdp.fully_shard)
 writes when every rank calls
@@ -14,6 +15,8 @@ shape, dtype and the sha256 of DTensor.full_tensor()'s row-major bytes) as torch
            that their names disagree with their ranks (the ranks come from the pickles).
   fsdp_tp/ 4 ranks, mesh (dp=2, tp=2): tensor parallelism (colwise/rowwise) then FSDP2 on
            dp, so sharded parameters carry (_StridedShard(0, sf=2), Shard(0)).
+  fsdp_tp_uneven/ the same with 10 hidden rows: tp splits them 5, 5, dp each of those 3, 2
+           (9 rows: torch's rowwise forward fails on the uneven tp split).
 """
 import hashlib, json, os, sys, tempfile
 import torch, torch.distributed as dist, torch.multiprocessing as mp
@@ -21,7 +24,6 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 
 
 def digest(t):
@@ -49,8 +51,9 @@ def listing(tree, prefix=""):
 def model(layout="fsdp2"):
     """The layout's model, unsharded."""
     torch.manual_seed(0)
-    if layout == "fsdp_tp":
-        m = torch.nn.Sequential(torch.nn.Linear(8, 12), torch.nn.ReLU(), torch.nn.Linear(12, 8))
+    if layout.startswith("fsdp_tp"):
+        n = 10 if layout == "fsdp_tp_uneven" else 12
+        m = torch.nn.Sequential(torch.nn.Linear(8, n), torch.nn.ReLU(), torch.nn.Linear(n, 8))
         torch.manual_seed(0)
         for p in m.parameters():
             torch.nn.init.normal_(p)
@@ -94,7 +97,11 @@ def run(rank, world, layout, rdzv, out):
 
 
 if __name__ == "__main__":
-    for layout, world in [("fsdp2", 2), ("hsdp", 4), ("fsdp_tp", 4)]:
+    OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    only = sys.argv[2:]
+    for layout, world in [("fsdp2", 2), ("hsdp", 4), ("fsdp_tp", 4), ("fsdp_tp_uneven", 4)]:
+        if only and layout not in only:
+            continue
         out = os.path.join(OUT, layout)
         os.makedirs(out, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
