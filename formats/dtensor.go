@@ -25,10 +25,10 @@ const maxCompared = 64 << 10
 
 // rankFile is one rank's torch.save file of a DTensor folder.
 type rankFile struct {
-	path string
-	root statedict.Value
-	rank int
-	mesh []statedict.MeshAxis
+	path  string
+	root  statedict.Value
+	rank  int
+	world int // the job's ranks, as the file's DTensors say it
 }
 
 // torchFiles lists the torch.save files (zip or legacy) directly in dir, by name.
@@ -53,16 +53,30 @@ func torchFiles(ctx context.Context, dir string) []string {
 
 // firstDTensor returns the first DTensor shard in v, in tree order.
 func firstDTensor(v statedict.Value) *statedict.DTensor {
+	d, _ := dtensors(v, true)
+	return d
+}
+
+// dtensors returns the first DTensor shard in v, in tree order, and the number of ranks of
+// the job as v's DTensors say it: the largest of their meshes, or of the jobs their meshes
+// record (statedict.DTensor.World). With first it stops at the first DTensor.
+func dtensors(v statedict.Value, first bool) (*statedict.DTensor, int) {
 	var d *statedict.DTensor
+	world := 0
 	errFound := errors.New("found")
 	_ = statedict.Walk(v, "", func(_ string, x statedict.Value) error {
 		if t, ok := x.(*statedict.Tensor); ok && t.DTensor != nil {
-			d = t.DTensor
-			return errFound
+			if d == nil {
+				d = t.DTensor
+			}
+			world = max(world, t.DTensor.World, t.DTensor.MeshSize())
+			if first {
+				return errFound
+			}
 		}
 		return nil
 	})
-	return d
+	return d, world
 }
 
 // isDTensorFolder reports whether dir holds torch.save files one of which holds a DTensor
@@ -110,14 +124,14 @@ func openDTensorFiles(ctx context.Context, dir string, paths []string) (_ *state
 			return nil, err
 		}
 		ck.Closers = append(ck.Closers, part.Closers...)
-		d := firstDTensor(part.Root)
+		d, world := dtensors(part.Root, false)
 		if d == nil {
 			if first != nil {
 				return nil, fmt.Errorf("%s: %w: it holds no DTensor, while %s beside it holds rank %d's shards: a folder of per-rank DTensor saves holds the ranks' files only", p, statedict.ErrCorrupt, first.path, first.rank)
 			}
 			continue
 		}
-		f := &rankFile{path: p, root: part.Root, rank: d.Rank, mesh: d.Mesh}
+		f := &rankFile{path: p, root: part.Root, rank: d.Rank, world: world}
 		if first == nil {
 			first = f
 		}
@@ -132,14 +146,17 @@ func openDTensorFiles(ctx context.Context, dir string, paths []string) (_ *state
 			return nil, fmt.Errorf("%s: %w: it holds no DTensor, while %s beside it holds rank %d's shards: a folder of per-rank DTensor saves holds the ranks' files only", p, statedict.ErrCorrupt, first.path, first.rank)
 		}
 	}
-	world := (&statedict.DTensor{Mesh: first.mesh}).MeshSize()
+	world := 0
+	for _, f := range files {
+		world = max(world, f.world)
+	}
 	byRank := map[int]*rankFile{}
 	for _, f := range files {
 		if g, dup := byRank[f.rank]; dup {
 			return nil, fmt.Errorf("%s: %w: %s and %s both hold rank %d's shards", dir, statedict.ErrCorrupt, g.path, f.path, f.rank)
 		}
 		if f.rank >= world {
-			return nil, fmt.Errorf("%s: %w: it holds rank %d's shards, but the mesh %s of %s has %d ranks", f.path, statedict.ErrCorrupt, f.rank, meshString(first.mesh), first.path, world)
+			return nil, fmt.Errorf("%s: %w: it holds rank %d's shards, but the DTensors' meshes span %d ranks", f.path, statedict.ErrCorrupt, f.rank, world)
 		}
 		byRank[f.rank] = f
 	}
@@ -150,7 +167,7 @@ func openDTensorFiles(ctx context.Context, dir string, paths []string) (_ *state
 				missing = append(missing, fmt.Sprint(r))
 			}
 		}
-		return nil, fmt.Errorf("%s: %w: the DTensors' mesh %s has %d ranks; the files of rank %s are missing (found %d rank files)", dir, statedict.ErrCorrupt, meshString(first.mesh), world, strings.Join(missing, ", "), len(files))
+		return nil, fmt.Errorf("%s: %w: the DTensors' meshes span %d ranks; the files of rank %s are missing (found %d)", dir, statedict.ErrCorrupt, world, strings.Join(missing, ", "), len(files))
 	}
 	slices.SortFunc(files, func(a, b *rankFile) int { return a.rank - b.rank })
 	m := &merger{dir: dir, files: files, ck: ck, done: map[*statedict.Tensor]*statedict.Tensor{}}
@@ -403,10 +420,11 @@ func (m *merger) dtensor(name string, ts []*statedict.Tensor) (*statedict.Tensor
 			return nil, m.fail(name, "%s holds the shard of rank %d, while the file's other DTensors are rank %d's", m.at(i, t), d.Rank, m.files[i].rank)
 		}
 		pos := mesh.Rank(d.Coord)
-		if j, dup := byCoord[pos]; dup {
-			return nil, m.fail(name, "%s and %s both hold the shard at mesh coordinate %v (a DTensor on a submesh of the ranks is not read)", m.at(j, ts[j]), m.at(i, t), d.Coord)
+		if j, dup := byCoord[pos]; dup && mesh.Size() == len(ts) {
+			return nil, m.fail(name, "%s and %s both hold the shard at mesh coordinate %v of the %d-rank mesh %s", m.at(j, ts[j]), m.at(i, t), d.Coord, mesh.Size(), meshString(d0.Mesh))
+		} else if !dup {
+			byCoord[pos] = i
 		}
-		byCoord[pos] = i
 		c, err := s.Chunk(d0.Shape, mesh, pos)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w: %v", m.at(i, t), name, statedict.ErrUnsupported, err)
@@ -427,6 +445,15 @@ func (m *merger) dtensor(name string, ts []*statedict.Tensor) (*statedict.Tensor
 		local := *t
 		local.DTensor = nil
 		shards = append(shards, statedict.Shard{Piece: statedict.Piece{Offsets: c.Offsets, Sizes: c.Sizes, Ranks: []int{d.Rank}}, Local: &local})
+	}
+	if len(byCoord) != mesh.Size() {
+		var lack []string
+		for pos := range mesh.Size() {
+			if _, ok := byCoord[pos]; !ok {
+				lack = append(lack, fmt.Sprint(mesh.Coord(pos)))
+			}
+		}
+		return nil, m.fail(name, "no rank holds the shard at mesh coordinate %s of the mesh %s", strings.Join(lack, ", "), meshString(d0.Mesh))
 	}
 	pieces := make([]statedict.Piece, len(shards))
 	held := 0

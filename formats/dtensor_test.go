@@ -187,19 +187,20 @@ func TestDTensorRanksHostile(t *testing.T) {
 	}{
 		{"missing rank", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"a.pt": fix("hsdp", "part-0.pt"), "b.pt": fix("hsdp", "part-2.pt")})
-		}, "", []string{"mesh (replicate=2, shard=2) has 4 ranks", "the files of rank"}, statedict.ErrCorrupt},
+		}, "", []string{"meshes span 4 ranks", "the files of rank 0, 2 are missing"}, statedict.ErrCorrupt},
 		{"one rank alone", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
 		}, "rank1.pt", []string{"rank1.pt holds one rank's DTensor shards", "the files of rank 0 are missing"}, statedict.ErrCorrupt},
 		{"rank planted twice", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("fsdp2", "rank1.pt"), "rank0-copy.pt": fix("fsdp2", "rank0.pt")})
 		}, "", []string{"rank0-copy.pt and", "rank0.pt both hold rank 0's shards"}, statedict.ErrCorrupt},
-		{"ranks of two meshes", func(t *testing.T, dir string) {
+		{"ranks of two jobs", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("fsdp_tp", "rank1.pt")})
-		}, "", []string{"model"}, statedict.ErrCorrupt},
+		}, "", []string{"meshes span 4 ranks", "the files of rank 2, 3 are missing"}, statedict.ErrCorrupt},
 		{"meshes disagree", func(t *testing.T, dir string) {
-			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("hsdp", "part-0.pt")})
-		}, "", []string{"model.0.weight: ", "rank0.pt (byte ", "placements [Shard(dim=0)] on the mesh (2)", "rank1.pt (byte ", "placements [Replicate() Shard(dim=0)] on the mesh (replicate=2, shard=2)"}, statedict.ErrCorrupt},
+			copyTo(t, dir, map[string]string{"part-0.pt": fix("hsdp", "part-0.pt"), "part-2.pt": fix("hsdp", "part-2.pt"), "part-3.pt": fix("hsdp", "part-3.pt")})
+			patchedRank(t, fix("hsdp", "part-1.pt"), dir, "part-1.pt", []byte("replicate"), []byte("replicatX"))
+		}, "", []string{"model.0.weight: ", "part-1.pt (byte ", "part-0.pt (byte ", "on the mesh (replicate=2, shard=2)", "on the mesh (replicatX=2, shard=2)"}, statedict.ErrCorrupt},
 		{"a file without DTensors", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("fsdp2", "rank1.pt"),
 				"full.pt": filepath.Join("..", "testdata", "torch", "views.pt")})

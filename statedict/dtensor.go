@@ -19,6 +19,11 @@ type DTensor struct {
 	Rank int
 	// Coord is the saving rank's coordinate on the mesh.
 	Coord []int
+	// World is the number of ranks of the job when the pickle says it (torch 2.9 and later
+	// pickle the root mesh's rank map with every mesh, submeshes included), else 0. A
+	// DTensor on a submesh (FSDP2 on the dp axis of a dp × tp job, for a parameter tensor
+	// parallelism leaves alone) is replicated over the mesh axes not in it.
+	World int
 }
 
 // MeshSize is the number of ranks of the DTensor's mesh.

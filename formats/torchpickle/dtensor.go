@@ -317,6 +317,16 @@ func readMesh(v pickle.Value) (*statedict.DTensor, error) {
 		row = row*d.Mesh[i].Size + int(x)
 	}
 	d.Rank = row
+	if mv, ok := f.get("_rank_map"); ok {
+		t, isT := mv.(*statedict.Tensor)
+		if !isT || t.NumEl() < int64(d.MeshSize()) {
+			return nil, fmt.Errorf("the mesh's _rank_map is %s, want the job's ranks (at least the mesh's %d)", describe(mv), d.MeshSize())
+		}
+		if n := t.NumEl(); n > maxMeshRanks || n < 0 {
+			return nil, fmt.Errorf("%w: a job of %d ranks (more than %d)", statedict.ErrUnsupported, n, maxMeshRanks)
+		}
+		d.World = int(t.NumEl())
+	}
 	if rv, ok := f.get("_rank"); ok {
 		r, isInt := rv.(int64)
 		if !isInt || r < 0 || r > math.MaxInt32 {

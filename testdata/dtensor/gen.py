@@ -16,7 +16,9 @@ shape, dtype and the sha256 of DTensor.full_tensor()'s row-major bytes) as torch
   fsdp_tp/ 4 ranks, mesh (dp=2, tp=2): tensor parallelism (colwise/rowwise) then FSDP2 on
            dp, so sharded parameters carry (_StridedShard(0, sf=2), Shard(0)).
   fsdp_tp_uneven/ the same with 10 hidden rows: tp splits them 5, 5, dp each of those 3, 2
-           (9 rows: torch's rowwise forward fails on the uneven tp split).
+           (9 rows: torch's rowwise forward fails on the uneven tp split); and a LayerNorm
+           tensor parallelism leaves alone, whose parameters are DTensors on the dp submesh
+           (Shard(0) over 2 of the 4 ranks, the same on both tp ranks).
 """
 import hashlib, json, os, sys, tempfile
 import torch, torch.distributed as dist, torch.multiprocessing as mp
@@ -54,6 +56,8 @@ def model(layout="fsdp2"):
     if layout.startswith("fsdp_tp"):
         n = 10 if layout == "fsdp_tp_uneven" else 12
         m = torch.nn.Sequential(torch.nn.Linear(8, n), torch.nn.ReLU(), torch.nn.Linear(n, 8))
+        if layout == "fsdp_tp_uneven":
+            m.append(torch.nn.LayerNorm(8))  # not tensor parallel: FSDP2 shards it on dp alone
         torch.manual_seed(0)
         for p in m.parameters():
             torch.nn.init.normal_(p)
