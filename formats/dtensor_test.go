@@ -85,8 +85,8 @@ func checkDTensorListing(t *testing.T, ck *statedict.Checkpoint, e dtensorExpect
 // what torch's full_tensor() gives, bit for bit.
 func TestDTensorRanks(t *testing.T) {
 	ctx := context.Background()
-	// fsdp2_torch25: the fsdp2 files as torch 2.5–2.8 pickle the mesh (gen_torch25.py).
-	for _, tc := range []struct{ layout, expected string }{{"fsdp2", "fsdp2"}, {"hsdp", "hsdp"}, {"fsdp_tp", "fsdp_tp"}, {"fsdp_tp_uneven", "fsdp_tp_uneven"}, {"fsdp2_torch25", "fsdp2"}} {
+	// *_torch25: the files as torch 2.5–2.8 pickle the mesh (gen_torch25.py).
+	for _, tc := range []struct{ layout, expected string }{{"fsdp2", "fsdp2"}, {"hsdp", "hsdp"}, {"fsdp_tp", "fsdp_tp"}, {"fsdp_tp_uneven", "fsdp_tp_uneven"}, {"fsdp2_torch25", "fsdp2"}, {"fsdp_tp_uneven_torch25", "fsdp_tp_uneven"}} {
 		t.Run(tc.layout, func(t *testing.T) {
 			e := readDTensorExpected(t, tc.expected)
 			dir := filepath.Join("..", "testdata", "dtensor", tc.layout)

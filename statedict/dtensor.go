@@ -15,7 +15,7 @@ type DTensor struct {
 	// ("" for an unnamed mesh).
 	Mesh []MeshAxis
 	// Rank is the global rank that saved the shard: the mesh's _rank, or for meshes
-	// pickled without one (torch before 2.9), the row-major index of Coord in the mesh.
+	// pickled without one (torch before 2.9), the mesh tensor's rank at Coord.
 	Rank int
 	// Coord is the saving rank's coordinate on the mesh.
 	Coord []int

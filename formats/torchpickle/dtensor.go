@@ -227,6 +227,7 @@ func readMesh(v pickle.Value) (*statedict.DTensor, error) {
 		return nil, err
 	}
 	var sizes []int64
+	var ranks *statedict.Tensor // the mesh tensor of torch before 2.9: each coordinate's rank
 	if lv, ok := f.get("_layout"); ok {
 		lf, err := instance(lv, meshLayout)
 		if err != nil {
@@ -264,10 +265,10 @@ func readMesh(v pickle.Value) (*statedict.DTensor, error) {
 		}
 	} else if mv, ok := f.get("mesh"); ok {
 		t, isT := mv.(*statedict.Tensor)
-		if !isT {
+		if !isT || (t.DType != statedict.Int32 && t.DType != statedict.Int64) || len(t.Strides) != len(t.Shape) {
 			return nil, fmt.Errorf("mesh is %s, want a tensor of ranks", describe(mv))
 		}
-		sizes = t.Shape
+		sizes, ranks = t.Shape, t
 	} else {
 		return nil, fmt.Errorf("DeviceMesh has neither _layout nor mesh")
 	}
@@ -317,6 +318,13 @@ func readMesh(v pickle.Value) (*statedict.DTensor, error) {
 		row = row*d.Mesh[i].Size + int(x)
 	}
 	d.Rank = row
+	if ranks != nil {
+		r, err := rankAt(ranks, d.Coord)
+		if err != nil {
+			return nil, fmt.Errorf("mesh tensor: %w", err)
+		}
+		d.Rank = r
+	}
 	if mv, ok := f.get("_rank_map"); ok {
 		t, isT := mv.(*statedict.Tensor)
 		if !isT || t.NumEl() < int64(d.MeshSize()) {
@@ -363,4 +371,35 @@ func checkShardOrder(f fields) error {
 		}
 	}
 	return nil
+}
+
+// rankAt reads the rank at coordinate coord of a mesh tensor (int32 or int64), one element
+// of its storage.
+func rankAt(t *statedict.Tensor, coord []int) (int, error) {
+	off := t.Offset
+	for i, c := range coord {
+		off += int64(c) * t.Strides[i]
+	}
+	size := int64(t.DType.Size())
+	if t.Storage == nil || off < 0 || (off+1)*size > t.Storage.Size {
+		return 0, fmt.Errorf("coordinate %v lies outside its storage", coord)
+	}
+	b := make([]byte, size)
+	if _, err := t.Storage.ReadAt(b, off*size); err != nil {
+		return 0, err
+	}
+	if t.Storage.BigEndian {
+		slices.Reverse(b)
+	}
+	var r int64
+	for i := len(b) - 1; i >= 0; i-- {
+		r = r<<8 | int64(b[i])
+	}
+	if size == 4 {
+		r = int64(int32(r))
+	}
+	if r < 0 || r > math.MaxInt32 {
+		return 0, fmt.Errorf("rank %d at coordinate %v", r, coord)
+	}
+	return int(r), nil
 }
