@@ -15,12 +15,12 @@ type DTensor struct {
 	// ("" for an unnamed mesh).
 	Mesh []MeshAxis
 	// Rank is the global rank that saved the shard: the mesh's _rank, or for meshes
-	// pickled without one (torch before 2.9), the mesh tensor's rank at Coord.
+	// pickled without one (earlier torch), the mesh tensor's rank at Coord.
 	Rank int
 	// Coord is the saving rank's coordinate on the mesh.
 	Coord []int
-	// World is the number of ranks of the job when the pickle says it (torch 2.9 and later
-	// pickle the root mesh's rank map with every mesh, submeshes included), else 0. A
+	// World is the number of ranks of the job when the pickle says it (recent torch pickles
+	// the root mesh's rank map with every mesh, submeshes included), else 0. A
 	// DTensor on a submesh (FSDP2 on the dp axis of a dp × tp job, for a parameter tensor
 	// parallelism leaves alone) is replicated over the mesh axes not in it.
 	World int

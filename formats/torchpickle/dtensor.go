@@ -218,16 +218,30 @@ func placement(v pickle.Value, ndim int) (string, error) {
 	return "", fmt.Errorf("placement of class %s", o.Class)
 }
 
-// readMesh reads a pickled DeviceMesh: its shape from _layout (torch 2.9 and later: one
+// readMesh reads a pickled DeviceMesh: its shape from _layout (recent torch: one
 // _FlatLayout per mesh axis, the axis size the product of its shape) or from the mesh
-// tensor (earlier torch), its dimension names, the saving rank and its coordinate.
+// tensor (earlier torch), its dimension names, the saving rank (_rank, or the mesh
+// tensor's entry at its coordinate) and its coordinate, and the job's size.
 func readMesh(v pickle.Value) (*statedict.DTensor, error) {
 	f, err := instance(v, deviceMesh)
 	if err != nil {
 		return nil, err
 	}
 	var sizes []int64
-	var ranks *statedict.Tensor // the mesh tensor of torch before 2.9: each coordinate's rank
+	// The mesh tensor (each coordinate's global rank) of releases that pickle one:
+	// "mesh" before the layouts, "_mesh" beside them in some.
+	var ranks *statedict.Tensor
+	for _, name := range []string{"mesh", "_mesh"} {
+		mv, ok := f.get(name)
+		if !ok {
+			continue
+		}
+		t, isT := mv.(*statedict.Tensor)
+		if !isT || (t.DType != statedict.Int32 && t.DType != statedict.Int64) || len(t.Strides) != len(t.Shape) {
+			return nil, fmt.Errorf("%s is %s, want a tensor of ranks", name, describe(mv))
+		}
+		ranks = t
+	}
 	if lv, ok := f.get("_layout"); ok {
 		lf, err := instance(lv, meshLayout)
 		if err != nil {
@@ -263,12 +277,11 @@ func readMesh(v pickle.Value) (*statedict.DTensor, error) {
 			}
 			sizes = append(sizes, n)
 		}
-	} else if mv, ok := f.get("mesh"); ok {
-		t, isT := mv.(*statedict.Tensor)
-		if !isT || (t.DType != statedict.Int32 && t.DType != statedict.Int64) || len(t.Strides) != len(t.Shape) {
-			return nil, fmt.Errorf("mesh is %s, want a tensor of ranks", describe(mv))
+		if ranks != nil && !slices.Equal(ranks.Shape, sizes) {
+			return nil, fmt.Errorf("the mesh tensor's shape %v is not the layout's %v", ranks.Shape, sizes)
 		}
-		sizes, ranks = t.Shape, t
+	} else if ranks != nil {
+		sizes = ranks.Shape
 	} else {
 		return nil, fmt.Errorf("DeviceMesh has neither _layout nor mesh")
 	}
@@ -325,7 +338,13 @@ func readMesh(v pickle.Value) (*statedict.DTensor, error) {
 		}
 		d.Rank = r
 	}
-	if mv, ok := f.get("_rank_map"); ok {
+	// The root mesh's ranks, which every mesh of recent releases pickles (under the name
+	// _global_rank_permutation for a while before _rank_map).
+	mv, ok := f.get("_rank_map")
+	if !ok {
+		mv, ok = f.get("_global_rank_permutation")
+	}
+	if ok {
 		t, isT := mv.(*statedict.Tensor)
 		if !isT || t.NumEl() < int64(d.MeshSize()) {
 			return nil, fmt.Errorf("the mesh's _rank_map is %s, want the job's ranks (at least the mesh's %d)", describe(mv), d.MeshSize())
