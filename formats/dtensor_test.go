@@ -81,11 +81,11 @@ func checkDTensorListing(t *testing.T, ck *statedict.Checkpoint, e dtensorExpect
 
 // TestDTensorRanks reads real FSDP2 per-rank saves (uneven and empty shards, HSDP's
 // (Replicate, Shard) on a 2-D mesh, FSDP2 over tensor parallelism with _StridedShard, evenly and not, the
-// mesh as torch before 2.9 pickles it) as the folder and as each rank file alone: every tensor, weights and AdamW moments, is
+// mesh as torch 2.5 pickles it) as the folder and as each rank file alone: every tensor, weights and AdamW moments, is
 // what torch's full_tensor() gives, bit for bit.
 func TestDTensorRanks(t *testing.T) {
 	ctx := context.Background()
-	// *_torch25: the files as torch 2.5–2.8 pickle the mesh (gen_torch25.py).
+	// *_torch25: the files as torch 2.5 pickles the mesh (gen_torch25.py).
 	for _, tc := range []struct{ layout, expected string }{{"fsdp2", "fsdp2"}, {"hsdp", "hsdp"}, {"fsdp_tp", "fsdp_tp"}, {"fsdp_tp_uneven", "fsdp_tp_uneven"}, {"fsdp2_torch25", "fsdp2"}, {"fsdp_tp_uneven_torch25", "fsdp_tp_uneven"}} {
 		t.Run(tc.layout, func(t *testing.T) {
 			e := readDTensorExpected(t, tc.expected)

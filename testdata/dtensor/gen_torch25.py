@@ -1,11 +1,13 @@
 """Writes testdata/dtensor/fsdp2_torch25 and fsdp_tp_uneven_torch25: those layouts' rank
-files re-pickled as torch 2.5–2.8 pickle a DTensor's spec — a byte-faithful replica (those releases are not in the oracle),
-made with torch 2.14 by giving DeviceMesh and DTensorSpec the pickled state of torch 2.5's
+files re-pickled as torch 2.5 (and every release before DeviceMesh's CuTe layouts) pickles a
+DTensor's spec — a byte-faithful replica, those releases not being in the oracle, made with
+torch 2.14 by giving DeviceMesh and DTensorSpec the pickled state of torch 2.5's
 (torch/distributed/device_mesh.py and tensor/_dtensor_spec.py at v2.5.0): the mesh as a
-`mesh` int32 tensor of its global ranks (a submesh's: those of its ranks) beside device_type, mesh_dim_names, _flatten_mesh_list,
-_thread_id, _coordinate_on_dim (a list) and _dim_group_infos, no _layout, _rank_map or
-_rank; the spec as {mesh, placements, tensor_meta}, no shard_order. torch 2.14 loads the
-result with weights_only=True (checked here); the tensors are the layouts' JSON's.
+`mesh` int32 tensor of its global ranks (a submesh's: those of its ranks) beside
+device_type, mesh_dim_names, _flatten_mesh_list, _thread_id, _coordinate_on_dim (a list)
+and _dim_group_infos, no _layout, _rank_map or _rank; the spec as {mesh, placements,
+tensor_meta}, no shard_order. torch 2.14 loads the result with weights_only=True (checked
+here); the tensors are the layouts' JSON's.
 
   scripts/oracle python testdata/dtensor/gen_torch25.py
 """
