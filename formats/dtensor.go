@@ -65,11 +65,11 @@ func dtensors(v statedict.Value, first bool) (*statedict.DTensor, int) {
 	world := 0
 	errFound := errors.New("found")
 	_ = statedict.Walk(v, "", func(_ string, x statedict.Value) error {
-		if t, ok := x.(*statedict.Tensor); ok && t.DTensor != nil {
+		if t, ok := x.(*statedict.DTensor); ok {
 			if d == nil {
-				d = t.DTensor
+				d = t
 			}
-			world = max(world, t.DTensor.World, t.DTensor.MeshSize())
+			world = max(world, t.World, t.MeshSize())
 			if first {
 				return errFound
 			}
@@ -170,7 +170,7 @@ func openDTensorFiles(ctx context.Context, dir string, paths []string) (_ *state
 		return nil, fmt.Errorf("%s: %w: the DTensors' meshes span %d ranks; the files of rank %s are missing (found %d)", dir, statedict.ErrCorrupt, world, strings.Join(missing, ", "), len(files))
 	}
 	slices.SortFunc(files, func(a, b *rankFile) int { return a.rank - b.rank })
-	m := &merger{dir: dir, files: files, ck: ck, done: map[*statedict.Tensor]*statedict.Tensor{}}
+	m := &merger{dir: dir, files: files, ck: ck, done: map[any]*statedict.Tensor{}}
 	ck.Shards = map[*statedict.Tensor][]statedict.Shard{}
 	vals := make([]statedict.Value, len(files))
 	for i, f := range files {
@@ -198,7 +198,7 @@ type merger struct {
 	dir   string
 	files []*rankFile // by rank
 	ck    *statedict.Checkpoint
-	done  map[*statedict.Tensor]*statedict.Tensor // rank 0's tensor → the merged one (shared tensors stay shared)
+	done  map[any]*statedict.Tensor // rank 0's tensor or DTensor → the merged tensor (shared ones stay shared)
 	depth int
 }
 
@@ -229,7 +229,7 @@ func (m *merger) merge(name string, vals []statedict.Value) (statedict.Value, er
 	}
 	defer func() { m.depth-- }()
 	switch v := vals[0].(type) {
-	case *statedict.Tensor:
+	case *statedict.Tensor, *statedict.DTensor:
 		return m.tensor(name, vals)
 	case *statedict.Dict:
 		out := statedict.NewDictSize(v.Class, v.Len())
@@ -317,10 +317,9 @@ func (m *merger) sequence(name string, vals []statedict.Value, items func(stated
 
 func kindOf(v statedict.Value) string {
 	switch x := v.(type) {
+	case *statedict.DTensor:
+		return "a DTensor"
 	case *statedict.Tensor:
-		if x.DTensor != nil {
-			return "a DTensor"
-		}
 		return "a tensor"
 	case *statedict.Dict:
 		return fmt.Sprintf("a dict of %d entries", x.Len())
@@ -335,29 +334,36 @@ func kindOf(v statedict.Value) string {
 // tensor merges the ranks' copies of one tensor: a DTensor's shards into the whole, a plain
 // tensor's equal copies into one.
 func (m *merger) tensor(name string, vals []statedict.Value) (statedict.Value, error) {
-	ts := make([]*statedict.Tensor, len(vals))
-	isD := vals[0].(*statedict.Tensor).DTensor != nil
-	for i, x := range vals {
-		t, ok := x.(*statedict.Tensor)
-		if !ok || (t.DTensor != nil) != isD {
-			return nil, m.fail(name, "rank %d's %s holds %s, rank %d's %s %s", m.files[0].rank, m.files[0].path, kindOf(vals[0]), m.files[i].rank, m.files[i].path, kindOf(x))
-		}
-		ts[i] = t
-	}
-	if done, ok := m.done[ts[0]]; ok {
+	if done, ok := m.done[vals[0]]; ok {
 		return done, nil
 	}
 	var out *statedict.Tensor
 	var err error
-	if ts[0].DTensor != nil {
-		out, err = m.dtensor(name, ts)
+	if _, isD := vals[0].(*statedict.DTensor); isD {
+		ds := make([]*statedict.DTensor, len(vals))
+		for i, x := range vals {
+			d, ok := x.(*statedict.DTensor)
+			if !ok {
+				return nil, m.fail(name, "rank %d's %s holds a DTensor, rank %d's %s %s", m.files[0].rank, m.files[0].path, m.files[i].rank, m.files[i].path, kindOf(x))
+			}
+			ds[i] = d
+		}
+		out, err = m.dtensor(name, ds)
 	} else {
+		ts := make([]*statedict.Tensor, len(vals))
+		for i, x := range vals {
+			t, ok := x.(*statedict.Tensor)
+			if !ok {
+				return nil, m.fail(name, "rank %d's %s holds a tensor, rank %d's %s %s", m.files[0].rank, m.files[0].path, m.files[i].rank, m.files[i].path, kindOf(x))
+			}
+			ts[i] = t
+		}
 		out, err = m.replicated(name, ts)
 	}
 	if err != nil {
 		return nil, err
 	}
-	m.done[ts[0]] = out
+	m.done[vals[0]] = out
 	return out, nil
 }
 
@@ -392,11 +398,11 @@ func (m *merger) replicated(name string, ts []*statedict.Tensor) (*statedict.Ten
 // coordinate c of the mesh is the box the placements give c (torch.chunk along each Shard
 // dimension, _StridedShard as FSDP2 over tensor parallelism splits); replicas of a box
 // (Replicate placements) are read from the lowest rank holding one.
-func (m *merger) dtensor(name string, ts []*statedict.Tensor) (*statedict.Tensor, error) {
-	d0 := ts[0].DTensor
+func (m *merger) dtensor(name string, ts []*statedict.DTensor) (*statedict.Tensor, error) {
+	d0 := ts[0]
 	for _, p := range d0.Placements {
 		if strings.HasPrefix(p, "Partial") {
-			return nil, fmt.Errorf("%s: %s: %w: a DTensor with placements %v: a Partial placement holds per-rank addends of a pending reduction, not the tensor's data", m.at(0, ts[0]), name, statedict.ErrUnsupported, d0.Placements)
+			return nil, fmt.Errorf("%s: %s: %w: a DTensor with placements %v: a Partial placement holds per-rank addends of a pending reduction, not the tensor's data", m.at(0, d0.Local), name, statedict.ErrUnsupported, d0.Placements)
 		}
 	}
 	mesh := &runtime.Mesh{}
@@ -405,23 +411,23 @@ func (m *merger) dtensor(name string, ts []*statedict.Tensor) (*statedict.Tensor
 	}
 	s, err := runtime.ParseTorchPlacements(d0.Placements, mesh, len(d0.Shape))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s: %w: %v", m.at(0, ts[0]), name, statedict.ErrUnsupported, err)
+		return nil, fmt.Errorf("%s: %s: %w: %v", m.at(0, d0.Local), name, statedict.ErrUnsupported, err)
 	}
 	byCoord := map[int]int{} // mesh position → index in ts
 	var shards []statedict.Shard
 	pieceAt := map[string]int{}
-	for i, t := range ts {
-		d := t.DTensor
-		if t.DType != ts[0].DType || !slices.Equal(d.Shape, d0.Shape) || !slices.Equal(d.Placements, d0.Placements) || !slices.Equal(d.Mesh, d0.Mesh) {
+	for i, d := range ts {
+		t := d.Local
+		if t.DType != d0.Local.DType || !slices.Equal(d.Shape, d0.Shape) || !slices.Equal(d.Placements, d0.Placements) || !slices.Equal(d.Mesh, d0.Mesh) {
 			return nil, m.fail(name, "%s holds a %s DTensor of shape %v, placements %v on the mesh %s; %s a %s one of shape %v, placements %v on the mesh %s",
-				m.at(0, ts[0]), ts[0].DType, d0.Shape, d0.Placements, meshString(d0.Mesh), m.at(i, t), t.DType, d.Shape, d.Placements, meshString(d.Mesh))
+				m.at(0, d0.Local), d0.Local.DType, d0.Shape, d0.Placements, meshString(d0.Mesh), m.at(i, t), t.DType, d.Shape, d.Placements, meshString(d.Mesh))
 		}
 		if d.Rank != m.files[i].rank {
 			return nil, m.fail(name, "%s holds the shard of rank %d, while the file's other DTensors are rank %d's", m.at(i, t), d.Rank, m.files[i].rank)
 		}
 		pos := mesh.Rank(d.Coord)
 		if j, dup := byCoord[pos]; dup && mesh.Size() == len(ts) {
-			return nil, m.fail(name, "%s and %s both hold the shard at mesh coordinate %v of the %d-rank mesh %s", m.at(j, ts[j]), m.at(i, t), d.Coord, mesh.Size(), meshString(d0.Mesh))
+			return nil, m.fail(name, "%s and %s both hold the shard at mesh coordinate %v of the %d-rank mesh %s", m.at(j, ts[j].Local), m.at(i, t), d.Coord, mesh.Size(), meshString(d0.Mesh))
 		} else if !dup {
 			byCoord[pos] = i
 		}
@@ -442,9 +448,7 @@ func (m *merger) dtensor(name string, ts []*statedict.Tensor) (*statedict.Tensor
 			continue
 		}
 		pieceAt[key] = len(shards)
-		local := *t
-		local.DTensor = nil
-		shards = append(shards, statedict.Shard{Piece: statedict.Piece{Offsets: c.Offsets, Sizes: c.Sizes, Ranks: []int{d.Rank}}, Local: &local})
+		shards = append(shards, statedict.Shard{Piece: statedict.Piece{Offsets: c.Offsets, Sizes: c.Sizes, Ranks: []int{d.Rank}}, Local: t})
 	}
 	if len(byCoord) != mesh.Size() {
 		var lack []string
@@ -464,25 +468,25 @@ func (m *merger) dtensor(name string, ts []*statedict.Tensor) (*statedict.Tensor
 	if n := len(ts) - held; n > 0 { // the ranks holding empty shards
 		pieces = append(pieces, statedict.Piece{Offsets: slices.Clone(d0.Shape), Sizes: make([]int64, len(d0.Shape)), Ranks: emptyRanks(ts, shards)})
 	}
-	whole := &statedict.Tensor{DType: ts[0].DType, Shape: d0.Shape}
+	whole := &statedict.Tensor{DType: d0.Local.DType, Shape: d0.Shape}
 	if err := (&statedict.TensorSharding{Pieces: pieces}).Check(whole, len(ts)); err != nil {
 		return nil, m.fail(name, "the shards of the placements %v on the mesh %s do not tile the %v tensor: %v", d0.Placements, meshString(d0.Mesh), d0.Shape, err)
 	}
-	out, err := assemble(m.dir, name, ts[0].DType, d0.Shape, shards)
+	out, err := assemble(m.dir, name, d0.Local.DType, d0.Shape, shards)
 	if err != nil {
 		return nil, m.fail(name, "%v", err)
 	}
-	out.RequiresGrad = ts[0].RequiresGrad
+	out.RequiresGrad = d0.Local.RequiresGrad
 	m.ck.Shards[out] = shards
 	return out, nil
 }
 
 // emptyRanks lists the ranks of ts that hold no piece of shards.
-func emptyRanks(ts []*statedict.Tensor, shards []statedict.Shard) []int {
+func emptyRanks(ts []*statedict.DTensor, shards []statedict.Shard) []int {
 	var out []int
 	for _, t := range ts {
-		if !slices.ContainsFunc(shards, func(s statedict.Shard) bool { return slices.Contains(s.Ranks, t.DTensor.Rank) }) {
-			out = append(out, t.DTensor.Rank)
+		if !slices.ContainsFunc(shards, func(s statedict.Shard) bool { return slices.Contains(s.Ranks, t.Rank) }) {
+			out = append(out, t.Rank)
 		}
 	}
 	return out

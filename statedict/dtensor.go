@@ -1,11 +1,13 @@
 package statedict
 
-// DTensor is what a torch.distributed.tensor.DTensor pickled by one rank says about itself
-// (torch.save of an FSDP2 or tensor-parallel model's state_dict on each rank): the Tensor
-// carrying it holds the rank's local shard, this the facts that place the shard in the
-// whole tensor. A reader of the ranks' files reassembles the whole tensor from them
-// (DTensor.full_tensor()); a Tensor with DTensor set is never a whole tensor.
+// DTensor is one rank's shard of a torch.distributed.tensor.DTensor, as the rank pickled it
+// (torch.save of an FSDP2 or tensor-parallel model's state_dict on each rank): Local holds
+// the rank's elements, the rest places them in the global tensor. It is a node of a rank
+// file's tree, not a tensor of the checkpoint: a reader of the ranks' files reassembles the
+// whole tensor from them (DTensor.full_tensor()), and nothing else reads it as data.
 type DTensor struct {
+	// Local is the rank's shard (DTensor._local_tensor).
+	Local *Tensor
 	// Shape and Stride are the global tensor's (DTensor.shape, DTensor.stride()).
 	Shape, Stride []int64
 	// Placements are one per mesh axis as torch's repr writes them: "Shard(dim=0)",

@@ -237,9 +237,6 @@ type Tensor struct {
 	// Foreign is the source format's dtype name when torch has no such dtype (safetensors
 	// "F6_E2M3"). DType is then Uint8 and Shape is the byte count, so the bytes still travel.
 	Foreign string
-	// DTensor is set for one rank's shard of a DTensor: the tensor is the local shard,
-	// DTensor places it in the global tensor.
-	DTensor *DTensor
 }
 
 // DTypeName is the tensor's dtype as torch names it ("bfloat16"), or the source format's

@@ -31,9 +31,8 @@ const maxMeshRanks = 1 << 24
 // rebuildWrapperSubclass handles _rebuild_from_type_v2(_rebuild_wrapper_subclass, cls,
 // (cls, dtype, size, stride, storage_offset, layout, device, requires_grad), state) for
 // cls DTensor: state holds the slots _local_tensor (the rank's shard, a plain tensor) and
-// _spec (DTensorSpec: the mesh, the placements and the global TensorMeta). The result is
-// the local shard carrying its statedict.DTensor. Other wrapper subclasses have no data
-// ckpt can read.
+// _spec (DTensorSpec: the mesh, the placements and the global TensorMeta). The result is a
+// statedict.DTensor. Other wrapper subclasses have no data ckpt can read.
 func (c *converter) rebuildWrapperSubclass(cls pickle.Global, args pickle.Tuple, state pickle.Value) (statedict.Value, error) {
 	const fn = "_rebuild_wrapper_subclass"
 	if cls != dtensorClass {
@@ -62,7 +61,7 @@ func (c *converter) rebuildWrapperSubclass(cls pickle.Global, args pickle.Tuple,
 		return nil, fmt.Errorf("DTensor _local_tensor: %w", err)
 	}
 	t, ok := local.(*statedict.Tensor)
-	if !ok || t.DTensor != nil {
+	if !ok {
 		return nil, fmt.Errorf("DTensor _local_tensor is %s, want a tensor", describe(lv))
 	}
 	if t.DType != dtype {
@@ -73,12 +72,13 @@ func (c *converter) rebuildWrapperSubclass(cls pickle.Global, args pickle.Tuple,
 	if err != nil {
 		return nil, fmt.Errorf("DTensor _spec: %w", err)
 	}
-	out := *t
-	out.DTensor = d
-	if rg, ok := args[7].(bool); ok {
-		out.RequiresGrad = rg
+	d.Local = t
+	if rg, ok := args[7].(bool); ok && rg != t.RequiresGrad {
+		local := *t
+		local.RequiresGrad = rg
+		d.Local = &local
 	}
-	return &out, nil
+	return d, nil
 }
 
 // fields are the attributes a pickled object's BUILD state sets: a __dict__, or the
