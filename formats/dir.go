@@ -56,6 +56,7 @@ func init() {
 		{"Hugging Face", func(ctx context.Context, d string) bool { _, ok := hf.Detect(ctx, d); return ok }, func(ctx context.Context, d string) (*statedict.Checkpoint, error) {
 			return hf.Open(ctx, d, openFile)
 		}},
+		{"per-rank DTensor saves", isDTensorFolder, openDTensorRanks},
 	}
 }
 

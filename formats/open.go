@@ -176,11 +176,16 @@ func OpenWith(ctx context.Context, path string, o OpenOptions) (*statedict.Check
 // openFile reads one checkpoint file. A file that is only part of a checkpoint — a
 // DeepSpeed ZeRO-3 model-states file, whose parameters are placeholders for the ranks'
 // partitions — reads as the checkpoint of its folder, consolidated (zero.Open), or is
-// refused when its folder does not hold the ranks' files.
+// refused when its folder does not hold the ranks' files. So does a rank's torch.save of
+// DTensor shards (FSDP2): its folder's rank files reassembled (openDTensorFiles).
 func openFile(ctx context.Context, path string) (*statedict.Checkpoint, error) {
 	ck, err := openPart(ctx, path)
 	if err != nil {
 		return nil, err
+	}
+	if firstDTensor(ck.Root) != nil {
+		ck.Close()
+		return openDTensorFolderOf(ctx, path)
 	}
 	if err := zero.CheckModelStates(path, ck.Root); err != nil {
 		ck.Close()

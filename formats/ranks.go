@@ -71,7 +71,6 @@ func openRanks(ctx context.Context, dir string) (_ *statedict.Checkpoint, err er
 		if err := placed(st, mesh); err != nil {
 			return nil, fail("tensor %q: %v", st.Name, err)
 		}
-		var chunks []dcp.Chunk
 		var shards []statedict.Shard
 		for _, p := range st.Pieces {
 			if p.Empty() {
@@ -87,23 +86,11 @@ func openRanks(ctx context.Context, dir string) (_ *statedict.Checkpoint, err er
 			if !ok || !isT || t.DType != dtype || !slices.Equal(t.Shape, p.Sizes) {
 				return nil, fail("tensor %q: %s does not hold rank %d's %v piece of it", st.Name, m.Files[r], r, p.Sizes)
 			}
-			chunks = append(chunks, dcp.Chunk{Offsets: p.Offsets, Tensor: t})
 			shards = append(shards, statedict.Shard{Piece: p, Local: t})
 		}
-		var t *statedict.Tensor
-		switch {
-		case len(chunks) == 1 && slices.Equal(chunks[0].Tensor.Shape, st.Shape):
-			t = chunks[0].Tensor
-		case len(chunks) == 0: // no elements
-			t = &statedict.Tensor{DType: dtype, Shape: st.Shape, Strides: statedict.ContiguousStrides(st.Shape),
-				Storage: statedict.NewMappedStorage(st.Name, "cpu", dtype, []byte{})}
-		default:
-			asm, err := dcp.NewChunked(dtype, st.Shape, chunks)
-			if err != nil {
-				return nil, fail("tensor %q: %v", st.Name, err)
-			}
-			t = asm.Tensor(st.Name)
-			t.Storage.File = dir
+		t, err := assemble(dir, st.Name, dtype, st.Shape, shards)
+		if err != nil {
+			return nil, fail("tensor %q: %v", st.Name, err)
 		}
 		if _, dup := root.Get(st.Name); dup {
 			return nil, fail("tensor %q listed twice", st.Name)
@@ -113,6 +100,32 @@ func openRanks(ctx context.Context, dir string) (_ *statedict.Checkpoint, err er
 	}
 	ck.Root = root
 	return ck, nil
+}
+
+// assemble is the tensor of shape shape that the stored pieces shards tile, read lazily
+// from them: the one piece itself when it is the whole tensor, an empty tensor when no
+// piece holds an element, else the pieces' chunked reader (dcp.Chunked).
+func assemble(dir, name string, dtype statedict.DType, shape []int64, shards []statedict.Shard) (*statedict.Tensor, error) {
+	var chunks []dcp.Chunk
+	for _, s := range shards {
+		if !s.Empty() {
+			chunks = append(chunks, dcp.Chunk{Offsets: s.Offsets, Tensor: s.Local})
+		}
+	}
+	switch {
+	case len(chunks) == 1 && slices.Equal(chunks[0].Tensor.Shape, shape):
+		return chunks[0].Tensor, nil
+	case len(chunks) == 0: // no elements
+		return &statedict.Tensor{DType: dtype, Shape: shape, Strides: statedict.ContiguousStrides(shape),
+			Storage: statedict.NewMappedStorage(name, "cpu", dtype, []byte{})}, nil
+	}
+	asm, err := dcp.NewChunked(dtype, shape, chunks)
+	if err != nil {
+		return nil, err
+	}
+	t := asm.Tensor(name)
+	t.Storage.File = dir
+	return t, nil
 }
 
 // checkRank checks that the rank file at path says it is rank r's of a world of n.

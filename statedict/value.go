@@ -12,8 +12,9 @@ import (
 // Value is one node of a checkpoint tree. Its dynamic type is one of:
 // nil (Python None), bool, int64, *big.Int (ints beyond int64), float64, complex128, string,
 // []byte, *Dict, *List, Tuple, *Tensor, *Object (an inert record of a Python object ckpt does
-// not model, e.g. torch.Size, torch.device, argparse.Namespace), *NDArray (numpy data) or
-// DType (a torch dtype used as a value, e.g. in DCP metadata or optimizer options).
+// not model, e.g. torch.Size, torch.device, argparse.Namespace), *NDArray (numpy data),
+// DType (a torch dtype used as a value, e.g. in DCP metadata or optimizer options) or
+// *DTensor (one rank's shard of a DTensor, in a rank file's tree only).
 type Value = any
 
 // Entry is one key/value pair of a Dict.

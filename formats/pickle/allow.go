@@ -76,6 +76,13 @@ func buildAllowlist() map[Global]struct{} {
 		"_rebuild_wrapper_subclass", "_rebuild_device_tensor_from_numpy",
 		"_rebuild_device_tensor_from_cpu_tensor")
 	add("torch._tensor", "_rebuild_from_type_v2")
+	// DTensor and what it pickles with: torch.distributed.tensor (and device_mesh) add
+	// them with add_safe_globals when imported, as any program that saved one has.
+	add("torch.distributed.tensor", "DTensor")
+	add("torch.distributed.tensor._dtensor_spec", "DTensorSpec", "TensorMeta", "ShardOrderEntry")
+	add("torch.distributed.tensor.placement_types", "Shard", "Replicate", "Partial", "_StridedShard")
+	add("torch.distributed.device_mesh", "DeviceMesh")
+	add("torch.distributed._mesh_layout", "_MeshLayout", "_FlatLayout")
 	return m
 }
 

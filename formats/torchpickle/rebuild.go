@@ -225,6 +225,9 @@ func (c *converter) rebuildFromType(args pickle.Tuple) (statedict.Value, error) 
 	if !ok {
 		return nil, argError(fn, 2, "an argument tuple", args[2])
 	}
+	if f == (pickle.Global{Module: "torch._utils", Name: "_rebuild_wrapper_subclass"}) {
+		return c.rebuildWrapperSubclass(cls, inner, args[3])
+	}
 	v, err := c.object(&pickle.Object{Class: f, Kind: pickle.Reduce, Args: inner})
 	if err != nil {
 		return nil, err

@@ -212,6 +212,8 @@ func describe(v pickle.Value) string {
 		return "object " + v.Class.String()
 	case *statedict.Tensor:
 		return "a tensor"
+	case *statedict.DTensor:
+		return "a DTensor"
 	}
 	return fmt.Sprintf("%T", v)
 }

@@ -13,6 +13,8 @@ import (
 // never panic, and every tensor it returns must be readable within its storage.
 func FuzzDecode(f *testing.F) {
 	seeds, _ := filepath.Glob("../../testdata/torch/*.pt")
+	dtensors, _ := filepath.Glob("../../testdata/dtensor/*/*.pt") // FSDP2 rank files
+	seeds = append(seeds, dtensors...)
 	for _, s := range seeds {
 		b, err := os.ReadFile(s)
 		if err != nil {
