@@ -450,7 +450,7 @@ func (d *Dir) leftover() error {
 	}
 	var foreign []string
 	for name, id := range all {
-		if name == multihost.SingleJournal || j.proves(name, id) {
+		if name == multihost.SingleJournal || proves(j, name, id) {
 			continue
 		}
 		foreign = append(foreign, name)
@@ -464,9 +464,9 @@ func (d *Dir) leftover() error {
 			return err
 		}
 		d.Resumed = map[string]Journaled{}
-		for name, e := range j.files {
-			if id, ok := d.p.files[name]; ok && e.finished && id.size == e.size {
-				d.Resumed[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
+		for name, e := range j.Files {
+			if id, ok := d.p.files[name]; ok && e.Finished && id.size == e.Size {
+				d.Resumed[name] = Journaled{File: name, Size: e.Size, XXHash64: e.XXHash64}
 				d.p.sums[name] = d.Resumed[name]
 				continue
 			}

@@ -40,22 +40,22 @@ func surveyAll(fo *folder) (map[string]ident, error) {
 	return all, err
 }
 
-// proves reports whether the entry name, found as id, is one the journal records ckpt
+// proves reports whether the entry name, found as id, is one the journal j records ckpt
 // made: the same inode and kind, a file with no other link to it. An entry the journal
 // only intended (a kill between its creation and its record) is ckpt's when it holds
 // nothing: an empty file with one link at an intended name, or a folder on the way to one.
-func (j *journaled) proves(name string, id ident) bool {
-	if e, ok := j.files[name]; ok {
-		return id.isReg() && id.nlink == 1 && id.ino == e.ino
+func proves(j *journaled, name string, id ident) bool {
+	if e, ok := j.Files[name]; ok {
+		return id.isReg() && id.nlink == 1 && id.ino == e.ID
 	}
-	if ino, ok := j.dirs[name]; ok {
+	if ino, ok := j.Dirs[name]; ok {
 		return id.isDir() && id.ino == ino
 	}
 	if id.isReg() {
-		return j.intents[name] && id.nlink == 1 && id.size == 0
+		return j.Intents[name] && id.nlink == 1 && id.size == 0
 	}
 	if id.isDir() {
-		for intent := range j.intents {
+		for intent := range j.Intents {
 			if strings.HasPrefix(intent, name+"/") {
 				return true
 			}
@@ -69,7 +69,7 @@ func (p *partial) adopt(j *journaled, all map[string]ident) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for name, id := range all {
-		if !j.proves(name, id) {
+		if !proves(j, name, id) {
 			continue
 		}
 		if id.isDir() {
@@ -83,8 +83,8 @@ func (p *partial) adopt(j *journaled, all map[string]ident) {
 // removeIntended removes the files adopted from j's intents alone: created by a run killed
 // before it recorded them, so holding nothing to keep.
 func (p *partial) removeIntended(j *journaled) error {
-	for name := range j.intents {
-		if _, listed := j.files[name]; listed {
+	for name := range j.Intents {
+		if _, listed := j.Files[name]; listed {
 			continue
 		}
 		if err := p.removeFile(name); err != nil {

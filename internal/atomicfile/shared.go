@@ -88,7 +88,7 @@ func (d *Dir) join() error {
 		fo.close()
 		return fmt.Errorf("%s: %w: %s is the partial output of a single-process conversion; resume that conversion or remove it first", d.final, ErrUnfinished, d.Path)
 	}
-	lockName := multihost.Control(m.host, multihost.Lock)
+	lockName := multihost.Control(m.host, multihost.KindLock)
 	lf, lid, created, err := fo.open(lockName, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		fo.close()
@@ -125,12 +125,12 @@ func (d *Dir) join() error {
 // nothing touched. createdLock is set when this run made its lock file.
 func (d *Dir) memberLeftovers(createdLock bool) error {
 	m, fo := d.member, d.p.fo
-	jname := multihost.Control(m.host, multihost.Journal)
+	jname := multihost.Control(m.host, multihost.KindJournal)
 	j, jid, err := readJournal(fo, jname)
 	if err != nil {
 		return d.inTheWay(err)
 	}
-	lockName, partName, tmpName := multihost.Control(m.host, multihost.Lock), multihost.Control(m.host, multihost.Part), multihost.Control(m.host, multihost.PartTmp)
+	lockName, partName, tmpName := multihost.Control(m.host, multihost.KindLock), multihost.Control(m.host, multihost.KindPart), multihost.Control(m.host, multihost.KindPartTmp)
 	if j == nil {
 		if !createdLock {
 			return d.inTheWay(fmt.Errorf("%s is not a lock file ckpt made (no journal records it)", fo.pathOf(lockName)))
@@ -145,7 +145,7 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 		}
 		return d.p.j.write(record{Control: lockName, Ino: m.lockID.ino})
 	}
-	if !createdLock && j.controls[lockName] != m.lockID.ino {
+	if !createdLock && j.Controls[lockName] != m.lockID.ino {
 		return d.inTheWay(fmt.Errorf("%s is not a lock file ckpt made", fo.pathOf(lockName)))
 	}
 	// Every entry this member's journal names must be what it made.
@@ -156,20 +156,20 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 		if errors.Is(err, os.ErrNotExist) {
 			return
 		}
-		if err != nil || !j.proves(name, id) {
+		if err != nil || !proves(j, name, id) {
 			foreign = append(foreign, name)
 			return
 		}
 		found[name] = id
 	}
-	for name := range j.files {
+	for name := range j.Files {
 		check(name)
 	}
-	for name := range j.dirs {
+	for name := range j.Dirs {
 		check(name)
 	}
-	for name := range j.intents {
-		if _, listed := j.files[name]; !listed {
+	for name := range j.Intents {
+		if _, listed := j.Files[name]; !listed {
 			check(name)
 		}
 	}
@@ -179,7 +179,7 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		if err != nil || !id.isReg() || id.nlink != 1 || j.controls[n] != id.ino {
+		if err != nil || !id.isReg() || id.nlink != 1 || j.Controls[n] != id.ino {
 			foreign = append(foreign, n)
 			continue
 		}
@@ -212,9 +212,9 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 			return err
 		}
 		m.sealed = b
-		for name, e := range j.files {
-			if _, ok := d.p.files[name]; ok && e.finished {
-				d.p.sums[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
+		for name, e := range j.Files {
+			if _, ok := d.p.files[name]; ok && e.Finished {
+				d.p.sums[name] = Journaled{File: name, Size: e.Size, XXHash64: e.XXHash64}
 			}
 		}
 		return nil
@@ -225,13 +225,13 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 	if err := d.p.removeIntended(j); err != nil {
 		return err
 	}
-	for _, name := range j.order {
+	for _, name := range j.Order {
 		id, ok := d.p.files[name]
 		if !ok {
 			continue
 		}
-		if e := j.files[name]; e.finished && d.opts.Resume && id.size == e.size {
-			d.Resumed[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
+		if e := j.Files[name]; e.Finished && d.opts.Resume && id.size == e.Size {
+			d.Resumed[name] = Journaled{File: name, Size: e.Size, XXHash64: e.XXHash64}
 			d.p.sums[name] = d.Resumed[name]
 			continue
 		}
@@ -287,7 +287,7 @@ func (d *Dir) Unseal() error {
 	if err := d.p.removeAll(); err != nil {
 		return err
 	}
-	partName := multihost.Control(m.host, multihost.Part)
+	partName := multihost.Control(m.host, multihost.KindPart)
 	if err := d.p.fo.remove(partName, m.controls[partName]); err != nil {
 		return err
 	}
@@ -295,7 +295,7 @@ func (d *Dir) Unseal() error {
 	if err := d.p.j.truncate(d.p.fo); err != nil {
 		return err
 	}
-	if err := d.p.j.write(record{Control: multihost.Control(m.host, multihost.Lock), Ino: m.lockID.ino}); err != nil {
+	if err := d.p.j.write(record{Control: multihost.Control(m.host, multihost.KindLock), Ino: m.lockID.ino}); err != nil {
 		return err
 	}
 	m.sealed, d.Resumed, d.CleanedUp = nil, nil, true
@@ -311,7 +311,7 @@ func (d *Dir) Seal(part []byte) error {
 		return errors.New("atomicfile: Seal is for a member still writing")
 	}
 	fo := d.p.fo
-	partName, tmpName := multihost.Control(m.host, multihost.Part), multihost.Control(m.host, multihost.PartTmp)
+	partName, tmpName := multihost.Control(m.host, multihost.KindPart), multihost.Control(m.host, multihost.KindPartTmp)
 	// Holding the gate: once RemovePending has removed this member's files, no part may
 	// claim them.
 	err := gated(func() error {
@@ -365,7 +365,7 @@ func (d *Dir) Parts() ([][]byte, error) {
 	}
 	out := make([][]byte, m.hosts)
 	for h := range m.hosts {
-		name := multihost.Control(h, multihost.Part)
+		name := multihost.Control(h, multihost.KindPart)
 		id, err := d.p.fo.lstat(name)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -410,7 +410,7 @@ func (m *member) survey(d *Dir) (map[string]ident, error) {
 	controls := map[string]ident{}
 	proven := map[string]bool{}
 	for h := range m.hosts {
-		jname, lockName, partName := multihost.Control(h, multihost.Journal), multihost.Control(h, multihost.Lock), multihost.Control(h, multihost.Part)
+		jname, lockName, partName := multihost.Control(h, multihost.KindJournal), multihost.Control(h, multihost.KindLock), multihost.Control(h, multihost.KindPart)
 		j, jid, err := readJournal(fo, jname)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w: %w", d.final, ErrForeign, err)
@@ -423,7 +423,7 @@ func (m *member) survey(d *Dir) (map[string]ident, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: host %d has not finished its share", d.final, h)
 		}
-		if !part.isReg() || part.nlink != 1 || j.controls[partName] != part.ino {
+		if !part.isReg() || part.nlink != 1 || j.Controls[partName] != part.ino {
 			return nil, fmt.Errorf("%s: %w: %s is not the part host %d wrote", d.final, ErrForeign, fo.pathOf(partName), h)
 		}
 		controls[partName] = part
@@ -432,21 +432,21 @@ func (m *member) survey(d *Dir) (map[string]ident, error) {
 				controls[lockName] = id
 			} else if h == m.host && id.ino == m.lockID.ino {
 				controls[lockName] = id
-			} else if id.isReg() && id.nlink == 1 && id.size == 0 && j.controls[lockName] == id.ino {
+			} else if id.isReg() && id.nlink == 1 && id.size == 0 && j.Controls[lockName] == id.ino {
 				controls[lockName] = id
 			}
 		}
-		for name, e := range j.files {
-			if !e.finished {
+		for name, e := range j.Files {
+			if !e.Finished {
 				continue // what it started and never finished is not its share: foreign if there
 			}
-			if id, ok := all[name]; !ok || !j.proves(name, id) || id.size != e.size {
-				return nil, fmt.Errorf("%s: host %d's %s is not the %d bytes it finished", d.final, h, name, e.size)
+			if id, ok := all[name]; !ok || !proves(j, name, id) || id.size != e.Size {
+				return nil, fmt.Errorf("%s: host %d's %s is not the %d bytes it finished", d.final, h, name, e.Size)
 			}
 			proven[name] = true
 		}
-		for name := range j.dirs {
-			if id, ok := all[name]; ok && j.proves(name, id) {
+		for name := range j.Dirs {
+			if id, ok := all[name]; ok && proves(j, name, id) {
 				proven[name] = true
 			}
 		}
@@ -470,16 +470,16 @@ func (m *member) sums(d *Dir) (map[string]Journaled, error) {
 		if h == m.host {
 			continue
 		}
-		j, _, err := readJournal(d.p.fo, multihost.Control(h, multihost.Journal))
+		j, _, err := readJournal(d.p.fo, multihost.Control(h, multihost.KindJournal))
 		if err != nil {
 			return nil, err
 		}
 		if j == nil {
 			continue
 		}
-		for name, e := range j.files {
-			if e.finished {
-				out[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
+		for name, e := range j.Files {
+			if e.Finished {
+				out[name] = Journaled{File: name, Size: e.Size, XXHash64: e.XXHash64}
 			}
 		}
 	}
@@ -501,7 +501,7 @@ func (m *member) prepareCommit(d *Dir) error {
 		if h == m.host {
 			continue
 		}
-		name := multihost.Control(h, multihost.Lock)
+		name := multihost.Control(h, multihost.KindLock)
 		lf, id, created, err := fo.open(name, os.O_RDWR|os.O_CREATE)
 		if err != nil {
 			return fmt.Errorf("%s: %w: %w", d.final, ErrForeign, err)
@@ -513,7 +513,7 @@ func (m *member) prepareCommit(d *Dir) error {
 		// A host that sealed its share holds its lock until its process is done: give it
 		// a moment (under load, the time between its seal and its exit).
 		err = lock(lf)
-		if _, serr := fo.lstat(multihost.Control(h, multihost.Part)); serr == nil {
+		if _, serr := fo.lstat(multihost.Control(h, multihost.KindPart)); serr == nil {
 			for deadline := time.Now().Add(sealedExit); err != nil && time.Now().Before(deadline); err = lock(lf) {
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -581,7 +581,7 @@ func (m *member) abort(d *Dir) {
 		d.p.removeAll()
 		if d.p.j != nil {
 			d.p.j.close()
-			fo.remove(multihost.Control(m.host, multihost.Journal), d.p.j.id)
+			fo.remove(multihost.Control(m.host, multihost.KindJournal), d.p.j.id)
 		}
 	}
 	// The folder stays open (for the removals below) after the locks are let go.
@@ -594,7 +594,7 @@ func (m *member) abort(d *Dir) {
 	if dup.id.ino != fo.id.ino {
 		return
 	}
-	dup.remove(multihost.Control(m.host, multihost.Lock), m.lockID)
+	dup.remove(multihost.Control(m.host, multihost.KindLock), m.lockID)
 	for name, id := range m.made {
 		dup.remove(name, id)
 	}

@@ -24,14 +24,14 @@ const HostPrefix = ".ckpt-host-"
 
 // The kinds of a host's control files.
 const (
-	// Journal lists the files the host started and finished.
-	Journal = "journal"
-	// Part is the host's sealed share: the caller's record of what it wrote.
-	Part = "part"
-	// PartTmp is a part being sealed, renamed to Part once complete (a file system).
-	PartTmp = "part.tmp"
-	// Lock is held by the host while it writes (a file system; a bucket has no lock).
-	Lock = "lock"
+	// KindJournal lists the files the host started and finished.
+	KindJournal = "journal"
+	// KindPart is the host's sealed share: the caller's record of what it wrote.
+	KindPart = "part"
+	// KindPartTmp is a part being sealed, renamed to KindPart once complete (a file system).
+	KindPartTmp = "part.tmp"
+	// KindLock is held by the host while it writes (a file system; a bucket has no lock).
+	KindLock = "lock"
 )
 
 // SingleJournal is the journal of a single process's partial folder on a file system.
