@@ -19,6 +19,7 @@
 package atomicfile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -460,19 +461,19 @@ func (d *Dir) leftover() error {
 	}
 	d.p.adopt(j, all)
 	if d.opts.Resume {
-		if err := d.p.removeIntended(j); err != nil {
+		plan, err := multihost.Leftovers(context.TODO(), carrier{d}, 0, j, true)
+		if err != nil {
 			return err
 		}
-		d.Resumed = map[string]Journaled{}
-		for name, e := range j.Files {
-			if id, ok := d.p.files[name]; ok && e.Finished && id.size == e.Size {
-				d.Resumed[name] = Journaled{File: name, Size: e.Size, XXHash64: e.XXHash64}
-				d.p.sums[name] = d.Resumed[name]
-				continue
-			}
+		for _, name := range plan.Remove {
 			if err := d.p.removeFile(name); err != nil {
 				return err
 			}
+		}
+		d.Resumed = map[string]Journaled{}
+		for _, e := range plan.Keep {
+			d.Resumed[e.File] = e
+			d.p.sums[e.File] = e
 		}
 		d.p.j, err = appendJournal(fo, multihost.SingleJournal, jid)
 		return err

@@ -80,20 +80,6 @@ func (p *partial) adopt(j *journaled, all map[string]ident) {
 	}
 }
 
-// removeIntended removes the files adopted from j's intents alone: created by a run killed
-// before it recorded them, so holding nothing to keep.
-func (p *partial) removeIntended(j *journaled) error {
-	for name := range j.Intents {
-		if _, listed := j.Files[name]; listed {
-			continue
-		}
-		if err := p.removeFile(name); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // made reports whether id at name is an entry this process made or adopted.
 func (p *partial) made(name string, id ident) bool {
 	p.mu.Lock()

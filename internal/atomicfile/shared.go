@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -148,31 +149,8 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 	if !createdLock && j.Controls[lockName] != m.lockID.ino {
 		return d.inTheWay(fmt.Errorf("%s is not a lock file ckpt made", fo.pathOf(lockName)))
 	}
-	// Every entry this member's journal names must be what it made.
+	// Every entry this member's journal names must be what it made, and its part too.
 	var foreign []string
-	found := map[string]ident{}
-	check := func(name string) {
-		id, err := fo.lstat(name)
-		if errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		if err != nil || !proves(j, name, id) {
-			foreign = append(foreign, name)
-			return
-		}
-		found[name] = id
-	}
-	for name := range j.Files {
-		check(name)
-	}
-	for name := range j.Dirs {
-		check(name)
-	}
-	for name := range j.Intents {
-		if _, listed := j.Files[name]; !listed {
-			check(name)
-		}
-	}
 	controls := map[string]ident{}
 	for _, n := range []string{partName, tmpName} {
 		id, err := fo.lstat(n)
@@ -185,8 +163,19 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 		}
 		controls[n] = id
 	}
+	plan, err := multihost.Leftovers(context.TODO(), carrier{d}, m.host, j, d.opts.Resume)
+	if r := (*multihost.Refusal)(nil); errors.As(err, &r) {
+		foreign, err = append(foreign, r.Names...), nil
+	}
+	if err != nil {
+		return err
+	}
 	if len(foreign) > 0 {
 		return fmt.Errorf("%s: %w: %s holds %s, which host %d's journal lists but ckpt cannot prove it made; nothing was removed", d.final, ErrForeign, d.Path, listNames(foreign), m.host)
+	}
+	found := map[string]ident{}
+	for name, o := range plan.Found {
+		found[name] = o.Ref.(ident)
 	}
 	d.p.adopt(j, found)
 	for n, id := range controls {
@@ -222,23 +211,15 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 	if d.opts.Resume {
 		d.Resumed = map[string]Journaled{}
 	}
-	if err := d.p.removeIntended(j); err != nil {
-		return err
-	}
-	for _, name := range j.Order {
-		id, ok := d.p.files[name]
-		if !ok {
-			continue
-		}
-		if e := j.Files[name]; e.Finished && d.opts.Resume && id.size == e.Size {
-			d.Resumed[name] = Journaled{File: name, Size: e.Size, XXHash64: e.XXHash64}
-			d.p.sums[name] = d.Resumed[name]
-			continue
-		}
+	for _, name := range plan.Remove {
 		if err := d.p.removeFile(name); err != nil {
 			return err
 		}
-		d.CleanedUp = true
+	}
+	d.CleanedUp = plan.Cleaned
+	for _, e := range plan.Keep {
+		d.Resumed[e.File] = e
+		d.p.sums[e.File] = e
 	}
 	if d.opts.Resume {
 		return nil
@@ -363,24 +344,7 @@ func (d *Dir) Parts() ([][]byte, error) {
 	if m == nil {
 		return nil, errors.New("atomicfile: Parts is for the members of a shared output")
 	}
-	out := make([][]byte, m.hosts)
-	for h := range m.hosts {
-		name := multihost.Control(h, multihost.KindPart)
-		id, err := d.p.fo.lstat(name)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if !id.isReg() || id.nlink != 1 {
-			return nil, fmt.Errorf("%s: %w: %s is %s, not a part ckpt wrote", d.final, ErrForeign, d.p.fo.pathOf(name), id.kind())
-		}
-		if out[h], err = readControl(d.p.fo, name, id); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return multihost.Parts(context.TODO(), carrier{d}, m.hosts)
 }
 
 // sealedExit is how long the finisher waits for a host that sealed its share to let go
@@ -398,69 +362,119 @@ func (d *Dir) Verify() error {
 	return err
 }
 
-// survey reads every member's journal and checks the partial folder against them: each
-// member sealed, its part and lock what it made, every entry proven made by a member. It
-// returns the control files to remove when committing.
+// survey checks the partial folder for the finisher (multihost.Verify): every member
+// sealed, its part and lock what it made, every entry proven made by a member. It returns
+// the control files to remove when committing.
 func (m *member) survey(d *Dir) (map[string]ident, error) {
-	fo := d.p.fo
-	all, err := surveyAll(fo)
+	objs, err := multihost.Verify(context.TODO(), carrier{d}, -1, m.hosts)
+	var r *multihost.Refusal
+	if errors.As(err, &r) {
+		switch r.Problem {
+		case multihost.Unsealed:
+			return nil, fmt.Errorf("%s: host %d has not finished its share", d.final, r.Host)
+		case multihost.ForeignPart:
+			return nil, fmt.Errorf("%s: %w: %s is not the part host %d wrote", d.final, ErrForeign, d.p.fo.pathOf(multihost.Control(r.Host, multihost.KindPart)), r.Host)
+		case multihost.Unfinished:
+			return nil, fmt.Errorf("%s: host %d's %s is not the %d bytes it finished", d.final, r.Host, r.Names[0], r.Size)
+		default:
+			return nil, fmt.Errorf("%s: %w: %s holds %s, which no host of this conversion wrote", d.final, ErrForeign, d.Path, listNames(r.Names))
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	controls := map[string]ident{}
-	proven := map[string]bool{}
-	for h := range m.hosts {
-		jname, lockName, partName := multihost.Control(h, multihost.KindJournal), multihost.Control(h, multihost.KindLock), multihost.Control(h, multihost.KindPart)
-		j, jid, err := readJournal(fo, jname)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w: %w", d.final, ErrForeign, err)
-		}
-		if j == nil {
-			return nil, fmt.Errorf("%s: host %d has not finished its share", d.final, h)
-		}
-		controls[jname] = jid
-		part, ok := all[partName]
-		if !ok {
-			return nil, fmt.Errorf("%s: host %d has not finished its share", d.final, h)
-		}
-		if !part.isReg() || part.nlink != 1 || j.Controls[partName] != part.ino {
-			return nil, fmt.Errorf("%s: %w: %s is not the part host %d wrote", d.final, ErrForeign, fo.pathOf(partName), h)
-		}
-		controls[partName] = part
-		if id, ok := all[lockName]; ok {
-			if made, ok := m.made[lockName]; ok && id.ino == made.ino {
-				controls[lockName] = id
-			} else if h == m.host && id.ino == m.lockID.ino {
-				controls[lockName] = id
-			} else if id.isReg() && id.nlink == 1 && id.size == 0 && j.Controls[lockName] == id.ino {
-				controls[lockName] = id
-			}
-		}
-		for name, e := range j.Files {
-			if !e.Finished {
-				continue // what it started and never finished is not its share: foreign if there
-			}
-			if id, ok := all[name]; !ok || !proves(j, name, id) || id.size != e.Size {
-				return nil, fmt.Errorf("%s: host %d's %s is not the %d bytes it finished", d.final, h, name, e.Size)
-			}
-			proven[name] = true
-		}
-		for name := range j.Dirs {
-			if id, ok := all[name]; ok && proves(j, name, id) {
-				proven[name] = true
-			}
-		}
-	}
-	var foreign []string
-	for name := range all {
-		if _, ok := controls[name]; !ok && !proven[name] {
-			foreign = append(foreign, name)
-		}
-	}
-	if len(foreign) > 0 {
-		return nil, fmt.Errorf("%s: %w: %s holds %s, which no host of this conversion wrote", d.final, ErrForeign, d.Path, listNames(foreign))
+	controls := make(map[string]ident, len(objs))
+	for name, o := range objs {
+		controls[name] = o.Ref.(ident)
 	}
 	return controls, nil
+}
+
+// carrier is a partial folder as the multi-host protocol reads it (multihost.Carrier):
+// an entry is a member's when its journal records that inode, of that kind, with one link
+// (journal.go); a member's lock when it is the empty file it made (or the finisher made, or
+// this member holds). A single process's partial folder is read as member 0's.
+//
+// atomicfile's API takes no context yet (its exported signatures stay while convert's
+// output moves onto storage): the protocol is called with context.TODO, which a file
+// system's calls never wait on.
+type carrier struct{ d *Dir }
+
+// object describes the entry id; an entry that cannot be looked at (a link on the way) is
+// one nobody proves.
+func object(id ident, err error) multihost.Object {
+	if err != nil {
+		return multihost.Object{}
+	}
+	return multihost.Object{Size: id.size, Dir: id.isDir(), Ref: id}
+}
+
+func (s carrier) List(context.Context) (map[string]multihost.Object, error) {
+	all, err := surveyAll(s.d.p.fo)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]multihost.Object, len(all))
+	for name, id := range all {
+		out[name] = object(id, nil)
+	}
+	return out, nil
+}
+
+func (s carrier) Stat(_ context.Context, name string) (multihost.Object, bool, error) {
+	id, err := s.d.p.fo.lstat(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return multihost.Object{}, false, nil
+	}
+	return object(id, err), true, nil
+}
+
+func (s carrier) Journal(_ context.Context, host int) (*multihost.Journal, error) {
+	j, _, err := readJournal(s.d.p.fo, multihost.Control(host, multihost.KindJournal))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", s.d.final, ErrForeign, err)
+	}
+	return j, nil
+}
+
+// Part reads host's part: bounded, a regular file only.
+func (s carrier) Part(_ context.Context, host int) ([]byte, error) {
+	fo, name := s.d.p.fo, multihost.Control(host, multihost.KindPart)
+	id, err := fo.lstat(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !id.isReg() || id.nlink != 1 {
+		return nil, fmt.Errorf("%s: %w: %s is %s, not a part ckpt wrote", s.d.final, ErrForeign, fo.pathOf(name), id.kind())
+	}
+	return readControl(fo, name, id)
+}
+
+func (s carrier) Owns(_ context.Context, host int, j *multihost.Journal, name string, o multihost.Object) (bool, error) {
+	id, ok := o.Ref.(ident)
+	if !ok {
+		return false, nil
+	}
+	m := s.d.member
+	if m == nil {
+		return j != nil && !multihost.IsControl(name) && proves(j, name, id), nil
+	}
+	switch name {
+	case multihost.Control(host, multihost.KindPart):
+		return j != nil && id.isReg() && id.nlink == 1 && j.Controls[name] == id.ino, nil
+	case multihost.Control(host, multihost.KindLock):
+		if made, ok := m.made[name]; ok && id.ino == made.ino {
+			return true, nil
+		}
+		if host == m.host && id.ino == m.lockID.ino {
+			return true, nil
+		}
+		return j != nil && id.isReg() && id.nlink == 1 && id.size == 0 && j.Controls[name] == id.ino, nil
+	}
+	return j != nil && !multihost.IsControl(name) && proves(j, name, id), nil
 }
 
 // sums returns every member's finished files (for the finisher's manifest).
