@@ -150,32 +150,19 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 		return d.inTheWay(fmt.Errorf("%s is not a lock file ckpt made", fo.pathOf(lockName)))
 	}
 	// Every entry this member's journal names must be what it made, and its part too.
-	var foreign []string
-	controls := map[string]ident{}
-	for _, n := range []string{partName, tmpName} {
-		id, err := fo.lstat(n)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil || !id.isReg() || id.nlink != 1 || j.Controls[n] != id.ino {
-			foreign = append(foreign, n)
-			continue
-		}
-		controls[n] = id
-	}
 	plan, err := multihost.Leftovers(context.TODO(), carrier{d}, m.host, j, d.opts.Resume)
 	if r := (*multihost.Refusal)(nil); errors.As(err, &r) {
-		foreign, err = append(foreign, r.Names...), nil
+		return fmt.Errorf("%s: %w: %s holds %s, which host %d's journal lists but ckpt cannot prove it made; nothing was removed", d.final, ErrForeign, d.Path, listNames(r.Names), m.host)
 	}
 	if err != nil {
 		return err
 	}
-	if len(foreign) > 0 {
-		return fmt.Errorf("%s: %w: %s holds %s, which host %d's journal lists but ckpt cannot prove it made; nothing was removed", d.final, ErrForeign, d.Path, listNames(foreign), m.host)
-	}
-	found := map[string]ident{}
+	found, controls := map[string]ident{}, map[string]ident{}
 	for name, o := range plan.Found {
 		found[name] = o.Ref.(ident)
+	}
+	for name, o := range plan.Controls {
+		controls[name] = o.Ref.(ident)
 	}
 	d.p.adopt(j, found)
 	for n, id := range controls {
@@ -463,7 +450,7 @@ func (s carrier) Owns(_ context.Context, host int, j *multihost.Journal, name st
 		return j != nil && !multihost.IsControl(name) && proves(j, name, id), nil
 	}
 	switch name {
-	case multihost.Control(host, multihost.KindPart):
+	case multihost.Control(host, multihost.KindPart), multihost.Control(host, multihost.KindPartTmp):
 		return j != nil && id.isReg() && id.nlink == 1 && j.Controls[name] == id.ino, nil
 	case multihost.Control(host, multihost.KindLock):
 		if made, ok := m.made[name]; ok && id.ino == made.ino {

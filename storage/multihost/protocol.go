@@ -47,7 +47,8 @@ type Carrier interface {
 	Part(ctx context.Context, host int) ([]byte, error)
 	// Owns reports whether o, found at name, is provably what host made for this output,
 	// j being its journal (nil when it has none). name is a file or folder the journal
-	// lists or intends, or one of host's control files other than its journal.
+	// lists or intends, or one of host's control files other than its journal (its part,
+	// a part being sealed, its lock).
 	Owns(ctx context.Context, host int, j *Journal, name string, o Object) (bool, error)
 }
 
@@ -203,6 +204,9 @@ type Plan struct {
 	// Found is every entry the journal names (files, folders, intended files) that the
 	// output holds, each proven the host's.
 	Found map[string]Object
+	// Controls is the host's part, and a part being sealed (a file system's), when there,
+	// each proven the host's.
+	Controls map[string]Object
 	// Keep is the finished files kept (resuming: still of the size journaled), in the
 	// order started.
 	Keep []Finished
@@ -216,14 +220,34 @@ type Plan struct {
 
 // Leftovers decides what host, run again with its journal j (nil: none), does with what
 // its interrupted run left: with resume the files it finished that are still there whole
-// are kept, and every other entry it made is removed. An entry j names that the output
-// holds and the host cannot prove it made is refused (Foreign, naming it) before anything
-// is decided: nothing is removed. A host whose share is sealed keeps everything (the
-// carrier does not apply Remove).
+// are kept, and every other entry it made is removed. An entry j names, or a part of the
+// host, that the output holds and the host cannot prove it made is refused (Foreign, naming
+// it) before anything is decided: nothing is removed. A host whose share is sealed keeps
+// everything (the carrier does not apply Remove).
 func Leftovers(ctx context.Context, c Carrier, host int, j *Journal, resume bool) (*Plan, error) {
-	p := &Plan{Found: map[string]Object{}}
+	p := &Plan{Found: map[string]Object{}, Controls: map[string]Object{}}
 	if j == nil {
 		return p, nil
+	}
+	var foreign []string
+	for _, kind := range []string{KindPart, KindPartTmp} {
+		name := Control(host, kind)
+		o, ok, err := c.Stat(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		mine, err := c.Owns(ctx, host, j, name, o)
+		if err != nil {
+			return nil, err
+		}
+		if !mine {
+			foreign = append(foreign, name)
+			continue
+		}
+		p.Controls[name] = o
 	}
 	var names, intended []string
 	names = append(names, j.Order...)
@@ -240,7 +264,6 @@ func Leftovers(ctx context.Context, c Carrier, host int, j *Journal, resume bool
 			}
 		}
 	}
-	var foreign []string
 	for _, name := range names {
 		o, ok, err := c.Stat(ctx, name)
 		if err != nil {
