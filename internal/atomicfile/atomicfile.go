@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 
@@ -621,13 +620,7 @@ func proveEntries(fo *folder, path string, es map[string]ident, owner Owner, has
 }
 
 // listNames names up to five entries and how many more there are.
-func listNames(names []string) string {
-	sort.Strings(names)
-	if len(names) > 5 {
-		return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
-	}
-	return strings.Join(names, ", ")
-}
+var listNames = multihost.ListNames
 
 // Commit fsyncs every file in the folder and the folder, then moves it into place. The
 // folder must hold nothing but what this output made (and, shared, its members). An

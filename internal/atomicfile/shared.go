@@ -25,7 +25,9 @@ import (
 // removed, never another member's, and never anything planted), and, once all its files
 // are durable, its part: the caller's record of what it wrote, renamed into place
 // atomically. Its journal records its lock and part too. The finisher refuses to commit a
-// folder holding anything no member's journal proves it made.
+// folder holding anything no member's journal proves it made. What is proven, refused,
+// kept or removed is decided by storage/multihost's protocol, of which the partial folder
+// is a carrier (carrier, below); this file carries its decisions out.
 
 // maxPart bounds a part read (a member's record of the items it wrote).
 const maxPart = 256 << 20

@@ -36,23 +36,25 @@ import (
 // and size — two steps of one training run — converted with the same options: into one
 // prefix, the second continues the first. Give each conversion its own prefix.)
 //
-// The shares. Each host keeps two control objects beside the files, named
-// .ckpt-host-N.journal and .ckpt-host-N.part. The journal lists the files the host
-// started and, once each upload is complete and verified, its size and xxhash64; it is
-// rewritten whole (objects cannot be appended to) before each upload starts and after it
-// finishes. A host run again after being killed removes the objects it started — only
-// those carrying the run — or, with Resume, keeps those it finished whose object still has
-// the journaled size and the run (their bytes are then checked against what the run would
-// write: see convert). When all its uploads are complete the host seals its share with its
-// part, the caller's record of what it wrote; a sealed host run again has nothing to do.
+// The shares. The protocol is storage/multihost's, of which the prefix is a carrier
+// (sharedPrefix: an object is a host's when it carries the run). Each host keeps two
+// control objects beside the files, named .ckpt-host-N.journal and .ckpt-host-N.part. The
+// journal (multihost's List encoding) lists the files the host started and, once each
+// upload is complete and verified, its size and xxhash64; it is rewritten whole (objects
+// cannot be appended to) before each upload starts and after it finishes. A host run again
+// after being killed removes the objects it started — only those carrying the run — or,
+// with Resume, keeps those it finished whose object still has the journaled size and the
+// run (their bytes are then checked against what the run would write: see convert). When
+// all its uploads are complete the host seals its share with its part, the caller's record
+// of what it wrote; a sealed host run again has nothing to do.
 //
 // The finish. Host 0, having sealed its own share, polls for every part (Parts), writes
-// the layout's index and then Commit: every host's part must carry the run, every file a
-// journal says finished must be there with its size and the run, and the prefix must hold
-// nothing else (an object put there by anyone else is refused by name). The manifest is
-// uploaded then, the control objects removed and the marker last. Until the manifest is
-// there nothing passes `ckpt check`; a finisher killed after it leaves control objects
-// carrying the run, which a later --force removes.
+// the layout's index and then Commit (multihost.Verify): every host's part must carry the
+// run, every file a journal says finished must be there with its size and the run, and the
+// prefix must hold nothing else (an object put there by anyone else is refused by name).
+// The manifest is uploaded then, the control objects removed and the marker last. Until
+// the manifest is there nothing passes `ckpt check`; a finisher killed after it leaves
+// control objects carrying the run, which a later --force removes.
 //
 // A bucket has no lock: run each host index once at a time (a Job controller does).
 //

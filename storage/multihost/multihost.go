@@ -1,11 +1,12 @@
-// Package multihost defines the multi-host shared-output protocol's vocabulary in one
-// place: the names of the control files beside an output being written (each host's
-// journal, part and lock, a single process's journal, a bucket prefix's marker), the
-// metadata key that carries the run, and the record of a file a host finished. Its two
-// carriers — a shared folder on a file system (internal/atomicfile: rename commit, inode
-// identities, lock files) and a bucket prefix (storage/bucket: put-if-absent marker, run
-// metadata on every object) — name their files from here, so that what one writes the
-// other, and every reader of an output in progress, recognizes.
+// Package multihost is the multi-host shared-output protocol, once: the names of the
+// control files beside an output being written (each host's journal, part and lock, a
+// single process's journal, a bucket prefix's marker), the metadata key that carries the
+// run, the journal a host keeps of the files it started and finished (journal.go), and the
+// protocol's decisions (protocol.go) — what the finisher checks before it commits, what a
+// host run again after a kill removes or keeps. Its two carriers read an output for it and
+// carry its decisions out: a shared folder on a file system (internal/atomicfile: rename
+// commit, inode identities, lock files) and a bucket prefix (storage/bucket: put-if-absent
+// marker, run metadata on every object).
 package multihost
 
 import (
