@@ -22,6 +22,7 @@ type memCarrier struct {
 type memObject struct {
 	data []byte
 	run  string
+	dir  bool // a folder, as a file system has
 }
 
 var errForeign = errors.New("foreign")
@@ -59,7 +60,7 @@ func (c *memCarrier) List(context.Context) (map[string]Object, error) {
 	out := map[string]Object{}
 	for name, o := range c.objects {
 		if name != Marker {
-			out[name] = Object{Size: int64(len(o.data)), Ref: o.run}
+			out[name] = Object{Size: int64(len(o.data)), Dir: o.dir, Ref: o.run}
 		}
 	}
 	return out, nil
@@ -67,7 +68,7 @@ func (c *memCarrier) List(context.Context) (map[string]Object, error) {
 
 func (c *memCarrier) Stat(_ context.Context, name string) (Object, bool, error) {
 	o, ok := c.get(name)
-	return Object{Size: int64(len(o.data)), Ref: o.run}, ok, nil
+	return Object{Size: int64(len(o.data)), Dir: o.dir, Ref: o.run}, ok, nil
 }
 
 func (c *memCarrier) Journal(_ context.Context, host int) (*Journal, error) {
@@ -318,5 +319,40 @@ func TestFinisherWaitsForParts(t *testing.T) {
 	mem.put(Control(2, KindPart), []byte("forged"), "run2")
 	if _, err := Parts(ctx, mem, 3); !errors.Is(err, errForeign) {
 		t.Errorf("a forged part: %v", err)
+	}
+}
+
+// TestLeftoversIntended: a kill between a file's creation and the record of it (a file
+// system's window, covered by an intent) leaves a file the journal only intended, in a
+// folder it made: the file is removed, the folder found (the carrier removes it once
+// empty), and neither is resumed; an intended name holding another run's file is refused.
+func TestLeftoversIntended(t *testing.T) {
+	j := newJournal()
+	j.Dirs["sub"] = 1
+	j.Intents["sub/x.bin"] = true
+	j.Files["a.bin"] = Entry{ID: 2, Finished: true, Size: 1, XXHash64: "0123456789abcdef"}
+	j.Order = []string{"a.bin"}
+	for _, run := range []string{"run1", "run2"} {
+		mem := newMem("run1")
+		mem.objects["sub"] = memObject{run: "run1", dir: true}
+		mem.put("sub/x.bin", nil, run)
+		mem.put("a.bin", []byte("a"), "run1")
+		p, err := Leftovers(context.Background(), mem, 0, j, true)
+		if run == "run2" {
+			var r *Refusal
+			if !errors.As(err, &r) || !slices.Equal(r.Names, []string{"sub/x.bin"}) {
+				t.Errorf("another run's file at an intended name: %v", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(p.Remove, []string{"sub/x.bin"}) || p.Cleaned || len(p.Keep) != 1 || p.Keep[0].File != "a.bin" {
+			t.Errorf("remove %v (cleaned %v), keep %v", p.Remove, p.Cleaned, p.Keep)
+		}
+		if _, ok := p.Found["sub"]; !ok || len(p.Found) != 3 {
+			t.Errorf("found %v", slices.Sorted(maps.Keys(p.Found)))
+		}
 	}
 }
