@@ -356,3 +356,43 @@ func TestLeftoversIntended(t *testing.T) {
 		}
 	}
 }
+
+// FuzzProtocol: whatever journal a host finds (as anyone with write access could leave
+// it), Leftovers never plans to remove or keep an object the journal does not name or
+// this run did not write, and Verify never accepts an output holding an object this run
+// did not write.
+func FuzzProtocol(f *testing.F) {
+	f.Add([]byte(`[{"file":"mine.bin","size":4,"xxhash64":"0123456789abcdef"},{"file":"theirs.bin","size":-1}]`), true)
+	f.Add([]byte(`[{"file":"mine.bin","size":-1},{"file":"sub/deep.bin","size":1,"xxhash64":"0123456789abcdef"}]`), false)
+	f.Add([]byte(`[{"file":"planted.bin","size":6,"xxhash64":"0123456789abcdef"}]`), true)
+	f.Fuzz(func(t *testing.T, journal []byte, resume bool) {
+		mem := newMem("run1")
+		mem.put("mine.bin", []byte("mine"), "run1")
+		mem.put("sub/deep.bin", []byte("d"), "run1")
+		mem.put("theirs.bin", []byte("theirs"), "run2")
+		mem.put("planted.bin", []byte("nobody"), "")
+		mem.put(Control(1, KindJournal), journal, "run1")
+		mem.put(Control(0, KindJournal), []byte(`[]`), "run1")
+		j, err := mem.Journal(context.Background(), 1)
+		if err != nil || j == nil {
+			return
+		}
+		if p, err := Leftovers(context.Background(), mem, 1, j, resume); err == nil {
+			for _, name := range p.Remove {
+				_, listed := j.Files[name]
+				if o, _ := mem.get(name); o.run != "run1" || !listed && !j.Intents[name] {
+					t.Fatalf("plans to remove %s (run %q), which the journal does not prove", name, o.run)
+				}
+			}
+			for _, e := range p.Keep {
+				if o, _ := mem.get(e.File); o.run != "run1" || int64(len(o.data)) != e.Size {
+					t.Fatalf("keeps %s (run %q, %d bytes)", e.File, o.run, len(o.data))
+				}
+			}
+		}
+		mem.put(Control(1, KindPart), []byte("part 1"), "run1")
+		if _, err := Verify(context.Background(), mem, 0, 2); err == nil {
+			t.Fatalf("accepted an output holding another run's object and a planted one")
+		}
+	})
+}
