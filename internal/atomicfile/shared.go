@@ -29,9 +29,6 @@ import (
 // kept or removed is decided by storage/multihost's protocol, of which the partial folder
 // is a carrier (carrier, below); this file carries its decisions out.
 
-// maxPart bounds a part read (a member's record of the items it wrote).
-const maxPart = 256 << 20
-
 // member is one process's share of a shared output.
 type member struct {
 	host, hosts int
@@ -233,10 +230,10 @@ func readControl(fo *folder, name string, id ident) ([]byte, error) {
 	if got.ino != id.ino || got.nlink != 1 {
 		return nil, fmt.Errorf("%s is no longer the file ckpt made there", fo.pathOf(name))
 	}
-	if got.size > maxPart {
-		return nil, fmt.Errorf("%s: %d bytes, more than the %d a part may have", fo.pathOf(name), got.size, maxPart)
+	if got.size > multihost.MaxPart {
+		return nil, fmt.Errorf("%s: %d bytes, more than the %d a part may have", fo.pathOf(name), got.size, multihost.MaxPart)
 	}
-	return io.ReadAll(io.LimitReader(f, maxPart))
+	return io.ReadAll(io.LimitReader(f, multihost.MaxPart))
 }
 
 // Sealed returns the part of a member whose share is sealed, by this run or an earlier one.

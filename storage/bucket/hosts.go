@@ -73,9 +73,6 @@ import (
 // nothing is removed.
 var errOwnRun = errors.New("the prefix's marker names this run")
 
-// maxControl bounds a control object read (a journal lists a host's files).
-const maxControl = 64 << 20
-
 // member is one host's share of a shared output.
 type member struct {
 	*output
@@ -253,7 +250,7 @@ func (m *member) ours(ctx context.Context, key string) (mine, exists bool, size 
 // journal another run uploaded is refused.
 func (m *member) readJournal(host int) (*multihost.Journal, error) {
 	key := m.control(host, multihost.KindJournal)
-	b, err := m.read(key, maxControl)
+	b, err := m.read(key, multihost.MaxJournal)
 	if err != nil || b == nil {
 		return nil, err
 	}
@@ -390,7 +387,7 @@ func (m *member) leftovers() error {
 // uploaded is refused.
 func (m *member) readPart(host int) ([]byte, error) {
 	key := m.control(host, multihost.KindPart)
-	b, err := m.read(key, maxControl)
+	b, err := m.read(key, multihost.MaxPart)
 	if err != nil || b == nil {
 		return nil, err
 	}

@@ -43,6 +43,9 @@ const Version = 2
 // per file.
 const MaxJournal = 256 << 20
 
+// MaxPart bounds a part read (a host's record of what it wrote).
+const MaxPart = 256 << 20
+
 // MaxLine bounds one line of a Lines journal (a name is at most a few KiB).
 const MaxLine = 64 << 10
 
