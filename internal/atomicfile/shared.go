@@ -150,11 +150,8 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 	}
 	// Every entry this member's journal names must be what it made, and its part too.
 	plan, err := multihost.Leftovers(context.TODO(), carrier{d}, m.host, j, d.opts.Resume)
-	if r := (*multihost.Refusal)(nil); errors.As(err, &r) {
-		return fmt.Errorf("%s: %w: %s holds %s, which host %d's journal lists but ckpt cannot prove it made; nothing was removed", d.final, ErrForeign, d.Path, listNames(r.Names), m.host)
-	}
 	if err != nil {
-		return err
+		return d.refused(err)
 	}
 	found, controls := map[string]ident{}, map[string]ident{}
 	for name, o := range plan.Found {
@@ -353,27 +350,27 @@ func (d *Dir) Verify() error {
 // the control files to remove when committing.
 func (m *member) survey(d *Dir) (map[string]ident, error) {
 	objs, err := multihost.Verify(context.TODO(), carrier{d}, -1, m.hosts)
-	var r *multihost.Refusal
-	if errors.As(err, &r) {
-		switch r.Problem {
-		case multihost.Unsealed:
-			return nil, fmt.Errorf("%s: host %d has not finished its share", d.final, r.Host)
-		case multihost.ForeignPart:
-			return nil, fmt.Errorf("%s: %w: %s is not the part host %d wrote", d.final, ErrForeign, d.p.fo.pathOf(multihost.Control(r.Host, multihost.KindPart)), r.Host)
-		case multihost.Unfinished:
-			return nil, fmt.Errorf("%s: host %d's %s is not the %d bytes it finished", d.final, r.Host, r.Names[0], r.Size)
-		default:
-			return nil, fmt.Errorf("%s: %w: %s holds %s, which no host of this conversion wrote", d.final, ErrForeign, d.Path, listNames(r.Names))
-		}
-	}
 	if err != nil {
-		return nil, err
+		return nil, d.refused(err)
 	}
 	controls := make(map[string]ident, len(objs))
 	for name, o := range objs {
 		controls[name] = o.Ref.(ident)
 	}
 	return controls, nil
+}
+
+// refused says where the protocol refused (the partial folder of the destination), and
+// that what a host did not write is ErrForeign.
+func (d *Dir) refused(err error) error {
+	var r *multihost.Refusal
+	switch {
+	case !errors.As(err, &r):
+		return err
+	case r.IsForeign():
+		return fmt.Errorf("%s: %w: %s: %w", d.final, ErrForeign, d.Path, err)
+	}
+	return fmt.Errorf("%s: %w", d.final, err)
 }
 
 // carrier is a partial folder as the multi-host protocol reads it (multihost.Carrier):

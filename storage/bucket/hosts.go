@@ -361,11 +361,7 @@ func (m *member) leftovers() error {
 	}
 	plan, err := multihost.Leftovers(m.ctx, sharedPrefix{m}, m.opts.Host, j, m.opts.Resume)
 	if err != nil {
-		var r *multihost.Refusal
-		if errors.As(err, &r) {
-			return fmt.Errorf("%s: %w: this host's journal lists it but another run uploaded it", m.loc(m.key(r.Names[0])), storage.ErrForeign)
-		}
-		return err
+		return m.refused(err)
 	}
 	for _, name := range plan.Remove {
 		if err := m.remove(m.ctx, m.key(name)); err != nil {
@@ -593,24 +589,20 @@ func (m *member) Commit(last []storage.NamedBytes) error {
 	return nil
 }
 
-// refused words a refusal of the protocol (multihost.Verify) for a bucket's user.
+// refused says where the protocol refused (the prefix), and what kind of error it is:
+// what a host did not write is storage.ErrForeign, a finished file not there whole
+// statedict.ErrCorrupt.
 func (m *member) refused(err error) error {
 	var r *multihost.Refusal
-	if !errors.As(err, &r) {
+	switch {
+	case !errors.As(err, &r):
 		return err
+	case r.IsForeign():
+		return fmt.Errorf("%s: %w: %w", m.l, storage.ErrForeign, err)
+	case r.Problem == multihost.Unfinished:
+		return fmt.Errorf("%s: %w: %w", m.l, statedict.ErrCorrupt, err)
 	}
-	switch r.Problem {
-	case multihost.Unsealed:
-		return fmt.Errorf("%s: host %d has not sealed its share", m.l, r.Host)
-	case multihost.ForeignPart:
-		return fmt.Errorf("%s: %w: host %d's share belongs to another conversion", m.loc(m.control(r.Host, multihost.KindPart)), storage.ErrForeign, r.Host)
-	case multihost.Unfinished:
-		return fmt.Errorf("%s: %w: host %d finished it as %d bytes, which is not what the prefix holds", m.loc(m.key(r.Names[0])), statedict.ErrCorrupt, r.Host, r.Size)
-	}
-	if len(r.Names) == 1 {
-		return fmt.Errorf("%s: %w: lies in the output but no host of this conversion wrote it", m.loc(m.key(r.Names[0])), storage.ErrForeign)
-	}
-	return fmt.Errorf("%s: %w: %s lie in the output but no host of this conversion wrote them", m.l, storage.ErrForeign, multihost.ListNames(r.Names))
+	return fmt.Errorf("%s: %w", m.l, err)
 }
 
 // Abort stops this host's uploads; unless its share is sealed (kept for the finisher) it

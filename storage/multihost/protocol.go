@@ -63,12 +63,15 @@ const (
 	// Unfinished: a file a host's journal says it finished is not there, not the host's,
 	// or not of the size it finished.
 	Unfinished
-	// Foreign: the output holds entries no host can prove it made (Names, sorted); for a
-	// host's leftovers, entries its journal names.
+	// Foreign: the output holds entries no host can prove it made (Names, sorted).
 	Foreign
+	// Unproven: a host's journal names entries, or its part is there, that it cannot
+	// prove it made (Names, sorted): its leftovers are not touched.
+	Unproven
 )
 
-// Refusal is what Verify and Leftovers refuse; carriers word it for their users.
+// Refusal is what Verify and Leftovers refuse, worded here; carriers add where (the
+// output's path or URL) and their error kinds (IsForeign).
 type Refusal struct {
 	Problem Problem
 	Host    int
@@ -86,10 +89,16 @@ func (r *Refusal) Error() string {
 		return fmt.Sprintf("host %d's part is not one it wrote for this output", r.Host)
 	case Unfinished:
 		return fmt.Sprintf("host %d's %s is not the %d bytes it finished", r.Host, r.Names[0], r.Size)
+	case Unproven:
+		return fmt.Sprintf("host %d's journal lists %s, which it cannot prove it made; nothing was removed", r.Host, ListNames(r.Names))
 	default:
-		return fmt.Sprintf("the output holds %s, which no host of this conversion can prove it wrote", ListNames(r.Names))
+		return fmt.Sprintf("the output holds %s, which no host of this conversion wrote", ListNames(r.Names))
 	}
 }
+
+// IsForeign reports whether the refusal is of what a host did not write (rather than of
+// a share not finished).
+func (r *Refusal) IsForeign() bool { return r.Problem != Unsealed && r.Problem != Unfinished }
 
 // ListNames names up to five entries (sorted in place) and how many more there are.
 func ListNames(names []string) string {
@@ -221,7 +230,7 @@ type Plan struct {
 // Leftovers decides what host, run again with its journal j (nil: none), does with what
 // its interrupted run left: with resume the files it finished that are still there whole
 // are kept, and every other entry it made is removed. An entry j names, or a part of the
-// host, that the output holds and the host cannot prove it made is refused (Foreign, naming
+// host, that the output holds and the host cannot prove it made is refused (Unproven, naming
 // it) before anything is decided: nothing is removed. A host whose share is sealed keeps
 // everything (the carrier does not apply Remove).
 func Leftovers(ctx context.Context, c Carrier, host int, j *Journal, resume bool) (*Plan, error) {
@@ -284,7 +293,7 @@ func Leftovers(ctx context.Context, c Carrier, host int, j *Journal, resume bool
 	}
 	if len(foreign) > 0 {
 		sort.Strings(foreign)
-		return nil, &Refusal{Problem: Foreign, Host: host, Names: foreign}
+		return nil, &Refusal{Problem: Unproven, Host: host, Names: foreign}
 	}
 	sort.Strings(intended)
 	for _, name := range intended {

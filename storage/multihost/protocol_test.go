@@ -193,7 +193,7 @@ func TestLeftovers(t *testing.T) {
 			_, p, err := rejoin(t, mem, 1, c.resume)
 			if c.foreign != nil {
 				var r *Refusal
-				if !errors.As(err, &r) || r.Problem != Foreign || !slices.Equal(r.Names, c.foreign) {
+				if !errors.As(err, &r) || r.Problem != Unproven || !slices.Equal(r.Names, c.foreign) {
 					t.Fatalf("refused %v, want %v", err, c.foreign)
 				}
 				if got := mem.names(); !slices.Equal(got, before) {
