@@ -333,6 +333,11 @@ func (m *member) leftovers() error {
 	if err != nil {
 		return err
 	}
+	// Every object the journal names, and the part, must be this run's, sealed or not.
+	plan, err := multihost.Leftovers(m.ctx, sharedPrefix{m}, m.opts.Host, j, m.opts.Resume)
+	if err != nil {
+		return m.refused(err)
+	}
 	part, err := m.readPart(m.opts.Host)
 	if err != nil {
 		return err
@@ -358,10 +363,6 @@ func (m *member) leftovers() error {
 				return err
 			}
 		}
-	}
-	plan, err := multihost.Leftovers(m.ctx, sharedPrefix{m}, m.opts.Host, j, m.opts.Resume)
-	if err != nil {
-		return m.refused(err)
 	}
 	for _, name := range plan.Remove {
 		if err := m.remove(m.ctx, m.key(name)); err != nil {

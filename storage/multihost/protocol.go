@@ -228,16 +228,14 @@ type Plan struct {
 }
 
 // Leftovers decides what host, run again with its journal j (nil: none), does with what
-// its interrupted run left: with resume the files it finished that are still there whole
+// its interrupted run, or an earlier run that sealed its share (Plan.Controls holds its
+// part), left: with resume the files it finished that are still there whole
 // are kept, and every other entry it made is removed. An entry j names, or a part of the
 // host, that the output holds and the host cannot prove it made is refused (Unproven, naming
 // it) before anything is decided: nothing is removed. A host whose share is sealed keeps
 // everything (the carrier does not apply Remove).
 func Leftovers(ctx context.Context, c Carrier, host int, j *Journal, resume bool) (*Plan, error) {
 	p := &Plan{Found: map[string]Object{}, Controls: map[string]Object{}}
-	if j == nil {
-		return p, nil
-	}
 	var foreign []string
 	for _, kind := range []string{KindPart, KindPartTmp} {
 		name := Control(host, kind)
@@ -257,6 +255,12 @@ func Leftovers(ctx context.Context, c Carrier, host int, j *Journal, resume bool
 			continue
 		}
 		p.Controls[name] = o
+	}
+	if j == nil {
+		if len(foreign) > 0 {
+			return nil, &Refusal{Problem: Unproven, Host: host, Names: foreign}
+		}
+		return p, nil
 	}
 	var names, intended []string
 	names = append(names, j.Order...)

@@ -177,6 +177,10 @@ func TestLeftovers(t *testing.T) {
 			foreign: []string{"half.bin"}},
 		{name: "a part of another run", plant: func(c *memCarrier) { c.put(Control(1, KindPart), []byte("forged"), "run2") },
 			foreign: []string{Control(1, KindPart)}},
+		{name: "a part of another run, and no journal", plant: func(c *memCarrier) {
+			c.delete(Control(1, KindJournal))
+			c.put(Control(1, KindPart), []byte("forged"), "run2")
+		}, foreign: []string{Control(1, KindPart)}},
 		{name: "nothing left of a started file", resume: true, plant: func(c *memCarrier) { c.delete("half.bin") },
 			keep: []string{"done.bin"}, left: []string{"done.bin", "zero.bin"}},
 	} {
