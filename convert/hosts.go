@@ -152,10 +152,12 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		return nil, err
 	}
 	defer out.abort()
-	switch cleaned, resumed := out.leftovers(); {
-	case cleaned:
+	// Both are reported: a resumed host also removes what it cannot prove finished.
+	cleaned, resumed := out.leftovers()
+	if cleaned {
 		p.sum.Warnings = append(p.sum.Warnings, plan.Warning{Kind: "partial_removed", Message: "removed the files this host's interrupted conversion left"})
-	case resumed != nil:
+	}
+	if resumed != nil {
 		p.sum.Resumed = len(resumed)
 	}
 	var hp hostPart

@@ -19,11 +19,11 @@
 package atomicfile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 
@@ -450,7 +450,7 @@ func (d *Dir) leftover() error {
 	}
 	var foreign []string
 	for name, id := range all {
-		if name == multihost.SingleJournal || j.proves(name, id) {
+		if name == multihost.SingleJournal || proves(j, name, id) {
 			continue
 		}
 		foreign = append(foreign, name)
@@ -460,19 +460,19 @@ func (d *Dir) leftover() error {
 	}
 	d.p.adopt(j, all)
 	if d.opts.Resume {
-		if err := d.p.removeIntended(j); err != nil {
+		plan, err := multihost.Leftovers(context.TODO(), carrier{d}, 0, j, true)
+		if err != nil {
 			return err
 		}
-		d.Resumed = map[string]Journaled{}
-		for name, e := range j.files {
-			if id, ok := d.p.files[name]; ok && e.finished && id.size == e.size {
-				d.Resumed[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
-				d.p.sums[name] = d.Resumed[name]
-				continue
-			}
+		for _, name := range plan.Remove {
 			if err := d.p.removeFile(name); err != nil {
 				return err
 			}
+		}
+		d.Resumed = map[string]Journaled{}
+		for _, e := range plan.Keep {
+			d.Resumed[e.File] = e
+			d.p.sums[e.File] = e
 		}
 		d.p.j, err = appendJournal(fo, multihost.SingleJournal, jid)
 		return err
@@ -620,13 +620,7 @@ func proveEntries(fo *folder, path string, es map[string]ident, owner Owner, has
 }
 
 // listNames names up to five entries and how many more there are.
-func listNames(names []string) string {
-	sort.Strings(names)
-	if len(names) > 5 {
-		return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
-	}
-	return strings.Join(names, ", ")
-}
+var listNames = multihost.ListNames
 
 // Commit fsyncs every file in the folder and the folder, then moves it into place. The
 // folder must hold nothing but what this output made (and, shared, its members). An

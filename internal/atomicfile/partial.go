@@ -40,23 +40,23 @@ func surveyAll(fo *folder) (map[string]ident, error) {
 	return all, err
 }
 
-// proves reports whether the entry name, found as id, is one the journal records ckpt
+// proves reports whether the entry name, found as id, is one the journal j records ckpt
 // made: the same inode and kind, a file with no other link to it. An entry the journal
 // only intended (a kill between its creation and its record) is ckpt's when it holds
 // nothing: an empty file with one link at the intended name, or a folder on the way to it.
-func (j *journaled) proves(name string, id ident) bool {
+func proves(j *journaled, name string, id ident) bool {
 	// The intended file first: it may be one made anew (a finisher's index written
 	// again), whose earlier inode the journal lists and which was removed before.
-	if name == j.intent && id.isReg() && id.nlink == 1 && id.size == 0 {
+	if name == j.Intent && id.isReg() && id.nlink == 1 && id.size == 0 {
 		return true
 	}
-	if e, ok := j.files[name]; ok {
-		return id.isReg() && id.nlink == 1 && id.ino == e.ino
+	if e, ok := j.Files[name]; ok {
+		return id.isReg() && id.nlink == 1 && id.ino == e.ID
 	}
-	if ino, ok := j.dirs[name]; ok {
+	if ino, ok := j.Dirs[name]; ok {
 		return id.isDir() && id.ino == ino
 	}
-	return j.intent != "" && id.isDir() && strings.HasPrefix(j.intent, name+"/")
+	return j.Intent != "" && id.isDir() && strings.HasPrefix(j.Intent, name+"/")
 }
 
 // adopt takes the entries the journal proves (all, as surveyed) as this process's own.
@@ -64,7 +64,7 @@ func (p *partial) adopt(j *journaled, all map[string]ident) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for name, id := range all {
-		if !j.proves(name, id) {
+		if !proves(j, name, id) {
 			continue
 		}
 		if id.isDir() {
@@ -73,15 +73,6 @@ func (p *partial) adopt(j *journaled, all map[string]ident) {
 			p.files[name] = id
 		}
 	}
-}
-
-// removeIntended removes the file adopted from j's intent alone: created by a run killed
-// before it recorded it, so holding nothing to keep.
-func (p *partial) removeIntended(j *journaled) error {
-	if j.intent == "" {
-		return nil
-	}
-	return p.removeFile(j.intent)
 }
 
 // made reports whether id at name is an entry this process made or adopted.

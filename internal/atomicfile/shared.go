@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -24,10 +25,9 @@ import (
 // removed, never another member's, and never anything planted), and, once all its files
 // are durable, its part: the caller's record of what it wrote, renamed into place
 // atomically. Its journal records its lock and part too. The finisher refuses to commit a
-// folder holding anything no member's journal proves it made.
-
-// maxPart bounds a part read (a member's record of the items it wrote).
-const maxPart = 256 << 20
+// folder holding anything no member's journal proves it made. What is proven, refused,
+// kept or removed is decided by storage/multihost's protocol, of which the partial folder
+// is a carrier (carrier, below); this file carries its decisions out.
 
 // member is one process's share of a shared output.
 type member struct {
@@ -88,7 +88,7 @@ func (d *Dir) join() error {
 		fo.close()
 		return fmt.Errorf("%s: %w: %s is the partial output of a single-process conversion; resume that conversion or remove it first", d.final, ErrUnfinished, d.Path)
 	}
-	lockName := multihost.Control(m.host, multihost.Lock)
+	lockName := multihost.Control(m.host, multihost.KindLock)
 	lf, lid, created, err := fo.open(lockName, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		fo.close()
@@ -125,12 +125,12 @@ func (d *Dir) join() error {
 // nothing touched. createdLock is set when this run made its lock file.
 func (d *Dir) memberLeftovers(createdLock bool) error {
 	m, fo := d.member, d.p.fo
-	jname := multihost.Control(m.host, multihost.Journal)
+	jname := multihost.Control(m.host, multihost.KindJournal)
 	j, jid, err := readJournal(fo, jname)
 	if err != nil {
 		return d.inTheWay(err)
 	}
-	lockName, partName, tmpName := multihost.Control(m.host, multihost.Lock), multihost.Control(m.host, multihost.Part), multihost.Control(m.host, multihost.PartTmp)
+	lockName, partName, tmpName := multihost.Control(m.host, multihost.KindLock), multihost.Control(m.host, multihost.KindPart), multihost.Control(m.host, multihost.KindPartTmp)
 	if j == nil {
 		if !createdLock {
 			return d.inTheWay(fmt.Errorf("%s is not a lock file ckpt made (no journal records it)", fo.pathOf(lockName)))
@@ -145,46 +145,20 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 		}
 		return d.p.j.write(record{Control: lockName, Ino: m.lockID.ino})
 	}
-	if !createdLock && j.controls[lockName] != m.lockID.ino {
+	if !createdLock && j.Controls[lockName] != m.lockID.ino {
 		return d.inTheWay(fmt.Errorf("%s is not a lock file ckpt made", fo.pathOf(lockName)))
 	}
-	// Every entry this member's journal names must be what it made.
-	var foreign []string
-	found := map[string]ident{}
-	check := func(name string) {
-		id, err := fo.lstat(name)
-		if errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		if err != nil || !j.proves(name, id) {
-			foreign = append(foreign, name)
-			return
-		}
-		found[name] = id
+	// Every entry this member's journal names must be what it made, and its part too.
+	plan, err := multihost.Leftovers(context.TODO(), carrier{d}, m.host, j, d.opts.Resume)
+	if err != nil {
+		return d.refused(err)
 	}
-	for name := range j.files {
-		check(name)
+	found, controls := map[string]ident{}, map[string]ident{}
+	for name, o := range plan.Found {
+		found[name] = o.Ref.(ident)
 	}
-	for name := range j.dirs {
-		check(name)
-	}
-	if j.intent != "" {
-		check(j.intent)
-	}
-	controls := map[string]ident{}
-	for _, n := range []string{partName, tmpName} {
-		id, err := fo.lstat(n)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil || !id.isReg() || id.nlink != 1 || j.controls[n] != id.ino {
-			foreign = append(foreign, n)
-			continue
-		}
-		controls[n] = id
-	}
-	if len(foreign) > 0 {
-		return fmt.Errorf("%s: %w: %s holds %s, which host %d's journal lists but ckpt cannot prove it made; nothing was removed", d.final, ErrForeign, d.Path, listNames(foreign), m.host)
+	for name, o := range plan.Controls {
+		controls[name] = o.Ref.(ident)
 	}
 	d.p.adopt(j, found)
 	for n, id := range controls {
@@ -210,9 +184,9 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 			return err
 		}
 		m.sealed = b
-		for name, e := range j.files {
-			if _, ok := d.p.files[name]; ok && e.finished {
-				d.p.sums[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
+		for name, e := range j.Files {
+			if _, ok := d.p.files[name]; ok && e.Finished {
+				d.p.sums[name] = Journaled{File: name, Size: e.Size, XXHash64: e.XXHash64}
 			}
 		}
 		return nil
@@ -220,23 +194,15 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 	if d.opts.Resume {
 		d.Resumed = map[string]Journaled{}
 	}
-	if err := d.p.removeIntended(j); err != nil {
-		return err
-	}
-	for _, name := range j.order {
-		id, ok := d.p.files[name]
-		if !ok {
-			continue
-		}
-		if e := j.files[name]; e.finished && d.opts.Resume && id.size == e.size {
-			d.Resumed[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
-			d.p.sums[name] = d.Resumed[name]
-			continue
-		}
+	for _, name := range plan.Remove {
 		if err := d.p.removeFile(name); err != nil {
 			return err
 		}
-		d.CleanedUp = true
+	}
+	d.CleanedUp = plan.Cleaned
+	for _, e := range plan.Keep {
+		d.Resumed[e.File] = e
+		d.p.sums[e.File] = e
 	}
 	if d.opts.Resume {
 		return nil
@@ -261,10 +227,10 @@ func readControl(fo *folder, name string, id ident) ([]byte, error) {
 	if got.ino != id.ino || got.nlink != 1 {
 		return nil, fmt.Errorf("%s is no longer the file ckpt made there", fo.pathOf(name))
 	}
-	if got.size > maxPart {
-		return nil, fmt.Errorf("%s: %d bytes, more than the %d a part may have", fo.pathOf(name), got.size, maxPart)
+	if got.size > multihost.MaxPart {
+		return nil, fmt.Errorf("%s: %d bytes, more than the %d a part may have", fo.pathOf(name), got.size, multihost.MaxPart)
 	}
-	return io.ReadAll(io.LimitReader(f, maxPart))
+	return io.ReadAll(io.LimitReader(f, multihost.MaxPart))
 }
 
 // Sealed returns the part of a member whose share is sealed, by this run or an earlier one.
@@ -285,7 +251,7 @@ func (d *Dir) Unseal() error {
 	if err := d.p.removeAll(); err != nil {
 		return err
 	}
-	partName := multihost.Control(m.host, multihost.Part)
+	partName := multihost.Control(m.host, multihost.KindPart)
 	if err := d.p.fo.remove(partName, m.controls[partName]); err != nil {
 		return err
 	}
@@ -293,7 +259,7 @@ func (d *Dir) Unseal() error {
 	if err := d.p.j.truncate(d.p.fo); err != nil {
 		return err
 	}
-	if err := d.p.j.write(record{Control: multihost.Control(m.host, multihost.Lock), Ino: m.lockID.ino}); err != nil {
+	if err := d.p.j.write(record{Control: multihost.Control(m.host, multihost.KindLock), Ino: m.lockID.ino}); err != nil {
 		return err
 	}
 	m.sealed, d.Resumed, d.CleanedUp = nil, nil, true
@@ -309,7 +275,7 @@ func (d *Dir) Seal(part []byte) error {
 		return errors.New("atomicfile: Seal is for a member still writing")
 	}
 	fo := d.p.fo
-	partName, tmpName := multihost.Control(m.host, multihost.Part), multihost.Control(m.host, multihost.PartTmp)
+	partName, tmpName := multihost.Control(m.host, multihost.KindPart), multihost.Control(m.host, multihost.KindPartTmp)
 	// Holding the gate: once RemovePending has removed this member's files, no part may
 	// claim them.
 	err := gated(func() error {
@@ -361,24 +327,7 @@ func (d *Dir) Parts() ([][]byte, error) {
 	if m == nil {
 		return nil, errors.New("atomicfile: Parts is for the members of a shared output")
 	}
-	out := make([][]byte, m.hosts)
-	for h := range m.hosts {
-		name := multihost.Control(h, multihost.Part)
-		id, err := d.p.fo.lstat(name)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if !id.isReg() || id.nlink != 1 {
-			return nil, fmt.Errorf("%s: %w: %s is %s, not a part ckpt wrote", d.final, ErrForeign, d.p.fo.pathOf(name), id.kind())
-		}
-		if out[h], err = readControl(d.p.fo, name, id); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return multihost.Parts(context.TODO(), carrier{d}, m.hosts)
 }
 
 // sealedExit is how long the finisher waits for a host that sealed its share to let go
@@ -396,69 +345,119 @@ func (d *Dir) Verify() error {
 	return err
 }
 
-// survey reads every member's journal and checks the partial folder against them: each
-// member sealed, its part and lock what it made, every entry proven made by a member. It
-// returns the control files to remove when committing.
+// survey checks the partial folder for the finisher (multihost.Verify): every member
+// sealed, its part and lock what it made, every entry proven made by a member. It returns
+// the control files to remove when committing.
 func (m *member) survey(d *Dir) (map[string]ident, error) {
-	fo := d.p.fo
-	all, err := surveyAll(fo)
+	objs, err := multihost.Verify(context.TODO(), carrier{d}, -1, m.hosts)
+	if err != nil {
+		return nil, d.refused(err)
+	}
+	controls := make(map[string]ident, len(objs))
+	for name, o := range objs {
+		controls[name] = o.Ref.(ident)
+	}
+	return controls, nil
+}
+
+// refused says where the protocol refused (the partial folder of the destination), and
+// that what a host did not write is ErrForeign.
+func (d *Dir) refused(err error) error {
+	var r *multihost.Refusal
+	switch {
+	case !errors.As(err, &r):
+		return err
+	case r.IsForeign():
+		return fmt.Errorf("%s: %w: %s: %w", d.final, ErrForeign, d.Path, err)
+	}
+	return fmt.Errorf("%s: %w", d.final, err)
+}
+
+// carrier is a partial folder as the multi-host protocol reads it (multihost.Carrier):
+// an entry is a member's when its journal records that inode, of that kind, with one link
+// (journal.go); a member's lock when it is the empty file it made (or the finisher made, or
+// this member holds). A single process's partial folder is read as member 0's.
+//
+// atomicfile's API takes no context yet (its exported signatures stay while convert's
+// output moves onto storage): the protocol is called with context.TODO, which a file
+// system's calls never wait on.
+type carrier struct{ d *Dir }
+
+// object describes the entry id; an entry that cannot be looked at (a link on the way) is
+// one nobody proves.
+func object(id ident, err error) multihost.Object {
+	if err != nil {
+		return multihost.Object{}
+	}
+	return multihost.Object{Size: id.size, Dir: id.isDir(), Ref: id}
+}
+
+func (s carrier) List(context.Context) (map[string]multihost.Object, error) {
+	all, err := surveyAll(s.d.p.fo)
 	if err != nil {
 		return nil, err
 	}
-	controls := map[string]ident{}
-	proven := map[string]bool{}
-	for h := range m.hosts {
-		jname, lockName, partName := multihost.Control(h, multihost.Journal), multihost.Control(h, multihost.Lock), multihost.Control(h, multihost.Part)
-		j, jid, err := readJournal(fo, jname)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w: %w", d.final, ErrForeign, err)
-		}
-		if j == nil {
-			return nil, fmt.Errorf("%s: host %d has not finished its share", d.final, h)
-		}
-		controls[jname] = jid
-		part, ok := all[partName]
-		if !ok {
-			return nil, fmt.Errorf("%s: host %d has not finished its share", d.final, h)
-		}
-		if !part.isReg() || part.nlink != 1 || j.controls[partName] != part.ino {
-			return nil, fmt.Errorf("%s: %w: %s is not the part host %d wrote", d.final, ErrForeign, fo.pathOf(partName), h)
-		}
-		controls[partName] = part
-		if id, ok := all[lockName]; ok {
-			if made, ok := m.made[lockName]; ok && id.ino == made.ino {
-				controls[lockName] = id
-			} else if h == m.host && id.ino == m.lockID.ino {
-				controls[lockName] = id
-			} else if id.isReg() && id.nlink == 1 && id.size == 0 && j.controls[lockName] == id.ino {
-				controls[lockName] = id
-			}
-		}
-		for name, e := range j.files {
-			if !e.finished {
-				continue // what it started and never finished is not its share: foreign if there
-			}
-			if id, ok := all[name]; !ok || !j.proves(name, id) || id.size != e.size {
-				return nil, fmt.Errorf("%s: host %d's %s is not the %d bytes it finished", d.final, h, name, e.size)
-			}
-			proven[name] = true
-		}
-		for name := range j.dirs {
-			if id, ok := all[name]; ok && j.proves(name, id) {
-				proven[name] = true
-			}
-		}
+	out := make(map[string]multihost.Object, len(all))
+	for name, id := range all {
+		out[name] = object(id, nil)
 	}
-	var foreign []string
-	for name := range all {
-		if _, ok := controls[name]; !ok && !proven[name] {
-			foreign = append(foreign, name)
+	return out, nil
+}
+
+func (s carrier) Stat(_ context.Context, name string) (multihost.Object, bool, error) {
+	id, err := s.d.p.fo.lstat(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return multihost.Object{}, false, nil
+	}
+	return object(id, err), true, nil
+}
+
+func (s carrier) Journal(_ context.Context, host int) (*multihost.Journal, error) {
+	j, _, err := readJournal(s.d.p.fo, multihost.Control(host, multihost.KindJournal))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", s.d.final, ErrForeign, err)
+	}
+	return j, nil
+}
+
+// Part reads host's part: bounded, a regular file only.
+func (s carrier) Part(_ context.Context, host int) ([]byte, error) {
+	fo, name := s.d.p.fo, multihost.Control(host, multihost.KindPart)
+	id, err := fo.lstat(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !id.isReg() || id.nlink != 1 {
+		return nil, fmt.Errorf("%s: %w: %s is %s, not a part ckpt wrote", s.d.final, ErrForeign, fo.pathOf(name), id.kind())
+	}
+	return readControl(fo, name, id)
+}
+
+func (s carrier) Owns(_ context.Context, host int, j *multihost.Journal, name string, o multihost.Object) (bool, error) {
+	id, ok := o.Ref.(ident)
+	if !ok {
+		return false, nil
+	}
+	m := s.d.member
+	if m == nil {
+		return j != nil && !multihost.IsControl(name) && proves(j, name, id), nil
+	}
+	switch name {
+	case multihost.Control(host, multihost.KindPart), multihost.Control(host, multihost.KindPartTmp):
+		return j != nil && id.isReg() && id.nlink == 1 && j.Controls[name] == id.ino, nil
+	case multihost.Control(host, multihost.KindLock):
+		if made, ok := m.made[name]; ok && id.ino == made.ino {
+			return true, nil
 		}
+		if host == m.host && id.ino == m.lockID.ino {
+			return true, nil
+		}
+		return j != nil && id.isReg() && id.nlink == 1 && id.size == 0 && j.Controls[name] == id.ino, nil
 	}
-	if len(foreign) > 0 {
-		return nil, fmt.Errorf("%s: %w: %s holds %s, which no host of this conversion wrote", d.final, ErrForeign, d.Path, listNames(foreign))
-	}
-	return controls, nil
+	return j != nil && !multihost.IsControl(name) && proves(j, name, id), nil
 }
 
 // sums returns every member's finished files (for the finisher's manifest).
@@ -468,16 +467,16 @@ func (m *member) sums(d *Dir) (map[string]Journaled, error) {
 		if h == m.host {
 			continue
 		}
-		j, _, err := readJournal(d.p.fo, multihost.Control(h, multihost.Journal))
+		j, _, err := readJournal(d.p.fo, multihost.Control(h, multihost.KindJournal))
 		if err != nil {
 			return nil, err
 		}
 		if j == nil {
 			continue
 		}
-		for name, e := range j.files {
-			if e.finished {
-				out[name] = Journaled{File: name, Size: e.size, XXHash64: e.xxhash64}
+		for name, e := range j.Files {
+			if e.Finished {
+				out[name] = Journaled{File: name, Size: e.Size, XXHash64: e.XXHash64}
 			}
 		}
 	}
@@ -499,7 +498,7 @@ func (m *member) prepareCommit(d *Dir) error {
 		if h == m.host {
 			continue
 		}
-		name := multihost.Control(h, multihost.Lock)
+		name := multihost.Control(h, multihost.KindLock)
 		lf, id, created, err := fo.open(name, os.O_RDWR|os.O_CREATE)
 		if err != nil {
 			return fmt.Errorf("%s: %w: %w", d.final, ErrForeign, err)
@@ -511,7 +510,7 @@ func (m *member) prepareCommit(d *Dir) error {
 		// A host that sealed its share holds its lock until its process is done: give it
 		// a moment (under load, the time between its seal and its exit).
 		err = lock(lf)
-		if _, serr := fo.lstat(multihost.Control(h, multihost.Part)); serr == nil {
+		if _, serr := fo.lstat(multihost.Control(h, multihost.KindPart)); serr == nil {
 			for deadline := time.Now().Add(sealedExit); err != nil && time.Now().Before(deadline); err = lock(lf) {
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -579,7 +578,7 @@ func (m *member) abort(d *Dir) {
 		d.p.removeAll()
 		if d.p.j != nil {
 			d.p.j.close()
-			fo.remove(multihost.Control(m.host, multihost.Journal), d.p.j.id)
+			fo.remove(multihost.Control(m.host, multihost.KindJournal), d.p.j.id)
 		}
 	}
 	// The folder stays open (for the removals below) after the locks are let go.
@@ -592,7 +591,7 @@ func (m *member) abort(d *Dir) {
 	if dup.id.ino != fo.id.ino {
 		return
 	}
-	dup.remove(multihost.Control(m.host, multihost.Lock), m.lockID)
+	dup.remove(multihost.Control(m.host, multihost.KindLock), m.lockID)
 	for name, id := range m.made {
 		dup.remove(name, id)
 	}

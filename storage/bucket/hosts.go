@@ -2,7 +2,6 @@ package bucket
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,23 +36,25 @@ import (
 // and size — two steps of one training run — converted with the same options: into one
 // prefix, the second continues the first. Give each conversion its own prefix.)
 //
-// The shares. Each host keeps two control objects beside the files, named
-// .ckpt-host-N.journal and .ckpt-host-N.part. The journal lists the files the host
-// started and, once each upload is complete and verified, its size and xxhash64; it is
-// rewritten whole (objects cannot be appended to) before each upload starts and after it
-// finishes. A host run again after being killed removes the objects it started — only
-// those carrying the run — or, with Resume, keeps those it finished whose object still has
-// the journaled size and the run (their bytes are then checked against what the run would
-// write: see convert). When all its uploads are complete the host seals its share with its
-// part, the caller's record of what it wrote; a sealed host run again has nothing to do.
+// The shares. The protocol is storage/multihost's, of which the prefix is a carrier
+// (sharedPrefix: an object is a host's when it carries the run). Each host keeps two
+// control objects beside the files, named .ckpt-host-N.journal and .ckpt-host-N.part. The
+// journal (multihost's List encoding) lists the files the host started and, once each
+// upload is complete and verified, its size and xxhash64; it is rewritten whole (objects
+// cannot be appended to) before each upload starts and after it finishes. A host run again
+// after being killed removes the objects it started — only those carrying the run — or,
+// with Resume, keeps those it finished whose object still has the journaled size and the
+// run (their bytes are then checked against what the run would write: see convert). When
+// all its uploads are complete the host seals its share with its part, the caller's record
+// of what it wrote; a sealed host run again has nothing to do.
 //
 // The finish. Host 0, having sealed its own share, polls for every part (Parts), writes
-// the layout's index and then Commit: every host's part must carry the run, every file a
-// journal says finished must be there with its size and the run, and the prefix must hold
-// nothing else (an object put there by anyone else is refused by name). The manifest is
-// uploaded then, the control objects removed and the marker last. Until the manifest is
-// there nothing passes `ckpt check`; a finisher killed after it leaves control objects
-// carrying the run, which a later --force removes.
+// the layout's index and then Commit (multihost.Verify): every host's part must carry the
+// run, every file a journal says finished must be there with its size and the run, and the
+// prefix must hold nothing else (an object put there by anyone else is refused by name).
+// The manifest is uploaded then, the control objects removed and the marker last. Until
+// the manifest is there nothing passes `ckpt check`; a finisher killed after it leaves
+// control objects carrying the run, which a later --force removes.
 //
 // A bucket has no lock: run each host index once at a time (a Job controller does).
 //
@@ -71,9 +72,6 @@ import (
 // errOwnRun is what clearing the prefix finds when this run's marker appeared meanwhile:
 // nothing is removed.
 var errOwnRun = errors.New("the prefix's marker names this run")
-
-// maxControl bounds a control object read (a journal lists a host's files).
-const maxControl = 64 << 20
 
 // member is one host's share of a shared output.
 type member struct {
@@ -272,10 +270,11 @@ func (m *member) ours(ctx context.Context, key string) (mine, exists bool, size 
 	return a.Metadata[RunMetadata] == m.run, true, a.Size, nil
 }
 
-// readJournal reads host's journal: its entries, the last of each file winning.
-func (m *member) readJournal(host int) ([]storage.Finished, error) {
-	key := m.control(host, multihost.Journal)
-	b, err := m.read(key, maxControl)
+// readJournal reads host's journal (multihost's List encoding), nil when there is none; a
+// journal another run uploaded is refused.
+func (m *member) readJournal(host int) (*multihost.Journal, error) {
+	key := m.control(host, multihost.KindJournal)
+	b, err := m.read(key, multihost.MaxJournal)
 	if err != nil || b == nil {
 		return nil, err
 	}
@@ -285,43 +284,68 @@ func (m *member) readJournal(host int) ([]storage.Finished, error) {
 		}
 		return nil, err
 	}
-	j, err := parseJournal(b)
+	j, err := multihost.ParseList(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", m.loc(key), err)
+		return nil, fmt.Errorf("%s: %w: %w", m.loc(key), statedict.ErrCorrupt, err)
 	}
 	return j, nil
 }
 
-// parseJournal parses a journal: a JSON list of files, each named inside the folder, with
-// a size (multihost.StartedSize while unfinished) and, once finished, an xxhash64 in 16 hex digits.
-func parseJournal(b []byte) ([]storage.Finished, error) {
-	var j []storage.Finished
-	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
-	}
-	for _, e := range j {
-		if !validName(e.File) {
-			return nil, fmt.Errorf("%w: the journal names %q", statedict.ErrCorrupt, e.File)
-		}
-		finished := e.Size >= 0 && len(e.XXHash64) == 16 && strings.Trim(e.XXHash64, "0123456789abcdef") == ""
-		if !finished && (e.Size != multihost.StartedSize || e.XXHash64 != "") {
-			return nil, fmt.Errorf("%w: the journal's entry of %q has size %d, xxhash64 %q", statedict.ErrCorrupt, e.File, e.Size, e.XXHash64)
-		}
-	}
-	return j, nil
-}
-
-// validName reports whether name is a file name inside the folder.
+// validName reports whether name is a file name a host may write inside the folder (not
+// a control object's).
 func validName(name string) bool {
-	if name == "" || len(name) > 1024 {
-		return false
+	return len(name) <= 1024 && multihost.ValidName(name) && !multihost.IsControl(name)
+}
+
+// sharedPrefix is the output's prefix as the multi-host protocol reads it (multihost.Carrier):
+// an object is a host's when it carries the run.
+type sharedPrefix struct{ m *member }
+
+func (p sharedPrefix) List(ctx context.Context) (map[string]multihost.Object, error) {
+	m := p.m
+	objs, err := m.b.List(ctx, m.l.Key+"/", "")
+	if err != nil {
+		return nil, pathError("list", m.l, err)
 	}
-	for _, e := range strings.Split(name, "/") {
-		if e == "" || e == "." || e == ".." {
-			return false
+	out := make(map[string]multihost.Object, len(objs))
+	for _, ob := range objs {
+		name := strings.TrimPrefix(ob.Key, m.l.Key+"/")
+		if name != PartialMarker {
+			out[name] = multihost.Object{Size: ob.Size}
 		}
 	}
-	return true
+	return out, nil
+}
+
+func (p sharedPrefix) Stat(ctx context.Context, name string) (multihost.Object, bool, error) {
+	m := p.m
+	a, err := m.b.Attributes(ctx, m.key(name))
+	if NotFound(err) {
+		return multihost.Object{}, false, nil
+	}
+	if err != nil {
+		return multihost.Object{}, false, pathError("stat", m.loc(m.key(name)), err)
+	}
+	return multihost.Object{Size: a.Size, Ref: a.Metadata[RunMetadata]}, true, nil
+}
+
+func (p sharedPrefix) Journal(ctx context.Context, host int) (*multihost.Journal, error) {
+	return p.m.readJournal(host)
+}
+
+func (p sharedPrefix) Part(ctx context.Context, host int) ([]byte, error) { return p.m.readPart(host) }
+
+// Owns: an object is a host's when it carries the run (the one Stat read, or read now);
+// a bucket host has no lock, nor any control object but its journal and part.
+func (p sharedPrefix) Owns(ctx context.Context, host int, j *multihost.Journal, name string, o multihost.Object) (bool, error) {
+	if multihost.IsControl(name) && name != multihost.Control(host, multihost.KindPart) {
+		return false, nil
+	}
+	if run, ok := o.Ref.(string); ok {
+		return run == p.m.run, nil
+	}
+	mine, _, _, err := p.m.ours(ctx, p.m.key(name))
+	return mine, err
 }
 
 // leftovers finds this host's part when its share is sealed; otherwise deals with what an
@@ -333,12 +357,20 @@ func (m *member) leftovers() error {
 	if err != nil {
 		return err
 	}
+	// Every object the journal names, and the part, must be this run's, sealed or not.
+	plan, err := multihost.Leftovers(m.ctx, sharedPrefix{m}, m.opts.Host, j, m.opts.Resume)
+	if err != nil {
+		return m.refused(err)
+	}
 	part, err := m.readPart(m.opts.Host)
 	if err != nil {
 		return err
 	}
 	if part != nil {
-		m.sealed, m.journal = part, j
+		m.sealed = part
+		if j != nil {
+			m.journal = j.Entries()
+		}
 		return nil
 	}
 	if m.opts.Resume {
@@ -356,41 +388,27 @@ func (m *member) leftovers() error {
 			}
 		}
 	}
-	var kept []storage.Finished
-	for _, e := range j {
-		key := m.key(e.File)
-		mine, exists, size, err := m.ours(m.ctx, key)
-		if err != nil {
+	for _, name := range plan.Remove {
+		if err := m.remove(m.ctx, m.key(name)); err != nil {
 			return err
 		}
-		if !exists {
-			continue
-		}
-		if !mine {
-			return fmt.Errorf("%s: %w: this host's journal lists it but another run uploaded it", m.loc(key), storage.ErrForeign)
-		}
-		if m.opts.Resume && e.Size != multihost.StartedSize && size == e.Size {
-			m.resumed[e.File] = e
-			kept = append(kept, e)
-			continue
-		}
-		if err := m.remove(m.ctx, key); err != nil {
-			return err
-		}
-		m.cleaned = true
 	}
-	m.journal = kept
-	if len(kept) > 0 {
+	m.cleaned = plan.Cleaned
+	for _, e := range plan.Keep {
+		m.resumed[e.File] = e
+	}
+	m.journal = plan.Keep
+	if len(m.journal) > 0 {
 		return m.writeJournal()
 	}
-	return m.remove(m.ctx, m.control(m.opts.Host, multihost.Journal))
+	return m.remove(m.ctx, m.control(m.opts.Host, multihost.KindJournal))
 }
 
 // readPart reads host's part, nil when it has not sealed its share; a part another run
 // uploaded is refused.
 func (m *member) readPart(host int) ([]byte, error) {
-	key := m.control(host, multihost.Part)
-	b, err := m.read(key, maxControl)
+	key := m.control(host, multihost.KindPart)
+	b, err := m.read(key, multihost.MaxPart)
 	if err != nil || b == nil {
 		return nil, err
 	}
@@ -413,11 +431,11 @@ func (m *member) remove(ctx context.Context, key string) error {
 
 // writeJournal uploads the journal whole; the caller holds jmu or is alone.
 func (m *member) writeJournal() error {
-	b, err := json.Marshal(m.journal)
+	b, err := multihost.MarshalList(m.journal)
 	if err != nil {
 		return err
 	}
-	return m.put(m.control(m.opts.Host, multihost.Journal), b, false)
+	return m.put(m.control(m.opts.Host, multihost.KindJournal), b, false)
 }
 
 // record journals e, replacing the entry of the same file.
@@ -503,8 +521,8 @@ func (m *member) Seal(part []byte) error {
 	if m.sealed != nil || open > 0 {
 		return fmt.Errorf("%s: host %d cannot seal its share (sealed already, or %d file(s) still being written)", m.l, m.opts.Host, open)
 	}
-	if err := m.put(m.control(m.opts.Host, multihost.Part), part, false); err != nil {
-		return pathError("upload", m.loc(m.control(m.opts.Host, multihost.Part)), err)
+	if err := m.put(m.control(m.opts.Host, multihost.KindPart), part, false); err != nil {
+		return pathError("upload", m.loc(m.control(m.opts.Host, multihost.KindPart)), err)
 	}
 	m.sealed = part
 	return nil
@@ -526,7 +544,7 @@ func (m *member) Unseal() error {
 			}
 		}
 	}
-	for _, kind := range []string{multihost.Part, multihost.Journal} {
+	for _, kind := range []string{multihost.KindPart, multihost.KindJournal} {
 		if err := m.remove(m.ctx, m.control(m.opts.Host, kind)); err != nil {
 			return err
 		}
@@ -564,52 +582,11 @@ func (m *member) Commit(last []storage.NamedBytes) error {
 	if err := m.ctx.Err(); err != nil {
 		return err
 	}
-	objs, err := m.b.List(m.ctx, m.l.Key+"/", "")
+	// This host's own files are all closed (open is 0): its share needs no part, which a
+	// single process (Hosts 1) never writes.
+	controls, err := multihost.Verify(m.ctx, sharedPrefix{m}, m.opts.Host, m.opts.Hosts)
 	if err != nil {
-		return pathError("list", m.l, err)
-	}
-	size := map[string]int64{}
-	for _, ob := range objs {
-		size[ob.Key] = ob.Size
-	}
-	allowed := map[string]bool{m.key(PartialMarker): true}
-	var control []string
-	for h := range m.opts.Hosts {
-		control = append(control, m.control(h, multihost.Journal), m.control(h, multihost.Part))
-		// This host's own files are all closed (open is 0): its share needs no part,
-		// which a single process (Hosts 1) never writes.
-		if part, err := m.readPart(h); err != nil || part == nil && h != m.opts.Host {
-			if err == nil {
-				err = fmt.Errorf("%s: host %d has not sealed its share", m.l, h)
-			}
-			return err
-		}
-		j, err := m.readJournal(h)
-		if err != nil {
-			return err
-		}
-		for _, e := range j {
-			key := m.key(e.File)
-			if e.Size == multihost.StartedSize {
-				continue // an upload that never completed left no object (or a foreign one, refused below)
-			}
-			mine, exists, n, err := m.ours(m.ctx, key)
-			if err != nil {
-				return err
-			}
-			if !exists || !mine || n != e.Size {
-				return fmt.Errorf("%s: %w: host %d finished it as %d bytes, which is not what the prefix holds", m.loc(key), statedict.ErrCorrupt, h, e.Size)
-			}
-			allowed[key] = true
-		}
-	}
-	for _, k := range control {
-		allowed[k] = true
-	}
-	for _, ob := range objs {
-		if !allowed[ob.Key] {
-			return fmt.Errorf("%s: %w: lies in the output but no host of this conversion wrote it", m.loc(ob.Key), storage.ErrForeign)
-		}
+		return m.refused(err)
 	}
 	for _, f := range last {
 		key := m.key(f.Name)
@@ -620,13 +597,13 @@ func (m *member) Commit(last []storage.NamedBytes) error {
 			return pathError("upload", m.loc(key), err)
 		}
 	}
-	for _, k := range append(control, m.key(PartialMarker)) {
-		if _, ok := size[k]; !ok && k != m.key(PartialMarker) {
-			continue
-		}
-		if err := m.remove(m.ctx, k); err != nil {
+	for name := range controls {
+		if err := m.remove(m.ctx, m.key(name)); err != nil {
 			return err
 		}
+	}
+	if err := m.remove(m.ctx, m.key(PartialMarker)); err != nil {
+		return err
 	}
 	m.mu.Lock()
 	m.done = nil
@@ -635,6 +612,22 @@ func (m *member) Commit(last []storage.NamedBytes) error {
 	m.journal = nil
 	m.cancel()
 	return nil
+}
+
+// refused says where the protocol refused (the prefix), and what kind of error it is:
+// what a host did not write is storage.ErrForeign, a finished file not there whole
+// statedict.ErrCorrupt.
+func (m *member) refused(err error) error {
+	var r *multihost.Refusal
+	switch {
+	case !errors.As(err, &r):
+		return err
+	case r.IsForeign():
+		return fmt.Errorf("%s: %w: %w", m.l, storage.ErrForeign, err)
+	case r.Problem == multihost.Unfinished:
+		return fmt.Errorf("%s: %w: %w", m.l, statedict.ErrCorrupt, err)
+	}
+	return fmt.Errorf("%s: %w", m.l, err)
 }
 
 // Abort stops this host's uploads; unless its share is sealed (kept for the finisher) it
@@ -662,7 +655,7 @@ func (m *member) Abort() {
 			return
 		}
 	}
-	if m.remove(ctx, m.control(m.opts.Host, multihost.Journal)) != nil || m.opts.Hosts != 1 {
+	if m.remove(ctx, m.control(m.opts.Host, multihost.KindJournal)) != nil || m.opts.Hosts != 1 {
 		return
 	}
 	if mine, _, _, err := m.ours(ctx, m.key(PartialMarker)); err == nil && mine {

@@ -1,11 +1,12 @@
-// Package multihost defines the multi-host shared-output protocol's vocabulary in one
-// place: the names of the control files beside an output being written (each host's
-// journal, part and lock, a single process's journal, a bucket prefix's marker), the
-// metadata key that carries the run, and the record of a file a host finished. Its two
-// carriers — a shared folder on a file system (internal/atomicfile: rename commit, inode
-// identities, lock files) and a bucket prefix (storage/bucket: put-if-absent marker, run
-// metadata on every object) — name their files from here, so that what one writes the
-// other, and every reader of an output in progress, recognizes.
+// Package multihost is the multi-host shared-output protocol, once: the names of the
+// control files beside an output being written (each host's journal, part and lock, a
+// single process's journal, a bucket prefix's marker), the metadata key that carries the
+// run, the journal a host keeps of the files it started and finished (journal.go), and the
+// protocol's decisions (protocol.go) — what the finisher checks before it commits, what a
+// host run again after a kill removes or keeps. Its two carriers read an output for it and
+// carry its decisions out: a shared folder on a file system (internal/atomicfile: rename
+// commit, inode identities, lock files) and a bucket prefix (storage/bucket: put-if-absent
+// marker, run metadata on every object).
 package multihost
 
 import (
@@ -24,14 +25,14 @@ const HostPrefix = ".ckpt-host-"
 
 // The kinds of a host's control files.
 const (
-	// Journal lists the files the host started and finished.
-	Journal = "journal"
-	// Part is the host's sealed share: the caller's record of what it wrote.
-	Part = "part"
-	// PartTmp is a part being sealed, renamed to Part once complete (a file system).
-	PartTmp = "part.tmp"
-	// Lock is held by the host while it writes (a file system; a bucket has no lock).
-	Lock = "lock"
+	// KindJournal lists the files the host started and finished.
+	KindJournal = "journal"
+	// KindPart is the host's sealed share: the caller's record of what it wrote.
+	KindPart = "part"
+	// KindPartTmp is a part being sealed, renamed to KindPart once complete (a file system).
+	KindPartTmp = "part.tmp"
+	// KindLock is held by the host while it writes (a file system; a bucket has no lock).
+	KindLock = "lock"
 )
 
 // SingleJournal is the journal of a single process's partial folder on a file system.
