@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // family names which of the shared errors an error is.
@@ -19,7 +19,7 @@ func family(err error) string {
 	for _, f := range []struct {
 		name string
 		err  error
-	}{{"corrupt", statedict.ErrCorrupt}, {"unsupported", statedict.ErrUnsupported}, {"dangerous", statedict.ErrDangerous}} {
+	}{{"corrupt", ckpterr.ErrCorrupt}, {"unsupported", ckpterr.ErrUnsupported}, {"dangerous", ckpterr.ErrDangerous}} {
 		if errors.Is(err, f.err) {
 			names = append(names, f.name)
 		}

@@ -9,8 +9,8 @@ import (
 	"os"
 	"testing/fstest"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // Open any checkpoint — a torch.save file here; a safetensors file, a Hugging Face folder or
@@ -34,11 +34,11 @@ func ExampleOpen() {
 	// conv1.0.weight float32 [24 3 3 3] saved on cuda:0
 }
 
-// Errors of every format share one family: a broken file is statedict.ErrCorrupt, whatever
+// Errors of every format share one family: a broken file is ckpterr.ErrCorrupt, whatever
 // its format, and the message still names the file and the byte.
 func ExampleOpen_errors() {
 	_, err := formats.Open(context.Background(), "../testdata/safetensors/crafted/overlap.safetensors")
-	fmt.Println(errors.Is(err, statedict.ErrCorrupt))
+	fmt.Println(errors.Is(err, ckpterr.ErrCorrupt))
 	fmt.Println(err)
 	// Output:
 	// true

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
@@ -65,7 +66,7 @@ func sameAs(t *testing.T, how, fixture string, open func() (*statedict.Checkpoin
 	wantFormat, want, wantErr := readAll(t, func() (*statedict.Checkpoint, error) { return formats.Open(context.Background(), fixture) })
 	format, got, err := readAll(t, open)
 	if wantErr != nil || err != nil {
-		for _, kind := range []error{statedict.ErrCorrupt, statedict.ErrUnsupported, statedict.ErrDangerous} {
+		for _, kind := range []error{ckpterr.ErrCorrupt, ckpterr.ErrUnsupported, ckpterr.ErrDangerous} {
 			if errors.Is(err, kind) != errors.Is(wantErr, kind) {
 				t.Fatalf("%s: error %v; Open(path) gave %v", how, err, wantErr)
 			}
@@ -301,7 +302,7 @@ func TestOpenFSHostile(t *testing.T) {
 	if _, err := formats.OpenFile(ctx, bytes.NewReader(data[:len(data)/2]), int64(len(data)), "views.pt"); err == nil {
 		t.Errorf("a size past the reader's bytes read without error")
 	}
-	if _, err := formats.OpenFile(ctx, bytes.NewReader(data), -1, "views.pt"); !errors.Is(err, statedict.ErrCorrupt) {
+	if _, err := formats.OpenFile(ctx, bytes.NewReader(data), -1, "views.pt"); !errors.Is(err, ckpterr.ErrCorrupt) {
 		t.Errorf("size -1: %v", err)
 	}
 

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -46,10 +47,6 @@ func IsCheckpoint(ctx context.Context, dir string) bool {
 	st, err := storage.Stat(ctx, storage.Join(dir, MetadataFile))
 	return err == nil && st.Mode().IsRegular()
 }
-
-// ErrUnsupported is matched by errors.Is for valid DCP features ckpt cannot read (stream
-// transforms other than torch's ZStandard extension, non-strided layouts).
-var ErrUnsupported = statedict.ErrUnsupported
 
 // Error reports a problem in a DCP checkpoint: the file at fault (the .metadata pickle or
 // a data file), the item's flattened name, the chunk's offsets within its tensor, and the
@@ -89,10 +86,10 @@ func (e *Error) Error() string {
 // os.ErrNotExist and the like.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is makes errors.Is(err, statedict.ErrCorrupt) true when the cause means a broken file (see
-// statedict.CorruptCause).
+// Is makes errors.Is(err, ckpterr.ErrCorrupt) true when the cause means a broken file (see
+// ckpterr.CorruptCause).
 func (e *Error) Is(target error) bool {
-	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
+	return target == ckpterr.ErrCorrupt && ckpterr.CorruptCause(e.Err)
 }
 
 // MaxMetadata bounds a .metadata file read from object storage (a local one is read as
@@ -169,7 +166,7 @@ func openMetadata(ctx context.Context, root *os.Root, dir, mdPath string) (*Meta
 		if errors.Is(err, os.ErrNotExist) {
 			if ranks := storage.Glob(ctx, dir, "__*.metadata"); len(ranks) > 0 {
 				return nil, fmt.Errorf("%s: %w: no %s but per-rank %s files (saved without collectives); they are not merged",
-					dir, ErrUnsupported, MetadataFile, storage.Base(ranks[0]))
+					dir, ckpterr.ErrUnsupported, MetadataFile, storage.Base(ranks[0]))
 			}
 		}
 		return nil, fmt.Errorf("%s: %w", mdPath, err)

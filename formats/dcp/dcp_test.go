@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -299,7 +300,7 @@ func TestMutated(t *testing.T) {
 		{"absolute", meta, "dt.grid", []int64{3, 0}, false, nil, `data file "/etc/passwd": relative path escapes`},
 		{"past_eof", data, "dt.grid", []int64{3, 4}, true, nil, "stored range of 1001577 bytes runs past the end of the"},
 		{"missing_file", "__9_0.distcp", "dt.grid", []int64{3, 0}, false, os.ErrNotExist, "data file: statat __9_0.distcp: no such file"},
-		{"transform", data, "dt.grid", []int64{0, 4}, true, ErrUnsupported, `stream transforms ["stream.aes/1"]`},
+		{"transform", data, "dt.grid", []int64{0, 4}, true, ckpterr.ErrUnsupported, `stream transforms ["stream.aes/1"]`},
 		{"dtype_mismatch", data, "dt.grid", []int64{0, 0}, true, nil, "stored tensor is float32 [3 4], the metadata says float64 [3 4]"},
 		{"evil_global", meta, "", nil, true, pickle.ErrNotAllowed, "unsupported global: STACK_GLOBAL posix.system"},
 	}
@@ -487,7 +488,7 @@ func TestOpenErrors(t *testing.T) {
 		msg string
 	}{
 		{empty, os.ErrNotExist, ".metadata"},
-		{perRank, ErrUnsupported, "per-rank __0.metadata files"},
+		{perRank, ckpterr.ErrUnsupported, "per-rank __0.metadata files"},
 		{trailing, nil, "1 bytes after the end of the pickle"},
 	}
 	for _, tc := range tests {
@@ -533,7 +534,7 @@ func TestZstdPlain(t *testing.T) {
 			continue
 		}
 		var de *Error
-		if !errors.As(err, &de) || !errors.Is(err, statedict.ErrCorrupt) {
+		if !errors.As(err, &de) || !errors.Is(err, ckpterr.ErrCorrupt) {
 			t.Fatalf("dt.grid: %v (%T), want a corrupt *dcp.Error", err, err)
 		}
 		if de.File != filepath.Join(dir, e.RelativePath) || de.Offset != e.Offset || de.FQN != "dt.grid" {

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"weak"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -740,7 +741,7 @@ func (p *parser) properties(v pickle.Value, fqn string) (*props, error) {
 		return nil, p.fail(fqn, nil, "TensorProperties layout is %s, want torch.serialization._get_layout(name)", p.describe(st[1]))
 	}
 	if name, _ := layout.Args[0].(string); name != "torch.strided" {
-		return nil, p.fail(fqn, nil, "%w: layout %s (DCP saves strided tensors only)", ErrUnsupported, p.describe(layout.Args[0]))
+		return nil, p.fail(fqn, nil, "%w: layout %s (DCP saves strided tensors only)", ckpterr.ErrUnsupported, p.describe(layout.Args[0]))
 	}
 	if pr.requiresGrad, ok = st[2].(bool); !ok {
 		return nil, p.fail(fqn, nil, "TensorProperties requires_grad is %s, want a bool", p.describe(st[2]))

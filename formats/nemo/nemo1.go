@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/megatron"
 	"github.com/ckpt-dev/ckpt/formats/pytar"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -70,12 +71,12 @@ func Index(data []byte) ([]Member, error) {
 func IndexAt(r io.ReaderAt, size int64) ([]Member, error) {
 	a, err := pytar.Read(r, size)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", ckpterr.ErrCorrupt, err)
 	}
 	if a.Err != nil {
-		kind := statedict.ErrCorrupt
+		kind := ckpterr.ErrCorrupt
 		if errors.Is(a.Err, pytar.ErrUnsure) {
-			kind = statedict.ErrUnsupported
+			kind = ckpterr.ErrUnsupported
 		}
 		return nil, fmt.Errorf("%w: %w", kind, a.Err)
 	}
@@ -86,17 +87,17 @@ func IndexAt(r io.ReaderAt, size int64) ([]Member, error) {
 			continue // folders, links (NeMo skips them) and devices hold no file bytes
 		}
 		if !m.Supported() {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d has type %q, which NeMo's restore extracts as a file with CPython before 3.14 and refuses with 3.14", statedict.ErrUnsupported, m.Name, m.Offset, m.Type)
+			return nil, fmt.Errorf("%w: tar member %q at byte %d has type %q, which NeMo's restore extracts as a file with CPython before 3.14 and refuses with 3.14", ckpterr.ErrUnsupported, m.Name, m.Offset, m.Type)
 		}
 		clean, err := cleanName(m.Name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d: its name is absolute or climbs out of the archive (NeMo's restore skips it)", statedict.ErrCorrupt, m.Name, m.Offset)
+			return nil, fmt.Errorf("%w: tar member %q at byte %d: its name is absolute or climbs out of the archive (NeMo's restore skips it)", ckpterr.ErrCorrupt, m.Name, m.Offset)
 		}
 		if m.Size != m.HeaderSize {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d: its PAX record gives %d bytes, its header %d", statedict.ErrCorrupt, m.Name, m.Offset, m.Size, m.HeaderSize)
+			return nil, fmt.Errorf("%w: tar member %q at byte %d: its PAX record gives %d bytes, its header %d", ckpterr.ErrCorrupt, m.Name, m.Offset, m.Size, m.HeaderSize)
 		}
 		if m.Size > size-m.Data {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d: %d bytes, the archive has %d after its header", statedict.ErrCorrupt, m.Name, m.Offset, m.Size, size-m.Data)
+			return nil, fmt.Errorf("%w: tar member %q at byte %d: %d bytes, the archive has %d after its header", ckpterr.ErrCorrupt, m.Name, m.Offset, m.Size, size-m.Data)
 		}
 		if i, ok := at[clean]; ok {
 			out[i] = Member{clean, m.Data, m.Size}
@@ -188,7 +189,7 @@ func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, siz
 		switch {
 		case strings.HasPrefix(m.Name, "model_weights/"):
 			return nil, fmt.Errorf("%s: %w: the archive holds a distributed checkpoint folder model_weights/ (Megatron dist_checkpointing), which is not read inside a tar: unpack it (mkdir m && tar xf %s -C m) and convert m/model_weights",
-				file, statedict.ErrUnsupported, file)
+				file, ckpterr.ErrUnsupported, file)
 		case path.Base(m.Name) == WeightsMember && (m.Name == WeightsMember || path.Dir(path.Dir(m.Name)) == "."):
 			weights = append(weights, m)
 		default:
@@ -196,7 +197,7 @@ func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, siz
 		}
 	}
 	if len(weights) == 0 {
-		return nil, fmt.Errorf("%s: %w: a .nemo archive without %s (it holds %s)", file, statedict.ErrCorrupt, WeightsMember, names(members))
+		return nil, fmt.Errorf("%s: %w: a .nemo archive without %s (it holds %s)", file, ckpterr.ErrCorrupt, WeightsMember, names(members))
 	}
 	if len(weights) > 1 || weights[0].Name != WeightsMember {
 		// The rank folders must be every rank of the model-parallel grid, once each.
@@ -211,7 +212,7 @@ func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, siz
 	root := statedict.NewDict("")
 	for _, m := range weights {
 		if m.Name == WeightsMember && len(weights) > 1 {
-			return nil, fmt.Errorf("%s: %w: %s both at the root and in rank folders", file, statedict.ErrCorrupt, WeightsMember)
+			return nil, fmt.Errorf("%s: %w: %s both at the root and in rank folders", file, ckpterr.ErrCorrupt, WeightsMember)
 		}
 		v, err := decode(f, m.Offset, m.Size, file)
 		if err != nil {
@@ -234,7 +235,7 @@ func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, siz
 // GzipError is the error for a gzip-compressed .nemo archive at file.
 func GzipError(file string) error {
 	return fmt.Errorf("%s: %w: a gzip-compressed .nemo archive, whose members cannot be read in place (reading it would mean inflating the weights into memory): unpack it (mkdir m && tar xzf %s -C m) and convert m/model_weights.ckpt, or store it uncompressed (gunzip -c %s > model.nemo)",
-		file, statedict.ErrUnsupported, file, file)
+		file, ckpterr.ErrUnsupported, file, file)
 }
 
 func names(ms []Member) string {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 type file struct {
@@ -104,7 +104,7 @@ func TestIndexRefuses(t *testing.T) {
 		"short head": {good[:100], "truncated header"},
 	} {
 		_, err := Index(c.data)
-		if !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), c.says) {
+		if !errors.Is(err, ckpterr.ErrCorrupt) || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v, want %q", name, err, c.says)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // Error is the error returned for any failure while decoding or scanning: it
@@ -30,10 +30,10 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is makes errors.Is(err, statedict.ErrCorrupt) true for malformed pickles (not for a
+// Is makes errors.Is(err, ckpterr.ErrCorrupt) true for malformed pickles (not for a
 // limit exceeded, a refused global or a failure of the persistent-id callback's own kind).
 func (e *Error) Is(target error) bool {
-	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err) && !errors.Is(e.Err, ErrLimit) && !errors.Is(e.Err, ErrNotAllowed)
+	return target == ckpterr.ErrCorrupt && ckpterr.CorruptCause(e.Err) && !errors.Is(e.Err, ErrLimit) && !errors.Is(e.Err, ErrNotAllowed)
 }
 
 // ErrLimit is matched by errors.Is for every [*LimitError].
@@ -52,10 +52,10 @@ func (e *LimitError) Error() string {
 	return fmt.Sprintf("%s exceeds limit %s=%d", e.What, e.Limit, e.Max)
 }
 
-// Is makes errors.Is(err, ErrLimit) and errors.Is(err, statedict.ErrUnsupported) true:
+// Is makes errors.Is(err, ErrLimit) and errors.Is(err, ckpterr.ErrUnsupported) true:
 // the input may be valid, but larger than ckpt is willing to decode.
 func (e *LimitError) Is(target error) bool {
-	return target == ErrLimit || target == statedict.ErrUnsupported
+	return target == ErrLimit || target == ckpterr.ErrUnsupported
 }
 
 // ErrNotAllowed is matched by errors.Is for every [*DisallowedError].
@@ -73,10 +73,10 @@ func (e *DisallowedError) Error() string {
 	return fmt.Sprintf("unsupported global: %s %s", e.Opcode, e.Global)
 }
 
-// Is makes errors.Is(err, ErrNotAllowed) true, and errors.Is(err, statedict.ErrDangerous)
+// Is makes errors.Is(err, ErrNotAllowed) true, and errors.Is(err, ckpterr.ErrDangerous)
 // when the global is one that runs code (see Dangerous).
 func (e *DisallowedError) Is(target error) bool {
-	if target == statedict.ErrDangerous {
+	if target == ckpterr.ErrDangerous {
 		_, bad := Dangerous(e.Global)
 		return bad
 	}

@@ -32,7 +32,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // MaxHeaderSize is the largest header length accepted, in bytes; the reference's
@@ -76,8 +76,8 @@ func (e *FormatError) Error() string {
 	return b.String()
 }
 
-// Is makes errors.Is(err, statedict.ErrCorrupt) true: a FormatError is a broken file.
-func (e *FormatError) Is(target error) bool { return target == statedict.ErrCorrupt }
+// Is makes errors.Is(err, ckpterr.ErrCorrupt) true: a FormatError is a broken file.
+func (e *FormatError) Is(target error) bool { return target == ckpterr.ErrCorrupt }
 
 // TensorInfo describes one tensor as the header records it.
 type TensorInfo struct {

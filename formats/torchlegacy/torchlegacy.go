@@ -14,6 +14,7 @@ import (
 	"io"
 	"math/big"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/torchpickle"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -58,10 +59,10 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is makes errors.Is(err, statedict.ErrCorrupt) true when the cause means a broken file (see
-// statedict.CorruptCause).
+// Is makes errors.Is(err, ckpterr.ErrCorrupt) true when the cause means a broken file (see
+// ckpterr.CorruptCause).
 func (e *Error) Is(target error) bool {
-	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
+	return target == ckpterr.ErrCorrupt && ckpterr.CorruptCause(e.Err)
 }
 
 // maxRemote bounds a legacy stream read from a gs:// or s3:// object: the stream
@@ -79,7 +80,7 @@ func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
 	if !ok {
 		if f.Size() > maxRemote {
 			f.Close()
-			return nil, fmt.Errorf("%s: %w: a legacy (pre-1.6) torch.save stream of %d bytes in object storage; ckpt reads such streams whole and only up to %d bytes remotely: copy it to local disk", path, statedict.ErrUnsupported, f.Size(), int64(maxRemote))
+			return nil, fmt.Errorf("%s: %w: a legacy (pre-1.6) torch.save stream of %d bytes in object storage; ckpt reads such streams whole and only up to %d bytes remotely: copy it to local disk", path, ckpterr.ErrUnsupported, f.Size(), int64(maxRemote))
 		}
 		data, err = storage.ReadRange(f, 0, f.Size())
 		if err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/storage"
 	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
@@ -273,15 +273,15 @@ func (m *member) readJournal(host int) ([]storage.Finished, error) {
 func parseJournal(b []byte) ([]storage.Finished, error) {
 	var j []storage.Finished
 	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", ckpterr.ErrCorrupt, err)
 	}
 	for _, e := range j {
 		if !validName(e.File) {
-			return nil, fmt.Errorf("%w: the journal names %q", statedict.ErrCorrupt, e.File)
+			return nil, fmt.Errorf("%w: the journal names %q", ckpterr.ErrCorrupt, e.File)
 		}
 		finished := e.Size >= 0 && len(e.XXHash64) == 16 && strings.Trim(e.XXHash64, "0123456789abcdef") == ""
 		if !finished && (e.Size != multihost.StartedSize || e.XXHash64 != "") {
-			return nil, fmt.Errorf("%w: the journal's entry of %q has size %d, xxhash64 %q", statedict.ErrCorrupt, e.File, e.Size, e.XXHash64)
+			return nil, fmt.Errorf("%w: the journal's entry of %q has size %d, xxhash64 %q", ckpterr.ErrCorrupt, e.File, e.Size, e.XXHash64)
 		}
 	}
 	return j, nil
@@ -574,7 +574,7 @@ func (m *member) Commit(last []storage.NamedBytes) error {
 				return err
 			}
 			if !exists || !mine || n != e.Size {
-				return fmt.Errorf("%s: %w: host %d finished it as %d bytes, which is not what the prefix holds", m.loc(key), statedict.ErrCorrupt, h, e.Size)
+				return fmt.Errorf("%s: %w: host %d finished it as %d bytes, which is not what the prefix holds", m.loc(key), ckpterr.ErrCorrupt, h, e.Size)
 			}
 			allowed[key] = true
 		}
