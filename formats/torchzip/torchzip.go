@@ -32,38 +32,6 @@ const Format = "torch-zip"
 // is the same test torch.load applies.
 var Magic = []byte("PK\x03\x04")
 
-// Error is a positional error: the file, the record (or tensor) and the byte offset.
-type Error struct {
-	File   string
-	Record string
-	Offset int64
-	Err    error
-}
-
-// Error formats the file, record, offset and cause.
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Record != "" {
-		fmt.Fprintf(&b, ": %s", e.Record)
-	}
-	if e.Offset >= 0 {
-		fmt.Fprintf(&b, " (byte %d)", e.Offset)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
-	return b.String()
-}
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is makes errors.Is(err, ckpterr.ErrCorrupt) true when the cause means a broken file (see
-// ckpterr.CorruptCause).
-func (e *Error) Is(target error) bool {
-	return target == ckpterr.ErrCorrupt && ckpterr.CorruptCause(e.Err)
-}
-
 // Open reads the file at path (local: mapped; a gs:// or s3:// object: read in ranges,
 // see package storage) as a torch zip checkpoint.
 func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
@@ -103,7 +71,7 @@ func DecodeBytes(data []byte, file string, base int64) (statedict.Value, error) 
 func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, error) {
 	if d, ok := storage.Bytes(r); ok {
 		if base < 0 || size < 0 || base > int64(len(d)) || size > int64(len(d))-base {
-			return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: archive of %d bytes runs past the end of the %d-byte file", ckpterr.ErrCorrupt, size, len(d))}
+			return nil, &ckpterr.FormatError{Format: Format, File: file, Offset: base, Err: fmt.Errorf("%w: archive of %d bytes runs past the end of the %d-byte file", ckpterr.ErrCorrupt, size, len(d))}
 		}
 		return Decode(d[base:base+size], file, base)
 	}
@@ -113,7 +81,7 @@ func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, er
 		// data.pkl): a DCP data file read with pread holds 300 000 such archives.
 		var err error
 		if small, err = storage.ReadRange(r, base, size); err != nil {
-			return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: reading the %d-byte archive: %v", ckpterr.ErrCorrupt, size, err)}
+			return nil, &ckpterr.FormatError{Format: Format, File: file, Offset: base, Err: fmt.Errorf("%w: reading the %d-byte archive: %v", ckpterr.ErrCorrupt, size, err)}
 		}
 	}
 	return DecodeRead(r, base, small, size, file)
@@ -124,7 +92,7 @@ func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, er
 // come from small, the storages read from r when a tensor is read.
 func DecodeRead(r io.ReaderAt, base int64, small []byte, size int64, file string) (statedict.Value, error) {
 	if small != nil && int64(len(small)) != size {
-		return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: %d bytes read of the %d-byte archive", ckpterr.ErrCorrupt, len(small), size)}
+		return nil, &ckpterr.FormatError{Format: Format, File: file, Offset: base, Err: fmt.Errorf("%w: %d bytes read of the %d-byte archive", ckpterr.ErrCorrupt, len(small), size)}
 	}
 	return decode(source{r: r, base: base, size: size, small: small}, file)
 }
@@ -199,7 +167,7 @@ func decode(data source, file string) (statedict.Value, error) {
 		if off >= 0 {
 			off += base
 		}
-		return &Error{File: file, Record: rec, Offset: off, Err: err}
+		return &ckpterr.FormatError{Format: Format, File: file, Item: rec, Offset: off, Err: err}
 	}
 	if !bytes.HasPrefix(data.head(int64(len(Magic))), Magic) {
 		return nil, fail("", 0, errors.New("not a torch zip archive (no PK\\x03\\x04 at the start)"))
@@ -207,7 +175,7 @@ func decode(data source, file string) (statedict.Value, error) {
 	zr, err := zipdir.Read(data.readerAt(), data.inMemory(), data.size)
 	switch {
 	case errors.Is(err, zipdir.ErrNoDirectoryEnd):
-		return nil, fail("", -1, fmt.Errorf("%w: no end-of-central-directory record in its last bytes: the file looks truncated (%d bytes: an interrupted download or copy?)", err, data.size))
+		return nil, fail("", -1, fmt.Errorf("no zip end-of-central-directory record in its last bytes: the file looks truncated (%d bytes: an interrupted download or copy?)", data.size))
 	case err != nil && strings.HasPrefix(err.Error(), "zip: "): // archive/zip's errors say what they are
 		return nil, fail("", -1, err)
 	case err != nil:
@@ -326,9 +294,8 @@ func decode(data source, file string) (statedict.Value, error) {
 	}
 	root, _, err := torchpickle.Load(pkl, resolve, torchpickle.Options{})
 	if err != nil {
-		var pe *Error
-		if errors.As(err, &pe) {
-			return nil, err
+		if fe := (*ckpterr.FormatError)(nil); errors.As(err, &fe) && fe.Format == Format && fe.File == file {
+			return nil, err // a storage record's own error, from resolve
 		}
 		return nil, fail(prefix+"data.pkl", pklOff, err)
 	}
