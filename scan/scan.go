@@ -364,8 +364,7 @@ func (s *scanner) pickleProblem(ps PickleScan) {
 		return
 	}
 	off := int64(-1)
-	var pe *pickle.Error
-	if errors.As(ps.Err, &pe) && !ps.Inflated {
+	if pe := (*ckpterr.FormatError)(nil); errors.As(ps.Err, &pe) && pe.Format == pickle.Format && !ps.Inflated {
 		off = ps.Base + pe.Offset
 	}
 	if errors.Is(ps.Err, pickle.ErrLimit) {

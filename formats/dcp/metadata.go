@@ -302,11 +302,10 @@ func readMetadata(r io.ReaderAt, size int64, file string, stream bool) (*Metadat
 	}
 	v, err := dec.Decode()
 	if err != nil {
-		var pe *pickle.Error
-		if errors.As(err, &pe) {
-			op := " " + pe.Op
+		if pe := (*ckpterr.FormatError)(nil); errors.As(err, &pe) && pe.Format == pickle.Format {
+			op := " " + pe.Item
 			var dis *pickle.DisallowedError
-			if pe.Op == "" || errors.As(pe.Err, &dis) {
+			if pe.Item == "" || errors.As(pe.Err, &dis) {
 				op = "" // the cause names the opcode
 			}
 			return nil, &Error{File: file, Offset: pe.Offset, Err: fmt.Errorf("pickle%s: %w", op, pe.Err)}
