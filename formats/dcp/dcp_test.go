@@ -315,9 +315,9 @@ func TestMutated(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = Open(context.Background(), dir)
-			var de *Error
-			if !errors.As(err, &de) {
-				t.Fatalf("error %v (%T), want a *dcp.Error", err, err)
+			var de *ckpterr.FormatError
+			if !errors.As(err, &de) || de.Format != Format {
+				t.Fatalf("error %v (%T), want a dcp *ckpterr.FormatError", err, err)
 			}
 			wantFile := filepath.Join(dir, MetadataFile)
 			var wantOff int64 = -1
@@ -336,8 +336,10 @@ func TestMutated(t *testing.T) {
 			default:
 				wantFile = filepath.Join(dir, tc.file)
 			}
-			if de.File != wantFile || de.FQN != tc.fqn || !slices.Equal(de.Chunk, tc.chunk) {
-				t.Errorf("error names %s %q %v, want %s %q %v", de.File, de.FQN, de.Chunk, wantFile, tc.fqn, tc.chunk)
+			// The chunk's offsets open the cause.
+			if chunk := fmt.Sprintf("chunk at %v: ", tc.chunk); de.File != wantFile || de.Item != tc.fqn ||
+				strings.HasPrefix(de.Err.Error(), "chunk at ") != (tc.chunk != nil) || tc.chunk != nil && !strings.HasPrefix(de.Err.Error(), chunk) {
+				t.Errorf("error names %s %q %q, want %s %q chunk %v", de.File, de.Item, de.Err, wantFile, tc.fqn, tc.chunk)
 			}
 			if tc.offset != (de.Offset >= 0) || wantOff >= 0 && de.Offset != wantOff {
 				t.Errorf("error offset %d, want %d (offset expected: %v)", de.Offset, wantOff, tc.offset)
@@ -364,9 +366,9 @@ func TestSymlinkEscape(t *testing.T) {
 		t.Skip(err)
 	}
 	_, err := Open(context.Background(), dir)
-	var de *Error
+	var de *ckpterr.FormatError
 	if !errors.As(err, &de) || de.File != filepath.Join(dir, "__0_0.distcp") || !strings.Contains(err.Error(), "escapes") {
-		t.Errorf("error %v, want a *dcp.Error about __0_0.distcp escaping the folder", err)
+		t.Errorf("error %v, want a dcp *ckpterr.FormatError about __0_0.distcp escaping the folder", err)
 	}
 }
 
@@ -533,12 +535,12 @@ func TestZstdPlain(t *testing.T) {
 			}
 			continue
 		}
-		var de *Error
+		var de *ckpterr.FormatError
 		if !errors.As(err, &de) || !errors.Is(err, ckpterr.ErrCorrupt) {
 			t.Fatalf("dt.grid: %v (%T), want a corrupt *dcp.Error", err, err)
 		}
-		if de.File != filepath.Join(dir, e.RelativePath) || de.Offset != e.Offset || de.FQN != "dt.grid" {
-			t.Errorf("error names %s at %d (%s), want %s at %d", de.File, de.Offset, de.FQN, e.RelativePath, e.Offset)
+		if de.File != filepath.Join(dir, e.RelativePath) || de.Offset != e.Offset || de.Item != "dt.grid" {
+			t.Errorf("error names %s at %d (%s), want %s at %d", de.File, de.Offset, de.Item, e.RelativePath, e.Offset)
 		}
 	}
 }

@@ -296,7 +296,7 @@ func readMetadata(r io.ReaderAt, size int64, file string, stream bool) (*Metadat
 	} else {
 		data := make([]byte, size)
 		if _, err := r.ReadAt(data, 0); err != nil && err != io.EOF {
-			return nil, &Error{File: file, Offset: -1, Err: err}
+			return nil, errorAt(file, "", nil, -1, err)
 		}
 		dec = pickle.NewDecoder(data, opts)
 	}
@@ -308,12 +308,12 @@ func readMetadata(r io.ReaderAt, size int64, file string, stream bool) (*Metadat
 			if pe.Item == "" || errors.As(pe.Err, &dis) {
 				op = "" // the cause names the opcode
 			}
-			return nil, &Error{File: file, Offset: pe.Offset, Err: fmt.Errorf("pickle%s: %w", op, pe.Err)}
+			return nil, errorAt(file, "", nil, pe.Offset, fmt.Errorf("pickle%s: %w", op, pe.Err))
 		}
-		return nil, &Error{File: file, Offset: -1, Err: err}
+		return nil, errorAt(file, "", nil, -1, err)
 	}
 	if rest := size - dec.Offset(); rest != 0 {
-		return nil, &Error{File: file, Offset: dec.Offset(), Err: fmt.Errorf("%d bytes after the end of the pickle", rest)}
+		return nil, errorAt(file, "", nil, dec.Offset(), fmt.Errorf("%d bytes after the end of the pickle", rest))
 	}
 	md, err := p.metadata(v)
 	if err != nil {
@@ -354,7 +354,7 @@ func (p *parser) streamOptions() pickle.Options {
 const maxInterned = 1 << 12
 
 func (p *parser) fail(fqn string, chunk []int64, format string, args ...any) error {
-	return &Error{File: p.file, FQN: fqn, Chunk: chunk, Offset: -1, Err: fmt.Errorf(format, args...)}
+	return errorAt(p.file, fqn, chunk, -1, fmt.Errorf(format, args...))
 }
 
 // The typed forms the records are reduced to (by parser.build as the pickle is decoded,
@@ -1108,7 +1108,7 @@ func pathString(v pickle.Value) (string, bool) {
 // between items and storage entries, and data file names.
 func (m *Metadata) validate(file string) error {
 	fail := func(fqn string, chunk []int64, format string, args ...any) error {
-		return &Error{File: file, FQN: fqn, Chunk: chunk, Offset: -1, Err: fmt.Errorf(format, args...)}
+		return errorAt(file, fqn, chunk, -1, fmt.Errorf(format, args...))
 	}
 	for i, it := range m.Items {
 		if it.Tensor == nil {

@@ -296,7 +296,7 @@ func (z *zstdChunk) ReadAt(p []byte, off int64) (int, error) {
 	if z.plain == nil {
 		b, err := z.inflate()
 		if err != nil {
-			return 0, &Error{File: z.path, FQN: z.fqn, Offset: z.off, Err: err}
+			return 0, errorAt(z.path, z.fqn, nil, z.off, err)
 		}
 		z.plain, z.handedOver = b, 0
 	}
