@@ -111,7 +111,7 @@ func detectTar(path string, f storage.File) (kind Kind, isTar bool, err error) {
 		return "", true, fmt.Errorf("%s: a tar-format torch.save file from the earliest PyTorch releases; re-save it with a recent torch (torch.load refuses it with weights_only=True)", path)
 	}
 	if a.Err != nil {
-		return "", true, fmt.Errorf("%s: %w: a tar archive ckpt does not read: %w", path, ckpterr.ErrCorrupt, a.Err)
+		return "", true, fmt.Errorf("%s: a tar archive ckpt does not read: %w", path, a.Err) // corrupt, or unsupported where the readers differ
 	}
 	return "", true, fmt.Errorf("%s: %w: a tar archive that is neither a .nemo archive nor a torch.save file (it holds %s)", path, ckpterr.ErrUnsupported, strings.Join(names[:min(len(names), 8)], ", "))
 }

@@ -68,17 +68,26 @@ func Index(data []byte) ([]Member, error) {
 // extracts it as a file with CPython before 3.14 and fails with 3.14). Only the headers
 // (and long-name and PAX records) are read: an archive in a bucket is indexed in one
 // ranged read per stretch of small members plus one per large member, never read whole.
-func IndexAt(r io.ReaderAt, size int64) ([]Member, error) {
+func IndexAt(r io.ReaderAt, size int64) ([]Member, error) { return indexAt(r, size, "") }
+
+// indexAt is IndexAt for the archive named file ("" when unknown), which its errors name:
+// a *ckpterr.FormatError of pytar's (Format "tar") where tarfile's reading fails or is
+// unsure, of Format "nemo" where NeMo's restore would not extract what the archive says.
+func indexAt(r io.ReaderAt, size int64, file string) ([]Member, error) {
 	a, err := pytar.Read(r, size)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ckpterr.ErrCorrupt, err)
+	if err == nil {
+		err = a.Err
 	}
-	if a.Err != nil {
-		kind := ckpterr.ErrCorrupt
-		if errors.Is(a.Err, pytar.ErrUnsure) {
-			kind = ckpterr.ErrUnsupported
+	if err != nil {
+		if fe := (*ckpterr.FormatError)(nil); errors.As(err, &fe) && file != "" {
+			named := *fe
+			named.File = file
+			return nil, &named
 		}
-		return nil, fmt.Errorf("%w: %w", kind, a.Err)
+		return nil, err
+	}
+	fail := func(m pytar.Member, cause error) error {
+		return &ckpterr.FormatError{Format: Format1, File: file, Item: m.Name, Offset: m.Offset, Err: cause}
 	}
 	var out []Member
 	at := map[string]int{}
@@ -87,17 +96,17 @@ func IndexAt(r io.ReaderAt, size int64) ([]Member, error) {
 			continue // folders, links (NeMo skips them) and devices hold no file bytes
 		}
 		if !m.Supported() {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d has type %q, which NeMo's restore extracts as a file with CPython before 3.14 and refuses with 3.14", ckpterr.ErrUnsupported, m.Name, m.Offset, m.Type)
+			return nil, fail(m, fmt.Errorf("%w: tar member of type %q, which NeMo's restore extracts as a file with CPython before 3.14 and refuses with 3.14", ckpterr.ErrUnsupported, m.Type))
 		}
 		clean, err := cleanName(m.Name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d: its name is absolute or climbs out of the archive (NeMo's restore skips it)", ckpterr.ErrCorrupt, m.Name, m.Offset)
+			return nil, fail(m, errors.New("its name is absolute or climbs out of the archive (NeMo's restore skips it)"))
 		}
 		if m.Size != m.HeaderSize {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d: its PAX record gives %d bytes, its header %d", ckpterr.ErrCorrupt, m.Name, m.Offset, m.Size, m.HeaderSize)
+			return nil, fail(m, fmt.Errorf("its PAX record gives %d bytes, its header %d", m.Size, m.HeaderSize))
 		}
 		if m.Size > size-m.Data {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d: %d bytes, the archive has %d after its header", ckpterr.ErrCorrupt, m.Name, m.Offset, m.Size, size-m.Data)
+			return nil, fail(m, fmt.Errorf("%d bytes, the archive has %d after its header", m.Size, size-m.Data))
 		}
 		if i, ok := at[clean]; ok {
 			out[i] = Member{clean, m.Data, m.Size}
@@ -180,9 +189,9 @@ func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, siz
 	if n, _ := f.ReadAt(magic[:], 0); n == 2 && magic == [2]byte{0x1f, 0x8b} {
 		return nil, GzipError(file)
 	}
-	members, err := IndexAt(f, f.Size())
+	members, err := indexAt(f, f.Size(), file)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return nil, err
 	}
 	var weights []Member
 	for _, m := range members {
