@@ -162,7 +162,7 @@ func ReadEach(ctx context.Context, path string, each func(Tensor) error) (*Manif
 		if errors.As(err, &head) {
 			return nil, fmt.Errorf("%s: %w: %w", path, ckpterr.ErrCorrupt, head.err)
 		}
-		return nil, fmt.Errorf("%s (byte %d): %w: %w", path, dec.InputOffset(), ckpterr.ErrCorrupt, err)
+		return nil, &ckpterr.FormatError{Format: "ckpt-manifest", File: path, Offset: dec.InputOffset(), Err: err}
 	}
 	if m.Tool != Tool {
 		return nil, fmt.Errorf("%s: %w: not a ckpt manifest (tool %q)", path, ckpterr.ErrCorrupt, m.Tool)
