@@ -98,8 +98,8 @@ func detectTar(path string, f storage.File) (kind Kind, isTar bool, err error) {
 	case len(a.Members) == 0:
 		return "", false, nil
 	case nemo.IsTarArchive(a):
-		if _, err := nemo.IndexAt(f, f.Size()); err != nil {
-			return "", true, fmt.Errorf("%s: a .nemo archive ckpt does not read: %w", path, err)
+		if _, err := nemo.IndexAt(f, f.Size(), path); err != nil {
+			return "", true, err // naming path, the member and its offset
 		}
 		return Nemo, true, nil
 	}

@@ -55,7 +55,7 @@ type Member struct {
 // cleaned of a leading "./" (a later member of a name replaces an earlier one, as NeMo's
 // extraction overwrites it). See IndexAt.
 func Index(data []byte) ([]Member, error) {
-	return IndexAt(bytes.NewReader(data), int64(len(data)))
+	return IndexAt(bytes.NewReader(data), int64(len(data)), "")
 }
 
 // IndexAt is Index over the size bytes of r. The archive is read as NeMo's restore_from
@@ -68,12 +68,11 @@ func Index(data []byte) ([]Member, error) {
 // extracts it as a file with CPython before 3.14 and fails with 3.14). Only the headers
 // (and long-name and PAX records) are read: an archive in a bucket is indexed in one
 // ranged read per stretch of small members plus one per large member, never read whole.
-func IndexAt(r io.ReaderAt, size int64) ([]Member, error) { return indexAt(r, size, "") }
-
-// indexAt is IndexAt for the archive named file ("" when unknown), which its errors name:
-// a *ckpterr.FormatError of pytar's (Format "tar") where tarfile's reading fails or is
-// unsure, of Format "nemo" where NeMo's restore would not extract what the archive says.
-func indexAt(r io.ReaderAt, size int64, file string) ([]Member, error) {
+//
+// file names the archive in errors ("" when unknown). Each is a *ckpterr.FormatError: of
+// pytar's (Format "tar") where tarfile's reading fails or is unsure, of Format "nemo" where
+// NeMo's restore would not extract what the archive says.
+func IndexAt(r io.ReaderAt, size int64, file string) ([]Member, error) {
 	a, err := pytar.Read(r, size)
 	if err == nil {
 		err = a.Err
@@ -189,7 +188,7 @@ func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, siz
 	if n, _ := f.ReadAt(magic[:], 0); n == 2 && magic == [2]byte{0x1f, 0x8b} {
 		return nil, GzipError(file)
 	}
-	members, err := indexAt(f, f.Size(), file)
+	members, err := IndexAt(f, f.Size(), file)
 	if err != nil {
 		return nil, err
 	}

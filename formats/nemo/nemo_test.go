@@ -164,7 +164,7 @@ func TestIndexAtReadsHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &countingReader{r: bytes.NewReader(data)}
-	got, err := IndexAt(r, int64(len(data)))
+	got, err := IndexAt(r, int64(len(data)), "")
 	if err != nil {
 		t.Fatal(err)
 	}
