@@ -537,7 +537,7 @@ func TestZstdPlain(t *testing.T) {
 		}
 		var de *ckpterr.FormatError
 		if !errors.As(err, &de) || !errors.Is(err, ckpterr.ErrCorrupt) {
-			t.Fatalf("dt.grid: %v (%T), want a corrupt *dcp.Error", err, err)
+			t.Fatalf("dt.grid: %v (%T), want a corrupt dcp *ckpterr.FormatError", err, err)
 		}
 		if de.File != filepath.Join(dir, e.RelativePath) || de.Offset != e.Offset || de.Item != "dt.grid" {
 			t.Errorf("error names %s at %d (%s), want %s at %d", de.File, de.Offset, de.Item, e.RelativePath, e.Offset)
