@@ -23,15 +23,25 @@ var (
 // fault — corrupt input — rather than unsupported or dangerous content, an I/O error or a
 // cancelled context. [FormatError] uses it so that errors.Is(err, ErrCorrupt) holds for
 // exactly the failures that mean a broken file.
+//
+// I/O errors are the operating system's (*fs.PathError, *os.SyscallError, syscall.Errno),
+// the network's (any error with a Timeout() bool method, as net.Error has) and an object
+// store's answer (any error with an HTTPStatusCode() int method, as the bucket clients'
+// errors have).
 func CorruptCause(cause error) bool {
 	if cause == nil || errors.Is(cause, ErrUnsupported) || errors.Is(cause, ErrDangerous) ||
 		errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
 		return false
 	}
-	var pe *fs.PathError
-	var se *os.SyscallError
-	var errno syscall.Errno
-	return !errors.As(cause, &pe) && !errors.As(cause, &se) && !errors.As(cause, &errno)
+	var (
+		pe      *fs.PathError
+		se      *os.SyscallError
+		errno   syscall.Errno
+		network interface{ Timeout() bool }
+		http    interface{ HTTPStatusCode() int }
+	)
+	return !errors.As(cause, &pe) && !errors.As(cause, &se) && !errors.As(cause, &errno) &&
+		!errors.As(cause, &network) && !errors.As(cause, &http)
 }
 
 // FormatError is a failure at a place in a file: the one positional error of every reader.
@@ -43,7 +53,8 @@ type FormatError struct {
 	// without a name.
 	File string
 	// Item names the part of the file at fault: a tensor's key, a DCP item's flattened
-	// name, a zip record's or tar member's name; "" for a problem of the file as a whole.
+	// name, a zip record's or tar member's name, a legacy storage's key, the pickle opcode
+	// being decoded; "" for a problem of the file as a whole.
 	Item string
 	// Offset is the byte offset of the problem, from the start of File (from the start of
 	// the bytes the reader was handed when File is ""); -1 when it has no position.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"syscall"
 	"testing"
@@ -82,6 +83,8 @@ func TestCorruptCause(t *testing.T) {
 		{os.NewSyscallError("pread", syscall.EIO), false},
 		{fmt.Errorf("mmap: %w", syscall.ENOMEM), false},
 		{context.Canceled, false},
+		{fmt.Errorf("reading 512 bytes at byte 0: %w", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}), false},
+		{fmt.Errorf("gs://b/m.pt: %w", httpError(503)), false},
 		{fmt.Errorf("reading: %w", context.DeadlineExceeded), false},
 	} {
 		if got := ckpterr.CorruptCause(tc.cause); got != tc.want {
@@ -89,3 +92,9 @@ func TestCorruptCause(t *testing.T) {
 		}
 	}
 }
+
+// httpError is an object store's answer, as the bucket clients' errors report it.
+type httpError int
+
+func (e httpError) Error() string       { return fmt.Sprintf("HTTP %d", int(e)) }
+func (e httpError) HTTPStatusCode() int { return int(e) }

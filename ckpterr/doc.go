@@ -12,15 +12,16 @@
 //   - [ErrDangerous]: the input references code that Python's pickle would run if the file
 //     were loaded the way its producer loads it. ckpt never runs it.
 //
-// A failure that is none of these is an I/O error (*fs.PathError, *os.SyscallError,
-// syscall.Errno, context cancellation, a storage backend's own error) or a typed error of
+// A failure that is none of these is an I/O error (the operating system's, the network's,
+// an object store's answer; see [CorruptCause]), a cancelled context, or a typed error of
 // the package that returned it (a usage mistake, a plan that does not fit, ...).
 //
 // Where the failure has a position, it is a [*FormatError]: the one positional error type
 // of every reader (safetensors, torch zip and legacy streams, DCP, pickle, npy, tar), as
 // archive/zip and debug/elf each have one. It names the file, the format being read, the
-// item at fault (a tensor, a record, an archive member) and the absolute byte offset, and
-// wraps the cause. errors.Is(err, ErrCorrupt) holds for a FormatError exactly when
+// item at fault (a tensor, a record, an archive member, a pickle opcode) and the absolute
+// byte offset, and wraps the cause — which may be another reader's FormatError, as a
+// pickle's inside a torch zip record. errors.Is(err, ErrCorrupt) holds for a FormatError exactly when
 // [CorruptCause] says its cause means a broken file; ErrUnsupported and ErrDangerous are
 // found in the cause itself.
 //
