@@ -65,10 +65,23 @@ type FormatError struct {
 }
 
 // Error formats as "FILE: FORMAT: "ITEM": byte N: cause", leaving out the parts that are
-// unknown.
+// unknown. A cause that is itself a FormatError of the same file (a pickle in a zip
+// record, a zip in a DCP item) leaves the file out rather than naming it twice.
 func (e *FormatError) Error() string {
 	var b strings.Builder
-	for _, s := range []string{e.File, e.Format} {
+	e.format(&b, "")
+	return b.String()
+}
+
+// format writes the error, leaving out File when it is the enclosing error's, named.
+func (e *FormatError) format(b *strings.Builder, named string) {
+	file := e.File
+	if file == named {
+		file = ""
+	} else if file != "" {
+		named = file
+	}
+	for _, s := range []string{file, e.Format} {
 		if s != "" {
 			b.WriteString(s)
 			b.WriteString(": ")
@@ -83,12 +96,14 @@ func (e *FormatError) Error() string {
 		b.WriteString(strconv.FormatInt(e.Offset, 10))
 		b.WriteString(": ")
 	}
-	if e.Err == nil {
+	switch cause := e.Err.(type) {
+	case nil:
 		b.WriteString("malformed")
-	} else {
-		b.WriteString(e.Err.Error())
+	case *FormatError:
+		cause.format(b, named)
+	default:
+		b.WriteString(cause.Error())
 	}
-	return b.String()
 }
 
 // Unwrap returns the cause, so errors.Is finds ErrUnsupported, ErrDangerous,
