@@ -1,6 +1,7 @@
 package formats_test
 
 import (
+	"archive/tar"
 	"archive/zip"
 	"bytes"
 	"context"
@@ -175,6 +176,21 @@ func TestFormatErrorEveryReader(t *testing.T) {
 	}
 	write(filepath.Join(dcpOverlap, ".metadata"), md)
 
+	// A .nemo archive whose weights member is a torch zip cut short.
+	var nemoTar bytes.Buffer
+	tw := tar.NewWriter(&nemoTar)
+	for _, m := range []struct {
+		name string
+		data []byte
+	}{{"./model_config.yaml", []byte("a: 1\n")}, {"./model_weights.ckpt", zipped[:len(zipped)/2]}} {
+		if err := tw.WriteHeader(&tar.Header{Name: m.name, Mode: 0o644, Size: int64(len(m.data)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(m.data)
+	}
+	tw.Close()
+	nemoPath := write("cut_weights.nemo", nemoTar.Bytes())
+
 	type want struct {
 		format, file, item string
 		offset             int64 // -1: none; -2: some offset within the file
@@ -204,6 +220,8 @@ func TestFormatErrorEveryReader(t *testing.T) {
 		}, want{npy.Format, "", "", 6}},
 		{"tar", func() error { return open("../testdata/hostile/round3/nemo_huge.nemo") },
 			want{pytar.Format, "../testdata/hostile/round3/nemo_huge.nemo", "./vocab.txt", 7168}},
+		{"nemo member", func() error { return open(nemoPath) },
+			want{nemo.Format1, nemoPath, "model_weights.ckpt", 3 * 512}},
 		{"nemo", func() error { return open("../testdata/hostile/round3/nemo_dotdot.nemo") },
 			want{nemo.Format1, "../testdata/hostile/round3/nemo_dotdot.nemo", "../escaped.txt", 7168}},
 	} {
@@ -219,6 +237,9 @@ func TestFormatErrorEveryReader(t *testing.T) {
 			}
 			if w.offset == -2 && fe.Offset <= 0 || w.offset != -2 && fe.Offset != w.offset {
 				t.Errorf("%v: offset %d, want %d", err, fe.Offset, w.offset)
+			}
+			if w.file != "" && strings.Count(err.Error(), w.file) != 1 {
+				t.Errorf("%v: names %s other than once", err, w.file)
 			}
 			if !errors.Is(err, ckpterr.ErrCorrupt) || errors.Is(err, ckpterr.ErrUnsupported) || errors.Is(err, ckpterr.ErrDangerous) {
 				t.Errorf("%v: want ErrCorrupt alone (family %s)", err, family(err))

@@ -224,7 +224,7 @@ func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, siz
 		}
 		v, err := decode(f, m.Offset, m.Size, file)
 		if err != nil {
-			return nil, fmt.Errorf("%s: member %s (bytes %d–%d): %w", file, m.Name, m.Offset, m.Offset+m.Size, err)
+			return nil, &ckpterr.FormatError{Format: Format1, File: file, Item: m.Name, Offset: m.Offset, Err: err}
 		}
 		if len(weights) == 1 && m.Name == WeightsMember {
 			ck.Root = v
