@@ -65,7 +65,7 @@ type FormatError struct {
 }
 
 // Error formats as "FILE: FORMAT: "ITEM": byte N: cause", leaving out the parts that are
-// unknown. A cause that is itself a FormatError of the same file (a pickle in a zip
+// unknown. A cause that is (or ends in) a FormatError of the same file (a pickle in a zip
 // record, a zip in a DCP item) leaves the file out rather than naming it twice.
 func (e *FormatError) Error() string {
 	var b strings.Builder
@@ -102,7 +102,18 @@ func (e *FormatError) format(b *strings.Builder, named string) {
 	case *FormatError:
 		cause.format(b, named)
 	default:
-		b.WriteString(cause.Error())
+		// A cause that words a FormatError of the same file ("chunk at [0 4]: " + its
+		// text) keeps its words and leaves out the inner error's file.
+		text := cause.Error()
+		var inner *FormatError
+		if errors.As(cause, &inner) && inner.File != "" && inner.File == named {
+			if in := inner.Error(); strings.HasSuffix(text, in) {
+				b.WriteString(text[:len(text)-len(in)])
+				inner.format(b, named)
+				return
+			}
+		}
+		b.WriteString(text)
 	}
 }
 
