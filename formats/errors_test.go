@@ -176,6 +176,44 @@ func TestFormatErrorEveryReader(t *testing.T) {
 	}
 	write(filepath.Join(dcpOverlap, ".metadata"), md)
 
+	// A DCP folder whose first chunk, a torch.save archive inside __0_0.distcp, lost its
+	// end-of-central-directory record.
+	dcpItem := copyDir(t, "../testdata/dcp/sharded")
+	distcp, err := os.ReadFile(filepath.Join(dcpItem, "__0_0.distcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	itemEntry, ok := func() (*dcp.StorageEntry, bool) {
+		md, err := os.ReadFile(filepath.Join(dcpItem, ".metadata"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := dcp.ReadMetadata(md, ".metadata")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Lookup("model.emb.weight", []int64{0, 0})
+	}()
+	if !ok || !bytes.HasPrefix(distcp[itemEntry.Offset:], []byte("PK\x03\x04")) {
+		t.Fatal("sharded DCP fixture: model.emb.weight is no torch.save archive")
+	}
+	item := distcp[itemEntry.Offset : itemEntry.Offset+itemEntry.Length]
+	copy(item[bytes.LastIndex(item, []byte("PK\x05\x06")):], "XX")
+	write(filepath.Join(dcpItem, "__0_0.distcp"), distcp)
+	readItem := func() error {
+		ck, err := formats.Open(context.Background(), dcpItem)
+		if err != nil {
+			return err
+		}
+		defer ck.Close()
+		nt, err := ck.Tensor("model.emb.weight")
+		if err != nil {
+			return err
+		}
+		_, err = nt.Bytes()
+		return err
+	}
+
 	// A .nemo archive whose weights member is a torch zip cut short.
 	var nemoTar bytes.Buffer
 	tw := tar.NewWriter(&nemoTar)
@@ -208,6 +246,8 @@ func TestFormatErrorEveryReader(t *testing.T) {
 			want{torchlegacy.Format, legacyPath, "", -2}},
 		{"dcp data file", func() error { return open(dcpDir) },
 			want{dcp.Format, filepath.Join(dcpDir, pastEOF.RelativePath), "dt.grid", pastEOF.Offset}},
+		{"dcp item", readItem,
+			want{dcp.Format, filepath.Join(dcpItem, itemEntry.RelativePath), "model.emb.weight", itemEntry.Offset}},
 		{"dcp metadata", func() error { return open(dcpOverlap) },
 			want{dcp.Format, filepath.Join(dcpOverlap, ".metadata"), "dt.grid", -1}},
 		{"pickle", func() error {
