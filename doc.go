@@ -60,5 +60,13 @@
 // and [github.com/ckpt-dev/ckpt/runtime.PlanMemory] is `ckpt plan`: each device's HBM,
 // raw and padded to TPU tiles, and the changes that would make a model fit.
 //
+// # Errors
+//
+// Every failure of bad input, whichever package returns it, is in the family of
+// [github.com/ckpt-dev/ckpt/ckpterr]: errors.Is sorts it as
+// [github.com/ckpt-dev/ckpt/ckpterr.ErrCorrupt], [github.com/ckpt-dev/ckpt/ckpterr.ErrUnsupported]
+// or [github.com/ckpt-dev/ckpt/ckpterr.ErrDangerous], and errors.As finds the reader's
+// [github.com/ckpt-dev/ckpt/ckpterr.FormatError]: the format, file, item and byte offset.
+//
 // The command ckpt ([github.com/ckpt-dev/ckpt/cmd/ckpt]) is built on these.
 package ckpt

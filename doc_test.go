@@ -48,7 +48,7 @@ func Example() {
 }
 
 // TestDocLinks: every link of the map names a package of the module and, after its last
-// dot, an exported function, type or method in it — so a package moved or a function
+// dot, an exported function, type, method, variable or constant in it — so a package moved or a function
 // renamed shows here rather than as dead text in go doc.
 func TestDocLinks(t *testing.T) {
 	var links [][]string
@@ -93,8 +93,13 @@ func TestDocLinks(t *testing.T) {
 					decls[name] = true
 				case *ast.GenDecl:
 					for _, s := range d.Specs {
-						if ts, ok := s.(*ast.TypeSpec); ok {
-							decls[ts.Name.Name] = true
+						switch s := s.(type) {
+						case *ast.TypeSpec:
+							decls[s.Name.Name] = true
+						case *ast.ValueSpec:
+							for _, n := range s.Names {
+								decls[n.Name] = true
+							}
 						}
 					}
 				}

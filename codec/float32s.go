@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -16,7 +17,7 @@ import (
 // (quant.Group.Dequantize applies those). Complex and quantized torch dtypes are refused.
 func Float32s(t *statedict.Tensor) ([]float32, error) {
 	if t.Foreign != "" {
-		return nil, fmt.Errorf("%w: decoding %s values", statedict.ErrUnsupported, t.Foreign)
+		return nil, fmt.Errorf("%w: decoding %s values", ckpterr.ErrUnsupported, t.Foreign)
 	}
 	b, err := t.Bytes()
 	if err != nil {
@@ -76,7 +77,7 @@ func Float32s(t *statedict.Tensor) ([]float32, error) {
 			out[i] = float32(le.Uint64(b[8*i:]))
 		}
 	default:
-		return nil, fmt.Errorf("%w: decoding %s values to float32", statedict.ErrUnsupported, d)
+		return nil, fmt.Errorf("%w: decoding %s values to float32", ckpterr.ErrUnsupported, d)
 	}
 	return out, nil
 }

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/internal/plural"
 
 	"github.com/ckpt-dev/ckpt/formats"
@@ -170,7 +171,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return nil, err
 	}
 	if opts.Compress != "" && lay != formats.DCPFolder {
-		return nil, fmt.Errorf("%s: %w: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, statedict.ErrUnsupported, formats.ErrLayout, opts.Compress, lay)
+		return nil, fmt.Errorf("%s: %w: %w: %s compression is for DCP outputs, this one is %s", opts.Dst, ckpterr.ErrUnsupported, formats.ErrLayout, opts.Compress, lay)
 	}
 	ck, err := openSource(ctx, opts.Src, opts.Plan.OpenOptions())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/hf"
@@ -17,7 +18,6 @@ import (
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/plan"
 	"github.com/ckpt-dev/ckpt/runtime"
-	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
 
@@ -153,10 +153,10 @@ func TestMegatronRefusals(t *testing.T) {
 		kind error
 		says []string
 	}{
-		{"a", statedict.ErrCorrupt, []string{"latest_checkpointed_iteration.txt names iter_0000300", "iter_0000100"}},
-		{"b", statedict.ErrCorrupt, []string{"holds 6 bytes", "not an iteration number"}},
-		{"c", statedict.ErrCorrupt, []string{"mp_rank_00 has no model_optim_rng.pt"}},
-		{"d.nemo", statedict.ErrUnsupported, []string{"gzip-compressed .nemo", "tar xzf"}},
+		{"a", ckpterr.ErrCorrupt, []string{"latest_checkpointed_iteration.txt names iter_0000300", "iter_0000100"}},
+		{"b", ckpterr.ErrCorrupt, []string{"holds 6 bytes", "not an iteration number"}},
+		{"c", ckpterr.ErrCorrupt, []string{"mp_rank_00 has no model_optim_rng.pt"}},
+		{"d.nemo", ckpterr.ErrUnsupported, []string{"gzip-compressed .nemo", "tar xzf"}},
 	} {
 		_, err := formats.Open(context.Background(), filepath.Join(dir, c.src))
 		if !errors.Is(err, c.kind) {

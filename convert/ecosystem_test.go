@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/inspect"
@@ -288,7 +289,7 @@ func TestDangerousObjectNeverWritten(t *testing.T) {
 	for _, lay := range []formats.Layout{formats.TorchFile, formats.DCPFolder} {
 		out := &memOutput{files: map[string]*strings.Builder{}}
 		_, err := lay.Writer()(out, &statedict.Checkpoint{Root: root}, statedict.WriteOptions{})
-		if !errors.Is(err, statedict.ErrDangerous) || !strings.Contains(err.Error(), "cb") {
+		if !errors.Is(err, ckpterr.ErrDangerous) || !strings.Contains(err.Error(), "cb") {
 			t.Errorf("%s: %v", lay, err)
 		}
 	}

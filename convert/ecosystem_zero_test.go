@@ -12,12 +12,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/convert"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/internal/oracle"
 	"github.com/ckpt-dev/ckpt/plan"
-	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/verify"
 )
 
@@ -143,7 +143,7 @@ func TestZeRO3ModelStatesAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = formats.Open(context.Background(), alone)
-	if !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "placeholders") || !strings.Contains(err.Error(), "which "+filepath.Dir(alone)+" does not hold") {
+	if !errors.Is(err, ckpterr.ErrUnsupported) || !strings.Contains(err.Error(), "placeholders") || !strings.Contains(err.Error(), "which "+filepath.Dir(alone)+" does not hold") {
 		t.Errorf("got %v", err)
 	}
 	if _, err := convert.Run(t.Context(), convert.Options{Src: alone, Dst: filepath.Join(t.TempDir(), "y.safetensors"), Format: formats.SafetensorsFile}); err == nil {
@@ -238,7 +238,7 @@ func TestZeROOptimizerState(t *testing.T) {
 			t.Errorf("%s: model %v optimizer %v\nwant %v %v", name, model, optim, want.Tensors.Names, want.Optimizer.Names)
 		}
 	}
-	if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/zstd", Dst: filepath.Join(t.TempDir(), "x.pt"), Format: formats.TorchFile, Plan: plan.Options{ZeROOptimizer: true}}); !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "not one") {
+	if _, err := convert.Run(t.Context(), convert.Options{Src: "../testdata/ecosystem/dcp/zstd", Dst: filepath.Join(t.TempDir(), "x.pt"), Format: formats.TorchFile, Plan: plan.Options{ZeROOptimizer: true}}); !errors.Is(err, ckpterr.ErrUnsupported) || !strings.Contains(err.Error(), "not one") {
 		t.Errorf("ZeROOptimizer on a DCP folder: %v", err)
 	}
 	o := oracle.Require(t)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
@@ -127,7 +128,7 @@ func openDTensorFiles(ctx context.Context, dir string, paths []string) (_ *state
 		d, world := dtensors(part.Root, false)
 		if d == nil {
 			if first != nil {
-				return nil, fmt.Errorf("%s: %w: it holds no DTensor, while %s beside it holds rank %d's shards: a folder of per-rank DTensor saves holds the ranks' files only", p, statedict.ErrCorrupt, first.path, first.rank)
+				return nil, fmt.Errorf("%s: %w: it holds no DTensor, while %s beside it holds rank %d's shards: a folder of per-rank DTensor saves holds the ranks' files only", p, ckpterr.ErrCorrupt, first.path, first.rank)
 			}
 			continue
 		}
@@ -138,12 +139,12 @@ func openDTensorFiles(ctx context.Context, dir string, paths []string) (_ *state
 		files = append(files, f)
 	}
 	if first == nil {
-		return nil, fmt.Errorf("%s: %w: no torch.save file in it holds a DTensor", dir, statedict.ErrUnsupported)
+		return nil, fmt.Errorf("%s: %w: no torch.save file in it holds a DTensor", dir, ckpterr.ErrUnsupported)
 	}
 	// Earlier files without DTensors.
 	for _, p := range paths {
 		if !slices.ContainsFunc(files, func(f *rankFile) bool { return f.path == p }) {
-			return nil, fmt.Errorf("%s: %w: it holds no DTensor, while %s beside it holds rank %d's shards: a folder of per-rank DTensor saves holds the ranks' files only", p, statedict.ErrCorrupt, first.path, first.rank)
+			return nil, fmt.Errorf("%s: %w: it holds no DTensor, while %s beside it holds rank %d's shards: a folder of per-rank DTensor saves holds the ranks' files only", p, ckpterr.ErrCorrupt, first.path, first.rank)
 		}
 	}
 	world := 0
@@ -153,10 +154,10 @@ func openDTensorFiles(ctx context.Context, dir string, paths []string) (_ *state
 	byRank := map[int]*rankFile{}
 	for _, f := range files {
 		if g, dup := byRank[f.rank]; dup {
-			return nil, fmt.Errorf("%s: %w: %s and %s both hold rank %d's shards", dir, statedict.ErrCorrupt, g.path, f.path, f.rank)
+			return nil, fmt.Errorf("%s: %w: %s and %s both hold rank %d's shards", dir, ckpterr.ErrCorrupt, g.path, f.path, f.rank)
 		}
 		if f.rank >= world {
-			return nil, fmt.Errorf("%s: %w: it holds rank %d's shards, but the DTensors' meshes span %d ranks", f.path, statedict.ErrCorrupt, f.rank, world)
+			return nil, fmt.Errorf("%s: %w: it holds rank %d's shards, but the DTensors' meshes span %d ranks", f.path, ckpterr.ErrCorrupt, f.rank, world)
 		}
 		byRank[f.rank] = f
 	}
@@ -167,7 +168,7 @@ func openDTensorFiles(ctx context.Context, dir string, paths []string) (_ *state
 				missing = append(missing, fmt.Sprint(r))
 			}
 		}
-		return nil, fmt.Errorf("%s: %w: the DTensors' meshes span %d ranks; the files of rank %s are missing (found %d)", dir, statedict.ErrCorrupt, world, strings.Join(missing, ", "), len(files))
+		return nil, fmt.Errorf("%s: %w: the DTensors' meshes span %d ranks; the files of rank %s are missing (found %d)", dir, ckpterr.ErrCorrupt, world, strings.Join(missing, ", "), len(files))
 	}
 	slices.SortFunc(files, func(a, b *rankFile) int { return a.rank - b.rank })
 	m := &merger{dir: dir, files: files, ck: ck, done: map[any]*statedict.Tensor{}}
@@ -204,7 +205,7 @@ type merger struct {
 
 // fail is a corrupt-folder error about the value at name.
 func (m *merger) fail(name string, format string, args ...any) error {
-	return fmt.Errorf("%s: %w: %s: %s", m.dir, statedict.ErrCorrupt, displayName(name), fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s: %w: %s: %s", m.dir, ckpterr.ErrCorrupt, displayName(name), fmt.Sprintf(format, args...))
 }
 
 func displayName(name string) string {
@@ -225,7 +226,7 @@ func (m *merger) at(i int, t *statedict.Tensor) string {
 
 func (m *merger) merge(name string, vals []statedict.Value) (statedict.Value, error) {
 	if m.depth++; m.depth > 10000 {
-		return nil, fmt.Errorf("%s: %w: values nested deeper than 10000 levels", m.dir, statedict.ErrUnsupported)
+		return nil, fmt.Errorf("%s: %w: values nested deeper than 10000 levels", m.dir, ckpterr.ErrUnsupported)
 	}
 	defer func() { m.depth-- }()
 	switch v := vals[0].(type) {
@@ -402,7 +403,7 @@ func (m *merger) dtensor(name string, ts []*statedict.DTensor) (*statedict.Tenso
 	d0 := ts[0]
 	for _, p := range d0.Placements {
 		if strings.HasPrefix(p, "Partial") {
-			return nil, fmt.Errorf("%s: %s: %w: a DTensor with placements %v: a Partial placement holds per-rank addends of a pending reduction, not the tensor's data", m.at(0, d0.Local), name, statedict.ErrUnsupported, d0.Placements)
+			return nil, fmt.Errorf("%s: %s: %w: a DTensor with placements %v: a Partial placement holds per-rank addends of a pending reduction, not the tensor's data", m.at(0, d0.Local), name, ckpterr.ErrUnsupported, d0.Placements)
 		}
 	}
 	mesh := &runtime.Mesh{}
@@ -411,7 +412,7 @@ func (m *merger) dtensor(name string, ts []*statedict.DTensor) (*statedict.Tenso
 	}
 	s, err := runtime.ParseTorchPlacements(d0.Placements, mesh, len(d0.Shape))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s: %w: %v", m.at(0, d0.Local), name, statedict.ErrUnsupported, err)
+		return nil, fmt.Errorf("%s: %s: %w: %v", m.at(0, d0.Local), name, ckpterr.ErrUnsupported, err)
 	}
 	byCoord := map[int]int{} // mesh position → index in ts
 	var shards []statedict.Shard
@@ -433,7 +434,7 @@ func (m *merger) dtensor(name string, ts []*statedict.DTensor) (*statedict.Tenso
 		}
 		c, err := s.Chunk(d0.Shape, mesh, pos)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w: %v", m.at(i, t), name, statedict.ErrUnsupported, err)
+			return nil, fmt.Errorf("%s: %s: %w: %v", m.at(i, t), name, ckpterr.ErrUnsupported, err)
 		}
 		if !slices.Equal(t.Shape, c.Sizes) {
 			return nil, m.fail(name, "%s holds a local shard of shape %v, but the placements %v of the %v tensor give mesh coordinate %v the shard %v at %v",

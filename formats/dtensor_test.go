@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -184,48 +185,48 @@ func TestDTensorRanksHostile(t *testing.T) {
 	}{
 		{"missing rank", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"a.pt": fix("hsdp", "part-0.pt"), "b.pt": fix("hsdp", "part-2.pt")})
-		}, "", []string{"meshes span 4 ranks", "the files of rank 0, 2 are missing"}, statedict.ErrCorrupt},
+		}, "", []string{"meshes span 4 ranks", "the files of rank 0, 2 are missing"}, ckpterr.ErrCorrupt},
 		{"one rank alone", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
-		}, "rank1.pt", []string{"rank1.pt holds one rank's DTensor shards", "the files of rank 0 are missing"}, statedict.ErrCorrupt},
+		}, "rank1.pt", []string{"rank1.pt holds one rank's DTensor shards", "the files of rank 0 are missing"}, ckpterr.ErrCorrupt},
 		{"rank planted twice", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("fsdp2", "rank1.pt"), "rank0-copy.pt": fix("fsdp2", "rank0.pt")})
-		}, "", []string{"rank0-copy.pt and", "rank0.pt both hold rank 0's shards"}, statedict.ErrCorrupt},
+		}, "", []string{"rank0-copy.pt and", "rank0.pt both hold rank 0's shards"}, ckpterr.ErrCorrupt},
 		{"ranks of two jobs", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("fsdp_tp", "rank1.pt")})
-		}, "", []string{"meshes span 4 ranks", "the files of rank 2, 3 are missing"}, statedict.ErrCorrupt},
+		}, "", []string{"meshes span 4 ranks", "the files of rank 2, 3 are missing"}, ckpterr.ErrCorrupt},
 		{"meshes disagree", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"part-0.pt": fix("hsdp", "part-0.pt"), "part-2.pt": fix("hsdp", "part-2.pt"), "part-3.pt": fix("hsdp", "part-3.pt")})
 			patchedRank(t, fix("hsdp", "part-1.pt"), dir, "part-1.pt", []byte("replicate"), []byte("replicatX"))
-		}, "", []string{"model.0.weight: ", "part-1.pt (byte ", "part-0.pt (byte ", "on the mesh (replicate=2, shard=2)", "on the mesh (replicatX=2, shard=2)"}, statedict.ErrCorrupt},
+		}, "", []string{"model.0.weight: ", "part-1.pt (byte ", "part-0.pt (byte ", "on the mesh (replicate=2, shard=2)", "on the mesh (replicatX=2, shard=2)"}, ckpterr.ErrCorrupt},
 		{"a file without DTensors", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt"), "rank1.pt": fix("fsdp2", "rank1.pt"),
 				"full.pt": filepath.Join("..", "testdata", "torch", "views.pt")})
-		}, "", []string{"full.pt: ", "holds no DTensor"}, statedict.ErrCorrupt},
+		}, "", []string{"full.pt: ", "holds no DTensor"}, ckpterr.ErrCorrupt},
 		{"local shard disagrees with placement", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
 			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", local38, []byte("K\x02K\x08\x86q\x1c"))
-		}, "", []string{"model.0.weight", "rank0.pt (byte ", "local shard of shape [2 8]", "the shard [3 8] at [0 0]"}, statedict.ErrCorrupt},
+		}, "", []string{"model.0.weight", "rank0.pt (byte ", "local shard of shape [2 8]", "the shard [3 8] at [0 0]"}, ckpterr.ErrCorrupt},
 		{"ranks disagree on a value", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank0.pt": fix("fsdp2", "rank0.pt")})
 			patchedRank(t, fix("fsdp2", "rank1.pt"), dir, "rank1.pt", []byte("K\x03u."), []byte("K\x04u."))
-		}, "", []string{"epoch: rank 0's", "holds 3, rank 1's", "rank1.pt 4"}, statedict.ErrCorrupt},
+		}, "", []string{"epoch: rank 0's", "holds 3, rank 1's", "rank1.pt 4"}, ckpterr.ErrCorrupt},
 		{"partial placement", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
 			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", []byte("placement_types\nShard\n"), []byte("placement_types\nPartial\n"))
-		}, "", []string{"rank0.pt (byte ", "model.0.weight", "Partial(sum)", "not the tensor's data"}, statedict.ErrUnsupported},
+		}, "", []string{"rank0.pt (byte ", "model.0.weight", "Partial(sum)", "not the tensor's data"}, ckpterr.ErrUnsupported},
 		{"another wrapper subclass", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
 			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", []byte("torch.distributed.tensor\nDTensor\n"), []byte("torch.distributed.tensor\nXTensor\n"))
-		}, "", []string{"rank0.pt", "[0.weight]", "tensor subclass torch.distributed.tensor.XTensor"}, statedict.ErrUnsupported},
+		}, "", []string{"rank0.pt", "[0.weight]", "tensor subclass torch.distributed.tensor.XTensor"}, ckpterr.ErrUnsupported},
 		{"saved by a rank outside the mesh", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
 			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", []byte("_coordinate_on_dimqKK\x00\x85"), []byte("_coordinate_on_dimqKN"))
-		}, "", []string{"rank0.pt", "[0.weight]", "coordinate is None", "a rank outside the mesh"}, statedict.ErrCorrupt},
+		}, "", []string{"rank0.pt", "[0.weight]", "coordinate is None", "a rank outside the mesh"}, ckpterr.ErrCorrupt},
 		{"mesh of 2^40 ranks", func(t *testing.T, dir string) {
 			copyTo(t, dir, map[string]string{"rank1.pt": fix("fsdp2", "rank1.pt")})
 			patchedRank(t, fix("fsdp2", "rank0.pt"), dir, "rank0.pt", []byte("shapeq2K\x02\x85"), []byte("shapeq2\x8a\x06\x00\x00\x00\x00\x00\x01\x85"))
-		}, "", []string{"rank0.pt", "[0.weight]", "a mesh axis of 1099511627776 ranks"}, statedict.ErrUnsupported},
+		}, "", []string{"rank0.pt", "[0.weight]", "a mesh axis of 1099511627776 ranks"}, ckpterr.ErrUnsupported},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

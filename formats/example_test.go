@@ -9,8 +9,8 @@ import (
 	"os"
 	"testing/fstest"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats"
-	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // Open any checkpoint — a torch.save file here; a safetensors file, a Hugging Face folder or
@@ -34,15 +34,20 @@ func ExampleOpen() {
 	// conv1.0.weight float32 [24 3 3 3] saved on cuda:0
 }
 
-// Errors of every format share one family: a broken file is statedict.ErrCorrupt, whatever
-// its format, and the message still names the file and the byte.
+// Errors of every format share one family: a broken file is ckpterr.ErrCorrupt, whatever
+// its format, and a *ckpterr.FormatError names the file, the tensor and the byte.
 func ExampleOpen_errors() {
 	_, err := formats.Open(context.Background(), "../testdata/safetensors/crafted/overlap.safetensors")
-	fmt.Println(errors.Is(err, statedict.ErrCorrupt))
+	fmt.Println(errors.Is(err, ckpterr.ErrCorrupt))
+	var fe *ckpterr.FormatError
+	if errors.As(err, &fe) {
+		fmt.Println(fe.Format, fe.Item, fe.Offset)
+	}
 	fmt.Println(err)
 	// Output:
 	// true
-	// ../testdata/safetensors/crafted/overlap.safetensors: safetensors: tensor "b": byte 62: data_offsets [4, 8] overlap the previous tensor, which ends at 8
+	// safetensors b 62
+	// ../testdata/safetensors/crafted/overlap.safetensors: safetensors: "b": byte 62: data_offsets [4, 8] overlap the previous tensor, which ends at 8
 }
 
 // Read a checkpoint from any io.ReaderAt — bytes in memory here, an HTTP range reader or

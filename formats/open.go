@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/nemo"
 	"github.com/ckpt-dev/ckpt/formats/pytar"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
@@ -76,7 +77,7 @@ func Detect(ctx context.Context, path string) (Kind, error) {
 	if safetensors.LooksLike(head) || strings.EqualFold(pathpkg.Ext(path), ".safetensors") {
 		return Safetensors, nil
 	}
-	return "", fmt.Errorf("%s: %w: %w", path, statedict.ErrUnsupported, errUnrecognized)
+	return "", fmt.Errorf("%s: %w: %w", path, ckpterr.ErrUnsupported, errUnrecognized)
 }
 
 // errUnrecognized is Detect's error for bytes that are no single-file format.
@@ -93,12 +94,12 @@ func detectTar(path string, f storage.File) (kind Kind, isTar bool, err error) {
 	case errors.Is(err, pytar.ErrNotTar):
 		return "", false, nil
 	case err != nil:
-		return "", true, fmt.Errorf("%s: %w: %w", path, statedict.ErrUnsupported, err)
+		return "", true, fmt.Errorf("%s: %w: %w", path, ckpterr.ErrUnsupported, err)
 	case len(a.Members) == 0:
 		return "", false, nil
 	case nemo.IsTarArchive(a):
-		if _, err := nemo.IndexAt(f, f.Size()); err != nil {
-			return "", true, fmt.Errorf("%s: a .nemo archive ckpt does not read: %w", path, err)
+		if _, err := nemo.IndexAt(f, f.Size(), path); err != nil {
+			return "", true, err // naming path, the member and its offset
 		}
 		return Nemo, true, nil
 	}
@@ -110,9 +111,9 @@ func detectTar(path string, f storage.File) (kind Kind, isTar bool, err error) {
 		return "", true, fmt.Errorf("%s: a tar-format torch.save file from the earliest PyTorch releases; re-save it with a recent torch (torch.load refuses it with weights_only=True)", path)
 	}
 	if a.Err != nil {
-		return "", true, fmt.Errorf("%s: %w: a tar archive ckpt does not read: %w", path, statedict.ErrCorrupt, a.Err)
+		return "", true, fmt.Errorf("%s: a tar archive ckpt does not read: %w", path, a.Err) // corrupt, or unsupported where the readers differ
 	}
-	return "", true, fmt.Errorf("%s: %w: a tar archive that is neither a .nemo archive nor a torch.save file (it holds %s)", path, statedict.ErrUnsupported, strings.Join(names[:min(len(names), 8)], ", "))
+	return "", true, fmt.Errorf("%s: %w: a tar archive that is neither a .nemo archive nor a torch.save file (it holds %s)", path, ckpterr.ErrUnsupported, strings.Join(names[:min(len(names), 8)], ", "))
 }
 
 // isNemoGzip reports whether the gzip file f inflates to a .nemo archive's first members.
@@ -153,7 +154,7 @@ func OpenWith(ctx context.Context, path string, o OpenOptions) (*statedict.Check
 			tag, ok = zero.FolderOf(ctx, path) // a rank's model-states file: its folder
 		}
 		if !ok {
-			return nil, fmt.Errorf("%s: %w: the ZeRO optimizer state is read from a DeepSpeed ZeRO checkpoint folder (latest, global_stepN/, *_optim_states.pt) or one of its *_model_states.pt files; this is not one", path, statedict.ErrUnsupported)
+			return nil, fmt.Errorf("%s: %w: the ZeRO optimizer state is read from a DeepSpeed ZeRO checkpoint folder (latest, global_stepN/, *_optim_states.pt) or one of its *_model_states.pt files; this is not one", path, ckpterr.ErrUnsupported)
 		}
 		ck, err = zero.OpenWith(ctx, tag, openPart, zero.Options{Optimizer: true})
 	} else if st.IsDir() {

@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
 )
@@ -31,7 +32,7 @@ func OpenFile(ctx context.Context, r io.ReaderAt, size int64, name string) (*sta
 	}
 	p := storage.FSPath(base)
 	if size < 0 {
-		return nil, fmt.Errorf("%s: %w: size %d is negative", p, statedict.ErrCorrupt, size)
+		return nil, fmt.Errorf("%s: %w: size %d is negative", p, ckpterr.ErrCorrupt, size)
 	}
 	ctx = storage.WithBackend(ctx, storage.FSScheme, storage.FromReaderAt(base, r, size))
 	ck, err := OpenWith(ctx, p, OpenOptions{})

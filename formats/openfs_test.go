@@ -14,6 +14,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
@@ -71,7 +72,7 @@ func sameAsWith(t *testing.T, how, fixture string, opts formats.OpenOptions, ope
 	wantFormat, want, wantErr := readAll(t, func() (*statedict.Checkpoint, error) { return formats.OpenWith(context.Background(), fixture, opts) })
 	format, got, err := readAll(t, open)
 	if wantErr != nil || err != nil {
-		for _, kind := range []error{statedict.ErrCorrupt, statedict.ErrUnsupported, statedict.ErrDangerous} {
+		for _, kind := range []error{ckpterr.ErrCorrupt, ckpterr.ErrUnsupported, ckpterr.ErrDangerous} {
 			if errors.Is(err, kind) != errors.Is(wantErr, kind) {
 				t.Fatalf("%s: error %v; Open(path) gave %v", how, err, wantErr)
 			}
@@ -339,7 +340,7 @@ func TestOpenFSHostile(t *testing.T) {
 	if _, err := formats.OpenFile(ctx, bytes.NewReader(data[:len(data)/2]), int64(len(data)), "views.pt"); err == nil {
 		t.Errorf("a size past the reader's bytes read without error")
 	}
-	if _, err := formats.OpenFile(ctx, bytes.NewReader(data), -1, "views.pt"); !errors.Is(err, statedict.ErrCorrupt) {
+	if _, err := formats.OpenFile(ctx, bytes.NewReader(data), -1, "views.pt"); !errors.Is(err, ckpterr.ErrCorrupt) {
 		t.Errorf("size -1: %v", err)
 	}
 

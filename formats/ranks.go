@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/runtime"
@@ -26,7 +27,7 @@ func openRanks(ctx context.Context, dir string) (_ *statedict.Checkpoint, err er
 	}
 	mpath := storage.Join(dir, safetensors.ShardingFile)
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%s: %w: %s", mpath, statedict.ErrCorrupt, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%s: %w: %s", mpath, ckpterr.ErrCorrupt, fmt.Sprintf(format, args...))
 	}
 	ck := &statedict.Checkpoint{Format: string(SafetensorsRanks), Path: dir}
 	defer func() {
@@ -140,7 +141,7 @@ func checkRank(ctx context.Context, path string, r, n int) error {
 		return err
 	}
 	if got, want := h.Metadata[safetensors.RankKey]+"/"+h.Metadata[safetensors.WorldSizeKey], fmt.Sprintf("%d/%d", r, n); got != want {
-		return fmt.Errorf("%s: %w: the file of rank %d of %d says it is rank %q", path, statedict.ErrCorrupt, r, n, got)
+		return fmt.Errorf("%s: %w: the file of rank %d of %d says it is rank %q", path, ckpterr.ErrCorrupt, r, n, got)
 	}
 	return nil
 }

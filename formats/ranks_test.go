@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -152,7 +153,7 @@ func TestSafetensorsRanks(t *testing.T) {
 		t.Fatalf("no cols placements in %s", m)
 	}
 	os.WriteFile(mpath, bad, 0o644)
-	if _, err := Open(context.Background(), dir); !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), `tensor "cols": rank 2 holds the piece at [0 0]`) {
+	if _, err := Open(context.Background(), dir); !errors.Is(err, ckpterr.ErrCorrupt) || !strings.Contains(err.Error(), `tensor "cols": rank 2 holds the piece at [0 0]`) {
 		t.Errorf("placements disagreeing with the pieces: %v", err)
 	}
 }
@@ -199,7 +200,7 @@ func FuzzRanksManifest(f *testing.F) {
 		}
 		ck, err := Open(context.Background(), dir)
 		if err != nil {
-			if !errors.Is(err, statedict.ErrCorrupt) && !errors.Is(err, statedict.ErrUnsupported) && !errors.Is(err, os.ErrNotExist) {
+			if !errors.Is(err, ckpterr.ErrCorrupt) && !errors.Is(err, ckpterr.ErrUnsupported) && !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("error %v is neither corrupt nor unsupported", err)
 			}
 			return

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // copyFixture copies the fixture folder src (testdata/ecosystem replicas of DeepSpeed's and
@@ -136,7 +136,7 @@ func TestRankSets(t *testing.T) {
 				ck.Close()
 				t.Fatalf("read as a complete checkpoint")
 			}
-			if !errors.Is(err, statedict.ErrCorrupt) && !errors.Is(err, statedict.ErrUnsupported) {
+			if !errors.Is(err, ckpterr.ErrCorrupt) && !errors.Is(err, ckpterr.ErrUnsupported) {
 				t.Errorf("%v: not ErrCorrupt", err)
 			}
 			for _, s := range c.says {

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/internal/plural"
 
 	"github.com/ckpt-dev/ckpt/formats/hf"
@@ -179,7 +180,7 @@ func Build(ctx context.Context, ck *statedict.Checkpoint, opts Options) (*Report
 	}
 	if len(r.Tensors) == 0 {
 		if h := statedict.HiddenTensors(ck.Root); h.Tensors > 0 {
-			return nil, fmt.Errorf("%s: %w: %s inside %s objects, which ckpt does not read as data", ck.Path, statedict.ErrUnsupported, plural.Of(h.Tensors, "tensor"), strings.Join(h.Classes, ", "))
+			return nil, fmt.Errorf("%s: %w: %s inside %s objects, which ckpt does not read as data", ck.Path, ckpterr.ErrUnsupported, plural.Of(h.Tensors, "tensor"), strings.Join(h.Classes, ", "))
 		}
 	}
 	if opts.Hash {

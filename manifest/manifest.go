@@ -18,7 +18,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/storage"
 )
 
@@ -160,12 +160,12 @@ func ReadEach(ctx context.Context, path string, each func(Tensor) error) (*Manif
 		}
 		var head headError
 		if errors.As(err, &head) {
-			return nil, fmt.Errorf("%s: %w: %w", path, statedict.ErrCorrupt, head.err)
+			return nil, fmt.Errorf("%s: %w: %w", path, ckpterr.ErrCorrupt, head.err)
 		}
-		return nil, fmt.Errorf("%s (byte %d): %w: %w", path, dec.InputOffset(), statedict.ErrCorrupt, err)
+		return nil, &ckpterr.FormatError{Format: "ckpt-manifest", File: path, Offset: dec.InputOffset(), Err: err}
 	}
 	if m.Tool != Tool {
-		return nil, fmt.Errorf("%s: %w: not a ckpt manifest (tool %q)", path, statedict.ErrCorrupt, m.Tool)
+		return nil, fmt.Errorf("%s: %w: not a ckpt manifest (tool %q)", path, ckpterr.ErrCorrupt, m.Tool)
 	}
 	return m, nil
 }

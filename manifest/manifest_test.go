@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // TestWriteStreams: the streamed manifest is byte for byte what json.Encoder writes.
@@ -80,5 +83,19 @@ func TestReadersAgree(t *testing.T) {
 				t.Errorf("Read: %+v\njson.Unmarshal: %+v", read, &un)
 			}
 		})
+	}
+}
+
+// TestReadMalformed: a manifest that is not valid JSON is a *ckpterr.FormatError naming the
+// file and the byte where decoding stopped, and ckpterr.ErrCorrupt.
+func TestReadMalformed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), Name)
+	if err := os.WriteFile(path, []byte(`{"tool": "ckpt", "tensors": [{"name": "w",]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Read(context.Background(), path)
+	var fe *ckpterr.FormatError
+	if !errors.As(err, &fe) || fe.File != path || fe.Offset <= 0 || !errors.Is(err, ckpterr.ErrCorrupt) {
+		t.Errorf("%v: want a corrupt *ckpterr.FormatError naming %s and a byte offset", err, path)
 	}
 }

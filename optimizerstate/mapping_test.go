@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -177,8 +178,13 @@ func TestParseRejects(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := optimizerstate.Parse(c.d); err == nil || !strings.Contains(err.Error(), c.want) {
+			_, err := optimizerstate.Parse(c.d)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %v, want %q", err, c.want)
+			}
+			// A malformed optimizer state is the input's fault; a dict that is none is not.
+			if corrupt := c.name != "not an optimizer"; errors.Is(err, ckpterr.ErrCorrupt) != corrupt {
+				t.Errorf("error %v: corrupt %v, want %v", err, !corrupt, corrupt)
 			}
 		})
 	}

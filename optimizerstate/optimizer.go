@@ -13,10 +13,12 @@
 package optimizerstate
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -95,11 +97,21 @@ func IsOptimizerState(v statedict.Value) bool {
 }
 
 // Parse reads an optimizer state dict. Unknown optimizers parse too: their state is kept
-// as generic per-parameter values.
+// as generic per-parameter values. An optimizer state dict whose param_groups or state do
+// not hold what torch's optimizers write is ckpterr.ErrCorrupt.
 func Parse(d *statedict.Dict) (*Optimizer, error) {
 	if !IsOptimizerState(d) {
 		return nil, fmt.Errorf("not an optimizer state dict (needs a \"state\" dict and a \"param_groups\" list)")
 	}
+	o, err := parse(d)
+	if err != nil && ckpterr.CorruptCause(err) && !errors.Is(err, ckpterr.ErrCorrupt) {
+		return nil, fmt.Errorf("%w: %w", ckpterr.ErrCorrupt, err)
+	}
+	return o, err
+}
+
+// parse is Parse for a dict IsOptimizerState accepts.
+func parse(d *statedict.Dict) (*Optimizer, error) {
 	if isFlat(d) {
 		return parseFlat(d)
 	}

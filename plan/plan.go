@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/internal/plural"
@@ -87,7 +88,7 @@ func Make(ck *statedict.Checkpoint, opts Options, t *runtime.Target) (*Plan, err
 	}
 	sharded := t.Sharding() != nil
 	if sharded && !lay.PerRank() {
-		return nil, fmt.Errorf("%w: %w: a %s output is not one file per rank", statedict.ErrUnsupported, formats.ErrLayout, lay)
+		return nil, fmt.Errorf("%w: %w: a %s output is not one file per rank", ckpterr.ErrUnsupported, formats.ErrLayout, lay)
 	}
 	var gen *runtime.Generation
 	if t != nil {
@@ -128,10 +129,10 @@ func Make(ck *statedict.Checkpoint, opts Options, t *runtime.Target) (*Plan, err
 	}
 	if sharded {
 		if len(ck.Components) > 0 {
-			return nil, fmt.Errorf("%s: %w: a checkpoint of %d components (a pipeline) is not sharded per device; convert each component folder on its own", ck.Path, statedict.ErrUnsupported, len(ck.Components))
+			return nil, fmt.Errorf("%s: %w: a checkpoint of %d components (a pipeline) is not sharded per device; convert each component folder on its own", ck.Path, ckpterr.ErrUnsupported, len(ck.Components))
 		}
 		if q.Report != nil && len(q.Report.Kept) > 0 {
-			return nil, fmt.Errorf("%s: %w: %s-quantized weights are not sharded per device (their scales follow blocks, not the weights' placements); dequantize them", ck.Path, statedict.ErrUnsupported, q.Report.Method)
+			return nil, fmt.Errorf("%s: %w: %s-quantized weights are not sharded per device (their scales follow blocks, not the weights' placements); dequantize them", ck.Path, ckpterr.ErrUnsupported, q.Report.Method)
 		}
 		if err := p.shard(); err != nil {
 			return nil, fmt.Errorf("%s: %w", ck.Path, err)
@@ -479,7 +480,7 @@ func checkTensors(src *statedict.Checkpoint, n int, first statedict.NamedTensor,
 			return err
 		}
 		if h := statedict.HiddenTensors(src.Root); h.Tensors > 0 {
-			return fmt.Errorf("%s: %w: %s inside %s objects, which ckpt does not read as data; nothing would be written", src.Path, statedict.ErrUnsupported, plural.Of(h.Tensors, "tensor"), strings.Join(h.Classes, ", "))
+			return fmt.Errorf("%s: %w: %s inside %s objects, which ckpt does not read as data; nothing would be written", src.Path, ckpterr.ErrUnsupported, plural.Of(h.Tensors, "tensor"), strings.Join(h.Classes, ", "))
 		} else if len(in) > 0 {
 			return fmt.Errorf("%s: no tensor left to write: the selection and drops remove all %d", src.Path, len(in))
 		}
@@ -488,7 +489,7 @@ func checkTensors(src *statedict.Checkpoint, n int, first statedict.NamedTensor,
 	if weights {
 		return nil
 	}
-	return fmt.Errorf("%s: %w: all %s empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, statedict.ErrUnsupported, plural.Of(n, "tensor"), first.Name, first.Tensor.Shape)
+	return fmt.Errorf("%s: %w: all %s empty (%s has shape %v): placeholders, not weights; nothing would be written", src.Path, ckpterr.ErrUnsupported, plural.Of(n, "tensor"), first.Name, first.Tensor.Shape)
 }
 
 // contentBytes counts how many tensor bytes a layout writes: every storage once for the

@@ -100,7 +100,7 @@ func LoadConfig(ck *statedict.Checkpoint) (*Config, error) {
 	}
 	c, err := ParseConfig(cfg, hq)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ck.Path, err)
+		return nil, fmt.Errorf("%s: %w", ck.Path, inputError(err))
 	}
 	return c, nil
 }

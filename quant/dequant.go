@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -151,7 +152,7 @@ func newCodes(name string, t *statedict.Tensor) (*codes, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if t.DType.Size() != 1 || !t.IsContiguous() || t.Neg || t.Conj {
-		return nil, fmt.Errorf("%s: %s view with strides %v: dequantization reads dense byte tensors", name, t.DType, t.Strides)
+		return nil, fmt.Errorf("%s: %w: %s view with strides %v: dequantization reads dense byte tensors", name, ckpterr.ErrUnsupported, t.DType, t.Strides)
 	}
 	c := &codes{name: name, t: t, base: t.Offset}
 	if d, ok := t.Storage.Mapped(); ok {
@@ -210,7 +211,7 @@ func scaleValues(name string, t *statedict.Tensor) ([]float32, error) {
 			out[i] = float32(math.Ldexp(1, int(e)-127)) // 2^128 overflows float32 to +inf, as exp2 does
 		}
 	default:
-		return nil, fmt.Errorf("%s: %s scales", name, t.DType)
+		return nil, fmt.Errorf("%s: %w: %s scales", name, ckpterr.ErrUnsupported, t.DType)
 	}
 	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -205,7 +206,7 @@ func (k *nvfp4Kernel) prepare() error {
 		return err
 	}
 	if len(g) != 1 {
-		return fmt.Errorf("%s: %d global scales", k.globalName, len(g))
+		return fmt.Errorf("%s: %w: %d global scales", k.globalName, ckpterr.ErrCorrupt, len(g))
 	}
 	k.tab = new(fp4Table)
 	for s := range 256 {

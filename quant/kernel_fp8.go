@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -55,7 +56,7 @@ func (k *fp8Kernel) prepare() error {
 	}
 	k.gr, k.gc = ceilDiv(k.rows, k.bh), ceilDiv(k.cols, k.bw)
 	if n := int64(len(s)); n != k.gr*k.gc && n != k.gr*k.gc*k.batch {
-		return fmt.Errorf("%s: %d scales for a %d×%d grid of %d matrices", k.scaleName, n, k.gr, k.gc, k.batch)
+		return fmt.Errorf("%s: %w: %d scales for a %d×%d grid of %d matrices", k.scaleName, ckpterr.ErrCorrupt, n, k.gr, k.gc, k.batch)
 	}
 	k.shared = int64(len(s)) == k.gr*k.gc
 	if k.recipe == recipeInTarget {

@@ -1,10 +1,12 @@
 package quant
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -191,8 +193,8 @@ func Detect(cfg *Config, tensors []statedict.NamedTensor) (*Plan, error) {
 	}
 	if cfg == nil {
 		if w, s, ok := d.looksQuantized(); ok {
-			return nil, fmt.Errorf("%s (%s) has a scale tensor %s but the checkpoint has no quantization config (config.json quantization_config or hf_quant_config.json): refusing to guess how to dequantize it",
-				w, d.byName[w].DType, s)
+			return nil, fmt.Errorf("%w: %s (%s) has a scale tensor %s but the checkpoint has no quantization config (config.json quantization_config or hf_quant_config.json): refusing to guess how to dequantize it",
+				ckpterr.ErrUnsupported, w, d.byName[w].DType, s)
 		}
 		return nil, nil
 	}
@@ -209,15 +211,26 @@ func Detect(cfg *Config, tensors []statedict.NamedTensor) (*Plan, error) {
 	case MethodMXFP4:
 		err = d.mxfp4()
 	default:
-		return nil, fmt.Errorf("quantization method %q is not supported (fp8, fbgemm_fp8, compressed-tensors, modelopt, mxfp4 are)", cfg.Method)
+		return nil, fmt.Errorf("%w: quantization method %q (fp8, fbgemm_fp8, compressed-tensors, modelopt, mxfp4 are supported)", ckpterr.ErrUnsupported, cfg.Method)
+	}
+	if err == nil {
+		err = d.finish()
 	}
 	if err != nil {
-		return nil, err
-	}
-	if err := d.finish(); err != nil {
-		return nil, err
+		return nil, inputError(err)
 	}
 	return d.plan, nil
+}
+
+// inputError marks err, a quantized checkpoint's tensors or configuration that ckpt cannot
+// dequantize, as the input's fault (ckpterr.ErrCorrupt: they disagree with each other)
+// unless it says ckpterr.ErrUnsupported (a method, scheme or layout ckpt does not read) or
+// is an I/O error.
+func inputError(err error) error {
+	if ckpterr.CorruptCause(err) && !errors.Is(err, ckpterr.ErrCorrupt) {
+		return fmt.Errorf("%w: %w", ckpterr.ErrCorrupt, err)
+	}
+	return err
 }
 
 // looksQuantized finds codes with a scale-like sibling: the pattern of a
@@ -324,7 +337,7 @@ func (d *detector) fineGrainedFP8() error {
 			return err
 		}
 		if isPacked(w.DType) || w.DType == statedict.Int8 {
-			return fmt.Errorf("%s: FP4 codes in an fp8 checkpoint are not supported", wName)
+			return fmt.Errorf("%s: %w: FP4 codes in an fp8 checkpoint", wName, ckpterr.ErrUnsupported)
 		}
 		rows, cols := lastTwo(w.Shape)
 		if bs == nil {
@@ -405,12 +418,12 @@ func (d *detector) compressedTensors() error {
 		switch f {
 		case "float-quantized", "naive-quantized", "nvfp4-pack-quantized", "dense", "mixed-precision":
 		default:
-			return fmt.Errorf("compressed-tensors format %q is not supported (float-quantized and nvfp4-pack-quantized are)", f)
+			return fmt.Errorf("%w: compressed-tensors format %q (float-quantized and nvfp4-pack-quantized are supported)", ckpterr.ErrUnsupported, f)
 		}
 	}
 	for _, n := range d.names {
 		if base, ok := strings.CutSuffix(n, ".weight_zero_point"); ok {
-			return fmt.Errorf("%s: asymmetric compressed-tensors weights (with a zero point) are not supported", base)
+			return fmt.Errorf("%s: %w: asymmetric compressed-tensors weights (with a zero point)", base, ckpterr.ErrUnsupported)
 		}
 		if base, ok := strings.CutSuffix(n, ".weight_packed"); ok {
 			if !slices.Contains(formats, "nvfp4-pack-quantized") {
@@ -431,7 +444,7 @@ func (d *detector) compressedTensors() error {
 			return err
 		}
 		if !isFP8(w.DType) {
-			return fmt.Errorf("%s is %s: compressed-tensors integer weights are not supported", wName, w.DType)
+			return fmt.Errorf("%s is %s: %w: compressed-tensors integer weights", wName, w.DType, ckpterr.ErrUnsupported)
 		}
 		rows, cols := lastTwo(w.Shape)
 		s := d.byName[n].Shape
@@ -500,8 +513,8 @@ func (d *detector) nvfp4(name, wName, sName, gName string, modelOpt bool) error 
 	want := slices.Clone(shape)
 	want[len(want)-1] /= 16
 	if shape[len(shape)-1]%16 != 0 || !slices.Equal(s.Shape, want) {
-		return fmt.Errorf("%s: scale shape %v for codes %s %v (%d values per row); one scale per 16 values along the last dimension, %v, is the supported layout",
-			sName, s.Shape, wName, w.Shape, shape[len(shape)-1], want)
+		return fmt.Errorf("%s: %w: scale shape %v for codes %s %v (%d values per row); one scale per 16 values along the last dimension, %v, is the supported layout",
+			sName, ckpterr.ErrUnsupported, s.Shape, wName, w.Shape, shape[len(shape)-1], want)
 	}
 	r := recipeNVFP4ModelOpt
 	if !modelOpt {
@@ -520,7 +533,7 @@ func (d *detector) modelOpt() error {
 	algo := d.cfg.Algo
 	for _, n := range d.names {
 		if base, ok := strings.CutSuffix(n, ".pre_quant_scale"); ok {
-			return fmt.Errorf("%s: AWQ pre-quantization scales (NVFP4_AWQ) are not supported", base)
+			return fmt.Errorf("%s: %w: AWQ pre-quantization scales (NVFP4_AWQ)", base, ckpterr.ErrUnsupported)
 		}
 		base, ok := strings.CutSuffix(n, ".weight_scale")
 		if !ok {
@@ -547,7 +560,7 @@ func (d *detector) modelOpt() error {
 			continue
 		}
 		if !strings.HasPrefix(layerAlgo, "FP8") {
-			return fmt.Errorf("%s is %s where the config says %s (FP8 and NVFP4 are supported)", wName, w.DType, layerAlgo)
+			return fmt.Errorf("%s is %s where the config says %s: %w (FP8 and NVFP4 are supported)", wName, w.DType, layerAlgo, ckpterr.ErrUnsupported)
 		}
 		rows, cols := lastTwo(w.Shape)
 		s := d.byName[n].Shape

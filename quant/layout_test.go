@@ -1,10 +1,12 @@
 package quant_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/quant"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -135,7 +137,7 @@ func TestDetect(t *testing.T) {
 	}, {
 		name: "compressed-tensors unsupported format", config: `{"quantization_config": {"quant_method": "compressed-tensors", "format": "pack-quantized"}}`,
 		tensors: []named{{Name: "t.weight_packed", Tensor: zeros(statedict.Int32, 8, 1)}},
-		err:     `format "pack-quantized" is not supported`,
+		err:     `unsupported: compressed-tensors format "pack-quantized"`,
 	}, {
 		name: "compressed-tensors NVFP4 renamed to weight", config: ctNVCfg,
 		tensors: []named{{Name: "l.weight_packed", Tensor: zeros(u8, 4, 16)}, {Name: "l.weight_scale", Tensor: zeros(f8, 4, 2)},
@@ -209,7 +211,7 @@ func TestDetect(t *testing.T) {
 	}, {
 		name: "unsupported method", config: `{"quantization_config": {"quant_method": "bitsandbytes"}}`,
 		tensors: []named{{Name: "a.weight", Tensor: zeros(u8, 8, 8)}},
-		err:     `quantization method "bitsandbytes" is not supported`,
+		err:     `unsupported: quantization method "bitsandbytes"`,
 	}, {
 		name:    "looks block-FP8 without config",
 		tensors: []named{{Name: "a.weight", Tensor: zeros(f8, 8, 8)}, {Name: "a.weight_scale_inv", Tensor: zeros(f32, 1, 1)}},
@@ -248,6 +250,12 @@ func TestDetect(t *testing.T) {
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				// Every refusal is the input's: corrupt (tensors and config disagree) or
+				// unsupported, never both, never neither.
+				corrupt, unsupported := errors.Is(err, ckpterr.ErrCorrupt), errors.Is(err, ckpterr.ErrUnsupported)
+				if corrupt == unsupported || strings.Contains(tc.name, "unsupported") && !unsupported {
+					t.Errorf("error %v: corrupt %v, unsupported %v", err, corrupt, unsupported)
 				}
 				return
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -122,12 +123,12 @@ func Prepare(ck *statedict.Checkpoint, mode Mode, dtype statedict.DType, cast bo
 	}
 	all := unpacked > 0 && unpacked == len(plan.Groups)
 	if unpacked > 0 && !all {
-		return nil, fmt.Errorf("%s: dequantizing for %s would unpack %d of the %d quantized tensors and keep the rest, which one %s quantization config cannot describe; unpack all of them instead",
-			ck.Path, gen, unpacked, len(plan.Groups), plan.Config.Method)
+		return nil, fmt.Errorf("%s: %w: dequantizing for %s would unpack %d of the %d quantized tensors and keep the rest, which one %s quantization config cannot describe; unpack all of them instead",
+			ck.Path, ckpterr.ErrUnsupported, gen, unpacked, len(plan.Groups), plan.Config.Method)
 	}
 	d, ok := ck.Root.(*statedict.Dict)
 	if !ok {
-		return nil, fmt.Errorf("%s: a quantized checkpoint must be a flat state dict, not a %T", ck.Path, ck.Root)
+		return nil, fmt.Errorf("%s: %w: a quantized checkpoint must be a flat state dict, not a %T", ck.Path, ckpterr.ErrUnsupported, ck.Root)
 	}
 	q.Report = &Report{Method: plan.Config.Method}
 	role := plan.roles()
@@ -149,7 +150,7 @@ func Prepare(ck *statedict.Checkpoint, mode Mode, dtype statedict.DType, cast bo
 				return nil, err
 			}
 			if _, dup := root.Get(g.Name); dup || g.Name != name && hasKey(d, g.Name) {
-				return nil, fmt.Errorf("%s: dequantized %s would replace the tensor already named so", ck.Path, g.Name)
+				return nil, fmt.Errorf("%s: %w: dequantized %s would replace the tensor already named so", ck.Path, ckpterr.ErrCorrupt, g.Name)
 			}
 			root.Set(g.Name, dq)
 			q.Groups[dq] = g

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // scanSeeds adds the small real and hostile checkpoints to a scan fuzz target.
@@ -36,7 +36,7 @@ var fileNames = []string{"model.pt", "model.bin", ".metadata", "__0_0.distcp", "
 // inside the file, findings point inside the file.
 func checkScan(t *testing.T, res *Result, size int64) {
 	for _, p := range res.Problems {
-		if !errors.Is(p, statedict.ErrCorrupt) && !errors.Is(p, statedict.ErrUnsupported) {
+		if !errors.Is(p, ckpterr.ErrCorrupt) && !errors.Is(p, ckpterr.ErrUnsupported) {
 			t.Fatalf("problem outside the error family: %v", p)
 		}
 		if p.Offset > size {

@@ -31,10 +31,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
 )
 
@@ -94,8 +94,8 @@ type PickleScan struct {
 	Err error
 }
 
-// Problem is a reason a scan cannot vouch for a file. Err wraps statedict.ErrCorrupt or
-// statedict.ErrUnsupported.
+// Problem is a reason a scan cannot vouch for a file. Err wraps ckpterr.ErrCorrupt or
+// ckpterr.ErrUnsupported.
 type Problem struct {
 	File string
 	// Offset is the byte offset in File; -1 when the problem has no position.
@@ -291,7 +291,7 @@ func (s *scanner) file(ctx context.Context, path string, inFolder bool) {
 		data, done, err = whole(f)
 	}
 	if err != nil {
-		s.problem(path, -1, statedict.ErrCorrupt, "%v", err)
+		s.problem(path, -1, ckpterr.ErrCorrupt, "%v", err)
 		return
 	}
 	defer done()
@@ -299,7 +299,7 @@ func (s *scanner) file(ctx context.Context, path string, inFolder bool) {
 		// A DCP data file outside a folder whose .metadata locates its items: find the
 		// archives by their structure, and say the scan could not locate them as DCP does.
 		s.layout(path, layoutDCPData)
-		s.problem(path, -1, statedict.ErrCorrupt, "no readable %s locates this data file's items: they were found by their structure, not as DCP finds them", dcp.MetadataFile)
+		s.problem(path, -1, ckpterr.ErrCorrupt, "no readable %s locates this data file's items: they were found by their structure, not as DCP finds them", dcp.MetadataFile)
 		s.concatenated(path, data)
 		return
 	}
@@ -319,7 +319,7 @@ func (s *scanner) file(ctx context.Context, path string, inFolder bool) {
 	}
 	s.layout(path, layoutNone)
 	if !inFolder {
-		s.problem(path, -1, statedict.ErrUnsupported, "not a checkpoint: neither a torch.save zip, legacy stream or tar, a .nemo archive, a pickle, a numpy array, a DCP folder nor safetensors")
+		s.problem(path, -1, ckpterr.ErrUnsupported, "not a checkpoint: neither a torch.save zip, legacy stream or tar, a .nemo archive, a pickle, a numpy array, a DCP folder nor safetensors")
 	}
 }
 
@@ -364,15 +364,14 @@ func (s *scanner) pickleProblem(ps PickleScan) {
 		return
 	}
 	off := int64(-1)
-	var pe *pickle.Error
-	if errors.As(ps.Err, &pe) && !ps.Inflated {
+	if pe := (*ckpterr.FormatError)(nil); errors.As(ps.Err, &pe) && pe.Format == pickle.Format && !ps.Inflated {
 		off = ps.Base + pe.Offset
 	}
 	if errors.Is(ps.Err, pickle.ErrLimit) {
-		s.problem(ps.File, off, statedict.ErrUnsupported, "%s: pickle beyond the scanner's limits: %v", ps.Where, ps.Err)
+		s.problem(ps.File, off, ckpterr.ErrUnsupported, "%s: pickle beyond the scanner's limits: %v", ps.Where, ps.Err)
 		return
 	}
-	s.problem(ps.File, off, statedict.ErrCorrupt, "%s: malformed pickle: %v", ps.Where, ps.Err)
+	s.problem(ps.File, off, ckpterr.ErrCorrupt, "%s: malformed pickle: %v", ps.Where, ps.Err)
 }
 
 // joinWhere prefixes a location inside a file with the enclosing item's.

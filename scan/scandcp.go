@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
-	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
 )
 
@@ -32,7 +32,7 @@ func (s *scanner) dcpFolder(ctx context.Context, dir, only string) {
 		s.covered[p] = true
 		b, err := storage.ReadFile(ctx, p, dcp.MaxMetadata)
 		if err != nil {
-			s.problem(p, -1, statedict.ErrCorrupt, "%v", err)
+			s.problem(p, -1, ckpterr.ErrCorrupt, "%v", err)
 			continue
 		}
 		s.layout(p, layoutDCPMetadata)
@@ -44,13 +44,13 @@ func (s *scanner) dcpFolder(ctx context.Context, dir, only string) {
 	}
 	md, err := dcp.ReadMetadata(b, mdPath)
 	if err != nil {
-		s.problem(mdPath, -1, statedict.ErrCorrupt, "the data files' items cannot be located: %v", err)
+		s.problem(mdPath, -1, ckpterr.ErrCorrupt, "the data files' items cannot be located: %v", err)
 		return
 	}
 	var root *os.Root
 	if !storage.IsRemote(dir) {
 		if root, err = os.OpenRoot(dir); err != nil {
-			s.problem(dir, -1, statedict.ErrCorrupt, "%v", err)
+			s.problem(dir, -1, ckpterr.ErrCorrupt, "%v", err)
 			return
 		}
 		defer root.Close()
@@ -73,12 +73,12 @@ func (s *scanner) dcpFolder(ctx context.Context, dir, only string) {
 		s.layout(path, layoutDCPData)
 		// The root refuses names and symlinks that leave the folder.
 		if _, err := statIn(ctx, root, path, rel); err != nil {
-			s.problem(path, -1, statedict.ErrCorrupt, "data file named by %s: %v", dcp.MetadataFile, err)
+			s.problem(path, -1, ckpterr.ErrCorrupt, "data file named by %s: %v", dcp.MetadataFile, err)
 			continue
 		}
 		data, done, err := readWhole(ctx, path)
 		if err != nil {
-			s.problem(path, -1, statedict.ErrCorrupt, "%v", err)
+			s.problem(path, -1, ckpterr.ErrCorrupt, "%v", err)
 			continue
 		}
 		s.dcpFile(path, data, byFile[rel], md)
@@ -110,7 +110,7 @@ func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry, 
 			where = fmt.Sprintf("item %q chunk %v", e.FQN, e.Offsets)
 		}
 		if e.Offset < 0 || e.Length < 0 || e.Offset > size || e.Length > size-e.Offset {
-			s.problem(path, e.Offset, statedict.ErrCorrupt, "%s: range of %d bytes runs past the end of the %d-byte file", where, e.Length, size)
+			s.problem(path, e.Offset, ckpterr.ErrCorrupt, "%s: range of %d bytes runs past the end of the %d-byte file", where, e.Length, size)
 			continue
 		}
 		r := rng{e.Offset, e.Offset + e.Length}
@@ -132,9 +132,9 @@ func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry, 
 			// records' headers, its pickles and its directory — never its storages.
 			ends, err := md.InflateEnds(&e, b, scanItemEnds, scanItemEnds)
 			if err != nil {
-				kind := statedict.ErrCorrupt
-				if errors.Is(err, statedict.ErrUnsupported) {
-					kind = statedict.ErrUnsupported
+				kind := ckpterr.ErrCorrupt
+				if errors.Is(err, ckpterr.ErrUnsupported) {
+					kind = ckpterr.ErrUnsupported
 				}
 				s.problem(path, e.Offset, kind, "%s: %v", where, err)
 				continue
@@ -146,19 +146,19 @@ func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry, 
 			b = ends.Head
 		}
 		if s.torchLoad(path, b, e.Offset, where, false, false) == "" {
-			s.problem(path, e.Offset, statedict.ErrCorrupt, "%s: neither a torch.save archive nor a pickle", where)
+			s.problem(path, e.Offset, ckpterr.ErrCorrupt, "%s: neither a torch.save archive nor a pickle", where)
 		}
 	}
 	sort.Slice(spans, func(i, j int) bool { return spans[i].from < spans[j].from })
 	var at int64
 	for _, r := range spans {
 		if r.from > at {
-			s.problem(path, at, statedict.ErrCorrupt, "%d bytes belong to no item of %s", r.from-at, dcp.MetadataFile)
+			s.problem(path, at, ckpterr.ErrCorrupt, "%d bytes belong to no item of %s", r.from-at, dcp.MetadataFile)
 		}
 		at = max(at, r.to)
 	}
 	if at < size {
-		s.problem(path, at, statedict.ErrCorrupt, "%d bytes belong to no item of %s", size-at, dcp.MetadataFile)
+		s.problem(path, at, ckpterr.ErrCorrupt, "%d bytes belong to no item of %s", size-at, dcp.MetadataFile)
 	}
 }
 
@@ -182,7 +182,7 @@ func (z endsZip) Bytes(off, n int64) ([]byte, error) {
 	case off >= tailAt:
 		return z.Tail[off-tailAt : off-tailAt+n], nil
 	}
-	return nil, fmt.Errorf("%w: bytes %d-%d of the inflated item: the scan keeps its first and last %d bytes", statedict.ErrUnsupported, off, off+n, int64(scanItemEnds))
+	return nil, fmt.Errorf("%w: bytes %d-%d of the inflated item: the scan keeps its first and last %d bytes", ckpterr.ErrUnsupported, off, off+n, int64(scanItemEnds))
 }
 
 // statIn stats rel in the local folder root (which refuses names and links that leave it),
@@ -216,7 +216,7 @@ func whole(f storage.File) ([]byte, func(), error) {
 	}
 	defer f.Close()
 	if f.Size() > maxRemoteScan {
-		return nil, nil, fmt.Errorf("%w: %d bytes in object storage; scan reads a remote file whole and only up to %d bytes: copy it to local disk to scan it", statedict.ErrUnsupported, f.Size(), int64(maxRemoteScan))
+		return nil, nil, fmt.Errorf("%w: %d bytes in object storage; scan reads a remote file whole and only up to %d bytes: copy it to local disk to scan it", ckpterr.ErrUnsupported, f.Size(), int64(maxRemoteScan))
 	}
 	b, err := storage.ReadRange(f, 0, f.Size())
 	if err != nil {

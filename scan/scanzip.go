@@ -13,11 +13,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/internal/zipdir"
-	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
 )
 
@@ -131,7 +131,7 @@ func (r *remoteZip) Bytes(off, n int64) ([]byte, error) {
 		return b, nil
 	}
 	if n > maxRemoteZipRead {
-		return nil, fmt.Errorf("%w: %d bytes at byte %d, more than the %d a remote archive's scan reads at once", statedict.ErrUnsupported, n, off, int64(maxRemoteZipRead))
+		return nil, fmt.Errorf("%w: %d bytes at byte %d, more than the %d a remote archive's scan reads at once", ckpterr.ErrUnsupported, n, off, int64(maxRemoteZipRead))
 	}
 	b, err := storage.ReadRange(r.f, off, n)
 	if err != nil {
@@ -419,27 +419,27 @@ func (s *scanner) zipArchive(file string, data zipSource, base int64, where stri
 	at := func(off int64) int64 { return base + off }
 	d, err := readZipDir(data)
 	if err != nil {
-		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, "zip: "+err.Error()))
+		s.problem(file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, "zip: "+err.Error()))
 		return layoutZip
 	}
 	if err := d.check(data.Len()); err != nil {
-		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, "zip: "+err.Error()))
+		s.problem(file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, "zip: "+err.Error()))
 	}
 	layout := layoutZip
 	if len(d.Entries) == 0 {
-		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, "empty zip archive"))
+		s.problem(file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, "empty zip archive"))
 		return layout
 	}
 	prefix := ""
 	if i := strings.IndexByte(d.Entries[0].Name, '/'); i >= 0 {
 		prefix = d.Entries[0].Name[:i+1]
 	} else {
-		s.problem(file, at(d.Entries[0].HeaderOff), statedict.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("record %q is not in a subdirectory: torch refuses the archive", d.Entries[0].Name)))
+		s.problem(file, at(d.Entries[0].HeaderOff), ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("record %q is not in a subdirectory: torch refuses the archive", d.Entries[0].Name)))
 	}
 	var pkls []zipEntry
 	for _, e := range d.Entries {
 		if prefix != "" && !strings.HasPrefix(e.Name, prefix) {
-			s.problem(file, at(e.HeaderOff), statedict.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("record %q is outside the archive folder %s: torch refuses the archive", e.Name, prefix)))
+			s.problem(file, at(e.HeaderOff), ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("record %q is outside the archive folder %s: torch refuses the archive", e.Name, prefix)))
 		}
 		if e.Name == prefix+"constants.pkl" {
 			layout = layoutTorchScript
@@ -453,19 +453,19 @@ func (s *scanner) zipArchive(file string, data zipSource, base int64, where stri
 	isData := func(e zipEntry) bool { return strings.EqualFold(e.Name, prefix+"data.pkl") }
 	sort.SliceStable(pkls, func(i, j int) bool { return isData(pkls[i]) && !isData(pkls[j]) })
 	if len(pkls) == 0 || !isData(pkls[0]) {
-		s.problem(file, at(0), statedict.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("no %sdata.pkl record (in any case): torch.load cannot read the archive", prefix)))
+		s.problem(file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("no %sdata.pkl record (in any case): torch.load cannot read the archive", prefix)))
 	}
 	for _, e := range pkls {
 		ps := PickleScan{File: file, Where: joinWhere(where, e.Name), Base: at(e.DataOff)}
 		raw, err := data.Bytes(e.DataOff, e.DataEnd-e.DataOff)
 		if err != nil {
-			s.problem(file, at(e.DataOff), statedict.ErrCorrupt, "%s: %v", ps.Where, err)
+			s.problem(file, at(e.DataOff), ckpterr.ErrCorrupt, "%s: %v", ps.Where, err)
 			continue
 		}
 		switch e.Method {
 		case zipMethodStore:
 			if e.CompSize != e.Size {
-				s.problem(file, at(e.HeaderOff), statedict.ErrCorrupt, "%s: stored record of %d bytes says it holds %d", ps.Where, e.CompSize, e.Size)
+				s.problem(file, at(e.HeaderOff), ckpterr.ErrCorrupt, "%s: stored record of %d bytes says it holds %d", ps.Where, e.CompSize, e.Size)
 			}
 		case zipMethodFlate:
 			ps.Inflated = true
@@ -473,17 +473,17 @@ func (s *scanner) zipArchive(file string, data zipSource, base int64, where stri
 				if errors.Is(err, errBeyondLimits) {
 					s.beyondLimits(file, at(e.DataOff), ps.Where, err.Error())
 				} else {
-					s.problem(file, at(e.DataOff), statedict.ErrCorrupt, "%s: %v", ps.Where, err)
+					s.problem(file, at(e.DataOff), ckpterr.ErrCorrupt, "%s: %v", ps.Where, err)
 				}
 				continue
 			}
 		default:
-			s.problem(file, at(e.DataOff), statedict.ErrUnsupported, "%s: compression method %d", ps.Where, e.Method)
+			s.problem(file, at(e.DataOff), ckpterr.ErrUnsupported, "%s: compression method %d", ps.Where, e.Method)
 			continue
 		}
 		ps.Report, ps.Err = pickle.ScanOne(raw)
 		if ps.Err == nil && ps.Report.End != int64(len(raw)) {
-			s.problem(file, at(e.DataOff)+ps.Report.End, statedict.ErrCorrupt, "%s: %d bytes after the pickle's STOP", ps.Where, int64(len(raw))-ps.Report.End)
+			s.problem(file, at(e.DataOff)+ps.Report.End, ckpterr.ErrCorrupt, "%s: %d bytes after the pickle's STOP", ps.Where, int64(len(raw))-ps.Report.End)
 		}
 		s.addPickle(ps)
 		s.pickleProblem(ps)
@@ -503,7 +503,7 @@ func (s *scanner) concatenated(file string, data []byte) {
 		if len(rest) >= 4 && string(rest[:4]) == zipMagic {
 			end, err := zipForwardEnd(rest)
 			if err != nil {
-				s.problem(file, off, statedict.ErrCorrupt, "%s: %v", where, err)
+				s.problem(file, off, ckpterr.ErrCorrupt, "%s: %v", where, err)
 				return
 			}
 			s.zipArchive(file, memZip(rest[:end]), off, where)
@@ -514,7 +514,7 @@ func (s *scanner) concatenated(file string, data []byte) {
 			return // the safetensors blob of SerializationFormat.SAFETENSORS runs to the end
 		}
 		if s.legacy(file, rest, off, fmt.Sprintf("item at byte %d", off), false) == "" {
-			s.problem(file, off, statedict.ErrCorrupt, "%d bytes at byte %d are neither an archive nor a pickle", len(rest), off)
+			s.problem(file, off, ckpterr.ErrCorrupt, "%d bytes at byte %d are neither an archive nor a pickle", len(rest), off)
 		}
 		return
 	}

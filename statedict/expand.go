@@ -3,6 +3,8 @@ package statedict
 import (
 	"fmt"
 	"math/bits"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // A pickle shares objects through its memo, so a value tree is a DAG: T(i+1) = (Ti, Ti)
@@ -80,7 +82,7 @@ func Expand(v Value) (Expansion, error) {
 }
 
 // CheckExpansion refuses a value tree whose expansion exceeds the limits, with an error
-// wrapping ErrUnsupported.
+// wrapping ckpterr.ErrUnsupported.
 func CheckExpansion(v Value) error {
 	x, err := Expand(v)
 	if err != nil {
@@ -90,7 +92,7 @@ func CheckExpansion(v Value) error {
 	maxNames := max(uint64(ExpansionFloorNameBytes), satMul(uint64(NameExpansionFactor), sat(x.DistinctKeyBytes, x.Distinct)))
 	if x.Nodes > maxNodes || x.NameBytes > maxNames {
 		return fmt.Errorf("%w: %d distinct values share structure that expands to %s entries and %s bytes of names when listed or flattened (limits %d and %d): a pickle bomb",
-			ErrUnsupported, x.Distinct, count(x.Nodes), count(x.NameBytes), maxNodes, maxNames)
+			ckpterr.ErrUnsupported, x.Distinct, count(x.Nodes), count(x.NameBytes), maxNodes, maxNames)
 	}
 	return nil
 }
@@ -131,7 +133,7 @@ func (e *expander) size(v Value) (size, error) {
 	e.depth++
 	defer func() { e.depth-- }()
 	if e.depth > maxValueDepth {
-		return size{}, fmt.Errorf("%w: values nested deeper than %d levels", ErrUnsupported, maxValueDepth)
+		return size{}, fmt.Errorf("%w: values nested deeper than %d levels", ckpterr.ErrUnsupported, maxValueDepth)
 	}
 	e.distinct++
 	s := size{nodes: 1}

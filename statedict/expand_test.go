@@ -3,6 +3,8 @@ package statedict
 import (
 	"errors"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // TestCheckExpansion: tied weights and a state dict saved twice pass; T(i+1) = (Ti, Ti)
@@ -44,7 +46,7 @@ func TestCheckExpansion(t *testing.T) {
 		if err != nil || x.Leaves != 1<<48 || x.Distinct != 49 {
 			t.Errorf("%s: Expand = %+v, %v", name, x, err)
 		}
-		if err := CheckExpansion(v); !errors.Is(err, ErrUnsupported) {
+		if err := CheckExpansion(v); !errors.Is(err, ckpterr.ErrUnsupported) {
 			t.Errorf("%s bomb: %v", name, err)
 		}
 	}

@@ -1,6 +1,10 @@
 package statedict
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
+)
 
 // ModuleStateDict returns what module.state_dict() gives when o is a pickled nn.Module
 // (torch.save of a model object, or a model object inside a checkpoint dict, as YOLO-style
@@ -60,7 +64,7 @@ func addModule(sd *Dict, o *Object, prefix string, open map[*Object]bool) error 
 		return fmt.Errorf("%s: module %s contains itself", prefix, o.Class)
 	}
 	if len(open) >= maxValueDepth {
-		return fmt.Errorf("%s: %w: modules nested deeper than %d levels", prefix, ErrUnsupported, maxValueDepth)
+		return fmt.Errorf("%s: %w: modules nested deeper than %d levels", prefix, ckpterr.ErrUnsupported, maxValueDepth)
 	}
 	open[o] = true
 	defer delete(open, o)

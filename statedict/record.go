@@ -3,6 +3,8 @@ package statedict
 import (
 	"fmt"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // Data returns the plain data an object holds when its pickled form is nothing but data,
@@ -134,15 +136,15 @@ const maxConfigDepth = 1000
 // omegaconfContent returns the _content of an omegaconf container's state.
 func omegaconfContent(o *Object, depth int) (Value, error) {
 	if depth > maxConfigDepth {
-		return nil, fmt.Errorf("%w: configuration nested deeper than %d levels", ErrUnsupported, maxConfigDepth)
+		return nil, fmt.Errorf("%w: configuration nested deeper than %d levels", ckpterr.ErrUnsupported, maxConfigDepth)
 	}
 	st, ok := o.State.(*Dict)
 	if !ok {
-		return nil, fmt.Errorf("%w: pickled state is %T, not the container's __dict__", ErrCorrupt, o.State)
+		return nil, fmt.Errorf("%w: pickled state is %T, not the container's __dict__", ckpterr.ErrCorrupt, o.State)
 	}
 	c, ok := st.Get("_content")
 	if !ok {
-		return nil, fmt.Errorf("%w: no _content in the pickled state", ErrCorrupt)
+		return nil, fmt.Errorf("%w: no _content in the pickled state", ckpterr.ErrCorrupt)
 	}
 	return c, nil
 }
@@ -194,7 +196,7 @@ func omegaconfScalarContent(c Value) (Value, error) {
 	case nil, string:
 		return c, nil
 	}
-	return nil, fmt.Errorf("%w: _content is %T", ErrCorrupt, c)
+	return nil, fmt.Errorf("%w: _content is %T", ckpterr.ErrCorrupt, c)
 }
 
 // omegaconfNode reads one node of a container's _content.
@@ -211,11 +213,11 @@ func omegaconfNode(v Value, depth int) (Value, error) {
 	}
 	st, ok := o.State.(*Dict)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s state is %T, not its __dict__", ErrCorrupt, o.Class, o.State)
+		return nil, fmt.Errorf("%w: %s state is %T, not its __dict__", ckpterr.ErrCorrupt, o.Class, o.State)
 	}
 	val, ok := st.Get("_val")
 	if !ok {
-		return nil, fmt.Errorf("%w: %s has no _val", ErrCorrupt, o.Class)
+		return nil, fmt.Errorf("%w: %s has no _val", ckpterr.ErrCorrupt, o.Class)
 	}
 	return val, nil
 }

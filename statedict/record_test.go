@@ -3,6 +3,8 @@ package statedict
 import (
 	"errors"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 func dict(kv ...Value) *Dict {
@@ -65,7 +67,7 @@ func TestObjectData(t *testing.T) {
 		t.Errorf("ListConfig read as %v", l)
 	}
 	bad := &Object{Class: "omegaconf.dictconfig.DictConfig", Call: CallNew, State: int64(3)}
-	if _, _, _, err := bad.Data(); !errors.Is(err, ErrCorrupt) {
+	if _, _, _, err := bad.Data(); !errors.Is(err, ckpterr.ErrCorrupt) {
 		t.Errorf("a DictConfig without its __dict__: %v", err)
 	}
 }

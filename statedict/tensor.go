@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/storage"
 )
 
@@ -378,7 +379,7 @@ func (t *Tensor) CheckView() error {
 	limit := viewExpansionLimit()
 	if n := t.NBytes(); n > t.Storage.Size && n-t.Storage.Size > limit {
 		return fmt.Errorf("%s: storage %q: %w: a view (shape %v, strides %v) expands its %d stored bytes to %d (more than %d bytes beyond the storage): set CKPT_MAX_VIEW_EXPANSION to a larger byte count to materialise it anyway",
-			t.Storage.File, t.storageKey(), ErrUnsupported, t.Shape, t.Strides, t.Storage.Size, n, limit)
+			t.Storage.File, t.storageKey(), ckpterr.ErrUnsupported, t.Shape, t.Strides, t.Storage.Size, n, limit)
 	}
 	return nil
 }

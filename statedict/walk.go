@@ -6,6 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // Leaf is a non-container value of a checkpoint tree with its flattened name.
@@ -51,7 +53,7 @@ func (w *walker) walk(v Value, name string) error {
 	w.depth++
 	defer func() { w.depth-- }()
 	if w.depth > maxValueDepth {
-		return fmt.Errorf("%s: %w: values nested deeper than %d levels", name, ErrUnsupported, maxValueDepth)
+		return fmt.Errorf("%s: %w: values nested deeper than %d levels", name, ckpterr.ErrUnsupported, maxValueDepth)
 	}
 	switch c := v.(type) {
 	case *Dict:

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // Output is a conversion's output being written to a backend (a bucket prefix). Files are
@@ -71,7 +73,7 @@ func CreateOutput(ctx context.Context, url string, opts OutputOptions) (Output, 
 	}
 	c, ok := b.(Creator)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: this backend cannot write outputs", url, errors.ErrUnsupported)
+		return nil, fmt.Errorf("%s: %w: this backend cannot write outputs", url, ckpterr.ErrUnsupported)
 	}
 	o, err := c.CreateOutput(ctx, url, opts)
 	if err != nil {

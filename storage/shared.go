@@ -2,10 +2,10 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
 
@@ -67,7 +67,7 @@ func JoinOutput(ctx context.Context, url string, opts SharedOptions) (SharedOutp
 	}
 	c, ok := b.(SharedCreator)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: this backend cannot write a multi-host output", url, errors.ErrUnsupported)
+		return nil, fmt.Errorf("%s: %w: this backend cannot write a multi-host output", url, ckpterr.ErrUnsupported)
 	}
 	o, err := c.JoinOutput(ctx, url, opts)
 	if err != nil {

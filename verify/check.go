@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/internal/plural"
 
 	"github.com/cespare/xxhash/v2"
@@ -255,11 +256,11 @@ func shapeOf(s []int64) []int64 {
 	return s
 }
 
-// openOutput opens a conversion's output: one too damaged to open (statedict.ErrCorrupt)
+// openOutput opens a conversion's output: one too damaged to open (ckpterr.ErrCorrupt)
 // fails verification, as a damaged tensor does.
 func openOutput(ctx context.Context, path string) (*statedict.Checkpoint, error) {
 	ck, err := formats.Open(ctx, path)
-	if errors.Is(err, statedict.ErrCorrupt) {
+	if errors.Is(err, ckpterr.ErrCorrupt) {
 		return nil, fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	return ck, err

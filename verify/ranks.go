@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"path/filepath"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -55,7 +56,7 @@ func replicas(ctx context.Context, dir string, expected func(name string) *state
 			return ts, nil
 		}
 		if r < 0 || r >= len(m.Files) || !filepath.IsLocal(m.Files[r]) {
-			return nil, fmt.Errorf("%s: %w: rank %d's file", storage.Join(dir, safetensors.ShardingFile), statedict.ErrCorrupt, r)
+			return nil, fmt.Errorf("%s: %w: rank %d's file", storage.Join(dir, safetensors.ShardingFile), ckpterr.ErrCorrupt, r)
 		}
 		ck, err := formats.Open(ctx, storage.Join(dir, m.Files[r]))
 		if err != nil {
@@ -96,7 +97,7 @@ func replicas(ctx context.Context, dir string, expected func(name string) *state
 				}
 				d := ts[t.Name]
 				if d == nil {
-					return nil, release, fmt.Errorf("%s: %w: %s does not hold rank %d's piece of %s", dir, statedict.ErrCorrupt, m.Files[r], r, t.Name)
+					return nil, release, fmt.Errorf("%s: %w: %s does not hold rank %d's piece of %s", dir, ckpterr.ErrCorrupt, m.Files[r], r, t.Name)
 				}
 				out = append(out, replica{name: t.Name, rank: r, offsets: p.Offsets, e: box, d: d})
 			}

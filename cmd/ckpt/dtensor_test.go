@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // TestInspectDTensorRanks: `ckpt inspect --json --hash` of a rank file of an FSDP2 over
@@ -61,7 +61,7 @@ func TestInspectDTensorRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = run(t, "inspect", filepath.Join(dir, "rank2.pt"))
-	if !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), "the files of rank 0, 1, 3 are missing") {
+	if !errors.Is(err, ckpterr.ErrCorrupt) || !strings.Contains(err.Error(), "the files of rank 0, 1, 3 are missing") {
 		t.Fatalf("a lone rank file: %v", err)
 	}
 }

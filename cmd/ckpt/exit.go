@@ -8,12 +8,12 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/atomicfile"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
 	"github.com/ckpt-dev/ckpt/remap"
 	"github.com/ckpt-dev/ckpt/runtime"
-	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
 	"github.com/ckpt-dev/ckpt/verify"
 	"github.com/ckpt-dev/ckpt/verify/forward"
@@ -90,7 +90,7 @@ func exitStatus(err error) int {
 		return 128 + int(interrupted.Load())
 	case errors.As(err, &u), errors.Is(err, formats.ErrLayout):
 		return exitUsage
-	case errors.Is(err, statedict.ErrDangerous):
+	case errors.Is(err, ckpterr.ErrDangerous):
 		return exitDangerous
 	case errors.Is(err, optimizerstate.ErrNotFitting):
 		return exitMismatch
@@ -208,9 +208,9 @@ func errorKind(err error) string {
 		return "does_not_fit"
 	}
 	switch {
-	case errors.Is(err, statedict.ErrCorrupt):
+	case errors.Is(err, ckpterr.ErrCorrupt):
 		return "corrupt"
-	case errors.Is(err, statedict.ErrUnsupported):
+	case errors.Is(err, ckpterr.ErrUnsupported):
 		return "unsupported"
 	case errors.Is(err, fs.ErrNotExist):
 		return "not_found"

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	english "github.com/ckpt-dev/ckpt/internal/plural"
 	"github.com/ckpt-dev/ckpt/scan"
 
@@ -13,7 +14,6 @@ import (
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/inspect"
 	"github.com/ckpt-dev/ckpt/optimizerstate"
-	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/spf13/cobra"
 )
 
@@ -75,7 +75,7 @@ not fit its model or cannot be mapped unambiguously.`,
 				}
 				if len(rep.Dangerous) > 0 {
 					danger = fmt.Errorf("%s: references %s, which Python's pickle would run (ckpt read it as an inert record; ckpt scan tells more): %w",
-						args[0], rep.Dangerous[0], statedict.ErrDangerous)
+						args[0], rep.Dangerous[0], ckpterr.ErrDangerous)
 				}
 			}
 			if asJSON {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/scan"
-	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/spf13/cobra"
 )
 
@@ -205,7 +205,7 @@ func printScan(out io.Writer, res *scan.Result) {
 }
 
 // scanVerdict turns a scan into the command's error: refused findings (wrapping
-// statedict.ErrDangerous: exit 3) first, then problems, then finding nothing to vouch for
+// ckpterr.ErrDangerous: exit 3) first, then problems, then finding nothing to vouch for
 // (exit 1).
 func scanVerdict(res *scan.Result) error {
 	if bad := res.Refused(); len(bad) > 0 {
@@ -229,7 +229,7 @@ func scanVerdict(res *scan.Result) error {
 		if n := len(bad); n > 1 {
 			msg += fmt.Sprintf(" (and %d more refused)", n-1)
 		}
-		return fmt.Errorf("%s: %w", msg, statedict.ErrDangerous)
+		return fmt.Errorf("%s: %w", msg, ckpterr.ErrDangerous)
 	}
 	if len(res.Problems) > 0 {
 		p := res.Problems[0]

@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"sort"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -93,7 +94,7 @@ func Open(ctx context.Context, dir string, models []string, openDCP func(context
 			model, _ = top.Get("model")
 		}
 		if model == nil {
-			return nil, fmt.Errorf("%s: %w: accelerate saves a model as {\"model\": state dict}; this DCP has no \"model\" entry", storage.Join(dir, m), statedict.ErrCorrupt)
+			return nil, fmt.Errorf("%s: %w: accelerate saves a model as {\"model\": state dict}; this DCP has no \"model\" entry", storage.Join(dir, m), ckpterr.ErrCorrupt)
 		}
 		if len(models) == 1 {
 			ck.Root = model
@@ -103,7 +104,7 @@ func Open(ctx context.Context, dir string, models []string, openDCP func(context
 	}
 	if ck.Root == nil {
 		if root.Len() == 0 {
-			return nil, fmt.Errorf("%s: %w: every model folder leads outside the folder", dir, statedict.ErrCorrupt)
+			return nil, fmt.Errorf("%s: %w: every model folder leads outside the folder", dir, ckpterr.ErrCorrupt)
 		}
 		ck.Root = root
 	}

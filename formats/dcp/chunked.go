@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -49,7 +50,7 @@ type piece struct {
 // shape, and returns the lazy assembly.
 func NewChunked(dtype statedict.DType, shape []int64, chunks []Chunk) (*Chunked, error) {
 	if dtype.ValuesPerByte() > 1 {
-		return nil, fmt.Errorf("%w: chunked %s tensors (packed values have no element boundaries)", ErrUnsupported, dtype)
+		return nil, fmt.Errorf("%w: chunked %s tensors (packed values have no element boundaries)", ckpterr.ErrUnsupported, dtype)
 	}
 	metas := make([]ChunkMeta, len(chunks))
 	for i, c := range chunks {

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -47,52 +48,15 @@ func IsCheckpoint(ctx context.Context, dir string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
-// ErrUnsupported is matched by errors.Is for valid DCP features ckpt cannot read (stream
-// transforms other than torch's ZStandard extension, non-strided layouts).
-var ErrUnsupported = statedict.ErrUnsupported
-
-// Error reports a problem in a DCP checkpoint: the file at fault (the .metadata pickle or
-// a data file), the item's flattened name, the chunk's offsets within its tensor, and the
-// byte offset in File, each when known.
-type Error struct {
-	// File is the path of the file at fault.
-	File string
-	// FQN is the flattened state-dict key of the item; "" for problems of the file as a whole.
-	FQN string
-	// Chunk is the offsets of the tensor chunk at fault; nil when not about one chunk.
-	Chunk []int64
-	// Offset is the byte offset in File; -1 when the problem has no position.
-	Offset int64
-	Err    error
-}
-
-// Error formats as "FILE: "FQN" chunk at [OFFSETS] (byte N): cause", leaving out the
-// parts that are unknown.
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.FQN != "" {
-		fmt.Fprintf(&b, ": %q", e.FQN)
+// errorAt returns the positional error for a problem in file (the .metadata pickle or a
+// data file), about the item fqn ("" for the file as a whole) and its chunk at the given
+// offsets within the tensor (nil when not about one chunk), at byte off of file (-1 when
+// the problem has no position).
+func errorAt(file, fqn string, chunk []int64, off int64, err error) *ckpterr.FormatError {
+	if chunk != nil {
+		err = fmt.Errorf("chunk at %v: %w", chunk, err)
 	}
-	if e.Chunk != nil {
-		fmt.Fprintf(&b, " chunk at %v", e.Chunk)
-	}
-	if e.Offset >= 0 {
-		fmt.Fprintf(&b, " (byte %d)", e.Offset)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
-	return b.String()
-}
-
-// Unwrap returns the cause, so errors.Is finds ErrUnsupported, pickle.ErrNotAllowed,
-// os.ErrNotExist and the like.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is makes errors.Is(err, statedict.ErrCorrupt) true when the cause means a broken file (see
-// statedict.CorruptCause).
-func (e *Error) Is(target error) bool {
-	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
+	return &ckpterr.FormatError{Format: Format, File: file, Item: fqn, Offset: off, Err: err}
 }
 
 // MaxMetadata bounds a .metadata file read from object storage (a local one is read as
@@ -169,7 +133,7 @@ func openMetadata(ctx context.Context, root *os.Root, dir, mdPath string) (*Meta
 		if errors.Is(err, os.ErrNotExist) {
 			if ranks := storage.Glob(ctx, dir, "__*.metadata"); len(ranks) > 0 {
 				return nil, fmt.Errorf("%s: %w: no %s but per-rank %s files (saved without collectives); they are not merged",
-					dir, ErrUnsupported, MetadataFile, storage.Base(ranks[0]))
+					dir, ckpterr.ErrUnsupported, MetadataFile, storage.Base(ranks[0]))
 			}
 		}
 		return nil, fmt.Errorf("%s: %w", mdPath, err)
@@ -275,7 +239,7 @@ func (r *reader) slice(ctx context.Context, e *StorageEntry) (b []byte, mapped b
 	}
 	_, mapped = storage.Bytes(f)
 	if b, err = storage.ReadRange(f, e.Offset, e.Length); err != nil {
-		return nil, false, path, &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: e.Offset, Err: err}
+		return nil, false, path, errorAt(path, e.FQN, e.Offsets, e.Offset, err)
 	}
 	return b, mapped, path, nil
 }
@@ -288,7 +252,7 @@ func (r *reader) file(ctx context.Context, e *StorageEntry) (storage.File, strin
 	}
 	path := r.lastPath
 	fail := func(off int64, format string, args ...any) error {
-		return &Error{File: path, FQN: e.FQN, Chunk: e.Offsets, Offset: off, Err: fmt.Errorf(format, args...)}
+		return errorAt(path, e.FQN, e.Offsets, off, fmt.Errorf(format, args...))
 	}
 	if _, err := compressed(e.TransformDescriptors); err != nil {
 		return nil, path, fail(e.Offset, "%w", err)
@@ -324,7 +288,7 @@ func (r *reader) bytesItem(ctx context.Context, i int, fqn string) (statedict.Va
 		return nil, err
 	}
 	if b, err = r.md.Inflate(e, b); err != nil {
-		return nil, &Error{File: path, FQN: fqn, Offset: e.Offset, Err: err}
+		return nil, errorAt(path, fqn, nil, e.Offset, err)
 	}
 	decode := torchzip.DecodeBytes // inflated, or read from a bucket: memory only
 	if z, _ := compressed(e.TransformDescriptors); mapped && !z {
@@ -332,7 +296,7 @@ func (r *reader) bytesItem(ctx context.Context, i int, fqn string) (statedict.Va
 	}
 	v, err := decode(b, path, e.Offset)
 	if err != nil {
-		return nil, &Error{File: path, FQN: fqn, Offset: e.Offset, Err: err}
+		return nil, errorAt(path, fqn, nil, e.Offset, err)
 	}
 	return v, nil
 }
@@ -381,7 +345,7 @@ func (r *reader) tensor(ctx context.Context, item int, fqn string, t *TensorMeta
 	}
 	asm, err := NewChunked(t.DType, t.Size, chunks)
 	if err != nil {
-		return nil, &Error{File: storage.Join(r.dir, MetadataFile), FQN: fqn, Offset: -1, Err: err}
+		return nil, errorAt(storage.Join(r.dir, MetadataFile), fqn, nil, -1, err)
 	}
 	out = asm.Tensor(fqn)
 	out.Storage.File = r.dir
@@ -395,7 +359,7 @@ func (r *reader) chunk(ctx context.Context, fqn string, dtype statedict.DType, c
 		return nil, err
 	}
 	fail := func(err error) error {
-		return &Error{File: path, FQN: fqn, Chunk: c.Offsets, Offset: e.Offset, Err: err}
+		return errorAt(path, fqn, c.Offsets, e.Offset, err)
 	}
 	if z, _ := compressed(e.TransformDescriptors); z {
 		// Inflated when read: the metadata says what the item holds.

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -299,7 +300,7 @@ func TestMutated(t *testing.T) {
 		{"absolute", meta, "dt.grid", []int64{3, 0}, false, nil, `data file "/etc/passwd": relative path escapes`},
 		{"past_eof", data, "dt.grid", []int64{3, 4}, true, nil, "stored range of 1001577 bytes runs past the end of the"},
 		{"missing_file", "__9_0.distcp", "dt.grid", []int64{3, 0}, false, os.ErrNotExist, "data file: statat __9_0.distcp: no such file"},
-		{"transform", data, "dt.grid", []int64{0, 4}, true, ErrUnsupported, `stream transforms ["stream.aes/1"]`},
+		{"transform", data, "dt.grid", []int64{0, 4}, true, ckpterr.ErrUnsupported, `stream transforms ["stream.aes/1"]`},
 		{"dtype_mismatch", data, "dt.grid", []int64{0, 0}, true, nil, "stored tensor is float32 [3 4], the metadata says float64 [3 4]"},
 		{"evil_global", meta, "", nil, true, pickle.ErrNotAllowed, "unsupported global: STACK_GLOBAL posix.system"},
 	}
@@ -314,9 +315,9 @@ func TestMutated(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = Open(context.Background(), dir)
-			var de *Error
-			if !errors.As(err, &de) {
-				t.Fatalf("error %v (%T), want a *dcp.Error", err, err)
+			var de *ckpterr.FormatError
+			if !errors.As(err, &de) || de.Format != Format {
+				t.Fatalf("error %v (%T), want a dcp *ckpterr.FormatError", err, err)
 			}
 			wantFile := filepath.Join(dir, MetadataFile)
 			var wantOff int64 = -1
@@ -335,8 +336,10 @@ func TestMutated(t *testing.T) {
 			default:
 				wantFile = filepath.Join(dir, tc.file)
 			}
-			if de.File != wantFile || de.FQN != tc.fqn || !slices.Equal(de.Chunk, tc.chunk) {
-				t.Errorf("error names %s %q %v, want %s %q %v", de.File, de.FQN, de.Chunk, wantFile, tc.fqn, tc.chunk)
+			// The chunk's offsets open the cause.
+			if chunk := fmt.Sprintf("chunk at %v: ", tc.chunk); de.File != wantFile || de.Item != tc.fqn ||
+				strings.HasPrefix(de.Err.Error(), "chunk at ") != (tc.chunk != nil) || tc.chunk != nil && !strings.HasPrefix(de.Err.Error(), chunk) {
+				t.Errorf("error names %s %q %q, want %s %q chunk %v", de.File, de.Item, de.Err, wantFile, tc.fqn, tc.chunk)
 			}
 			if tc.offset != (de.Offset >= 0) || wantOff >= 0 && de.Offset != wantOff {
 				t.Errorf("error offset %d, want %d (offset expected: %v)", de.Offset, wantOff, tc.offset)
@@ -363,9 +366,9 @@ func TestSymlinkEscape(t *testing.T) {
 		t.Skip(err)
 	}
 	_, err := Open(context.Background(), dir)
-	var de *Error
+	var de *ckpterr.FormatError
 	if !errors.As(err, &de) || de.File != filepath.Join(dir, "__0_0.distcp") || !strings.Contains(err.Error(), "escapes") {
-		t.Errorf("error %v, want a *dcp.Error about __0_0.distcp escaping the folder", err)
+		t.Errorf("error %v, want a dcp *ckpterr.FormatError about __0_0.distcp escaping the folder", err)
 	}
 }
 
@@ -487,7 +490,7 @@ func TestOpenErrors(t *testing.T) {
 		msg string
 	}{
 		{empty, os.ErrNotExist, ".metadata"},
-		{perRank, ErrUnsupported, "per-rank __0.metadata files"},
+		{perRank, ckpterr.ErrUnsupported, "per-rank __0.metadata files"},
 		{trailing, nil, "1 bytes after the end of the pickle"},
 	}
 	for _, tc := range tests {
@@ -532,12 +535,12 @@ func TestZstdPlain(t *testing.T) {
 			}
 			continue
 		}
-		var de *Error
-		if !errors.As(err, &de) || !errors.Is(err, statedict.ErrCorrupt) {
-			t.Fatalf("dt.grid: %v (%T), want a corrupt *dcp.Error", err, err)
+		var de *ckpterr.FormatError
+		if !errors.As(err, &de) || !errors.Is(err, ckpterr.ErrCorrupt) {
+			t.Fatalf("dt.grid: %v (%T), want a corrupt dcp *ckpterr.FormatError", err, err)
 		}
-		if de.File != filepath.Join(dir, e.RelativePath) || de.Offset != e.Offset || de.FQN != "dt.grid" {
-			t.Errorf("error names %s at %d (%s), want %s at %d", de.File, de.Offset, de.FQN, e.RelativePath, e.Offset)
+		if de.File != filepath.Join(dir, e.RelativePath) || de.Offset != e.Offset || de.Item != "dt.grid" {
+			t.Errorf("error names %s at %d (%s), want %s at %d", de.File, de.Offset, de.Item, e.RelativePath, e.Offset)
 		}
 	}
 }

@@ -9,11 +9,12 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // FuzzMetadata feeds arbitrary bytes to ReadMetadata and Nest. They must never panic and
-// must fail only with a *Error; metadata they accept must keep ReadMetadata's promises
+// must fail only with a *ckpterr.FormatError; metadata they accept must keep ReadMetadata's promises
 // (chunks tile their tensors, every chunk and bytes item has its storage entry, file names
 // stay local), and every small accepted tensor must assemble, from chunks cut to the
 // accepted geometry, into exactly the bytes it was cut from. Seeds: the fixtures'
@@ -22,10 +23,10 @@ func FuzzMetadata(f *testing.F) {
 	addMetadataSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		md, err := ReadMetadata(data, MetadataFile)
-		var de *Error
+		var de *ckpterr.FormatError
 		if err != nil {
 			if !errors.As(err, &de) {
-				t.Fatalf("error %v is a %T, not a *dcp.Error", err, err)
+				t.Fatalf("error %v is a %T, not a *ckpterr.FormatError", err, err)
 			}
 			return
 		}
@@ -61,7 +62,7 @@ func FuzzMetadata(f *testing.F) {
 			}
 		}
 		if _, err := Nest(md, values, MetadataFile); err != nil && !errors.As(err, &de) {
-			t.Fatalf("Nest error %v is a %T, not a *dcp.Error", err, err)
+			t.Fatalf("Nest error %v is a %T, not a *ckpterr.FormatError", err, err)
 		}
 	})
 }

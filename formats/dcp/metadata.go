@@ -15,6 +15,7 @@ import (
 	"sync"
 	"weak"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -295,25 +296,24 @@ func readMetadata(r io.ReaderAt, size int64, file string, stream bool) (*Metadat
 	} else {
 		data := make([]byte, size)
 		if _, err := r.ReadAt(data, 0); err != nil && err != io.EOF {
-			return nil, &Error{File: file, Offset: -1, Err: err}
+			return nil, errorAt(file, "", nil, -1, err)
 		}
 		dec = pickle.NewDecoder(data, opts)
 	}
 	v, err := dec.Decode()
 	if err != nil {
-		var pe *pickle.Error
-		if errors.As(err, &pe) {
-			op := " " + pe.Op
+		if pe := (*ckpterr.FormatError)(nil); errors.As(err, &pe) && pe.Format == pickle.Format {
+			op := " " + pe.Item
 			var dis *pickle.DisallowedError
-			if pe.Op == "" || errors.As(pe.Err, &dis) {
+			if pe.Item == "" || errors.As(pe.Err, &dis) {
 				op = "" // the cause names the opcode
 			}
-			return nil, &Error{File: file, Offset: pe.Offset, Err: fmt.Errorf("pickle%s: %w", op, pe.Err)}
+			return nil, errorAt(file, "", nil, pe.Offset, fmt.Errorf("pickle%s: %w", op, pe.Err))
 		}
-		return nil, &Error{File: file, Offset: -1, Err: err}
+		return nil, errorAt(file, "", nil, -1, err)
 	}
 	if rest := size - dec.Offset(); rest != 0 {
-		return nil, &Error{File: file, Offset: dec.Offset(), Err: fmt.Errorf("%d bytes after the end of the pickle", rest)}
+		return nil, errorAt(file, "", nil, dec.Offset(), fmt.Errorf("%d bytes after the end of the pickle", rest))
 	}
 	md, err := p.metadata(v)
 	if err != nil {
@@ -354,7 +354,7 @@ func (p *parser) streamOptions() pickle.Options {
 const maxInterned = 1 << 12
 
 func (p *parser) fail(fqn string, chunk []int64, format string, args ...any) error {
-	return &Error{File: p.file, FQN: fqn, Chunk: chunk, Offset: -1, Err: fmt.Errorf(format, args...)}
+	return errorAt(p.file, fqn, chunk, -1, fmt.Errorf(format, args...))
 }
 
 // The typed forms the records are reduced to (by parser.build as the pickle is decoded,
@@ -740,7 +740,7 @@ func (p *parser) properties(v pickle.Value, fqn string) (*props, error) {
 		return nil, p.fail(fqn, nil, "TensorProperties layout is %s, want torch.serialization._get_layout(name)", p.describe(st[1]))
 	}
 	if name, _ := layout.Args[0].(string); name != "torch.strided" {
-		return nil, p.fail(fqn, nil, "%w: layout %s (DCP saves strided tensors only)", ErrUnsupported, p.describe(layout.Args[0]))
+		return nil, p.fail(fqn, nil, "%w: layout %s (DCP saves strided tensors only)", ckpterr.ErrUnsupported, p.describe(layout.Args[0]))
 	}
 	if pr.requiresGrad, ok = st[2].(bool); !ok {
 		return nil, p.fail(fqn, nil, "TensorProperties requires_grad is %s, want a bool", p.describe(st[2]))
@@ -1108,7 +1108,7 @@ func pathString(v pickle.Value) (string, bool) {
 // between items and storage entries, and data file names.
 func (m *Metadata) validate(file string) error {
 	fail := func(fqn string, chunk []int64, format string, args ...any) error {
-		return &Error{File: file, FQN: fqn, Chunk: chunk, Offset: -1, Err: fmt.Errorf(format, args...)}
+		return errorAt(file, fqn, chunk, -1, fmt.Errorf(format, args...))
 	}
 	for i, it := range m.Items {
 		if it.Tensor == nil {

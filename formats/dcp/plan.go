@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -206,7 +207,7 @@ func (p *savePlan) whole() error {
 // saveable refuses a tensor DCP cannot load.
 func saveable(fqn string, t *statedict.Tensor) error {
 	if t.DType.Kind() == statedict.KindQuantized {
-		return fmt.Errorf("%s: %w: torch.distributed.checkpoint cannot load quantized %s tensors (its loader copies into torch.empty)", fqn, statedict.ErrUnsupported, t.DType)
+		return fmt.Errorf("%s: %w: torch.distributed.checkpoint cannot load quantized %s tensors (its loader copies into torch.empty)", fqn, ckpterr.ErrUnsupported, t.DType)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
@@ -102,7 +103,7 @@ func (r *reader) safetensorsChunk(e *StorageEntry, path string) (*statedict.Tens
 	}
 	d, ok := statedict.DTypeForSafetensors(ti.DType)
 	if !ok {
-		return nil, fmt.Errorf("%w: safetensors dtype %s has no torch dtype", ErrUnsupported, ti.DType)
+		return nil, fmt.Errorf("%w: safetensors dtype %s has no torch dtype", ckpterr.ErrUnsupported, ti.DType)
 	}
 	shape := slices.Clone(ti.Shape)
 	if d == statedict.Float4E2M1FNx2 {

@@ -31,7 +31,7 @@ func Nest(md *Metadata, values []statedict.Value, file string) (*statedict.Dict,
 			continue
 		}
 		if err := setElement(root, path, values[i], &budget); err != nil {
-			return nil, &Error{File: file, FQN: it.FQN, Offset: -1, Err: fmt.Errorf("planner_data path %s: %w", path, err)}
+			return nil, errorAt(file, it.FQN, nil, -1, fmt.Errorf("planner_data path %s: %w", path, err))
 		}
 	}
 	return root, nil

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -261,7 +262,7 @@ func transforms(c string) ([]string, error) {
 	case "zstd":
 		return []string{ZStandard}, nil
 	}
-	return nil, fmt.Errorf("%w: %s compression (DCP items are compressed with zstd)", statedict.ErrUnsupported, c)
+	return nil, fmt.Errorf("%w: %s compression (DCP items are compressed with zstd)", ckpterr.ErrUnsupported, c)
 }
 
 // write writes the files of ranks (in increasing order): each rank's bytes items, then its

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/torchpickle"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
@@ -32,11 +33,11 @@ func compressed(descs []string) (bool, error) {
 		return false, nil
 	case len(descs) == 1 && strings.HasPrefix(descs[0], "stream.zstd/"):
 		if v := strings.TrimPrefix(descs[0], "stream.zstd/"); v != "1" && !strings.HasPrefix(v, "1.") {
-			return false, fmt.Errorf("%w: ZStandard extension version %q (torch writes 1)", ErrUnsupported, v)
+			return false, fmt.Errorf("%w: ZStandard extension version %q (torch writes 1)", ckpterr.ErrUnsupported, v)
 		}
 		return true, nil
 	}
-	return false, fmt.Errorf("%w: stream transforms %q (ckpt reads torch's ZStandard extension, %s, alone)", ErrUnsupported, descs, ZStandard)
+	return false, fmt.Errorf("%w: stream transforms %q (ckpt reads torch's ZStandard extension, %s, alone)", ckpterr.ErrUnsupported, descs, ZStandard)
 }
 
 // maxRatio bounds how many times its compressed size an item of unknown size (a bytes
@@ -295,7 +296,7 @@ func (z *zstdChunk) ReadAt(p []byte, off int64) (int, error) {
 	if z.plain == nil {
 		b, err := z.inflate()
 		if err != nil {
-			return 0, &Error{File: z.path, FQN: z.fqn, Offset: z.off, Err: err}
+			return 0, errorAt(z.path, z.fqn, nil, z.off, err)
 		}
 		z.plain, z.handedOver = b, 0
 	}

@@ -21,6 +21,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
@@ -44,25 +45,25 @@ func Detect(ctx context.Context, dir string) bool {
 func Components(index []byte) ([]string, error) {
 	dec := json.NewDecoder(bytes.NewReader(index))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, fmt.Errorf("%w: %s is not a JSON object", statedict.ErrCorrupt, IndexFile)
+		return nil, fmt.Errorf("%w: %s is not a JSON object", ckpterr.ErrCorrupt, IndexFile)
 	}
 	var names []string
 	for dec.More() {
 		kt, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", statedict.ErrCorrupt, IndexFile, err)
+			return nil, fmt.Errorf("%w: %s: %w", ckpterr.ErrCorrupt, IndexFile, err)
 		}
 		key, _ := kt.(string)
 		var v any
 		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("%w: %s: %q: %w", statedict.ErrCorrupt, IndexFile, key, err)
+			return nil, fmt.Errorf("%w: %s: %q: %w", ckpterr.ErrCorrupt, IndexFile, key, err)
 		}
 		pair, isPair := v.([]any)
 		if strings.HasPrefix(key, "_") || !isPair || len(pair) != 2 || pair[0] == nil {
 			continue
 		}
 		if key == "" || path.Base(key) != key || key == "." || key == ".." {
-			return nil, fmt.Errorf("%w: %s names the component %q, not a folder of the pipeline", statedict.ErrCorrupt, IndexFile, key)
+			return nil, fmt.Errorf("%w: %s names the component %q, not a folder of the pipeline", ckpterr.ErrCorrupt, IndexFile, key)
 		}
 		names = append(names, key)
 	}
@@ -100,7 +101,7 @@ func Open(ctx context.Context, dir string, openDir func(context.Context, string)
 		listed[name] = true
 		sub := storage.Join(dir, name)
 		if st, err := storage.Stat(ctx, sub); err != nil || !st.IsDir() {
-			return nil, fmt.Errorf("%s: %w: %s lists the component %s, which has no folder", dir, statedict.ErrCorrupt, IndexFile, name)
+			return nil, fmt.Errorf("%s: %w: %s lists the component %s, which has no folder", dir, ckpterr.ErrCorrupt, IndexFile, name)
 		}
 		if !folder.Confined(name) {
 			ck.Outside = append(ck.Outside, name)
@@ -132,7 +133,7 @@ func Open(ctx context.Context, dir string, openDir func(context.Context, string)
 		}
 	}
 	if len(ck.Components) == 0 {
-		return nil, fmt.Errorf("%s: %w: none of the components %s lists (%s) holds weights", dir, statedict.ErrCorrupt, IndexFile, strings.Join(names, ", "))
+		return nil, fmt.Errorf("%s: %w: none of the components %s lists (%s) holds weights", dir, ckpterr.ErrCorrupt, IndexFile, strings.Join(names, ", "))
 	}
 	entries, err := storage.ReadDir(ctx, dir)
 	if err != nil {

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/internal/regular"
-	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // The local Hugging Face hub cache, as huggingface_hub lays it out:
@@ -140,7 +140,7 @@ func Snapshot(cache string, id RepoID) (string, error) {
 		// What the file holds is not repeated: a ref that is not a hash may be anything (a
 		// link to a secret).
 		if commit, ok = ParseRef(b); !ok {
-			return "", fmt.Errorf("%s: %w: it does not hold a commit hash (%d bytes)", ref, statedict.ErrCorrupt, len(b))
+			return "", fmt.Errorf("%s: %w: it does not hold a commit hash (%d bytes)", ref, ckpterr.ErrCorrupt, len(b))
 		}
 	}
 	dir := filepath.Join(repo, "snapshots", commit)

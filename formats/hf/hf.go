@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
 )
@@ -124,7 +125,7 @@ func openSingle(ctx context.Context, dir string, l layout, openFile func(context
 func flatTensorDict(path string, root statedict.Value) (*statedict.Dict, error) {
 	d, ok := root.(*statedict.Dict)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: holds a %T, not a mapping of tensor names to tensors", path, statedict.ErrCorrupt, root)
+		return nil, fmt.Errorf("%s: %w: holds a %T, not a mapping of tensor names to tensors", path, ckpterr.ErrCorrupt, root)
 	}
 	if inner, ok := d.Get("state_dict"); ok && d.Len() == 1 {
 		if id, ok := inner.(*statedict.Dict); ok {
@@ -133,10 +134,10 @@ func flatTensorDict(path string, root statedict.Value) (*statedict.Dict, error) 
 	}
 	for _, e := range d.Entries() {
 		if _, ok := e.Key.(string); !ok {
-			return nil, fmt.Errorf("%s: %w: key %s is not a tensor name", path, statedict.ErrCorrupt, statedict.KeyString(e.Key))
+			return nil, fmt.Errorf("%s: %w: key %s is not a tensor name", path, ckpterr.ErrCorrupt, statedict.KeyString(e.Key))
 		}
 		if _, ok := e.Value.(*statedict.Tensor); !ok {
-			return nil, fmt.Errorf("%s: %w: %s is a %T, not a tensor", path, statedict.ErrCorrupt, statedict.KeyString(e.Key), e.Value)
+			return nil, fmt.Errorf("%s: %w: %s is a %T, not a tensor", path, ckpterr.ErrCorrupt, statedict.KeyString(e.Key), e.Value)
 		}
 	}
 	return d, nil
@@ -157,32 +158,32 @@ func ReadIndex(ctx context.Context, path string) (*Index, error) {
 		WeightMap json.RawMessage            `json:"weight_map"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("%s: %w: %w", path, statedict.ErrCorrupt, err)
+		return nil, fmt.Errorf("%s: %w: %w", path, ckpterr.ErrCorrupt, err)
 	}
 	if raw.WeightMap == nil {
-		return nil, fmt.Errorf("%s: %w: no weight_map", path, statedict.ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: no weight_map", path, ckpterr.ErrCorrupt)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(raw.WeightMap)))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, fmt.Errorf("%s: %w: weight_map is not an object", path, statedict.ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: weight_map is not an object", path, ckpterr.ErrCorrupt)
 	}
 	idx := &Index{Metadata: raw.Metadata}
 	seen := map[string]bool{}
 	for dec.More() {
 		kt, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("%s: weight_map: %w: %w", path, statedict.ErrCorrupt, err)
+			return nil, fmt.Errorf("%s: weight_map: %w: %w", path, ckpterr.ErrCorrupt, err)
 		}
 		name, _ := kt.(string)
 		var file string
 		if err := dec.Decode(&file); err != nil {
-			return nil, fmt.Errorf("%s: weight_map[%q] is not a file name: %w: %w", path, name, statedict.ErrCorrupt, err)
+			return nil, fmt.Errorf("%s: weight_map[%q] is not a file name: %w: %w", path, name, ckpterr.ErrCorrupt, err)
 		}
 		if seen[name] {
-			return nil, fmt.Errorf("%s: %w: weight_map lists %q twice", path, statedict.ErrCorrupt, name)
+			return nil, fmt.Errorf("%s: %w: weight_map lists %q twice", path, ckpterr.ErrCorrupt, name)
 		}
 		if file == "" || filepath.Base(file) != file {
-			return nil, fmt.Errorf("%s: %w: weight_map[%q] = %q is not a file in the folder", path, statedict.ErrCorrupt, name, file)
+			return nil, fmt.Errorf("%s: %w: weight_map[%q] = %q is not a file in the folder", path, ckpterr.ErrCorrupt, name, file)
 		}
 		seen[name] = true
 		idx.WeightMap = append(idx.WeightMap, WeightEntry{name, file})
@@ -213,7 +214,7 @@ func openSharded(ctx context.Context, dir string, l layout, openFile func(contex
 	}
 	for _, de := range entries {
 		if l.shard.MatchString(de.Name()) && want[de.Name()] == nil {
-			return nil, fmt.Errorf("%s: %w: shard %s is in the folder but the index names none of its tensors", indexPath, statedict.ErrCorrupt, de.Name())
+			return nil, fmt.Errorf("%s: %w: shard %s is in the folder but the index names none of its tensors", indexPath, ckpterr.ErrCorrupt, de.Name())
 		}
 	}
 	out := &statedict.Checkpoint{Format: l.shardedFormat, Path: dir, WeightsName: l.weightsName}
@@ -227,7 +228,7 @@ func openSharded(ctx context.Context, dir string, l layout, openFile func(contex
 	for _, shard := range shards {
 		path := storage.Join(dir, shard)
 		if !exists(ctx, path) {
-			return nil, fmt.Errorf("%s: %w: shard %s is missing (the index maps %d tensors to it)", indexPath, statedict.ErrCorrupt, shard, len(want[shard]))
+			return nil, fmt.Errorf("%s: %w: shard %s is missing (the index maps %d tensors to it)", indexPath, ckpterr.ErrCorrupt, shard, len(want[shard]))
 		}
 		sck, err := openFile(ctx, path)
 		if err != nil {
@@ -243,21 +244,21 @@ func openSharded(ctx context.Context, dir string, l layout, openFile func(contex
 		for _, e := range d.Entries() {
 			name := e.Key.(string)
 			if prev, dup := where[name]; dup {
-				return nil, fmt.Errorf("%s: %w: tensor %q is in both %s and %s", dir, statedict.ErrCorrupt, name, prev, shard)
+				return nil, fmt.Errorf("%s: %w: tensor %q is in both %s and %s", dir, ckpterr.ErrCorrupt, name, prev, shard)
 			}
 			where[name] = shard
 			if !want[shard][name] {
 				if other := indexFile(idx, name); other != "" {
-					return nil, fmt.Errorf("%s: %w: tensor %q is in %s but the index maps it to %s", indexPath, statedict.ErrCorrupt, name, shard, other)
+					return nil, fmt.Errorf("%s: %w: tensor %q is in %s but the index maps it to %s", indexPath, ckpterr.ErrCorrupt, name, shard, other)
 				}
-				return nil, fmt.Errorf("%s: %w: tensor %q in %s is not in the index", indexPath, statedict.ErrCorrupt, name, shard)
+				return nil, fmt.Errorf("%s: %w: tensor %q in %s is not in the index", indexPath, ckpterr.ErrCorrupt, name, shard)
 			}
 			root.Set(name, e.Value)
 		}
 	}
 	for _, e := range idx.WeightMap {
 		if _, ok := where[e.Name]; !ok {
-			return nil, fmt.Errorf("%s: %w: the index maps %q to %s, which does not contain it", indexPath, statedict.ErrCorrupt, e.Name, e.File)
+			return nil, fmt.Errorf("%s: %w: the index maps %q to %s, which does not contain it", indexPath, ckpterr.ErrCorrupt, e.Name, e.File)
 		}
 	}
 	skip := map[string]bool{l.index: true}

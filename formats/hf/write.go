@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"regexp"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/safetensors"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -152,7 +153,7 @@ func ConfigDType(config []byte, dtype statedict.DType) ([]byte, string, error) {
 	dec := json.NewDecoder(bytes.NewReader(config))
 	dec.UseNumber()
 	if err := dec.Decode(&top); err != nil {
-		return nil, "", fmt.Errorf("%s: %w: %w", ConfigFile, statedict.ErrCorrupt, err)
+		return nil, "", fmt.Errorf("%s: %w: %w", ConfigFile, ckpterr.ErrCorrupt, err)
 	}
 	old := ""
 	var set func(m map[string]any)
@@ -215,7 +216,7 @@ func ReadConfig(files fs.FS) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", ConfigFile, err)
 	}
 	if len(b) > MaxConfig {
-		return nil, fmt.Errorf("%s: %w: more than %d bytes, more than a model configuration holds", ConfigFile, statedict.ErrCorrupt, MaxConfig)
+		return nil, fmt.Errorf("%s: %w: more than %d bytes, more than a model configuration holds", ConfigFile, ckpterr.ErrCorrupt, MaxConfig)
 	}
 	return b, nil
 }

@@ -42,6 +42,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/dcp"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -79,7 +80,7 @@ func ParseTracker(b []byte) (string, error) {
 	if err != nil || n < 0 {
 		// What it holds is not repeated: a tracker that is not one may be anything (a link
 		// to a secret).
-		return "", fmt.Errorf("%w: %s holds %d bytes that are not an iteration number or \"release\"", statedict.ErrCorrupt, TrackerFile, len(b))
+		return "", fmt.Errorf("%w: %s holds %d bytes that are not an iteration number or \"release\"", ckpterr.ErrCorrupt, TrackerFile, len(b))
 	}
 	return fmt.Sprintf("iter_%07d", n), nil
 }
@@ -92,13 +93,13 @@ func ParseBackend(b []byte) (string, error) {
 		Common  string `json:"common_backend"`
 	}
 	if err := json.Unmarshal(b, &md); err != nil {
-		return "", fmt.Errorf("%w: %s: %w", statedict.ErrCorrupt, MetadataJSON, err)
+		return "", fmt.Errorf("%w: %s: %w", ckpterr.ErrCorrupt, MetadataJSON, err)
 	}
 	if md.Sharded == "" {
-		return "", fmt.Errorf("%w: %s names no sharded_backend", statedict.ErrCorrupt, MetadataJSON)
+		return "", fmt.Errorf("%w: %s names no sharded_backend", ckpterr.ErrCorrupt, MetadataJSON)
 	}
 	if md.Common != "" && md.Common != "torch" {
-		return "", fmt.Errorf("%w: %s: common_backend %q (ckpt reads \"torch\")", statedict.ErrUnsupported, MetadataJSON, md.Common)
+		return "", fmt.Errorf("%w: %s: common_backend %q (ckpt reads \"torch\")", ckpterr.ErrUnsupported, MetadataJSON, md.Common)
 	}
 	return md.Sharded, nil
 }
@@ -163,7 +164,7 @@ func Open(ctx context.Context, dir string, op Openers) (_ *statedict.Checkpoint,
 				have[i] = storage.Base(have[i])
 			}
 			return nil, fmt.Errorf("%s: %w: %s names %s, which is not a folder of it (it has %s); pass an iteration folder itself",
-				dir, statedict.ErrCorrupt, TrackerFile, iter, orNone(have))
+				dir, ckpterr.ErrCorrupt, TrackerFile, iter, orNone(have))
 		}
 	}
 	sub := func(name string) string { return path.Join(iter, name) }
@@ -176,7 +177,7 @@ func Open(ctx context.Context, dir string, op Openers) (_ *statedict.Checkpoint,
 		return nil, err
 	}
 	if len(found) == 0 {
-		return nil, fmt.Errorf("%s: %w: neither mp_rank_* folders (%s) nor a dist_checkpointing folder (.metadata, %s, %s)", at, statedict.ErrCorrupt, RankFile, CommonFile, MetadataJSON)
+		return nil, fmt.Errorf("%s: %w: neither mp_rank_* folders (%s) nor a dist_checkpointing folder (.metadata, %s, %s)", at, ckpterr.ErrCorrupt, RankFile, CommonFile, MetadataJSON)
 	}
 	files := &rankFiles{dir: dir, iter: iter, folder: folder}
 	if len(found) > 1 || storage.IsFile(ctx, storage.Join(at, found[0].name, DistribOptimFile)) {
@@ -220,7 +221,7 @@ func orNone(names []string) string {
 func readSmall(ctx context.Context, p string) ([]byte, error) {
 	b, err := storage.ReadFile(ctx, p, maxTracker)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %w", p, statedict.ErrCorrupt, err)
+		return nil, fmt.Errorf("%s: %w: %w", p, ckpterr.ErrCorrupt, err)
 	}
 	return b, nil
 }
@@ -241,7 +242,7 @@ func openDist(ctx context.Context, dir, iter string, op Openers, folder *hf.Fold
 		return nil, fmt.Errorf("%s: %w", storage.Join(at, MetadataJSON), err)
 	}
 	if backend != "torch_dist" {
-		return nil, fmt.Errorf("%s: %w: a %s dist_checkpointing folder (ckpt reads torch_dist)", at, statedict.ErrUnsupported, backend)
+		return nil, fmt.Errorf("%s: %w: a %s dist_checkpointing folder (ckpt reads torch_dist)", at, ckpterr.ErrUnsupported, backend)
 	}
 	d, err := op.DCP(ctx, at)
 	if err != nil {
@@ -260,14 +261,14 @@ func openDist(ctx context.Context, dir, iter string, op Openers, folder *hf.Fold
 	out.Closers = append(out.Closers, common.Closers...)
 	root, ok := common.Root.(*statedict.Dict)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", storage.Join(at, CommonFile), statedict.ErrCorrupt, common.Root)
+		return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", storage.Join(at, CommonFile), ckpterr.ErrCorrupt, common.Root)
 	}
 	merged := statedict.NewDict(root.Class)
 	for _, e := range root.Entries() {
 		merged.Set(e.Key, e.Value)
 	}
 	if _, err := merge(merged, d.Root, ""); err != nil {
-		return nil, fmt.Errorf("%s: %w: merging %s with the sharded entries: %w", at, statedict.ErrCorrupt, CommonFile, err)
+		return nil, fmt.Errorf("%s: %w: merging %s with the sharded entries: %w", at, ckpterr.ErrCorrupt, CommonFile, err)
 	}
 	out.Root = merged
 	entries, err := storage.ReadDir(ctx, at)

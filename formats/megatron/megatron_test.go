@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -16,10 +17,10 @@ func TestParseTracker(t *testing.T) {
 		{" 42\n", "iter_0000042", nil},
 		{"12345678", "iter_12345678", nil},
 		{"release\n", "release", nil},
-		{"", "", statedict.ErrCorrupt},
-		{"-1", "", statedict.ErrCorrupt},
-		{"iter_0000100", "", statedict.ErrCorrupt},
-		{"../x", "", statedict.ErrCorrupt},
+		{"", "", ckpterr.ErrCorrupt},
+		{"-1", "", ckpterr.ErrCorrupt},
+		{"iter_0000100", "", ckpterr.ErrCorrupt},
+		{"../x", "", ckpterr.ErrCorrupt},
 	} {
 		got, err := ParseTracker([]byte(c.in))
 		if got != c.want || !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
@@ -35,9 +36,9 @@ func TestParseBackend(t *testing.T) {
 	}{
 		{`{"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch", "common_backend_version": 1}`, "torch_dist", nil},
 		{`{"sharded_backend": "zarr"}`, "zarr", nil},
-		{`{"common_backend": "torch"}`, "", statedict.ErrCorrupt},
-		{`{"sharded_backend": "torch_dist", "common_backend": "pickle"}`, "", statedict.ErrUnsupported},
-		{`[1]`, "", statedict.ErrCorrupt},
+		{`{"common_backend": "torch"}`, "", ckpterr.ErrCorrupt},
+		{`{"sharded_backend": "torch_dist", "common_backend": "pickle"}`, "", ckpterr.ErrUnsupported},
+		{`[1]`, "", ckpterr.ErrCorrupt},
 	} {
 		got, err := ParseBackend([]byte(c.in))
 		if got != c.want || !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
 )
@@ -91,7 +92,7 @@ func openMerged(ctx context.Context, dir, iter string, found []rankFolder, files
 			}
 		}
 		if field, mine, theirs := a.agree(k.args); field != "" {
-			return nil, fmt.Errorf("%s: %w: the ranks' args disagree: args.%s is %s on %s, %s on %s", at, statedict.ErrCorrupt, field, describe(mine), first.folder, describe(theirs), k.folder)
+			return nil, fmt.Errorf("%s: %w: the ranks' args disagree: args.%s is %s on %s, %s on %s", at, ckpterr.ErrCorrupt, field, describe(mine), first.folder, describe(theirs), k.folder)
 		}
 		m.grid[f.pp][f.tp] = k
 	}
@@ -147,7 +148,7 @@ func openRank(ctx context.Context, dir, iter string, f rankFolder, files *rankFi
 	}
 	root, ok := ck.Root.(*statedict.Dict)
 	if !ok {
-		return nil, nil, fmt.Errorf("%s: %w: holds %s, not the dict Megatron saves", k.file, statedict.ErrCorrupt, describe(ck.Root))
+		return nil, nil, fmt.Errorf("%s: %w: holds %s, not the dict Megatron saves", k.file, ckpterr.ErrCorrupt, describe(ck.Root))
 	}
 	k.root = root
 	if first {
@@ -156,28 +157,28 @@ func openRank(ctx context.Context, dir, iter string, f rankFolder, files *rankFi
 		}
 	}
 	if len(f.id) > 2 {
-		return nil, nil, fmt.Errorf("%s: %w: %s is an expert-parallel rank (mp_rank_TT_PPP_EEE): ckpt merges dense GPT models only", storage.Join(dir, iter), statedict.ErrUnsupported, f.name)
+		return nil, nil, fmt.Errorf("%s: %w: %s is an expert-parallel rank (mp_rank_TT_PPP_EEE): ckpt merges dense GPT models only", storage.Join(dir, iter), ckpterr.ErrUnsupported, f.name)
 	}
 	av, _ := root.Get("args")
 	if k.args, err = parseArgs(av); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", k.file, err)
 	}
 	if k.tp >= k.args.tp || k.pp >= k.args.pp {
-		return nil, nil, fmt.Errorf("%s: %w: the rank folder %s is not a rank of its args' tensor parallel %d × pipeline parallel %d", storage.Join(dir, iter), statedict.ErrCorrupt, f.name, k.args.tp, k.args.pp)
+		return nil, nil, fmt.Errorf("%s: %w: the rank folder %s is not a rank of its args' tensor parallel %d × pipeline parallel %d", storage.Join(dir, iter), ckpterr.ErrCorrupt, f.name, k.args.tp, k.args.pp)
 	}
 	if v, _ := root.Get("checkpoint_version"); !versionAtLeast2(v) {
-		return nil, nil, fmt.Errorf("%s: %w: checkpoint_version %s: checkpoints before 2.0 order the fused query-key-value rows differently", k.file, statedict.ErrUnsupported, describe(v))
+		return nil, nil, fmt.Errorf("%s: %w: checkpoint_version %s: checkpoints before 2.0 order the fused query-key-value rows differently", k.file, ckpterr.ErrUnsupported, describe(v))
 	}
 	mv, ok := root.Get("model")
 	if !ok {
 		if _, vpp := root.Get("model0"); vpp {
-			return nil, nil, fmt.Errorf("%s: %w: model0, model1, …: virtual pipeline stages, which ckpt does not merge", k.file, statedict.ErrUnsupported)
+			return nil, nil, fmt.Errorf("%s: %w: model0, model1, …: virtual pipeline stages, which ckpt does not merge", k.file, ckpterr.ErrUnsupported)
 		}
-		return nil, nil, fmt.Errorf("%s: %w: no model", k.file, statedict.ErrCorrupt)
+		return nil, nil, fmt.Errorf("%s: %w: no model", k.file, ckpterr.ErrCorrupt)
 	}
 	md, ok := mv.(*statedict.Dict)
 	if !ok {
-		return nil, nil, fmt.Errorf("%s: %w: model is %s, not a state dict", k.file, statedict.ErrCorrupt, describe(mv))
+		return nil, nil, fmt.Errorf("%s: %w: model is %s, not a state dict", k.file, ckpterr.ErrCorrupt, describe(mv))
 	}
 	if err := flatten(md, "", map[*statedict.Dict]bool{}, &k.model); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", k.file, err)
@@ -235,13 +236,13 @@ func versionAtLeast2(v statedict.Value) bool {
 // nests each of its children once.
 func flatten(d *statedict.Dict, prefix string, seen map[*statedict.Dict]bool, out *[]statedict.Entry) error {
 	if seen[d] || len(seen) > maxModelDicts {
-		return fmt.Errorf("%w: model: the dict at %q is met twice or the model nests more than %d dicts", statedict.ErrCorrupt, prefix, maxModelDicts)
+		return fmt.Errorf("%w: model: the dict at %q is met twice or the model nests more than %d dicts", ckpterr.ErrCorrupt, prefix, maxModelDicts)
 	}
 	seen[d] = true
 	for _, e := range d.Entries() {
 		k, ok := e.Key.(string)
 		if !ok {
-			return fmt.Errorf("%w: model key %s under %q is not a name", statedict.ErrCorrupt, statedict.KeyString(e.Key), prefix)
+			return fmt.Errorf("%w: model key %s under %q is not a name", ckpterr.ErrCorrupt, statedict.KeyString(e.Key), prefix)
 		}
 		name := statedict.JoinName(prefix, k)
 		if sub, ok := e.Value.(*statedict.Dict); ok {
@@ -278,14 +279,14 @@ func (k *rank) placeState(bufs []flatBuffer) error {
 		numParams += t.NumEl()
 	}
 	if len(dtypes) != len(bufs) {
-		return fmt.Errorf("%w: %d buffers for parameters of %d dtypes", statedict.ErrCorrupt, len(bufs), len(dtypes))
+		return fmt.Errorf("%w: %d buffers for parameters of %d dtypes", ckpterr.ErrCorrupt, len(bufs), len(dtypes))
 	}
 	k.state = map[string][]namedTensor{}
 	size := k.args.bucketSizeOf(k.pp, numParams)
 	shared := k.args.tied && k.args.pp > 1
 	for i, b := range bufs {
 		if b.dtype != dtypes[i] {
-			return fmt.Errorf("%w: buffer %d %s, but the model's parameters of dtype %s come next", statedict.ErrCorrupt, i, b.key, dtypes[i])
+			return fmt.Errorf("%w: buffer %d %s, but the model's parameters of dtype %s come next", ckpterr.ErrCorrupt, i, b.key, dtypes[i])
 		}
 		names := byDType[b.dtype]
 		params := make([]layoutParam, len(names))
@@ -338,7 +339,7 @@ func (m *merger) layers() error {
 			local := e.Key.(string)
 			c, ok := classify(local)
 			if !ok {
-				return fmt.Errorf("%s: %w: %s: a layer ckpt cannot prove it merges (not a dense GPT model's parameter: Megatron's GPTModel, core or legacy; mixtures of experts, multi-latent attention and other models are not merged)", r0.file, statedict.ErrUnsupported, local)
+				return fmt.Errorf("%s: %w: %s: a layer ckpt cannot prove it merges (not a dense GPT model's parameter: Megatron's GPTModel, core or legacy; mixtures of experts, multi-latent attention and other models are not merged)", r0.file, ckpterr.ErrUnsupported, local)
 			}
 			name := local
 			if c.layer >= 0 {
@@ -351,34 +352,34 @@ func (m *merger) layers() error {
 			}
 			if c.split == tiedHead {
 				if !m.args.tied || m.args.pp == 1 || int64(p) != m.args.pp-1 {
-					return fmt.Errorf("%s: %w: %s: a copy of tied word embeddings where the args (untie_embeddings_and_output_weights, %d pipeline stages) put none", r0.file, statedict.ErrCorrupt, local, m.args.pp)
+					return fmt.Errorf("%s: %w: %s: a copy of tied word embeddings where the args (untie_embeddings_and_output_weights, %d pipeline stages) put none", r0.file, ckpterr.ErrCorrupt, local, m.args.pp)
 				}
 				if m.head != nil {
-					return fmt.Errorf("%s: %w: two copies of the tied word embeddings (%s, %s)", r0.file, statedict.ErrCorrupt, m.head.local, local)
+					return fmt.Errorf("%s: %w: two copies of the tied word embeddings (%s, %s)", r0.file, ckpterr.ErrCorrupt, m.head.local, local)
 				}
 				m.head = &entry{name: name, local: local, split: tiedHead, stage: int64(p)}
 				continue
 			}
 			if _, isT := e.Value.(*statedict.Tensor); !isT && c.split != extraState {
-				return fmt.Errorf("%s: %w: model entry %s is %s, not a tensor", r0.file, statedict.ErrCorrupt, local, describe(e.Value))
+				return fmt.Errorf("%s: %w: model entry %s is %s, not a tensor", r0.file, ckpterr.ErrCorrupt, local, describe(e.Value))
 			}
 			m.entries = append(m.entries, entry{name: name, local: local, split: c.split, stage: int64(p), rest: c.rest})
 		}
 		if int64(len(seen)) != most+1 {
-			return fmt.Errorf("%s: %w: stage %d numbers its layers %s, not 0 to %d", m.at, statedict.ErrCorrupt, p, layerList(seen), len(seen)-1)
+			return fmt.Errorf("%s: %w: stage %d numbers its layers %s, not 0 to %d", m.at, ckpterr.ErrCorrupt, p, layerList(seen), len(seen)-1)
 		}
 		offset += most + 1
 	}
 	if offset != m.args.layers {
-		return fmt.Errorf("%s: %w: the %d pipeline stages hold %d layers, args.num_layers says %d", m.at, statedict.ErrCorrupt, len(m.grid), offset, m.args.layers)
+		return fmt.Errorf("%s: %w: the %d pipeline stages hold %d layers, args.num_layers says %d", m.at, ckpterr.ErrCorrupt, len(m.grid), offset, m.args.layers)
 	}
 	if m.args.tied && m.args.pp > 1 && m.head == nil {
-		return fmt.Errorf("%s: %w: tied word embeddings over %d pipeline stages, but the last stage holds no copy of them", m.at, statedict.ErrCorrupt, m.args.pp)
+		return fmt.Errorf("%s: %w: tied word embeddings over %d pipeline stages, but the last stage holds no copy of them", m.at, ckpterr.ErrCorrupt, m.args.pp)
 	}
 	seen := map[string]bool{}
 	for _, e := range m.entries {
 		if seen[e.name] {
-			return fmt.Errorf("%s: %w: two stages hold %s", m.at, statedict.ErrCorrupt, e.name)
+			return fmt.Errorf("%s: %w: two stages hold %s", m.at, ckpterr.ErrCorrupt, e.name)
 		}
 		seen[e.name] = true
 	}
@@ -402,14 +403,14 @@ func layerList(seen map[int64]bool) string {
 func sameNames(a, b *rank) error {
 	for i, e := range a.model {
 		if i >= len(b.model) {
-			return fmt.Errorf("%w: %s holds %s, %s does not", statedict.ErrCorrupt, a.folder, e.Key, b.folder)
+			return fmt.Errorf("%w: %s holds %s, %s does not", ckpterr.ErrCorrupt, a.folder, e.Key, b.folder)
 		}
 		if e.Key != b.model[i].Key {
-			return fmt.Errorf("%w: entry %d of the model is %s on %s, %s on %s", statedict.ErrCorrupt, i, e.Key, a.folder, b.model[i].Key, b.folder)
+			return fmt.Errorf("%w: entry %d of the model is %s on %s, %s on %s", ckpterr.ErrCorrupt, i, e.Key, a.folder, b.model[i].Key, b.folder)
 		}
 	}
 	if len(b.model) > len(a.model) {
-		return fmt.Errorf("%w: %s holds %s, %s does not", statedict.ErrCorrupt, b.folder, b.model[len(a.model)].Key, a.folder)
+		return fmt.Errorf("%w: %s holds %s, %s does not", ckpterr.ErrCorrupt, b.folder, b.model[len(a.model)].Key, a.folder)
 	}
 	return nil
 }
@@ -421,7 +422,7 @@ type tensorOf func(k *rank, local, key string) (*statedict.Tensor, error)
 func weightOf(k *rank, local, _ string) (*statedict.Tensor, error) {
 	t, ok := k.byName[local]
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: no tensor %s", k.file, statedict.ErrCorrupt, local)
+		return nil, fmt.Errorf("%s: %w: no tensor %s", k.file, ckpterr.ErrCorrupt, local)
 	}
 	return t, nil
 }
@@ -432,7 +433,7 @@ func stateOf(k *rank, local, key string) (*statedict.Tensor, error) {
 			return s.t, nil
 		}
 	}
-	return nil, fmt.Errorf("%s: %w: no %s for %s", k.optim, statedict.ErrCorrupt, key, local)
+	return nil, fmt.Errorf("%s: %w: no %s for %s", k.optim, ckpterr.ErrCorrupt, key, local)
 }
 
 // merge builds the global tensor of entry e (its weight, or its optimizer state key)
@@ -447,7 +448,7 @@ func (m *merger) merge(e entry, key string, get tensorOf) (*statedict.Tensor, er
 		}
 		parts[i] = part{copyOf: copyOf{t, k.folder}}
 		if len(t.Shape) == 0 {
-			return nil, fmt.Errorf("%s: %w: %s is a scalar on %s, not a layer's weight", m.at, statedict.ErrCorrupt, e.name, k.folder)
+			return nil, fmt.Errorf("%s: %w: %s is a scalar on %s, not a layer's weight", m.at, ckpterr.ErrCorrupt, e.name, k.folder)
 		}
 		parts[i].n = t.Shape[0]
 	}
@@ -455,11 +456,11 @@ func (m *merger) merge(e entry, key string, get tensorOf) (*statedict.Tensor, er
 	rows := parts[0].n
 	for _, p := range parts[1:] {
 		if e.split != replicated && p.n != rows {
-			return nil, fmt.Errorf("%s: %w: %s has %d rows on %s and %d on %s: tensor-parallel ranks hold equal slices", m.at, statedict.ErrCorrupt, e.name, rows, parts[0].where, p.n, p.where)
+			return nil, fmt.Errorf("%s: %w: %s has %d rows on %s and %d on %s: tensor-parallel ranks hold equal slices", m.at, ckpterr.ErrCorrupt, e.name, rows, parts[0].where, p.n, p.where)
 		}
 	}
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%s: %w: %s: %s", m.at, statedict.ErrCorrupt, e.name, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%s: %w: %s: %s", m.at, ckpterr.ErrCorrupt, e.name, fmt.Sprintf(format, args...))
 	}
 	switch e.split {
 	case replicated:
@@ -576,7 +577,7 @@ func (m *merger) hidden(e entry, t *statedict.Tensor, dim int) error {
 		return nil // a bias
 	}
 	if len(t.Shape) != 2 || t.Shape[dim] != m.args.hidden {
-		return fmt.Errorf("%s: %w: %s is %v, not a weight of the args' hidden size %d", m.at, statedict.ErrCorrupt, e.name, t.Shape, m.args.hidden)
+		return fmt.Errorf("%s: %w: %s is %v, not a weight of the args' hidden size %d", m.at, ckpterr.ErrCorrupt, e.name, t.Shape, m.args.hidden)
 	}
 	return nil
 }
@@ -617,7 +618,7 @@ func (m *merger) extraState(e entry) (statedict.Value, error) {
 		}
 		if !eq {
 			return nil, fmt.Errorf("%s: %w: %s: Transformer Engine's extra state (FP8 scaling history) differs between %s and %s: it belongs to each rank's slice and does not merge",
-				m.at, statedict.ErrUnsupported, e.name, stage[0].folder, k.folder)
+				m.at, ckpterr.ErrUnsupported, e.name, stage[0].folder, k.folder)
 		}
 	}
 	return v0, nil
@@ -651,7 +652,7 @@ func (m *merger) root(model, extra, opt *statedict.Dict) (*statedict.Dict, error
 	for _, k := range ranks[1:] {
 		for _, e := range k.root.Entries() {
 			if _, ok := r0.root.Get(e.Key); !ok {
-				return nil, fmt.Errorf("%s: %w: %s holds %s, %s does not", m.at, statedict.ErrCorrupt, k.folder, statedict.KeyString(e.Key), r0.folder)
+				return nil, fmt.Errorf("%s: %w: %s holds %s, %s does not", m.at, ckpterr.ErrCorrupt, k.folder, statedict.KeyString(e.Key), r0.folder)
 			}
 		}
 	}
@@ -701,7 +702,7 @@ func (m *merger) perRank(ranks []*rank, name string, get func(*rank) (statedict.
 	for _, k := range ranks[1:] {
 		v, ok := get(k)
 		if !ok {
-			return nil, fmt.Errorf("%s: %w: %s holds no %s, %s does", m.at, statedict.ErrCorrupt, k.folder, name, ranks[0].folder)
+			return nil, fmt.Errorf("%s: %w: %s holds no %s, %s does", m.at, ckpterr.ErrCorrupt, k.folder, name, ranks[0].folder)
 		}
 		eq, err := equalValue(v0, v)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -112,12 +113,12 @@ const maxLayerSize = 1 << 40
 func parseArgs(v statedict.Value) (*runArgs, error) {
 	o, ok := v.(*statedict.Object)
 	if !ok || o.Class != "argparse.Namespace" {
-		return nil, fmt.Errorf("%w: args is %s, not the argparse.Namespace Megatron saves", statedict.ErrCorrupt, describe(v))
+		return nil, fmt.Errorf("%w: args is %s, not the argparse.Namespace Megatron saves", ckpterr.ErrCorrupt, describe(v))
 	}
 	data, _, ok, err := o.Data()
 	attrs, isDict := data.(*statedict.Dict)
 	if err != nil || !ok || !isDict {
-		return nil, fmt.Errorf("%w: args is not a record of attributes", statedict.ErrCorrupt)
+		return nil, fmt.Errorf("%w: args is not a record of attributes", ckpterr.ErrCorrupt)
 	}
 	a := &args{attrs: attrs}
 	r := &runArgs{}
@@ -167,22 +168,22 @@ func parseArgs(v statedict.Value) (*runArgs, error) {
 	layout := a.get("pipeline_model_parallel_layout")
 	format := a.get("ckpt_format")
 	if a.err != nil {
-		return nil, fmt.Errorf("%w: %w", statedict.ErrCorrupt, a.err)
+		return nil, fmt.Errorf("%w: %w", ckpterr.ErrCorrupt, a.err)
 	}
 	r.fields = a.fields
 	switch {
 	case vpp != nil && vpp != int64(1):
-		return nil, fmt.Errorf("%w: virtual pipeline stages (args.virtual_pipeline_model_parallel_size %s): each rank holds interleaved layer chunks, which ckpt does not merge", statedict.ErrUnsupported, describe(vpp))
+		return nil, fmt.Errorf("%w: virtual pipeline stages (args.virtual_pipeline_model_parallel_size %s): each rank holds interleaved layer chunks, which ckpt does not merge", ckpterr.ErrUnsupported, describe(vpp))
 	case hasEP && ep > 1:
-		return nil, fmt.Errorf("%w: expert parallelism (args.expert_model_parallel_size %d): ckpt merges dense GPT models only", statedict.ErrUnsupported, ep)
+		return nil, fmt.Errorf("%w: expert parallelism (args.expert_model_parallel_size %d): ckpt merges dense GPT models only", ckpterr.ErrUnsupported, ep)
 	case hasExperts && experts > 0:
-		return nil, fmt.Errorf("%w: a mixture of experts (args.num_experts %d): ckpt merges dense GPT models only", statedict.ErrUnsupported, experts)
+		return nil, fmt.Errorf("%w: a mixture of experts (args.num_experts %d): ckpt merges dense GPT models only", ckpterr.ErrUnsupported, experts)
 	case layout != nil:
-		return nil, fmt.Errorf("%w: a custom pipeline layout (args.pipeline_model_parallel_layout): ckpt merges stages holding consecutive layers only", statedict.ErrUnsupported)
+		return nil, fmt.Errorf("%w: a custom pipeline layout (args.pipeline_model_parallel_layout): ckpt merges stages holding consecutive layers only", ckpterr.ErrUnsupported)
 	case format != nil && format != "torch":
-		return nil, fmt.Errorf("%w: args.ckpt_format is %s, but the folder holds per-rank model_optim_rng.pt files (ckpt_format torch)", statedict.ErrCorrupt, describe(format))
+		return nil, fmt.Errorf("%w: args.ckpt_format is %s, but the folder holds per-rank model_optim_rng.pt files (ckpt_format torch)", ckpterr.ErrCorrupt, describe(format))
 	case r.vocab > r.padded:
-		return nil, fmt.Errorf("%w: args.vocab_size %d exceeds args.padded_vocab_size %d", statedict.ErrCorrupt, r.vocab, r.padded)
+		return nil, fmt.Errorf("%w: args.vocab_size %d exceeds args.padded_vocab_size %d", ckpterr.ErrCorrupt, r.vocab, r.padded)
 	}
 	return r, nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -30,11 +31,11 @@ type part struct {
 // every part and fails, naming the tensor and both ranks, where a replica's bytes differ.
 func concat(name string, dim int, parts []part) (*statedict.Tensor, error) {
 	if len(parts) == 0 {
-		return nil, fmt.Errorf("%s: %w: nothing to merge", name, statedict.ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: nothing to merge", name, ckpterr.ErrCorrupt)
 	}
 	first := parts[0].t
 	if dim < 0 || dim >= len(first.Shape) {
-		return nil, fmt.Errorf("%s: %w: a %d-dimensional tensor has no dimension %d to merge along", name, statedict.ErrUnsupported, len(first.Shape), dim)
+		return nil, fmt.Errorf("%s: %w: a %d-dimensional tensor has no dimension %d to merge along", name, ckpterr.ErrUnsupported, len(first.Shape), dim)
 	}
 	shape := slices.Clone(first.Shape)
 	shape[dim] = 0
@@ -45,16 +46,16 @@ func concat(name string, dim int, parts []part) (*statedict.Tensor, error) {
 				return nil, err
 			}
 			if !slices.Equal(x.t.Shape, p.t.Shape) {
-				return nil, fmt.Errorf("%s: %w: shape %v on %s, %v on %s", name, statedict.ErrCorrupt, x.t.Shape, x.where, p.t.Shape, p.where)
+				return nil, fmt.Errorf("%s: %w: shape %v on %s, %v on %s", name, ckpterr.ErrCorrupt, x.t.Shape, x.where, p.t.Shape, p.where)
 			}
 		}
 		for i, d := range p.t.Shape {
 			if i != dim && d != first.Shape[i] {
-				return nil, fmt.Errorf("%s: %w: shape %v on %s and %v on %s differ outside dimension %d", name, statedict.ErrCorrupt, p.t.Shape, p.where, first.Shape, parts[0].where, dim)
+				return nil, fmt.Errorf("%s: %w: shape %v on %s and %v on %s differ outside dimension %d", name, ckpterr.ErrCorrupt, p.t.Shape, p.where, first.Shape, parts[0].where, dim)
 			}
 		}
 		if p.from < 0 || p.n <= 0 || p.from+p.n > p.t.Shape[dim] {
-			return nil, fmt.Errorf("%s: %w: rows [%d, %d) of the %d along dimension %d on %s", name, statedict.ErrCorrupt, p.from, p.from+p.n, p.t.Shape[dim], dim, p.where)
+			return nil, fmt.Errorf("%s: %w: rows [%d, %d) of the %d along dimension %d on %s", name, ckpterr.ErrCorrupt, p.from, p.from+p.n, p.t.Shape[dim], dim, p.where)
 		}
 		c.starts = append(c.starts, shape[dim]*c.inner*c.es)
 		c.parts = append(c.parts, p)
@@ -82,17 +83,17 @@ func mergeable(name string, x copyOf, first *statedict.Tensor) error {
 	t := x.t
 	switch {
 	case t.DType != first.DType:
-		return fmt.Errorf("%s: %w: %s on %s, %s elsewhere", name, statedict.ErrCorrupt, t.DType, x.where, first.DType)
+		return fmt.Errorf("%s: %w: %s on %s, %s elsewhere", name, ckpterr.ErrCorrupt, t.DType, x.where, first.DType)
 	case len(t.Shape) != len(first.Shape):
-		return fmt.Errorf("%s: %w: shape %v on %s, %v elsewhere", name, statedict.ErrCorrupt, t.Shape, x.where, first.Shape)
+		return fmt.Errorf("%s: %w: shape %v on %s, %v elsewhere", name, ckpterr.ErrCorrupt, t.Shape, x.where, first.Shape)
 	case t.Quantizer != nil || t.Conj || t.Neg || t.Foreign != "" || t.DType.ValuesPerByte() > 1:
-		return fmt.Errorf("%s: %w: a %s tensor on %s that is not plain data (quantized, packed or lazily conjugated)", name, statedict.ErrUnsupported, t.DTypeName(), x.where)
+		return fmt.Errorf("%s: %w: a %s tensor on %s that is not plain data (quantized, packed or lazily conjugated)", name, ckpterr.ErrUnsupported, t.DTypeName(), x.where)
 	}
 	if err := t.Validate(); err != nil {
-		return fmt.Errorf("%s on %s: %w: %w", name, x.where, statedict.ErrCorrupt, err)
+		return fmt.Errorf("%s on %s: %w: %w", name, x.where, ckpterr.ErrCorrupt, err)
 	}
 	if t.NumEl() > 0 && (!t.IsContiguous() || t.Storage.BigEndian) {
-		return fmt.Errorf("%s: %w: a strided or big-endian view on %s (Megatron saves contiguous tensors)", name, statedict.ErrUnsupported, x.where)
+		return fmt.Errorf("%s: %w: a strided or big-endian view on %s (Megatron saves contiguous tensors)", name, ckpterr.ErrUnsupported, x.where)
 	}
 	return nil
 }
@@ -142,7 +143,7 @@ func (c *concatReader) ReadAt(p []byte, off int64) (int, error) {
 					k++
 				}
 				return done, fmt.Errorf("%s: %w: replicas differ: the copy on %s and the one on %s disagree at element %d of the merged tensor",
-					c.name, statedict.ErrCorrupt, r.where, pt.where, (at+k)/c.es)
+					c.name, ckpterr.ErrCorrupt, r.where, pt.where, (at+k)/c.es)
 			}
 		}
 		done += int(n)

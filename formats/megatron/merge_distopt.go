@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -32,12 +33,12 @@ func parseDistribOptim(root statedict.Value) ([]flatBuffer, error) {
 	d, ok := root.(*statedict.Dict)
 	if !ok {
 		if _, isList := root.(*statedict.List); isList {
-			return nil, fmt.Errorf("%w: a list of per-optimizer states (a ChainedOptimizer: several optimizers, e.g. for experts); ckpt merges one distributed optimizer", statedict.ErrUnsupported)
+			return nil, fmt.Errorf("%w: a list of per-optimizer states (a ChainedOptimizer: several optimizers, e.g. for experts); ckpt merges one distributed optimizer", ckpterr.ErrUnsupported)
 		}
-		return nil, fmt.Errorf("%w: holds %s, not the dict DistributedOptimizer saves", statedict.ErrCorrupt, describe(root))
+		return nil, fmt.Errorf("%w: holds %s, not the dict DistributedOptimizer saves", ckpterr.ErrCorrupt, describe(root))
 	}
 	if v, _ := d.Get("buckets_coalesced"); v != true {
-		return nil, fmt.Errorf("%w: no buckets_coalesced: a distrib_optim.pt in Megatron-LM's format from before April 2024 (per-bucket lists); Megatron's --ckpt-convert-update-legacy-dist-opt-format re-saves it", statedict.ErrUnsupported)
+		return nil, fmt.Errorf("%w: no buckets_coalesced: a distrib_optim.pt in Megatron-LM's format from before April 2024 (per-bucket lists); Megatron's --ckpt-convert-update-legacy-dist-opt-format re-saves it", ckpterr.ErrUnsupported)
 	}
 	var out []flatBuffer
 	for _, e := range d.Entries() {
@@ -46,11 +47,11 @@ func parseDistribOptim(root statedict.Value) ([]flatBuffer, error) {
 		}
 		i, ok := e.Key.(int64)
 		if !ok || i != int64(len(out)) {
-			return nil, fmt.Errorf("%w: entry %s: the buffers are numbered 0, 1, … in order", statedict.ErrCorrupt, statedict.KeyString(e.Key))
+			return nil, fmt.Errorf("%w: entry %s: the buffers are numbered 0, 1, … in order", ckpterr.ErrCorrupt, statedict.KeyString(e.Key))
 		}
 		byDType, ok := e.Value.(*statedict.Dict)
 		if !ok || byDType.Len() != 1 {
-			return nil, fmt.Errorf("%w: buffer %d: not one dict keyed by its (param dtype, grad dtype)", statedict.ErrCorrupt, i)
+			return nil, fmt.Errorf("%w: buffer %d: not one dict keyed by its (param dtype, grad dtype)", ckpterr.ErrCorrupt, i)
 		}
 		k := byDType.Entries()[0]
 		key, ok := k.Key.(statedict.Tuple)
@@ -59,11 +60,11 @@ func parseDistribOptim(root statedict.Value) ([]flatBuffer, error) {
 			pdt, ok = key[0].(statedict.DType)
 		}
 		if !ok {
-			return nil, fmt.Errorf("%w: buffer %d is keyed %s, not (param dtype, grad dtype)", statedict.ErrCorrupt, i, statedict.KeyString(k.Key))
+			return nil, fmt.Errorf("%w: buffer %d is keyed %s, not (param dtype, grad dtype)", ckpterr.ErrCorrupt, i, statedict.KeyString(k.Key))
 		}
 		st, ok := k.Value.(*statedict.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%w: buffer %d: its state is %s, not a dict", statedict.ErrCorrupt, i, describe(k.Value))
+			return nil, fmt.Errorf("%w: buffer %d: its state is %s, not a dict", ckpterr.ErrCorrupt, i, describe(k.Value))
 		}
 		b := flatBuffer{dtype: pdt, key: statedict.KeyString(k.Key), bucket: int(i)}
 		for _, s := range st.Entries() {
@@ -71,31 +72,31 @@ func parseDistribOptim(root statedict.Value) ([]flatBuffer, error) {
 			switch v := s.Value.(type) {
 			case int64:
 				if name != "numel_unpadded" || v < 0 {
-					return nil, fmt.Errorf("%w: buffer %d: %s = %d", statedict.ErrCorrupt, i, statedict.KeyString(s.Key), v)
+					return nil, fmt.Errorf("%w: buffer %d: %s = %d", ckpterr.ErrCorrupt, i, statedict.KeyString(s.Key), v)
 				}
 				b.numel = v
 			case *statedict.Tensor:
 				if name == "" || len(v.Shape) != 1 {
-					return nil, fmt.Errorf("%w: buffer %d: %s is a %v tensor, not a flat one", statedict.ErrCorrupt, i, statedict.KeyString(s.Key), v.Shape)
+					return nil, fmt.Errorf("%w: buffer %d: %s is a %v tensor, not a flat one", ckpterr.ErrCorrupt, i, statedict.KeyString(s.Key), v.Shape)
 				}
 				b.keys = append(b.keys, name)
 				b.flat = append(b.flat, v)
 			default:
-				return nil, fmt.Errorf("%w: buffer %d: %s is %s", statedict.ErrCorrupt, i, statedict.KeyString(s.Key), describe(v))
+				return nil, fmt.Errorf("%w: buffer %d: %s is %s", ckpterr.ErrCorrupt, i, statedict.KeyString(s.Key), describe(v))
 			}
 		}
 		if !slices.Contains(b.keys, "param") {
-			return nil, fmt.Errorf("%w: buffer %d has no \"param\" (the main parameters)", statedict.ErrCorrupt, i)
+			return nil, fmt.Errorf("%w: buffer %d has no \"param\" (the main parameters)", ckpterr.ErrCorrupt, i)
 		}
 		for j, t := range b.flat {
 			if t.Shape[0] != b.numel {
-				return nil, fmt.Errorf("%w: buffer %d: %s holds %d elements, numel_unpadded says %d", statedict.ErrCorrupt, i, b.keys[j], t.Shape[0], b.numel)
+				return nil, fmt.Errorf("%w: buffer %d: %s holds %d elements, numel_unpadded says %d", ckpterr.ErrCorrupt, i, b.keys[j], t.Shape[0], b.numel)
 			}
 		}
 		out = append(out, b)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: no buffer", statedict.ErrCorrupt)
+		return nil, fmt.Errorf("%w: no buffer", ckpterr.ErrCorrupt)
 	}
 	return out, nil
 }
@@ -160,7 +161,7 @@ func placeParams(b flatBuffer, params []layoutParam, bucketSize int64, names []s
 			continue
 		}
 		if found != nil && !slices.Equal(found, starts) {
-			return nil, fmt.Errorf("%w: buffer %d %s: the parameters fit its %d elements laid out by more than one Megatron-LM release, at different places", statedict.ErrUnsupported, b.bucket, b.key, b.numel)
+			return nil, fmt.Errorf("%w: buffer %d %s: the parameters fit its %d elements laid out by more than one Megatron-LM release, at different places", ckpterr.ErrUnsupported, b.bucket, b.key, b.numel)
 		}
 		found = starts
 	}
@@ -170,7 +171,7 @@ func placeParams(b flatBuffer, params []layoutParam, bucketSize int64, names []s
 			bs = fmt.Sprintf("buckets of %d elements", bucketSize)
 		}
 		return nil, fmt.Errorf("%w: buffer %d %s holds %d elements, but its %d parameters (%s … %s) laid out as DistributedOptimizer lays them (%s) take %s: frozen parameters, or a bucket size the args do not record",
-			statedict.ErrCorrupt, b.bucket, b.key, b.numel, len(params), names[0], names[len(names)-1], bs, strings.Join(tried, " or "))
+			ckpterr.ErrCorrupt, b.bucket, b.key, b.numel, len(params), names[0], names[len(names)-1], bs, strings.Join(tried, " or "))
 	}
 	return found, nil
 }
@@ -200,10 +201,10 @@ func view(t *statedict.Tensor, start int64, shape []int64) (*statedict.Tensor, e
 		n *= d
 	}
 	if start < 0 || start+n > t.Shape[0] {
-		return nil, fmt.Errorf("%w: elements [%d, %d) of a %d-element buffer", statedict.ErrCorrupt, start, start+n, t.Shape[0])
+		return nil, fmt.Errorf("%w: elements [%d, %d) of a %d-element buffer", ckpterr.ErrCorrupt, start, start+n, t.Shape[0])
 	}
 	if len(t.Strides) != 1 || (t.Shape[0] > 1 && t.Strides[0] != 1) {
-		return nil, fmt.Errorf("%w: a strided flat buffer", statedict.ErrUnsupported)
+		return nil, fmt.Errorf("%w: a strided flat buffer", ckpterr.ErrUnsupported)
 	}
 	out := *t
 	out.Shape, out.Strides, out.Offset = slices.Clone(shape), statedict.ContiguousStrides(shape), t.Offset+start

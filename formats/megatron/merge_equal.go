@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"slices"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -171,10 +172,10 @@ func (c *comparer) tensors(x, y *statedict.Tensor) (bool, error) {
 		return false, nil
 	}
 	if err := x.Validate(); err != nil {
-		return false, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
+		return false, fmt.Errorf("%w: %w", ckpterr.ErrCorrupt, err)
 	}
 	if err := y.Validate(); err != nil {
-		return false, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
+		return false, fmt.Errorf("%w: %w", ckpterr.ErrCorrupt, err)
 	}
 	n := x.NBytes()
 	if n > maxCompared || c.bytes+2*n > maxComparedTotal {
@@ -183,11 +184,11 @@ func (c *comparer) tensors(x, y *statedict.Tensor) (bool, error) {
 	c.bytes += 2 * n
 	bx, err := x.Bytes()
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
+		return false, fmt.Errorf("%w: %w", ckpterr.ErrCorrupt, err)
 	}
 	by, err := y.Bytes()
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
+		return false, fmt.Errorf("%w: %w", ckpterr.ErrCorrupt, err)
 	}
 	return bytes.Equal(bx, by), nil
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -142,7 +143,7 @@ func FuzzMerge(f *testing.F) {
 		}}
 		ck, err := Open(context.Background(), dir, op)
 		if err != nil {
-			if !errors.Is(err, statedict.ErrCorrupt) && !errors.Is(err, statedict.ErrUnsupported) {
+			if !errors.Is(err, ckpterr.ErrCorrupt) && !errors.Is(err, ckpterr.ErrUnsupported) {
 				t.Fatalf("error outside the family: %v", err)
 			}
 			return

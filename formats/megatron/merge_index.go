@@ -3,6 +3,7 @@ package megatron
 import (
 	"fmt"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -44,12 +45,12 @@ func (k *rank) placeIndexState(path []string, decay, noDecay int) error {
 	state, ok := fieldPath(sd, "state").(*statedict.Dict)
 	saved, ok2 := fieldPath(sd, "param_groups").(*statedict.List)
 	if sd == nil || !ok || !ok2 {
-		return fmt.Errorf("%w: %s is not a torch optimizer state_dict", statedict.ErrCorrupt, joinPath(path))
+		return fmt.Errorf("%w: %s is not a torch optimizer state_dict", ckpterr.ErrCorrupt, joinPath(path))
 	}
 	var mains *statedict.List
 	if len(path) == 2 {
 		if mains, ok = fieldPath(k.root, "optimizer", "fp32_from_fp16_params").(*statedict.List); !ok || len(mains.Items) != len(saved.Items) {
-			return fmt.Errorf("%w: optimizer.fp32_from_fp16_params is not one list of main parameters per group", statedict.ErrCorrupt)
+			return fmt.Errorf("%w: optimizer.fp32_from_fp16_params is not one list of main parameters per group", ckpterr.ErrCorrupt)
 		}
 	}
 	// The rank's trainable parameters, group by group, in model order.
@@ -70,13 +71,13 @@ func (k *rank) placeIndexState(path []string, decay, noDecay int) error {
 	for g, gv := range saved.Items {
 		ids, _ := fieldPath(gv.(*statedict.Dict), "params").(*statedict.List)
 		if ids == nil || len(ids.Items) != len(members[g]) {
-			return fmt.Errorf("%w: param_groups[%d] lists %s parameters, the rank's model has %d of that group (Megatron numbers a group's parameters in model order)", statedict.ErrCorrupt, g, countOf(ids), len(members[g]))
+			return fmt.Errorf("%w: param_groups[%d] lists %s parameters, the rank's model has %d of that group (Megatron numbers a group's parameters in model order)", ckpterr.ErrCorrupt, g, countOf(ids), len(members[g]))
 		}
 		var groupMains []statedict.Value
 		if mains != nil {
 			l, ok := mains.Items[g].(*statedict.List)
 			if !ok {
-				return fmt.Errorf("%w: optimizer.fp32_from_fp16_params[%d] is %s", statedict.ErrCorrupt, g, describe(mains.Items[g]))
+				return fmt.Errorf("%w: optimizer.fp32_from_fp16_params[%d] is %s", ckpterr.ErrCorrupt, g, describe(mains.Items[g]))
 			}
 			groupMains = l.Items
 		}
@@ -87,16 +88,16 @@ func (k *rank) placeIndexState(path []string, decay, noDecay int) error {
 			sv, _ := state.Get(id)
 			st, ok := sv.(*statedict.Dict)
 			if !ok {
-				return fmt.Errorf("%w: no optimizer state for %s (id %s)", statedict.ErrCorrupt, name, describe(id))
+				return fmt.Errorf("%w: no optimizer state for %s (id %s)", ckpterr.ErrCorrupt, name, describe(id))
 			}
 			var list []namedTensor
 			if mains != nil && (param.DType == statedict.BFloat16 || param.DType == statedict.Float16) {
 				if half >= len(groupMains) {
-					return fmt.Errorf("%w: optimizer.fp32_from_fp16_params[%d] holds %d copies, %s needs one more", statedict.ErrCorrupt, g, len(groupMains), name)
+					return fmt.Errorf("%w: optimizer.fp32_from_fp16_params[%d] holds %d copies, %s needs one more", ckpterr.ErrCorrupt, g, len(groupMains), name)
 				}
 				main, ok := groupMains[half].(*statedict.Tensor)
 				if !ok || !sameShape(main, param) {
-					return fmt.Errorf("%w: optimizer.fp32_from_fp16_params[%d][%d] is not a copy of %s %v", statedict.ErrCorrupt, g, half, name, param.Shape)
+					return fmt.Errorf("%w: optimizer.fp32_from_fp16_params[%d][%d] is not a copy of %s %v", ckpterr.ErrCorrupt, g, half, name, param.Shape)
 				}
 				list = append(list, namedTensor{"param", main})
 				half++
@@ -110,13 +111,13 @@ func (k *rank) placeIndexState(path []string, decay, noDecay int) error {
 				case isT && sameShape(t, param):
 					list = append(list, namedTensor{key, t})
 				default:
-					return fmt.Errorf("%w: optimizer state %s of %s (id %s) is %s, not a tensor of its shape %v", statedict.ErrCorrupt, statedict.KeyString(e.Key), name, describe(id), describe(e.Value), param.Shape)
+					return fmt.Errorf("%w: optimizer state %s of %s (id %s) is %s, not a tensor of its shape %v", ckpterr.ErrCorrupt, statedict.KeyString(e.Key), name, describe(id), describe(e.Value), param.Shape)
 				}
 			}
 			k.state[name] = list
 		}
 		if half != len(groupMains) {
-			return fmt.Errorf("%w: optimizer.fp32_from_fp16_params[%d] holds %d copies for %d 16-bit parameters", statedict.ErrCorrupt, g, len(groupMains), half)
+			return fmt.Errorf("%w: optimizer.fp32_from_fp16_params[%d] holds %d copies for %d 16-bit parameters", ckpterr.ErrCorrupt, g, len(groupMains), half)
 		}
 	}
 	return nil
@@ -128,19 +129,19 @@ func (m *merger) step(e entry) (*statedict.Tensor, error) {
 	stage := m.grid[e.stage]
 	t := stage[0].steps[e.local]
 	if t == nil {
-		return nil, fmt.Errorf("%s: %w: no step counter for %s", stage[0].file, statedict.ErrCorrupt, e.local)
+		return nil, fmt.Errorf("%s: %w: no step counter for %s", stage[0].file, ckpterr.ErrCorrupt, e.local)
 	}
 	for _, k := range stage[1:] {
 		u := k.steps[e.local]
 		if u == nil {
-			return nil, fmt.Errorf("%s: %w: no step counter for %s", k.file, statedict.ErrCorrupt, e.local)
+			return nil, fmt.Errorf("%s: %w: no step counter for %s", k.file, ckpterr.ErrCorrupt, e.local)
 		}
 		eq, err := equalValue(t, u)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k.file, err)
 		}
 		if !eq {
-			return nil, fmt.Errorf("%s: %w: %s: the step counter differs between %s and %s", m.at, statedict.ErrCorrupt, e.name, stage[0].folder, k.folder)
+			return nil, fmt.Errorf("%s: %w: %s: the step counter differs between %s and %s", m.at, ckpterr.ErrCorrupt, e.name, stage[0].folder, k.folder)
 		}
 	}
 	return t, nil

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -137,7 +138,7 @@ func classify(name string) (entryOf, bool) {
 func groupRule(groups []*statedict.Dict) (decay, noDecay int, err error) {
 	if !slices.ContainsFunc(groups, func(g *statedict.Dict) bool { _, ok := g.Get("wd_mult"); return ok }) {
 		if wd, ok := number(groups[len(groups)-1], "weight_decay", 0); len(groups) != 2 || !ok || wd != 0 {
-			return 0, 0, fmt.Errorf("%w: %d param_groups without wd_mult and not the weight-decay / no-weight-decay pair Megatron builds: ckpt cannot tell which parameters each holds", statedict.ErrUnsupported, len(groups))
+			return 0, 0, fmt.Errorf("%w: %d param_groups without wd_mult and not the weight-decay / no-weight-decay pair Megatron builds: ckpt cannot tell which parameters each holds", ckpterr.ErrUnsupported, len(groups))
 		}
 		return 0, 1, nil
 	}
@@ -149,13 +150,13 @@ func groupRule(groups []*statedict.Dict) (decay, noDecay int, err error) {
 		ep, _ := g.Get("is_expert_parallel")
 		switch {
 		case !ok || !ok2 || lr != 1 || (dec != nil && dec != false) || (ep != nil && ep != false):
-			return 0, 0, fmt.Errorf("%w: param_groups[%d] (lr_mult, decoupled learning rate or expert parallel): ckpt cannot tell which parameters Megatron put in it", statedict.ErrUnsupported, i)
+			return 0, 0, fmt.Errorf("%w: param_groups[%d] (lr_mult, decoupled learning rate or expert parallel): ckpt cannot tell which parameters Megatron put in it", ckpterr.ErrUnsupported, i)
 		case wd == 1 && decay < 0:
 			decay = i
 		case wd == 0 && noDecay < 0:
 			noDecay = i
 		default:
-			return 0, 0, fmt.Errorf("%w: param_groups[%d] has wd_mult %v: ckpt cannot tell which parameters Megatron put in it", statedict.ErrUnsupported, i, wd)
+			return 0, 0, fmt.Errorf("%w: param_groups[%d] has wd_mult %v: ckpt cannot tell which parameters Megatron put in it", ckpterr.ErrUnsupported, i, wd)
 		}
 	}
 	return decay, noDecay, nil
@@ -169,10 +170,10 @@ func groupOf(name string, ndim int, wdQKNorm bool, decay, noDecay int) (int, err
 		skip = false
 	}
 	if skip && noDecay < 0 {
-		return 0, fmt.Errorf("%w: %s takes no weight decay, but no param group has wd_mult 0", statedict.ErrCorrupt, name)
+		return 0, fmt.Errorf("%w: %s takes no weight decay, but no param group has wd_mult 0", ckpterr.ErrCorrupt, name)
 	}
 	if !skip && decay < 0 {
-		return 0, fmt.Errorf("%w: %s takes weight decay, but no param group has wd_mult 1", statedict.ErrCorrupt, name)
+		return 0, fmt.Errorf("%w: %s takes weight decay, but no param group has wd_mult 1", ckpterr.ErrCorrupt, name)
 	}
 	if skip {
 		return noDecay, nil

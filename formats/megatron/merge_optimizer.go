@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -39,16 +40,16 @@ func (m *merger) optimizer() (*statedict.Dict, error) {
 				}
 			}
 		}
-		return nil, fmt.Errorf("%s: %w: %s missing from %s", m.at, statedict.ErrCorrupt, DistribOptimFile, names(missing))
+		return nil, fmt.Errorf("%s: %w: %s missing from %s", m.at, ckpterr.ErrCorrupt, DistribOptimFile, names(missing))
 	case withState > 0 && !m.args.distributed:
-		return nil, fmt.Errorf("%s: %w: the rank folders hold %s, but args.use_distributed_optimizer is not set", m.at, statedict.ErrCorrupt, DistribOptimFile)
+		return nil, fmt.Errorf("%s: %w: the rank folders hold %s, but args.use_distributed_optimizer is not set", m.at, ckpterr.ErrCorrupt, DistribOptimFile)
 	case !saved || ov == nil:
 		if withState > 0 {
-			return nil, fmt.Errorf("%s: %w: %s without the optimizer's other state (no optimizer in %s)", m.at, statedict.ErrCorrupt, DistribOptimFile, RankFile)
+			return nil, fmt.Errorf("%s: %w: %s without the optimizer's other state (no optimizer in %s)", m.at, ckpterr.ErrCorrupt, DistribOptimFile, RankFile)
 		}
 		return nil, nil
 	case withState == 0 && m.args.distributed:
-		return nil, fmt.Errorf("%s: %w: the distributed optimizer keeps its moments in %s, which no rank folder holds", m.at, statedict.ErrCorrupt, DistribOptimFile)
+		return nil, fmt.Errorf("%s: %w: the distributed optimizer keeps its moments in %s, which no rank folder holds", m.at, ckpterr.ErrCorrupt, DistribOptimFile)
 	}
 	var groups []*statedict.Dict
 	var err error
@@ -129,7 +130,7 @@ func scalarStep(param string, v statedict.Value) (*statedict.Tensor, error) {
 	case float64:
 		f = x
 	default:
-		return nil, fmt.Errorf("%w: step is %s, not a number", statedict.ErrCorrupt, describe(v))
+		return nil, fmt.Errorf("%w: step is %s, not a number", ckpterr.ErrCorrupt, describe(v))
 	}
 	b := binary.LittleEndian.AppendUint32(nil, math.Float32bits(float32(f)))
 	st := statedict.NewMappedStorage(param+".step", "cpu", statedict.Float32, b)
@@ -145,13 +146,13 @@ func (m *merger) paramGroups(path ...string) ([]*statedict.Dict, error) {
 		for _, k := range stage {
 			l, ok := fieldPath(k.root, path...).(*statedict.List)
 			if !ok || len(l.Items) == 0 {
-				return nil, fmt.Errorf("%s: %w: no %s (the optimizer's state_dict)", k.file, statedict.ErrCorrupt, strings.Join(path, "."))
+				return nil, fmt.Errorf("%s: %w: no %s (the optimizer's state_dict)", k.file, ckpterr.ErrCorrupt, strings.Join(path, "."))
 			}
 			var groups []*statedict.Dict
 			for i, g := range l.Items {
 				d, ok := g.(*statedict.Dict)
 				if !ok {
-					return nil, fmt.Errorf("%s: %w: param_groups[%d] is %s", k.file, statedict.ErrCorrupt, i, describe(g))
+					return nil, fmt.Errorf("%s: %w: param_groups[%d] is %s", k.file, ckpterr.ErrCorrupt, i, describe(g))
 				}
 				opts := statedict.NewDict(d.Class)
 				for _, e := range d.Entries() {
@@ -170,7 +171,7 @@ func (m *merger) paramGroups(path ...string) ([]*statedict.Dict, error) {
 				return nil, fmt.Errorf("%s: %w", k.file, err)
 			}
 			if !eq {
-				return nil, fmt.Errorf("%s: %w: the optimizer's param_groups differ from %s's", k.file, statedict.ErrCorrupt, m.grid[0][0].folder)
+				return nil, fmt.Errorf("%s: %w: the optimizer's param_groups differ from %s's", k.file, ckpterr.ErrCorrupt, m.grid[0][0].folder)
 			}
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/torchzip"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -231,33 +232,33 @@ func TestMergeRefusals(t *testing.T) {
 		says []string
 		read bool // refused when the tensors are read, not when opened
 	}{
-		{fixtures + "hostile/replica", statedict.ErrCorrupt, []string{"decoder.layers.1.self_attention.linear_qkv.layer_norm_weight", "replicas differ", "mp_rank_01_000", "mp_rank_00_000", "element 3"}, true},
-		{fixtures + "hostile/qkv_groups", statedict.ErrCorrupt, []string{"decoder.layers.0.self_attention.linear_qkv.weight", "16 rows on each of 2 tensor-parallel ranks", "4 query groups", "48 rows"}, false},
-		{fixtures + "hostile/args", statedict.ErrCorrupt, []string{"args disagree", "args.num_layers is 4 on mp_rank_00_000, 6 on mp_rank_01_001"}, false},
-		{variant("missing", func(it string) { must(os.RemoveAll(filepath.Join(it, "mp_rank_01_001"))) }), statedict.ErrCorrupt,
+		{fixtures + "hostile/replica", ckpterr.ErrCorrupt, []string{"decoder.layers.1.self_attention.linear_qkv.layer_norm_weight", "replicas differ", "mp_rank_01_000", "mp_rank_00_000", "element 3"}, true},
+		{fixtures + "hostile/qkv_groups", ckpterr.ErrCorrupt, []string{"decoder.layers.0.self_attention.linear_qkv.weight", "16 rows on each of 2 tensor-parallel ranks", "4 query groups", "48 rows"}, false},
+		{fixtures + "hostile/args", ckpterr.ErrCorrupt, []string{"args disagree", "args.num_layers is 4 on mp_rank_00_000, 6 on mp_rank_01_001"}, false},
+		{variant("missing", func(it string) { must(os.RemoveAll(filepath.Join(it, "mp_rank_01_001"))) }), ckpterr.ErrCorrupt,
 			[]string{"tensor parallel 2 × pipeline parallel 2 as its args record", "missing mp_rank_01_001"}, false},
 		{variant("extra", func(it string) {
 			must(os.CopyFS(filepath.Join(it, "mp_rank_02_000"), os.DirFS(filepath.Join(it, "mp_rank_01_000"))))
 			must(os.CopyFS(filepath.Join(it, "mp_rank_00"), os.DirFS(filepath.Join(it, "mp_rank_01_000"))))
-		}), statedict.ErrCorrupt, []string{"extra mp_rank_00, mp_rank_02_000"}, false},
+		}), ckpterr.ErrCorrupt, []string{"extra mp_rank_00, mp_rank_02_000"}, false},
 		{variant("linked", func(it string) {
 			r := filepath.Join(it, "mp_rank_01_001")
 			must(os.Rename(r, filepath.Join(dir, "elsewhere")))
 			must(os.Symlink(filepath.Join(dir, "elsewhere"), r))
-		}), statedict.ErrCorrupt, []string{"mp_rank_01_001 is a link, not a rank folder"}, false},
+		}), ckpterr.ErrCorrupt, []string{"mp_rank_01_001 is a link, not a rank folder"}, false},
 		{variant("linked_file", func(it string) {
 			f := filepath.Join(it, "mp_rank_01_001", RankFile)
 			must(os.Remove(f))
 			must(os.Symlink(filepath.Join(it, "mp_rank_00_001", RankFile), f))
-		}), statedict.ErrCorrupt, []string{"mp_rank_00_001/model_optim_rng.pt and mp_rank_01_001/model_optim_rng.pt are the same file"}, false},
-		{variant("no_optim", func(it string) { must(os.Remove(filepath.Join(it, "mp_rank_00_001", DistribOptimFile))) }), statedict.ErrCorrupt,
+		}), ckpterr.ErrCorrupt, []string{"mp_rank_00_001/model_optim_rng.pt and mp_rank_01_001/model_optim_rng.pt are the same file"}, false},
+		{variant("no_optim", func(it string) { must(os.Remove(filepath.Join(it, "mp_rank_00_001", DistribOptimFile))) }), ckpterr.ErrCorrupt,
 			[]string{"distrib_optim.pt missing from mp_rank_00_001"}, false},
 		{variant("other_optim", func(it string) {
 			// One stage's optimizer state given to the other.
 			b, err := os.ReadFile(filepath.Join(it, "mp_rank_00_001", DistribOptimFile))
 			must(err)
 			must(os.WriteFile(filepath.Join(it, "mp_rank_00_000", DistribOptimFile), b, 0o644))
-		}), statedict.ErrCorrupt, []string{"mp_rank_00_000/distrib_optim.pt", "buffer 0 (torch.bfloat16, torch.float32) holds", "laid out as DistributedOptimizer lays them"}, false},
+		}), ckpterr.ErrCorrupt, []string{"mp_rank_00_000/distrib_optim.pt", "buffer 0 (torch.bfloat16, torch.float32) holds", "laid out as DistributedOptimizer lays them"}, false},
 	}
 	for _, c := range cases {
 		t.Run(filepath.Base(c.src), func(t *testing.T) {
@@ -385,7 +386,7 @@ func TestConcat(t *testing.T) {
 		t.Errorf("replicated: %v", got)
 	}
 	bad, _ := concat("norm", 0, []part{{copyOf: copyOf{a, "r0"}, replicas: []copyOf{{floats([]int64{2, 3}, 0), "r1"}, {floats([]int64{2, 3}, 0.5), "r2"}}, n: 2}})
-	if _, err := bad.Bytes(); !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), "norm: corrupt checkpoint: replicas differ: the copy on r2 and the one on r0 disagree at element 0") {
+	if _, err := bad.Bytes(); !errors.Is(err, ckpterr.ErrCorrupt) || !strings.Contains(err.Error(), "norm: corrupt checkpoint: replicas differ: the copy on r2 and the one on r0 disagree at element 0") {
 		t.Errorf("differing replica: %v", err)
 	}
 	for _, c := range []struct {
@@ -439,7 +440,7 @@ func TestGroupRule(t *testing.T) {
 	} {
 		d, n, err := groupRule(c.groups)
 		if c.says != "" {
-			if !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), c.says) {
+			if !errors.Is(err, ckpterr.ErrUnsupported) || !strings.Contains(err.Error(), c.says) {
 				t.Errorf("%s: %v, want it to say %q", c.name, err, c.says)
 			}
 			continue
@@ -467,7 +468,7 @@ func TestGroupRule(t *testing.T) {
 			t.Errorf("%s (qk %v): group %d %v, want %d", c.name, c.qk, g, err, c.want)
 		}
 	}
-	if _, err := groupOf("decoder.final_layernorm.weight", 1, false, 0, -1); !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), "no param group has wd_mult 0") {
+	if _, err := groupOf("decoder.final_layernorm.weight", 1, false, 0, -1); !errors.Is(err, ckpterr.ErrCorrupt) || !strings.Contains(err.Error(), "no param group has wd_mult 0") {
 		t.Errorf("a norm with no group for it: %v", err)
 	}
 }
@@ -500,23 +501,23 @@ func TestParseArgs(t *testing.T) {
 		kind    error
 		says    string
 	}{
-		{[]any{"virtual_pipeline_model_parallel_size", int64(2)}, statedict.ErrUnsupported, "virtual pipeline stages"},
-		{[]any{"expert_model_parallel_size", int64(4)}, statedict.ErrUnsupported, "expert parallelism"},
-		{[]any{"num_experts", int64(8)}, statedict.ErrUnsupported, "a mixture of experts"},
-		{[]any{"pipeline_model_parallel_layout", "Et|tL"}, statedict.ErrUnsupported, "pipeline_model_parallel_layout"},
-		{[]any{"ckpt_format", "torch_dist"}, statedict.ErrCorrupt, `args.ckpt_format is "torch_dist"`},
-		{[]any{"vocab_size", int64(65)}, statedict.ErrCorrupt, "vocab_size 65 exceeds args.padded_vocab_size 64"},
-		{[]any{"hidden_size", "16"}, statedict.ErrCorrupt, `args.hidden_size is "16"`},
-		{[]any{"tensor_model_parallel_size", int64(1 << 20)}, statedict.ErrCorrupt, "args.tensor_model_parallel_size is 1048576"},
-		{[]any{"num_layers", nil}, statedict.ErrCorrupt, "args.num_layers is None"},
-		{[]any{"swiglu", int64(1)}, statedict.ErrCorrupt, "args.swiglu is 1, not a bool"},
+		{[]any{"virtual_pipeline_model_parallel_size", int64(2)}, ckpterr.ErrUnsupported, "virtual pipeline stages"},
+		{[]any{"expert_model_parallel_size", int64(4)}, ckpterr.ErrUnsupported, "expert parallelism"},
+		{[]any{"num_experts", int64(8)}, ckpterr.ErrUnsupported, "a mixture of experts"},
+		{[]any{"pipeline_model_parallel_layout", "Et|tL"}, ckpterr.ErrUnsupported, "pipeline_model_parallel_layout"},
+		{[]any{"ckpt_format", "torch_dist"}, ckpterr.ErrCorrupt, `args.ckpt_format is "torch_dist"`},
+		{[]any{"vocab_size", int64(65)}, ckpterr.ErrCorrupt, "vocab_size 65 exceeds args.padded_vocab_size 64"},
+		{[]any{"hidden_size", "16"}, ckpterr.ErrCorrupt, `args.hidden_size is "16"`},
+		{[]any{"tensor_model_parallel_size", int64(1 << 20)}, ckpterr.ErrCorrupt, "args.tensor_model_parallel_size is 1048576"},
+		{[]any{"num_layers", nil}, ckpterr.ErrCorrupt, "args.num_layers is None"},
+		{[]any{"swiglu", int64(1)}, ckpterr.ErrCorrupt, "args.swiglu is 1, not a bool"},
 	} {
 		_, err := parseArgs(namespace(c.changes...))
 		if !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%v: %v, want %v saying %q", c.changes, err, c.kind, c.says)
 		}
 	}
-	if _, err := parseArgs(statedict.NewDict("")); !errors.Is(err, statedict.ErrCorrupt) {
+	if _, err := parseArgs(statedict.NewDict("")); !errors.Is(err, ckpterr.ErrCorrupt) {
 		t.Errorf("args not a Namespace: %v", err)
 	}
 	x, _ := parseArgs(namespace())
@@ -576,7 +577,7 @@ func TestMergeQKVGroups(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), e.name) {
+		if !errors.Is(err, ckpterr.ErrCorrupt) || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), e.name) {
 			t.Errorf("%d groups: %v, want it to say %q", c.groups, err, c.says)
 		}
 	}
@@ -636,7 +637,7 @@ func TestMergeThroughLinks(t *testing.T) {
 	if err := os.Symlink(outside, p); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(context.Background(), at, openers); !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), "iter_0000003/mp_rank_01_001/distrib_optim.pt is a link leading outside") {
+	if _, err := Open(context.Background(), at, openers); !errors.Is(err, ckpterr.ErrCorrupt) || !strings.Contains(err.Error(), "iter_0000003/mp_rank_01_001/distrib_optim.pt is a link leading outside") {
 		t.Errorf("a distrib_optim.pt leading outside: %v", err)
 	}
 }

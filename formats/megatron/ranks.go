@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/hf"
 	"github.com/ckpt-dev/ckpt/internal/regular"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -199,7 +200,7 @@ func checkGrid(names []string, s rankScheme, par Parallel) error {
 		}
 	}
 	if total > maxRanks {
-		return fmt.Errorf("%w: the rank folders are not the whole save (%s): a grid of %d rank folders, more than %d; the folder holds %d", statedict.ErrCorrupt, desc, total, maxRanks, len(names))
+		return fmt.Errorf("%w: the rank folders are not the whole save (%s): a grid of %d rank folders, more than %d; the folder holds %d", ckpterr.ErrCorrupt, desc, total, maxRanks, len(names))
 	}
 	var missing []string
 	want := map[string]bool{}
@@ -237,7 +238,7 @@ func checkGrid(names []string, s rankScheme, par Parallel) error {
 	if len(extra) > 0 {
 		say = append(say, "extra "+listRanks(extra))
 	}
-	return fmt.Errorf("%w: the rank folders are not the whole save (%s): %s", statedict.ErrCorrupt, desc, strings.Join(say, "; "))
+	return fmt.Errorf("%w: the rank folders are not the whole save (%s): %s", ckpterr.ErrCorrupt, desc, strings.Join(say, "; "))
 }
 
 // compareRanks orders rank folders by (tensor, pipeline, expert) rank, numerically; names
@@ -283,7 +284,7 @@ func rankFolders(ctx context.Context, at string) ([]rankFolder, error) {
 	var out []rankFolder
 	for _, e := range ranks(ctx, at) {
 		if !e.IsDir() {
-			return nil, fmt.Errorf("%s: %w: %s is %s, not a rank folder", at, statedict.ErrCorrupt, e.Name(), regular.Kind(e.Type()))
+			return nil, fmt.Errorf("%s: %w: %s is %s, not a rank folder", at, ckpterr.ErrCorrupt, e.Name(), regular.Kind(e.Type()))
 		}
 		f := rankFolder{name: e.Name()}
 		if id, ok := parseRank(f.name); ok {
@@ -332,14 +333,14 @@ func (s *rankFiles) check(ctx context.Context, r, name string) (string, error) {
 		if err == nil {
 			what = fmt.Sprintf("a %s that is %s", name, regular.Kind(st.Mode()))
 		}
-		return "", fmt.Errorf("%s: %w: the rank folder %s has %s", storage.Join(s.dir, s.iter), statedict.ErrCorrupt, r, what)
+		return "", fmt.Errorf("%s: %w: the rank folder %s has %s", storage.Join(s.dir, s.iter), ckpterr.ErrCorrupt, r, what)
 	}
 	if !s.folder.Confined(rel) {
-		return "", fmt.Errorf("%s: %w: %s is %w", storage.Join(s.dir, s.iter), statedict.ErrCorrupt, rel, hf.ErrOutside)
+		return "", fmt.Errorf("%s: %w: %s is %w", storage.Join(s.dir, s.iter), ckpterr.ErrCorrupt, rel, hf.ErrOutside)
 	}
 	for i, o := range s.seen {
 		if os.SameFile(o, st) {
-			return "", fmt.Errorf("%s: %w: %s and %s are the same file", storage.Join(s.dir, s.iter), statedict.ErrCorrupt, s.names[i], path.Join(r, name))
+			return "", fmt.Errorf("%s: %w: %s and %s are the same file", storage.Join(s.dir, s.iter), ckpterr.ErrCorrupt, s.names[i], path.Join(r, name))
 		}
 	}
 	s.seen = append(s.seen, st)

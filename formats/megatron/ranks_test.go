@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // TestCheckRanks: the rank folders are the whole grid the save's args give (or, without
@@ -50,7 +50,7 @@ func TestCheckRanks(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, statedict.ErrCorrupt) {
+		if !errors.Is(err, ckpterr.ErrCorrupt) {
 			t.Errorf("%v %+v: %v, want ErrCorrupt", c.names, c.par, err)
 			continue
 		}

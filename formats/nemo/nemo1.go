@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/megatron"
 	"github.com/ckpt-dev/ckpt/formats/pytar"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -54,7 +55,7 @@ type Member struct {
 // cleaned of a leading "./" (a later member of a name replaces an earlier one, as NeMo's
 // extraction overwrites it). See IndexAt.
 func Index(data []byte) ([]Member, error) {
-	return IndexAt(bytes.NewReader(data), int64(len(data)))
+	return IndexAt(bytes.NewReader(data), int64(len(data)), "")
 }
 
 // IndexAt is Index over the size bytes of r. The archive is read as NeMo's restore_from
@@ -67,17 +68,25 @@ func Index(data []byte) ([]Member, error) {
 // extracts it as a file with CPython before 3.14 and fails with 3.14). Only the headers
 // (and long-name and PAX records) are read: an archive in a bucket is indexed in one
 // ranged read per stretch of small members plus one per large member, never read whole.
-func IndexAt(r io.ReaderAt, size int64) ([]Member, error) {
+//
+// file names the archive in errors ("" when unknown). Each is a *ckpterr.FormatError: of
+// pytar's (Format "tar") where tarfile's reading fails or is unsure, of Format "nemo" where
+// NeMo's restore would not extract what the archive says.
+func IndexAt(r io.ReaderAt, size int64, file string) ([]Member, error) {
 	a, err := pytar.Read(r, size)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", statedict.ErrCorrupt, err)
+	if err == nil {
+		err = a.Err
 	}
-	if a.Err != nil {
-		kind := statedict.ErrCorrupt
-		if errors.Is(a.Err, pytar.ErrUnsure) {
-			kind = statedict.ErrUnsupported
+	if err != nil {
+		if fe := (*ckpterr.FormatError)(nil); errors.As(err, &fe) && file != "" {
+			named := *fe
+			named.File = file
+			return nil, &named
 		}
-		return nil, fmt.Errorf("%w: %w", kind, a.Err)
+		return nil, err
+	}
+	fail := func(m pytar.Member, cause error) error {
+		return &ckpterr.FormatError{Format: Format1, File: file, Item: m.Name, Offset: m.Offset, Err: cause}
 	}
 	var out []Member
 	at := map[string]int{}
@@ -86,17 +95,17 @@ func IndexAt(r io.ReaderAt, size int64) ([]Member, error) {
 			continue // folders, links (NeMo skips them) and devices hold no file bytes
 		}
 		if !m.Supported() {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d has type %q, which NeMo's restore extracts as a file with CPython before 3.14 and refuses with 3.14", statedict.ErrUnsupported, m.Name, m.Offset, m.Type)
+			return nil, fail(m, fmt.Errorf("%w: tar member of type %q, which NeMo's restore extracts as a file with CPython before 3.14 and refuses with 3.14", ckpterr.ErrUnsupported, m.Type))
 		}
 		clean, err := cleanName(m.Name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d: its name is absolute or climbs out of the archive (NeMo's restore skips it)", statedict.ErrCorrupt, m.Name, m.Offset)
+			return nil, fail(m, errors.New("its name is absolute or climbs out of the archive (NeMo's restore skips it)"))
 		}
 		if m.Size != m.HeaderSize {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d: its PAX record gives %d bytes, its header %d", statedict.ErrCorrupt, m.Name, m.Offset, m.Size, m.HeaderSize)
+			return nil, fail(m, fmt.Errorf("its PAX record gives %d bytes, its header %d", m.Size, m.HeaderSize))
 		}
 		if m.Size > size-m.Data {
-			return nil, fmt.Errorf("%w: tar member %q at byte %d: %d bytes, the archive has %d after its header", statedict.ErrCorrupt, m.Name, m.Offset, m.Size, size-m.Data)
+			return nil, fail(m, fmt.Errorf("%d bytes, the archive has %d after its header", m.Size, size-m.Data))
 		}
 		if i, ok := at[clean]; ok {
 			out[i] = Member{clean, m.Data, m.Size}
@@ -179,16 +188,16 @@ func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, siz
 	if n, _ := f.ReadAt(magic[:], 0); n == 2 && magic == [2]byte{0x1f, 0x8b} {
 		return nil, GzipError(file)
 	}
-	members, err := IndexAt(f, f.Size())
+	members, err := IndexAt(f, f.Size(), file)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return nil, err
 	}
 	var weights []Member
 	for _, m := range members {
 		switch {
 		case strings.HasPrefix(m.Name, "model_weights/"):
 			return nil, fmt.Errorf("%s: %w: the archive holds a distributed checkpoint folder model_weights/ (Megatron dist_checkpointing), which is not read inside a tar: unpack it (mkdir m && tar xf %s -C m) and convert m/model_weights",
-				file, statedict.ErrUnsupported, file)
+				file, ckpterr.ErrUnsupported, file)
 		case path.Base(m.Name) == WeightsMember && (m.Name == WeightsMember || path.Dir(path.Dir(m.Name)) == "."):
 			weights = append(weights, m)
 		default:
@@ -196,7 +205,7 @@ func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, siz
 		}
 	}
 	if len(weights) == 0 {
-		return nil, fmt.Errorf("%s: %w: a .nemo archive without %s (it holds %s)", file, statedict.ErrCorrupt, WeightsMember, names(members))
+		return nil, fmt.Errorf("%s: %w: a .nemo archive without %s (it holds %s)", file, ckpterr.ErrCorrupt, WeightsMember, names(members))
 	}
 	if len(weights) > 1 || weights[0].Name != WeightsMember {
 		// The rank folders must be every rank of the model-parallel grid, once each.
@@ -211,11 +220,11 @@ func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, siz
 	root := statedict.NewDict("")
 	for _, m := range weights {
 		if m.Name == WeightsMember && len(weights) > 1 {
-			return nil, fmt.Errorf("%s: %w: %s both at the root and in rank folders", file, statedict.ErrCorrupt, WeightsMember)
+			return nil, fmt.Errorf("%s: %w: %s both at the root and in rank folders", file, ckpterr.ErrCorrupt, WeightsMember)
 		}
 		v, err := decode(f, m.Offset, m.Size, file)
 		if err != nil {
-			return nil, fmt.Errorf("%s: member %s (bytes %d–%d): %w", file, m.Name, m.Offset, m.Offset+m.Size, err)
+			return nil, &ckpterr.FormatError{Format: Format1, File: file, Item: m.Name, Offset: m.Offset, Err: err}
 		}
 		if len(weights) == 1 && m.Name == WeightsMember {
 			ck.Root = v
@@ -234,7 +243,7 @@ func Open(ctx context.Context, file string, decode func(r io.ReaderAt, base, siz
 // GzipError is the error for a gzip-compressed .nemo archive at file.
 func GzipError(file string) error {
 	return fmt.Errorf("%s: %w: a gzip-compressed .nemo archive, whose members cannot be read in place (reading it would mean inflating the weights into memory): unpack it (mkdir m && tar xzf %s -C m) and convert m/model_weights.ckpt, or store it uncompressed (gunzip -c %s > model.nemo)",
-		file, statedict.ErrUnsupported, file, file)
+		file, ckpterr.ErrUnsupported, file, file)
 }
 
 func names(ms []Member) string {

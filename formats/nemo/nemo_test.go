@@ -9,7 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
+	"github.com/ckpt-dev/ckpt/formats/pytar"
 )
 
 type file struct {
@@ -93,18 +94,23 @@ func TestIndexRefuses(t *testing.T) {
 	w.Close()
 	lie := bytes.Replace(lying.Bytes(), []byte("13 comment=x\n"), []byte("13 size=1200\n"), 1)
 	for name, c := range map[string]struct {
-		data []byte
-		says string
+		data   []byte
+		format string // the FormatError's: pytar's reading, or NeMo's restore
+		member string
+		off    int64
+		says   string
 	}{
-		"truncated":  {good[:900], `"./model_weights.ckpt" at byte 0: 1000 bytes at byte 512 run past the end of the 900-byte archive`},
-		"checksum":   {badSum, "bad checksum"},
-		"escape":     {archive(t, tar.FormatGNU, file{"../../etc/x", "y", 0}), `tar member "../../etc/x" at byte 0: its name is absolute or climbs out of the archive (NeMo's restore skips it)`},
-		"absolute":   {archive(t, tar.FormatGNU, file{"/etc/x", "y", 0}), `tar member "/etc/x" at byte 0: its name is absolute`},
-		"lying PAX":  {lie, `tar member "model_weights.ckpt" at byte 1024: its PAX record gives 1200 bytes, its header 1000`},
-		"short head": {good[:100], "truncated header"},
+		"truncated":  {good[:900], pytar.Format, "./model_weights.ckpt", 0, `tar: "./model_weights.ckpt": byte 0: 1000 bytes at byte 512 run past the end of the 900-byte archive`},
+		"checksum":   {badSum, pytar.Format, "", 0, "bad checksum"},
+		"escape":     {archive(t, tar.FormatGNU, file{"../../etc/x", "y", 0}), Format1, "../../etc/x", 0, `nemo: "../../etc/x": byte 0: its name is absolute or climbs out of the archive (NeMo's restore skips it)`},
+		"absolute":   {archive(t, tar.FormatGNU, file{"/etc/x", "y", 0}), Format1, "/etc/x", 0, `nemo: "/etc/x": byte 0: its name is absolute`},
+		"lying PAX":  {lie, Format1, "model_weights.ckpt", 1024, `nemo: "model_weights.ckpt": byte 1024: its PAX record gives 1200 bytes, its header 1000`},
+		"short head": {good[:100], pytar.Format, "", 0, "truncated header"},
 	} {
 		_, err := Index(c.data)
-		if !errors.Is(err, statedict.ErrCorrupt) || !strings.Contains(err.Error(), c.says) {
+		var fe *ckpterr.FormatError
+		if !errors.Is(err, ckpterr.ErrCorrupt) || !strings.Contains(err.Error(), c.says) || !errors.As(err, &fe) ||
+			fe.Format != c.format || fe.Item != c.member || fe.Offset != c.off || fe.File != "" {
 			t.Errorf("%s: %v, want %q", name, err, c.says)
 		}
 	}
@@ -158,7 +164,7 @@ func TestIndexAtReadsHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &countingReader{r: bytes.NewReader(data)}
-	got, err := IndexAt(r, int64(len(data)))
+	got, err := IndexAt(r, int64(len(data)), "")
 	if err != nil {
 		t.Fatal(err)
 	}

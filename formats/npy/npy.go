@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // Magic starts every .npy file.
@@ -40,13 +42,14 @@ type Header struct {
 	Descr string
 }
 
-// Error is a malformed header: numpy refuses the file (and unpickles nothing).
-type Error struct {
-	Offset int64
-	Msg    string
-}
+// Format is the name errors give this format.
+const Format = "npy"
 
-func (e *Error) Error() string { return fmt.Sprintf("npy header (byte %d): %s", e.Offset, e.Msg) }
+// headerError reports a malformed header, at byte off: numpy refuses the file (and
+// unpickles nothing). It is a [*ckpterr.FormatError] of Format "npy", and ckpterr.ErrCorrupt.
+func headerError(off int64, format string, args ...any) error {
+	return &ckpterr.FormatError{Format: Format, Offset: off, Err: fmt.Errorf(format, args...)}
+}
 
 // maxHeader bounds the header literal parsed: numpy writes a few hundred bytes (it
 // refuses more than 10 000 unless allow_pickle is set, then reads any).
@@ -56,27 +59,27 @@ const maxHeader = 1 << 20
 // header, which numpy pads to 64 bytes). size is the file's size.
 func ReadHeader(b []byte, size int64) (*Header, error) {
 	if len(b) < 8 || string(b[:6]) != Magic {
-		return nil, &Error{0, "no \\x93NUMPY magic"}
+		return nil, headerError(0, "no \\x93NUMPY magic")
 	}
 	h := &Header{Major: int(b[6]), Minor: int(b[7])}
 	var n, at int64
 	switch {
 	case h.Major == 1 && h.Minor == 0:
 		if len(b) < 10 {
-			return nil, &Error{8, "truncated header length"}
+			return nil, headerError(8, "truncated header length")
 		}
 		n, at = int64(binary.LittleEndian.Uint16(b[8:])), 10
 	case (h.Major == 2 || h.Major == 3) && h.Minor == 0:
 		if len(b) < 12 {
-			return nil, &Error{8, "truncated header length"}
+			return nil, headerError(8, "truncated header length")
 		}
 		n, at = int64(binary.LittleEndian.Uint32(b[8:])), 12
 	default:
-		return nil, &Error{6, fmt.Sprintf("format version %d.%d (numpy reads 1.0, 2.0 and 3.0)", h.Major, h.Minor)}
+		return nil, headerError(6, "format version %d.%d (numpy reads 1.0, 2.0 and 3.0)", h.Major, h.Minor)
 	}
 	h.Data = at + n
 	if h.Data > size {
-		return nil, &Error{at, fmt.Sprintf("a header of %d bytes runs past the end of the %d-byte file", n, size)}
+		return nil, headerError(at, "a header of %d bytes runs past the end of the %d-byte file", n, size)
 	}
 	if n > maxHeader || at+n > int64(len(b)) {
 		h.Objects = MaybeObjects // numpy reads it; this reader does not
@@ -93,16 +96,16 @@ func ReadHeader(b []byte, size int64) (*Header, error) {
 	}
 	dict, ok := d.(map[string]any)
 	if !ok {
-		return nil, &Error{at, "the header is not a dict"}
+		return nil, headerError(at, "the header is not a dict")
 	}
 	if len(dict) != 3 || dict["descr"] == nil || dict["shape"] == nil || dict["fortran_order"] == nil {
-		return nil, &Error{at, "the header's keys are not descr, fortran_order and shape"}
+		return nil, headerError(at, "the header's keys are not descr, fortran_order and shape")
 	}
 	if _, ok := dict["fortran_order"].(bool); !ok {
-		return nil, &Error{at, "fortran_order is not a bool"}
+		return nil, headerError(at, "fortran_order is not a bool")
 	}
 	if t, ok := dict["shape"].(tuple); !ok || !allInts(t) {
-		return nil, &Error{at, "shape is not a tuple of ints"}
+		return nil, headerError(at, "shape is not a tuple of ints")
 	}
 	h.Descr = repr(dict["descr"])
 	h.Objects = objects(dict["descr"], 0)

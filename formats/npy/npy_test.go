@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // file builds an .npy header of the given version around the literal.
@@ -50,9 +52,9 @@ func TestReadHeader(t *testing.T) {
 		b := file(c.major, c.literal)
 		h, err := ReadHeader(b, int64(len(b)))
 		if c.err {
-			var e *Error
-			if !errors.As(err, &e) {
-				t.Errorf("%q: %v, want an *Error", c.literal, err)
+			var e *ckpterr.FormatError
+			if !errors.As(err, &e) || e.Format != Format || !errors.Is(err, ckpterr.ErrCorrupt) {
+				t.Errorf("%q: %v, want a corrupt npy *ckpterr.FormatError", c.literal, err)
 			}
 			continue
 		}
@@ -82,7 +84,7 @@ func TestReadHeaderNumpy(t *testing.T) {
 	}
 }
 
-// FuzzReadHeader: any bytes give a header or an *Error, never a panic; the data offset is
+// FuzzReadHeader: any bytes give a header or a *ckpterr.FormatError, never a panic; the data offset is
 // inside the file.
 func FuzzReadHeader(f *testing.F) {
 	for _, l := range []string{"{'descr': '|O', 'fortran_order': False, 'shape': (2,), }\n", "{'descr': [('a', '<f4'), ('b', ('|O', (2,)))], 'fortran_order': True, 'shape': (1, 2)}", `{"descr": "<f8", "fortran_order": False, "shape": ()}`} {
@@ -97,7 +99,7 @@ func FuzzReadHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := ReadHeader(b, int64(len(b)))
 		if err != nil {
-			var e *Error
+			var e *ckpterr.FormatError
 			if !errors.As(err, &e) {
 				t.Fatalf("error %v", err)
 			}

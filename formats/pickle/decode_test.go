@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 func mkDict(kv ...Value) *Dict {
@@ -277,12 +279,12 @@ func TestDecodeErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := NewDecoder([]byte(tc.in), tc.opts)
 			v, err := d.Decode()
-			var perr *Error
-			if !errors.As(err, &perr) {
-				t.Fatalf("want *Error, got %v (value %v)", err, v)
+			var perr *ckpterr.FormatError
+			if !errors.As(err, &perr) || perr.Format != Format || perr.File != "" {
+				t.Fatalf("want a *ckpterr.FormatError of format %q, got %v (value %v)", Format, err, v)
 			}
-			if perr.Offset != tc.offset || perr.Op != tc.op || !strings.Contains(err.Error(), tc.msg) {
-				t.Errorf("got %q (offset %d, op %q), want offset %d op %q containing %q", err, perr.Offset, perr.Op, tc.offset, tc.op, tc.msg)
+			if perr.Offset != tc.offset || perr.Item != tc.op || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("got %q (offset %d, op %q), want offset %d op %q containing %q", err, perr.Offset, perr.Item, tc.offset, tc.op, tc.msg)
 			}
 			if d.Offset() != tc.offset && !errors.Is(err, io.ErrUnexpectedEOF) {
 				t.Errorf("Offset after error = %d, want %d", d.Offset(), tc.offset)
@@ -299,9 +301,17 @@ func TestDecodeErrors(t *testing.T) {
 
 func TestErrorFormat(t *testing.T) {
 	_, err := NewDecoder(new(pb).op(opBinUnicode8).u64(1<<40).Bytes(), Options{}).Decode()
-	want := "pickle: offset 0 (BINUNICODE8): string of 1099511627776 bytes exceeds limit MaxStringLen=268435456"
+	want := `pickle: "BINUNICODE8": byte 0: string of 1099511627776 bytes exceeds limit MaxStringLen=268435456`
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
+	}
+	// A limit exceeded is input ckpt declines to decode, not a broken pickle.
+	if !errors.Is(err, ErrLimit) || !errors.Is(err, ckpterr.ErrUnsupported) || errors.Is(err, ckpterr.ErrCorrupt) {
+		t.Errorf("%v: want ErrLimit and ErrUnsupported, not ErrCorrupt", err)
+	}
+	_, err = NewDecoder([]byte("K\x01"), Options{}).Decode()
+	if !errors.Is(err, ckpterr.ErrCorrupt) || errors.Is(err, ckpterr.ErrUnsupported) {
+		t.Errorf("truncated pickle: %v, want ErrCorrupt alone", err)
 	}
 }
 
@@ -312,16 +322,18 @@ func TestStrict(t *testing.T) {
 	}
 	custom := []byte("\x80\x04\x8c\x05mylab\x8c\x05Thing\x93)R.")
 	if _, err := NewDecoder(custom, Options{Strict: true}).Decode(); !errors.Is(err, ErrNotAllowed) ||
-		err.Error() != "pickle: offset 16 (STACK_GLOBAL): unsupported global: STACK_GLOBAL mylab.Thing" {
-		t.Errorf("strict without Allow: %v", err)
+		err.Error() != `pickle: "STACK_GLOBAL": byte 16: unsupported global: STACK_GLOBAL mylab.Thing` ||
+		!errors.Is(err, ckpterr.ErrUnsupported) || errors.Is(err, ckpterr.ErrDangerous) || errors.Is(err, ckpterr.ErrCorrupt) {
+		t.Errorf("strict without Allow: %v, want ErrUnsupported alone", err)
 	}
 	if _, err := NewDecoder(custom, Options{Strict: true, Allow: []Global{{"mylab", "Thing"}}}).Decode(); err != nil {
 		t.Errorf("strict with Allow: %v", err)
 	}
 	evil := []byte("cos\nsystem\n(S'echo'\ntR.")
 	_, err := NewDecoder(evil, Options{Strict: true, Allow: []Global{{"os", "system"}}}).Decode()
-	if err == nil || err.Error() != "pickle: offset 0 (GLOBAL): unsupported global: GLOBAL os.system" {
-		t.Errorf("os.system allowed through Allow: %v", err)
+	if err == nil || err.Error() != `pickle: "GLOBAL": byte 0: unsupported global: GLOBAL os.system` ||
+		!errors.Is(err, ckpterr.ErrDangerous) || errors.Is(err, ckpterr.ErrUnsupported) || errors.Is(err, ckpterr.ErrCorrupt) {
+		t.Errorf("os.system allowed through Allow: %v, want ErrDangerous alone", err)
 	}
 	inst := []byte("(S'echo'\nios\nsystem\n.")
 	if _, err := NewDecoder(inst, Options{Strict: true}).Decode(); !errors.Is(err, ErrNotAllowed) {

@@ -62,7 +62,7 @@ type Options struct {
 
 // Limits bounds what a pickle may make the decoder allocate. Every limit is
 // checked before the allocation it guards, so a length field of 2^62 costs
-// nothing. Exceeding one is an [*Error] wrapping a [*LimitError].
+// nothing. Exceeding one is an [*ckpterr.FormatError] wrapping a [*LimitError].
 type Limits struct {
 	// MaxMemo is the number of memo entries per pickle.
 	MaxMemo int
@@ -214,7 +214,7 @@ func (d *Decoder) Offset() int64 { return d.r.offset() }
 // Decode decodes one pickle starting at the decoder's current offset and
 // stops after its STOP opcode. Several pickles can follow each other in data
 // (the legacy torch format); call Decode again for the next one. At the end
-// of data Decode returns an *Error wrapping io.EOF. On error the offset is
+// of data Decode returns a *ckpterr.FormatError wrapping io.EOF. On error the offset is
 // left at the failing opcode.
 func (d *Decoder) Decode() (Value, error) {
 	d.stack = d.stack[:0]
@@ -232,16 +232,16 @@ func (d *Decoder) Decode() (Value, error) {
 	d.latin1 = nil
 	start := d.r.offset()
 	if d.r.remaining() == 0 {
-		return nil, &Error{Offset: start, Err: io.EOF}
+		return nil, errorAt(start, noOp, io.EOF)
 	}
 	for {
 		off := d.r.offset()
 		if d.r.remaining() == 0 {
-			return nil, &Error{Offset: off, Err: fmt.Errorf("pickle starting at offset %d has no STOP: %w", start, io.ErrUnexpectedEOF)}
+			return nil, errorAt(off, noOp, fmt.Errorf("pickle starting at offset %d has no STOP: %w", start, io.ErrUnexpectedEOF))
 		}
 		op, err := d.r.u1()
 		if err != nil {
-			return nil, &Error{Offset: off, Err: err}
+			return nil, errorAt(off, noOp, err)
 		}
 		if op == opStop {
 			v, err := d.popN(1)
@@ -250,20 +250,16 @@ func (d *Decoder) Decode() (Value, error) {
 			}
 			if err != nil {
 				d.r.seek(off)
-				return nil, d.wrap(off, op, err)
+				return nil, errorAt(off, int(op), err)
 			}
 			return v[0], nil
 		}
 		d.pending = 0
 		if err := d.step(op); err != nil {
 			d.r.seek(off)
-			return nil, d.wrap(off, op, err)
+			return nil, errorAt(off, int(op), err)
 		}
 	}
-}
-
-func (d *Decoder) wrap(off int64, op byte, err error) *Error {
-	return &Error{Offset: off, Op: opName(op), Err: err}
 }
 
 // charge accounts n bytes against Limits.MaxAlloc.

@@ -40,8 +40,9 @@
 // anything is allocated. The decoder never recurses on values (dict-key
 // hashing is depth- and size-capped), so cyclic structures are safe to
 // build. Values may share structure and form cycles exactly as in Python:
-// code walking them must track pointers it has seen. Every error is an
-// [*Error] carrying the byte offset and name of the failing opcode.
+// code walking them must track pointers it has seen. Every error is a
+// [*ckpterr.FormatError] carrying the byte offset and name of the failing
+// opcode (see [Format]).
 //
 // [Options.Strict] refuses, like torch.load(weights_only=True), any global
 // outside [Allowed] and [Options.Allow]. [Scan] and [ScanOne] walk the opcodes

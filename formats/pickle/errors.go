@@ -4,36 +4,29 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
-// Error is the error returned for any failure while decoding or scanning: it
-// names the byte offset (from the start of the data given to [NewDecoder] or
-// [Scan]) and the opcode at which decoding stopped. Err is the cause; it may
-// be (or wrap) a [*LimitError], a [*DisallowedError], an error from
-// [Options.PersistentLoad], io.ErrUnexpectedEOF for truncated input, or
-// io.EOF when Decode is called with no data left.
-type Error struct {
-	Offset int64
-	Op     string // opcode name, e.g. "BINUNICODE"; empty if no opcode was read
-	Err    error
-}
+// Format is the name errors give this format: every failure while decoding or scanning is a
+// [*ckpterr.FormatError] with Format "pickle", Offset the byte offset (from the start of the
+// data given to [NewDecoder] or [Scan]) and Item the name of the opcode at which decoding
+// stopped ("BINUNICODE"; "" if no opcode was read). Its Err is the cause; it may be (or
+// wrap) a [*LimitError], a [*DisallowedError], an error from [Options.PersistentLoad],
+// io.ErrUnexpectedEOF for truncated input, or io.EOF when Decode is called with no data
+// left. errors.Is(err, ckpterr.ErrCorrupt) holds for malformed pickles only: a limit
+// exceeded is ckpterr.ErrUnsupported, a refused global ErrUnsupported or ErrDangerous.
+const Format = "pickle"
 
-// Error formats as "pickle: offset 1234 (BINUNICODE): cause".
-func (e *Error) Error() string {
-	if e.Op == "" {
-		return fmt.Sprintf("pickle: offset %d: %v", e.Offset, e.Err)
+// noOp is errorAt's op for a failure before an opcode was read.
+const noOp = -1
+
+// errorAt returns the error for a failure at byte off, in the opcode op (or noOp).
+func errorAt(off int64, op int, err error) *ckpterr.FormatError {
+	e := &ckpterr.FormatError{Format: Format, Offset: off, Err: err}
+	if op != noOp {
+		e.Item = opName(byte(op))
 	}
-	return fmt.Sprintf("pickle: offset %d (%s): %v", e.Offset, e.Op, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is makes errors.Is(err, statedict.ErrCorrupt) true for malformed pickles (not for a
-// limit exceeded, a refused global or a failure of the persistent-id callback's own kind).
-func (e *Error) Is(target error) bool {
-	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err) && !errors.Is(e.Err, ErrLimit) && !errors.Is(e.Err, ErrNotAllowed)
+	return e
 }
 
 // ErrLimit is matched by errors.Is for every [*LimitError].
@@ -52,10 +45,10 @@ func (e *LimitError) Error() string {
 	return fmt.Sprintf("%s exceeds limit %s=%d", e.What, e.Limit, e.Max)
 }
 
-// Is makes errors.Is(err, ErrLimit) and errors.Is(err, statedict.ErrUnsupported) true:
+// Is makes errors.Is(err, ErrLimit) and errors.Is(err, ckpterr.ErrUnsupported) true:
 // the input may be valid, but larger than ckpt is willing to decode.
 func (e *LimitError) Is(target error) bool {
-	return target == ErrLimit || target == statedict.ErrUnsupported
+	return target == ErrLimit || target == ckpterr.ErrUnsupported
 }
 
 // ErrNotAllowed is matched by errors.Is for every [*DisallowedError].
@@ -73,12 +66,14 @@ func (e *DisallowedError) Error() string {
 	return fmt.Sprintf("unsupported global: %s %s", e.Opcode, e.Global)
 }
 
-// Is makes errors.Is(err, ErrNotAllowed) true, and errors.Is(err, statedict.ErrDangerous)
-// when the global is one that runs code (see Dangerous).
+// Is makes errors.Is(err, ErrNotAllowed) true; errors.Is(err, ckpterr.ErrDangerous) when
+// the global is one that runs code (see Dangerous), and ckpterr.ErrUnsupported when it is
+// not: a class ckpt does not know, as torch's weights_only unpickler calls it.
 func (e *DisallowedError) Is(target error) bool {
-	if target == statedict.ErrDangerous {
+	switch target {
+	case ckpterr.ErrDangerous, ckpterr.ErrUnsupported:
 		_, bad := Dangerous(e.Global)
-		return bad
+		return bad == (target == ckpterr.ErrDangerous)
 	}
 	return target == ErrNotAllowed
 }

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // Fixtures are written by CPython's pickle module (testdata/gen.py); their
@@ -279,9 +281,9 @@ func TestFixturesDecode(t *testing.T) {
 			d := NewDecoder(data, testOptions())
 			v, err := d.Decode()
 			if fx.Error {
-				var perr *Error
+				var perr *ckpterr.FormatError
 				if !errors.As(err, &perr) {
-					t.Fatalf("want *Error, got %v (value %v)", err, v)
+					t.Fatalf("want *ckpterr.FormatError, got %v (value %v)", err, v)
 				}
 				return
 			}
@@ -353,8 +355,8 @@ func TestFixturesMalicious(t *testing.T) {
 			if de.Global.String() != first[0] {
 				t.Errorf("strict refused %s, want %s", de.Global, first[0])
 			}
-			var perr *Error
-			if !errors.As(err, &perr) || perr.Offset != int64(first[1].(float64)) || perr.Op != first[2] {
+			var perr *ckpterr.FormatError
+			if !errors.As(err, &perr) || perr.Offset != int64(first[1].(float64)) || perr.Item != first[2] {
 				t.Errorf("strict error %v, want offset %v op %v", err, first[1], first[2])
 			}
 			if want := fmt.Sprintf("unsupported global: %s %s", first[2], first[0]); de.Error() != want {
@@ -401,9 +403,9 @@ func truncations(t *testing.T, name string, data []byte, fx fixture, full int) {
 				break
 			}
 		}
-		var perr *Error
+		var perr *ckpterr.FormatError
 		if !errors.As(err, &perr) {
-			t.Fatalf("%s[:%d]: error %v is not *Error", name, n, err)
+			t.Fatalf("%s[:%d]: error %v is not *ckpterr.FormatError", name, n, err)
 		}
 		if !fx.Error && !errors.Is(err, io.ErrUnexpectedEOF) && !(d.Offset() == int64(n) && errors.Is(err, io.EOF)) {
 			t.Fatalf("%s[:%d]: %v, want unexpected EOF", name, n, err)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // fuzzSeeds adds every fixture and a few hand-assembled pickles.
@@ -41,7 +43,7 @@ func FuzzDecode(f *testing.F) {
 			start := d.Offset()
 			v, err := d.Decode()
 			if err != nil {
-				var perr *Error
+				var perr *ckpterr.FormatError
 				if !errors.As(err, &perr) || perr.Offset < start || perr.Offset > int64(len(data)) {
 					t.Fatalf("bad error %v", err)
 				}
@@ -68,7 +70,7 @@ func FuzzScan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rep, err := Scan(data)
 		if err != nil {
-			var perr *Error
+			var perr *ckpterr.FormatError
 			if !errors.As(err, &perr) {
 				t.Fatalf("bad error %v", err)
 			}

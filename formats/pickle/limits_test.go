@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // allocDuring returns the bytes allocated while f runs.
@@ -64,9 +66,9 @@ func TestLimits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
 			n := allocDuring(func() { _, err = NewDecoder(tc.in, Options{Limits: tc.lim}).Decode() })
-			var perr *Error
-			if !errors.As(err, &perr) || perr.Offset != tc.offset || perr.Op != tc.op {
-				t.Fatalf("got %v, want *Error at %d (%s)", err, tc.offset, tc.op)
+			var perr *ckpterr.FormatError
+			if !errors.As(err, &perr) || perr.Offset != tc.offset || perr.Item != tc.op {
+				t.Fatalf("got %v, want *ckpterr.FormatError at %d (%s)", err, tc.offset, tc.op)
 			}
 			var le *LimitError
 			switch {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // reducePickle is f(1, 2) memoized and fetched again, (f(1,2), f(1,2), g(3)) — the shape of a
@@ -58,8 +60,8 @@ func TestReduceHook(t *testing.T) {
 	boom := errors.New("boom")
 	d := NewDecoder(reducePickle(), Options{Reduce: func(Global, Tuple) (Value, bool, error) { return nil, false, boom }})
 	_, err := d.Decode()
-	var pe *Error
-	if !errors.As(err, &pe) || !errors.Is(err, boom) || !strings.Contains(err.Error(), "REDUCE") {
+	var pe *ckpterr.FormatError
+	if !errors.As(err, &pe) || !errors.Is(err, boom) || pe.Item != "REDUCE" {
 		t.Fatalf("got %v, want boom wrapped in a positional REDUCE error", err)
 	}
 	if want := int64(strings.IndexByte(string(reducePickle()), OpReduce)); pe.Offset != want {

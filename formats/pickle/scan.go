@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // ScanReport is the result of [Scan].
@@ -58,13 +60,13 @@ const scanStrMax = 1024
 // pass only the pickle bytes of a legacy torch file (Decoder.Offset tells
 // where they end). On a malformed pickle Scan returns what it found up to
 // the failing opcode (which Python would not get past either) and an
-// [*Error]. Scan uses DefaultLimits for stack, mark and memo sizes; a pickle
+// [*ckpterr.FormatError]. Scan uses DefaultLimits for stack, mark and memo sizes; a pickle
 // beyond them, or one the supported CPythons read differently (see [ScanOne]),
 // gets an Unknown finding.
 func Scan(data []byte) (ScanReport, error) {
 	s := newScanner(data)
 	if len(data) == 0 {
-		return s.rep, &Error{Err: io.EOF}
+		return s.rep, errorAt(0, noOp, io.EOF)
 	}
 	for s.r.remaining() > 0 {
 		if err := s.scanReadings(); err != nil {
@@ -92,7 +94,7 @@ func Scan(data []byte) (ScanReport, error) {
 func ScanOne(data []byte) (ScanReport, error) {
 	s := newScanner(data)
 	if len(data) == 0 {
-		return s.rep, &Error{Err: io.EOF}
+		return s.rep, errorAt(0, noOp, io.EOF)
 	}
 	if err := s.scanReadings(); err != nil {
 		return s.rep, err
@@ -118,8 +120,8 @@ func (s *scanner) scanReadings() error {
 	if errors.As(err, &le) {
 		var off int64
 		var op string
-		if pe := (*Error)(nil); errors.As(err, &pe) {
-			off, op = pe.Offset, pe.Op
+		if fe := (*ckpterr.FormatError)(nil); errors.As(err, &fe) {
+			off, op = fe.Offset, fe.Item
 		}
 		s.rep.Globals = append(s.rep.Globals, ScannedGlobal{Offset: off, Opcode: op, Class: Unknown,
 			Why: fmt.Sprintf("the pickle goes beyond the scanner's limits (%v): Python reads on, and what it would import and call from byte %d of the pickle on is unknown", le, off)})
@@ -229,7 +231,7 @@ func (s *scanner) scanOne() error {
 	for {
 		off := s.r.pos
 		if s.r.remaining() == 0 {
-			return &Error{Offset: int64(off), Err: fmt.Errorf("pickle starting at offset %d has no STOP: %w", start, io.ErrUnexpectedEOF)}
+			return errorAt(int64(off), noOp, fmt.Errorf("pickle starting at offset %d has no STOP: %w", start, io.ErrUnexpectedEOF))
 		}
 		op := s.r.data[off]
 		s.r.pos++
@@ -237,7 +239,7 @@ func (s *scanner) scanOne() error {
 		done, err := s.step(op, off)
 		if err != nil {
 			s.r.pos = off
-			return &Error{Offset: int64(off), Op: opName(op), Err: err}
+			return errorAt(int64(off), int(op), err)
 		}
 		if done {
 			return nil

@@ -22,9 +22,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
-// Errors the reading ends with (Error.Err matches one of them with errors.Is).
+// Errors the reading ends with (see Format: its Err matches one of them with errors.Is).
 var (
 	// ErrNotTar: tarfile.open raises ReadError; torch.load reads the file as a pickle
 	// stream from byte 0 instead, NeMo tries gzip.
@@ -37,25 +39,30 @@ var (
 	ErrUnsure = errors.New("tar readers differ")
 )
 
-// Error is where and why the reading ended.
-type Error struct {
-	// Offset is the byte offset of the header (or record) concerned.
-	Offset int64
-	// Member names it, when known.
-	Member string
-	Kind   error // ErrNotTar, ErrRead or ErrUnsure
-	Msg    string
+// Format is the name errors give this format: the reading ends with a [*ckpterr.FormatError]
+// of Format "tar", whose Item is the member concerned (when known), Offset the byte offset
+// of its header (or record), and Err a cause that matches one of ErrNotTar, ErrRead and
+// ErrUnsure with errors.Is. ErrUnsure is ckpterr.ErrUnsupported too (ckpt cannot say how
+// the archive is read); the others are ckpterr.ErrCorrupt.
+const Format = "tar"
+
+// kindError is the cause of pytar's errors: its message, matching its kind.
+type kindError struct {
+	kind error // ErrNotTar, ErrRead or ErrUnsure
+	msg  string
 }
 
-func (e *Error) Error() string {
-	if e.Member != "" {
-		return fmt.Sprintf("tar member %q at byte %d: %s", e.Member, e.Offset, e.Msg)
-	}
-	return fmt.Sprintf("tar header at byte %d: %s", e.Offset, e.Msg)
+func (e *kindError) Error() string { return e.msg }
+
+func (e *kindError) Is(target error) bool {
+	return target == e.kind || target == ckpterr.ErrUnsupported && e.kind == ErrUnsure
 }
 
-// Is matches the error's kind.
-func (e *Error) Is(target error) bool { return target == e.Kind }
+// errorAt returns the error of the given kind for the header at off, of member ("" when
+// unknown).
+func errorAt(off int64, member string, kind error, format string, args ...any) *ckpterr.FormatError {
+	return &ckpterr.FormatError{Format: Format, Item: member, Offset: off, Err: &kindError{kind, fmt.Sprintf(format, args...)}}
+}
 
 // Type flags (tarfile's REGTYPE, ...).
 const (
@@ -123,7 +130,7 @@ func (m Member) HasData() bool { return m.IsReg() || !m.Supported() }
 type Archive struct {
 	Members []Member
 	// Err is nil when the list ends where tarfile's does without an error (an all-zero or
-	// short header, or the end of the file after a member), else an *Error: ErrRead when
+	// short header, or the end of the file after a member), else a *ckpterr.FormatError: ErrRead when
 	// getmembers raises after these members, ErrUnsure when the readers differ from there.
 	Err error
 }
@@ -147,9 +154,9 @@ func Read(r io.ReaderAt, size int64) (*Archive, error) {
 		if err != nil {
 			if len(a.Members) == 0 {
 				// The first member: tarfile.open itself raises.
-				var e *Error
-				if errors.As(err, &e) && e.Kind == ErrRead {
-					e.Kind = ErrNotTar
+				var k *kindError
+				if errors.As(err, &k) && k.kind == ErrRead {
+					k.kind = ErrNotTar
 				}
 				return nil, err
 			}
@@ -208,12 +215,10 @@ func (t *reader) next() (*Member, error) {
 	if t.offset != t.tell {
 		// "Advance the file pointer": the previous member's bytes must be there.
 		if t.offset-1 >= t.size {
-			e := &Error{Offset: t.offset, Kind: ErrRead, Msg: fmt.Sprintf("unexpected end of data: the previous member runs to byte %d of a %d-byte file", t.offset, t.size)}
 			if l := t.last; l != nil {
-				e.Offset, e.Member = l.Offset, l.Name
-				e.Msg = fmt.Sprintf("%d bytes at byte %d run past the end of the %d-byte archive (tarfile: unexpected end of data)", l.Size, l.Data, t.size)
+				return nil, errorAt(l.Offset, l.Name, ErrRead, "%d bytes at byte %d run past the end of the %d-byte archive (tarfile: unexpected end of data)", l.Size, l.Data, t.size)
 			}
-			return nil, e
+			return nil, errorAt(t.offset, "", ErrRead, "unexpected end of data: the previous member runs to byte %d of a %d-byte file", t.offset, t.size)
 		}
 		t.tell = t.offset
 	}
@@ -228,19 +233,19 @@ func (t *reader) next() (*Member, error) {
 	}
 	switch h.kind {
 	case subsequentHeader:
-		return nil, &Error{Offset: h.off, Kind: ErrRead, Msg: h.msg}
+		return nil, errorAt(h.off, "", ErrRead, "%s", h.msg)
 	case eofHeader:
 		return nil, nil
 	default: // invalid, empty, truncated: an error at offset 0, the end elsewhere
 		if t.offset == 0 {
-			return nil, &Error{Offset: h.off, Kind: ErrRead, Msg: h.msg}
+			return nil, errorAt(h.off, "", ErrRead, "%s", h.msg)
 		}
 		return nil, nil
 	}
 }
 
 func unsure(off int64, member, format string, args ...any) error {
-	return &Error{Offset: off, Member: member, Kind: ErrUnsure, Msg: fmt.Sprintf(format, args...)}
+	return errorAt(off, member, ErrUnsure, format, args...)
 }
 
 // header is one parsed 512-byte header (TarInfo.frombuf).

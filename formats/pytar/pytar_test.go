@@ -8,6 +8,8 @@ import (
 	"math/rand"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // goTar writes files with archive/tar in the given format.
@@ -212,8 +214,9 @@ func FuzzRead(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, err := Read(bytes.NewReader(data), int64(len(data)))
 		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || !(errors.Is(err, ErrNotTar) || errors.Is(err, ErrUnsure)) {
+			var e *ckpterr.FormatError
+			if !errors.As(err, &e) || e.Format != Format || !(errors.Is(err, ErrNotTar) && errors.Is(err, ckpterr.ErrCorrupt) ||
+				errors.Is(err, ErrUnsure) && errors.Is(err, ckpterr.ErrUnsupported) && !errors.Is(err, ckpterr.ErrCorrupt)) {
 				t.Fatalf("Read: %v", err)
 			}
 			return

@@ -8,11 +8,12 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/storage"
 )
 
 // FuzzReadHeader feeds arbitrary files to ReadHeader and the tensor mapping of Open. It checks
-// that they never panic, that every failure is a *FormatError inside the file, that an accepted
+// that they never panic, that every failure is a *ckpterr.FormatError inside the file, that an accepted
 // layout tiles the file exactly, and that a header the writer can express (known dtypes)
 // survives a write and re-read unchanged, bytes included.
 func FuzzReadHeader(f *testing.F) {
@@ -28,9 +29,9 @@ func FuzzReadHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		size := int64(len(b))
 		checkErr := func(what string, err error) {
-			var fe *FormatError
+			var fe *ckpterr.FormatError
 			if !errors.As(err, &fe) || fe.Offset < 0 || fe.Offset > size {
-				t.Fatalf("%s: %v (%T), want a *FormatError within the %d-byte file", what, err, err, size)
+				t.Fatalf("%s: %v (%T), want a *ckpterr.FormatError within the %d-byte file", what, err, err, size)
 			}
 		}
 		h, err := ReadHeader(bytes.NewReader(b), size)

@@ -14,8 +14,13 @@
 // purpose: a well-formed but unknown dtype string does not fail the file (the reference rejects
 // it), so `ckpt inspect` can list files written by newer producers.
 //
-// Every validation error is a *FormatError carrying the file, the tensor and the absolute byte
-// offset of the problem, in the manner of debug/elf.
+// Every validation error is a [*ckpterr.FormatError] (Format "safetensors") carrying the file,
+// the tensor and the absolute byte offset of the problem, in the manner of debug/elf. Its
+// Offset is the offending JSON token (as near as encoding/json reports it) for syntax and type
+// errors in the header; the start of the tensor's entry (its quoted name) for layout errors
+// that involve the entry as a whole (gaps, overlaps, a size that does not match shape and
+// dtype, a missing field); the first surplus byte for trailing data; and the end of the file
+// for truncated data. Every one is [ckpterr.ErrCorrupt].
 package safetensors
 
 import (
@@ -32,7 +37,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // MaxHeaderSize is the largest header length accepted, in bytes; the reference's
@@ -43,41 +48,6 @@ const MaxHeaderSize = 100_000_000
 // as safetensors 0.8 calls it, accepts 125 nested arrays inside an ignored tensor field and
 // fails on 126, i.e. 127 levels in all.
 const maxDepth = 127
-
-// FormatError reports a malformed safetensors file.
-type FormatError struct {
-	// File is the file name, when the reader knew it.
-	File string
-	// Tensor is the tensor the problem belongs to, or "" for problems of the file as a whole.
-	Tensor string
-	// Offset is the absolute byte offset of the problem in the file: the offending JSON token
-	// (as near as encoding/json reports it) for syntax and type errors in the header; the start
-	// of the tensor's entry (its quoted name) for layout errors that involve the entry as a
-	// whole (gaps, overlaps, a size that does not match shape and dtype, a missing field); the
-	// first surplus byte for trailing data; and the end of the file for truncated data.
-	Offset int64
-	// Msg describes the problem.
-	Msg string
-}
-
-// Error formats the error as "FILE: safetensors: tensor \"NAME\": byte OFFSET: MSG", leaving
-// out the file and tensor when they are unknown.
-func (e *FormatError) Error() string {
-	var b strings.Builder
-	if e.File != "" {
-		b.WriteString(e.File)
-		b.WriteString(": ")
-	}
-	b.WriteString("safetensors: ")
-	if e.Tensor != "" {
-		fmt.Fprintf(&b, "tensor %q: ", e.Tensor)
-	}
-	fmt.Fprintf(&b, "byte %d: %s", e.Offset, e.Msg)
-	return b.String()
-}
-
-// Is makes errors.Is(err, statedict.ErrCorrupt) true: a FormatError is a broken file.
-func (e *FormatError) Is(target error) bool { return target == statedict.ErrCorrupt }
 
 // TensorInfo describes one tensor as the header records it.
 type TensorInfo struct {
@@ -111,7 +81,7 @@ type Header struct {
 
 // ReadHeader reads and validates the header of the safetensors file of size bytes that r
 // reads. It checks everything the format constrains, including that the tensors exactly cover
-// the rest of the file, but reads no tensor bytes. Problems with the file are *FormatError
+// the rest of the file, but reads no tensor bytes. Problems with the file are *ckpterr.FormatError
 // values; I/O errors from r are returned wrapped. If r has a Name() string method (*os.File,
 // the mmap File), errors carry that name.
 func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
@@ -120,7 +90,7 @@ func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
 		name = n.Name()
 	}
 	fail := func(off int64, format string, args ...any) error {
-		return &FormatError{File: name, Offset: off, Msg: fmt.Sprintf(format, args...)}
+		return &ckpterr.FormatError{Format: Format, File: name, Offset: off, Err: fmt.Errorf(format, args...)}
 	}
 	if size < 8 {
 		return nil, fail(0, "file is %d bytes, too short for the 8-byte header length", size)
@@ -165,7 +135,7 @@ func parseHeader(file string, hdr []byte, size int64) (*Header, error) {
 			}
 			i += w
 		}
-		return nil, &FormatError{File: file, Offset: 8 + int64(i), Msg: "header is not valid UTF-8"}
+		return nil, &ckpterr.FormatError{Format: Format, File: file, Offset: 8 + int64(i), Err: errors.New("header is not valid UTF-8")}
 	}
 	p := &parser{file: file, hdr: hdr, dec: json.NewDecoder(bytes.NewReader(hdr))}
 	p.dec.UseNumber()
@@ -192,7 +162,7 @@ type parser struct {
 
 // errorf returns a FormatError at header-relative offset off.
 func (p *parser) errorf(off int64, format string, args ...any) error {
-	return &FormatError{File: p.file, Tensor: p.tensor, Offset: 8 + off, Msg: fmt.Sprintf(format, args...)}
+	return &ckpterr.FormatError{Format: Format, File: p.file, Item: p.tensor, Offset: 8 + off, Err: fmt.Errorf(format, args...)}
 }
 
 // next returns the next token and the header-relative offset where it starts.
@@ -510,7 +480,7 @@ func (h *Header) validate(file string, size int64) error {
 	for i := range h.Tensors {
 		t := &h.Tensors[i]
 		fail := func(format string, args ...any) error {
-			return &FormatError{File: file, Tensor: t.Name, Offset: t.entry, Msg: fmt.Sprintf(format, args...)}
+			return &ckpterr.FormatError{Format: Format, File: file, Item: t.Name, Offset: t.entry, Err: fmt.Errorf(format, args...)}
 		}
 		switch {
 		case t.End < t.Begin:
@@ -542,13 +512,13 @@ func (h *Header) validate(file string, size int64) error {
 		}
 	}
 	if avail := size - h.DataStart; start < avail {
-		return &FormatError{File: file, Offset: h.DataStart + start,
-			Msg: fmt.Sprintf("%d bytes after the last tensor, which ends at byte %d", avail-start, h.DataStart+start)}
+		return &ckpterr.FormatError{Format: Format, File: file, Offset: h.DataStart + start,
+			Err: fmt.Errorf("%d bytes after the last tensor, which ends at byte %d", avail-start, h.DataStart+start)}
 	} else if start > avail {
 		for _, t := range h.Tensors {
 			if t.End > avail {
-				return &FormatError{File: file, Tensor: t.Name, Offset: size,
-					Msg: fmt.Sprintf("data_offsets [%d, %d] run past the end of the file (byte %d ends %d bytes into the data)",
+				return &ckpterr.FormatError{Format: Format, File: file, Item: t.Name, Offset: size,
+					Err: fmt.Errorf("data_offsets [%d, %d] run past the end of the file (byte %d ends %d bytes into the data)",
 						t.Begin, t.End, size, avail)}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
 )
@@ -56,7 +57,7 @@ func tensors(file string, r io.ReaderAt, h *Header) (*statedict.Dict, error) {
 	for i := range h.Tensors {
 		ti := &h.Tensors[i]
 		fail := func(format string, args ...any) error {
-			return &FormatError{File: file, Tensor: ti.Name, Offset: ti.entry, Msg: fmt.Sprintf(format, args...)}
+			return &ckpterr.FormatError{Format: Format, File: file, Item: ti.Name, Offset: ti.entry, Err: fmt.Errorf(format, args...)}
 		}
 		start := h.DataStart + ti.Begin
 		// The header's shape, not a copy: the header is not kept (a copy per tensor cost a

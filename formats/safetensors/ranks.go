@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
 )
@@ -344,7 +345,7 @@ func ReadSharding(ctx context.Context, dir string) (*Sharding, error) {
 		return nil, err
 	}
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%s: %w: %s", mpath, statedict.ErrCorrupt, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%s: %w: %s", mpath, ckpterr.ErrCorrupt, fmt.Sprintf(format, args...))
 	}
 	if len(b) > MaxShardingFile {
 		return nil, fail("larger than %d bytes", MaxShardingFile)
@@ -354,7 +355,7 @@ func ReadSharding(ctx context.Context, dir string) (*Sharding, error) {
 		return nil, fail("%v", err)
 	}
 	if m.Format != ShardingFormat || m.Version != 1 {
-		return nil, fmt.Errorf("%s: %w: format %q version %d (ckpt reads %s version 1)", mpath, statedict.ErrUnsupported, m.Format, m.Version, ShardingFormat)
+		return nil, fmt.Errorf("%s: %w: format %q version %d (ckpt reads %s version 1)", mpath, ckpterr.ErrUnsupported, m.Format, m.Version, ShardingFormat)
 	}
 	if m.WorldSize < 1 || m.WorldSize > maxRanks || len(m.Files) != m.WorldSize {
 		return nil, fail("%d files for a world of %d ranks", len(m.Files), m.WorldSize)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -165,7 +166,7 @@ func abs(n int64) offsetFn { return func([]byte) int64 { return n } }
 
 func eof(delta int64) offsetFn { return func(b []byte) int64 { return int64(len(b)) + delta } }
 
-// TestHostile checks that every hostile file fails with a *FormatError naming the expected
+// TestHostile checks that every hostile file fails with a *ckpterr.FormatError naming the expected
 // tensor and byte offset, and that safetensors rejects it too, except for the files where ckpt
 // is stricter on purpose (refAccepts).
 func TestHostile(t *testing.T) {
@@ -224,12 +225,12 @@ func TestHostile(t *testing.T) {
 			path := filepath.Join(testdata, "crafted", tc.file+".safetensors")
 			data := must(os.ReadFile(path))
 			_, err := Open(context.Background(), path)
-			var fe *FormatError
+			var fe *ckpterr.FormatError
 			if !errors.As(err, &fe) {
-				t.Fatalf("Open: %v, want a *FormatError", err)
+				t.Fatalf("Open: %v, want a *ckpterr.FormatError", err)
 			}
 			wantOff := tc.off(data)
-			if fe.File != path || fe.Tensor != tc.tensor || fe.Offset != wantOff || !strings.Contains(fe.Msg, tc.msg) {
+			if fe.File != path || fe.Item != tc.tensor || fe.Offset != wantOff || !strings.Contains(fe.Err.Error(), tc.msg) {
 				t.Errorf("got  %s\nwant file %s, tensor %q, offset %d, message containing %q\n(safetensors: %s)",
 					err, path, tc.tensor, wantOff, tc.msg, v.SafeOpen)
 			}
@@ -240,7 +241,7 @@ func TestHostile(t *testing.T) {
 			}
 			// ReadHeader on a plain io.ReaderAt gives the same error without a file name.
 			_, err2 := ReadHeader(bytes.NewReader(data), int64(len(data)))
-			if fe2, ok := err2.(*FormatError); !ok || fe2.Offset != fe.Offset || fe2.Tensor != fe.Tensor || fe2.File != "" {
+			if fe2, ok := err2.(*ckpterr.FormatError); !ok || fe2.Offset != fe.Offset || fe2.Item != fe.Item || fe2.File != "" {
 				t.Errorf("ReadHeader: %v", err2)
 			}
 		})
@@ -292,10 +293,10 @@ func TestAccepted(t *testing.T) {
 			}
 			ck, err := Open(context.Background(), path)
 			if tc.openErr != "" {
-				var fe *FormatError
-				if !errors.As(err, &fe) || !strings.Contains(fe.Msg, tc.openErr) || fe.Tensor != h.Tensors[0].Name ||
+				var fe *ckpterr.FormatError
+				if !errors.As(err, &fe) || !strings.Contains(fe.Err.Error(), tc.openErr) || fe.Item != h.Tensors[0].Name ||
 					fe.Offset != at(`"`+h.Tensors[0].Name+`"`, 0)(data) {
-					t.Fatalf("Open: %v, want a FormatError %q at the entry", err, tc.openErr)
+					t.Fatalf("Open: %v, want a ckpterr.FormatError %q at the entry", err, tc.openErr)
 				}
 				if got := v.GetTensor[h.Tensors[0].Name]; !strings.Contains(got, "divisible by 2") {
 					t.Errorf("safetensors get_tensor: %q, expected it to refuse too", got)

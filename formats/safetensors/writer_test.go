@@ -7,12 +7,14 @@ import (
 	"errors"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -91,8 +93,8 @@ func TestReadHeaderInvalid(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := file(tc.hdr, []byte{0})
 			_, err := ReadHeader(bytes.NewReader(b), int64(len(b)))
-			fe, ok := err.(*FormatError)
-			if !ok || fe.Tensor != tc.tensor || fe.Offset != int64(8+tc.off) || !strings.Contains(fe.Msg, tc.msg) {
+			fe, ok := err.(*ckpterr.FormatError)
+			if !ok || fe.Item != tc.tensor || fe.Offset != int64(8+tc.off) || !strings.Contains(fe.Err.Error(), tc.msg) {
 				t.Errorf("got %v\nwant tensor %q at byte %d, %q", err, tc.tensor, 8+tc.off, tc.msg)
 			}
 		})
@@ -103,32 +105,34 @@ type failingReaderAt struct{}
 
 func (failingReaderAt) ReadAt([]byte, int64) (int, error) { return 0, errors.New("EIO") }
 
-// TestReadHeaderIO checks that a reader shorter than the size it claims is a FormatError and
+// TestReadHeaderIO checks that a reader shorter than the size it claims is a ckpterr.FormatError and
 // that an I/O error is passed through as such.
 func TestReadHeaderIO(t *testing.T) {
 	b := file(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, []byte{0})
 	_, err := ReadHeader(bytes.NewReader(b[:20]), int64(len(b)))
-	if fe, ok := err.(*FormatError); !ok || fe.Offset != 20 {
+	if fe, ok := err.(*ckpterr.FormatError); !ok || fe.Offset != 20 {
 		t.Errorf("short reader: %v", err)
 	}
 	_, err = ReadHeader(failingReaderAt{}, 100)
-	if _, ok := err.(*FormatError); ok || err == nil || !strings.Contains(err.Error(), "EIO") {
+	if _, ok := err.(*ckpterr.FormatError); ok || err == nil || !strings.Contains(err.Error(), "EIO") {
 		t.Errorf("failing reader: %v", err)
 	}
 }
 
-// TestFormatErrorMessage checks the message names file, tensor and offset.
+// TestFormatErrorMessage checks the message names file, format, tensor and offset.
 func TestFormatErrorMessage(t *testing.T) {
-	for _, tc := range []struct {
-		err  FormatError
-		want string
-	}{
-		{FormatError{"m.safetensors", "w", 96, "bad"}, `m.safetensors: safetensors: tensor "w": byte 96: bad`},
-		{FormatError{"", "", 0, "bad"}, `safetensors: byte 0: bad`},
-	} {
-		if got := tc.err.Error(); got != tc.want {
-			t.Errorf("got %q, want %q", got, tc.want)
-		}
+	b := file(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, make([]byte, 4))
+	path := filepath.Join(t.TempDir(), "m.safetensors")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(context.Background(), path)
+	want := path + `: safetensors: "w": byte 66: data_offsets [0, 8] run past the end of the file (byte 66 ends 4 bytes into the data)`
+	if err == nil || err.Error() != want {
+		t.Errorf("got  %v\nwant %s", err, want)
+	}
+	if !errors.Is(err, ckpterr.ErrCorrupt) {
+		t.Errorf("%v is not ErrCorrupt", err)
 	}
 }
 

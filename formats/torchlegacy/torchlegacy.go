@@ -14,6 +14,7 @@ import (
 	"io"
 	"math/big"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/formats/torchpickle"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -42,28 +43,6 @@ func IsLegacy(head []byte) bool {
 	return err == nil && ok && m.Cmp(magicNumber) == 0
 }
 
-// Error is a positional error naming the file, what was being read and the byte offset.
-type Error struct {
-	File   string
-	What   string
-	Offset int64
-	Err    error
-}
-
-// Error formats the file, what was being read, the offset and the cause.
-func (e *Error) Error() string {
-	return fmt.Sprintf("%s: %s (byte %d): %v", e.File, e.What, e.Offset, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is makes errors.Is(err, statedict.ErrCorrupt) true when the cause means a broken file (see
-// statedict.CorruptCause).
-func (e *Error) Is(target error) bool {
-	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
-}
-
 // maxRemote bounds a legacy stream read from a gs:// or s3:// object: the stream
 // interleaves pickles and raw storages, so it is read into memory whole.
 const maxRemote = 1 << 30
@@ -79,7 +58,7 @@ func Open(ctx context.Context, path string) (*statedict.Checkpoint, error) {
 	if !ok {
 		if f.Size() > maxRemote {
 			f.Close()
-			return nil, fmt.Errorf("%s: %w: a legacy (pre-1.6) torch.save stream of %d bytes in object storage; ckpt reads such streams whole and only up to %d bytes remotely: copy it to local disk", path, statedict.ErrUnsupported, f.Size(), int64(maxRemote))
+			return nil, fmt.Errorf("%s: %w: a legacy (pre-1.6) torch.save stream of %d bytes in object storage; ckpt reads such streams whole and only up to %d bytes remotely: copy it to local disk", path, ckpterr.ErrUnsupported, f.Size(), int64(maxRemote))
 		}
 		data, err = storage.ReadRange(f, 0, f.Size())
 		if err != nil {
@@ -104,8 +83,13 @@ func Decode(data []byte, file string) (statedict.Value, error) { return decode(d
 // that was read into memory from an object in a bucket, which no one can open as a file:
 // its storages are memory only, and file names the object in errors.
 func decode(data []byte, file string, fileBacked bool) (statedict.Value, error) {
+	// fail reports a failure reading what (a part of the stream) at byte off; failStorage
+	// one in the record of the storage named key.
 	fail := func(what string, off int64, err error) error {
-		return &Error{File: file, What: what, Offset: off, Err: err}
+		return &ckpterr.FormatError{Format: Format, File: file, Offset: off, Err: fmt.Errorf("%s: %w", what, err)}
+	}
+	failStorage := func(key string, off int64, err error) error {
+		return &ckpterr.FormatError{Format: Format, File: file, Item: key, Offset: off, Err: fmt.Errorf("storage record: %w", err)}
 	}
 	if !IsLegacy(data[:min(len(data), 512)]) {
 		return nil, fail("magic number", 0, errors.New("not a legacy torch.save stream"))
@@ -182,18 +166,18 @@ func decode(data []byte, file string, fileBacked bool) (statedict.Value, error) 
 		}
 		req, ok := refs[key]
 		if !ok {
-			return nil, fail("storage "+key, off, errors.New("record of a storage the object never references (its element size is unknown)"))
+			return nil, failStorage(key, off, errors.New("record of a storage the object never references (its element size is unknown)"))
 		}
 		if int64(len(data))-off < 8 {
-			return nil, fail("storage "+key, off, errors.New("truncated: no element count"))
+			return nil, failStorage(key, off, errors.New("truncated: no element count"))
 		}
 		n := int64(binary.LittleEndian.Uint64(data[off:]))
 		es := int64(req.DType.Size())
 		if n < 0 || n > (int64(len(data))-off-8)/es {
-			return nil, fail("storage "+key, off, fmt.Errorf("%d elements of %s run past the end of the file", n, req.DType))
+			return nil, failStorage(key, off, fmt.Errorf("%d elements of %s run past the end of the file", n, req.DType))
 		}
 		if n != req.NumEl {
-			return nil, fail("storage "+key, off, fmt.Errorf("record holds %d elements, the pickle says %d", n, req.NumEl))
+			return nil, failStorage(key, off, fmt.Errorf("record holds %d elements, the pickle says %d", n, req.NumEl))
 		}
 		st := statedict.NewMappedStorage(key, req.Location, req.DType, data[off+8:off+8+n*es])
 		st.File, st.Offset, st.FileBacked = file, off+8, fileBacked

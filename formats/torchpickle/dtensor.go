@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -36,7 +37,7 @@ const maxMeshRanks = 1 << 24
 func (c *converter) rebuildWrapperSubclass(cls pickle.Global, args pickle.Tuple, state pickle.Value) (statedict.Value, error) {
 	const fn = "_rebuild_wrapper_subclass"
 	if cls != dtensorClass {
-		return nil, fmt.Errorf("%w: %s: tensor subclass %s: ckpt reads DTensor, no other wrapper subclass", statedict.ErrUnsupported, fn, cls)
+		return nil, fmt.Errorf("%w: %s: tensor subclass %s: ckpt reads DTensor, no other wrapper subclass", ckpterr.ErrUnsupported, fn, cls)
 	}
 	if len(args) != 8 {
 		return nil, fmt.Errorf("%s takes 8 arguments, got %d", fn, len(args))
@@ -268,11 +269,11 @@ func readMesh(v pickle.Value) (*statedict.DTensor, error) {
 					return nil, fmt.Errorf("mesh axis of size %d", s)
 				}
 				if s > maxMeshRanks {
-					return nil, fmt.Errorf("%w: a mesh axis of %d ranks (more than %d)", statedict.ErrUnsupported, s, maxMeshRanks)
+					return nil, fmt.Errorf("%w: a mesh axis of %d ranks (more than %d)", ckpterr.ErrUnsupported, s, maxMeshRanks)
 				}
 				n *= s
 				if n > maxMeshRanks {
-					return nil, fmt.Errorf("%w: a mesh axis of more than %d ranks", statedict.ErrUnsupported, maxMeshRanks)
+					return nil, fmt.Errorf("%w: a mesh axis of more than %d ranks", ckpterr.ErrUnsupported, maxMeshRanks)
 				}
 			}
 			sizes = append(sizes, n)
@@ -293,7 +294,7 @@ func readMesh(v pickle.Value) (*statedict.DTensor, error) {
 		}
 		total *= s
 		if total > maxMeshRanks {
-			return nil, fmt.Errorf("%w: a mesh of more than %d ranks", statedict.ErrUnsupported, maxMeshRanks)
+			return nil, fmt.Errorf("%w: a mesh of more than %d ranks", ckpterr.ErrUnsupported, maxMeshRanks)
 		}
 		d.Mesh = append(d.Mesh, statedict.MeshAxis{Size: int(s)})
 	}
@@ -350,7 +351,7 @@ func readMesh(v pickle.Value) (*statedict.DTensor, error) {
 			return nil, fmt.Errorf("the mesh's _rank_map is %s, want the job's ranks (at least the mesh's %d)", describe(mv), d.MeshSize())
 		}
 		if n := t.NumEl(); n > maxMeshRanks || n < 0 {
-			return nil, fmt.Errorf("%w: a job of %d ranks (more than %d)", statedict.ErrUnsupported, n, maxMeshRanks)
+			return nil, fmt.Errorf("%w: a job of %d ranks (more than %d)", ckpterr.ErrUnsupported, n, maxMeshRanks)
 		}
 		d.World = int(t.NumEl())
 	}
@@ -385,7 +386,7 @@ func checkShardOrder(f fields) error {
 		}
 		for i := 1; i < len(dims); i++ {
 			if dims[i] <= dims[i-1] {
-				return fmt.Errorf("%w: shard_order %v shards a tensor dimension over the mesh axes out of order", statedict.ErrUnsupported, dims)
+				return fmt.Errorf("%w: shard_order %v shards a tensor dimension over the mesh axes out of order", ckpterr.ErrUnsupported, dims)
 			}
 		}
 	}

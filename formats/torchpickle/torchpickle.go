@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/big"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -239,7 +240,7 @@ const maxDepth = 10000
 func (c *converter) enter() error {
 	c.depth++
 	if c.depth > maxDepth {
-		return fmt.Errorf("%w: values nested deeper than %d levels", statedict.ErrUnsupported, maxDepth)
+		return fmt.Errorf("%w: values nested deeper than %d levels", ckpterr.ErrUnsupported, maxDepth)
 	}
 	return nil
 }

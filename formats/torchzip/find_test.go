@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // renamed copies a zip archive record by record (stored), renaming records.
@@ -87,7 +87,7 @@ func TestTruncatedArchive(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := Open(t.Context(), path)
-		if err == nil || !strings.Contains(err.Error(), "looks truncated") || strings.Contains(err.Error(), "zip: zip:") || !errors.Is(err, statedict.ErrCorrupt) {
+		if err == nil || !strings.Contains(err.Error(), "looks truncated") || strings.Contains(err.Error(), "zip: zip:") || !errors.Is(err, ckpterr.ErrCorrupt) {
 			t.Errorf("cut at %d of %d bytes: %v", n, len(b), err)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // torch.save never compresses records, but an archive re-zipped by hand may hold deflated
@@ -34,7 +34,7 @@ func checkRatio(claimed uint64, compressed int64) error {
 	}
 	if compressed <= 0 || claimed/uint64(compressed) >= uint64(MaxInflateRatio) {
 		return fmt.Errorf("%w: deflated record of %d bytes claims %d inflated (more than %d×): refusing a likely zip bomb; re-save the checkpoint with torch.save, which stores records uncompressed",
-			statedict.ErrUnsupported, compressed, claimed, MaxInflateRatio)
+			ckpterr.ErrUnsupported, compressed, claimed, MaxInflateRatio)
 	}
 	return nil
 }
@@ -43,7 +43,7 @@ func checkRatio(claimed uint64, compressed int64) error {
 // refusing claims beyond limit or the ratio cap and records that inflate to another size.
 func Inflate(raw []byte, claimed uint64, limit int64) ([]byte, error) {
 	if claimed > uint64(limit) {
-		return nil, fmt.Errorf("%w: deflated record of %d bytes is larger than the %d this reader inflates", statedict.ErrUnsupported, claimed, limit)
+		return nil, fmt.Errorf("%w: deflated record of %d bytes is larger than the %d this reader inflates", ckpterr.ErrUnsupported, claimed, limit)
 	}
 	if err := checkRatio(claimed, int64(len(raw))); err != nil {
 		return nil, err
@@ -52,10 +52,10 @@ func Inflate(raw []byte, claimed uint64, limit int64) ([]byte, error) {
 	w := bytes.NewBuffer(make([]byte, 0, min(claimed, 1<<26)))
 	n, err := io.Copy(w, io.LimitReader(flate.NewReader(bytes.NewReader(raw)), int64(claimed)+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: inflate: %v", statedict.ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: inflate: %v", ckpterr.ErrCorrupt, err)
 	}
 	if uint64(n) != claimed {
-		return nil, fmt.Errorf("%w: inflated %d bytes, the directory says %d", statedict.ErrCorrupt, n, claimed)
+		return nil, fmt.Errorf("%w: inflated %d bytes, the directory says %d", ckpterr.ErrCorrupt, n, claimed)
 	}
 	return w.Bytes(), nil
 }
@@ -115,7 +115,7 @@ func (z *inflater) ReadAt(p []byte, off int64) (int, error) {
 				return 0, z.short(err)
 			}
 			if k, _ := fr.Read(make([]byte, 1)); k > 0 {
-				return 0, fmt.Errorf("%w: %s: the deflated record inflates to more than the %d bytes the directory says", statedict.ErrCorrupt, z.name, z.size)
+				return 0, fmt.Errorf("%w: %s: the deflated record inflates to more than the %d bytes the directory says", ckpterr.ErrCorrupt, z.name, z.size)
 			}
 			z.whole = b
 		}
@@ -124,7 +124,7 @@ func (z *inflater) ReadAt(p []byte, off int64) (int, error) {
 	if z.fr == nil || off < z.pos {
 		if z.fr != nil && z.inflated > reinflateBudget*z.size {
 			return 0, fmt.Errorf("%w: %s: reading this deflated storage out of order has inflated %d bytes (%d× its size); re-save the checkpoint uncompressed",
-				statedict.ErrUnsupported, z.name, z.inflated, reinflateBudget)
+				ckpterr.ErrUnsupported, z.name, z.inflated, reinflateBudget)
 		}
 		z.fr = z.stream()
 		z.pos = 0
@@ -150,7 +150,7 @@ func (z *inflater) ReadAt(p []byte, off int64) (int, error) {
 func (z *inflater) short(err error) error {
 	z.fr = nil
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
-		return fmt.Errorf("%w: %s: the deflated record ends after %d bytes, the directory says %d", statedict.ErrCorrupt, z.name, z.pos, z.size)
+		return fmt.Errorf("%w: %s: the deflated record ends after %d bytes, the directory says %d", ckpterr.ErrCorrupt, z.name, z.pos, z.size)
 	}
-	return fmt.Errorf("%w: %s: inflate: %v", statedict.ErrCorrupt, z.name, err)
+	return fmt.Errorf("%w: %s: inflate: %v", ckpterr.ErrCorrupt, z.name, err)
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/internal/zipdir"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -134,7 +135,7 @@ func TestDeflatedStorages(t *testing.T) {
 		// A directory that claims more than the stream holds fails at the read past it.
 		short := newInflater(bytes.NewReader(raw), int64(len(raw)), int64(f.UncompressedSize64)+1000, off, key)
 		p := make([]byte, 500)
-		if _, err := short.ReadAt(p, off+int64(len(big))+100); !errors.Is(err, statedict.ErrCorrupt) {
+		if _, err := short.ReadAt(p, off+int64(len(big))+100); !errors.Is(err, ckpterr.ErrCorrupt) {
 			t.Fatalf("read past the stream: %v", err)
 		}
 	}
@@ -167,7 +168,7 @@ func TestDeflatedStorages(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := Decode(bomb, "bomb.pt", 0); !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), "zip bomb") {
+	if _, err := Decode(bomb, "bomb.pt", 0); !errors.Is(err, ckpterr.ErrUnsupported) || !strings.Contains(err.Error(), "zip bomb") {
 		t.Fatalf("deflate bomb: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
@@ -350,10 +351,10 @@ func (p *pickler) object(x *statedict.Object, name string) error {
 	g := objectGlobal(x)
 	if !pickle.Allowed(g) {
 		if why, bad := pickle.Dangerous(g); bad {
-			return fmt.Errorf("%s%w: %s is code Python would run (%s); it is never written", label(name), statedict.ErrDangerous, x.Class, why)
+			return fmt.Errorf("%s%w: %s is code Python would run (%s); it is never written", label(name), ckpterr.ErrDangerous, x.Class, why)
 		}
 		if strings.Contains(g.Name, ".") {
-			return fmt.Errorf("%s%w: %s is a nested class, which a protocol-2 pickle cannot name", label(name), statedict.ErrUnsupported, x.Class)
+			return fmt.Errorf("%s%w: %s is a nested class, which a protocol-2 pickle cannot name", label(name), ckpterr.ErrUnsupported, x.Class)
 		}
 		switch {
 		case p.data && pickle.IsModeled(g):

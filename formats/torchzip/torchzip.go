@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/torchpickle"
 	"github.com/ckpt-dev/ckpt/internal/zipdir"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -30,38 +31,6 @@ const Format = "torch-zip"
 // Magic is how a torch zip archive starts: a zip local file header with no preamble, which
 // is the same test torch.load applies.
 var Magic = []byte("PK\x03\x04")
-
-// Error is a positional error: the file, the record (or tensor) and the byte offset.
-type Error struct {
-	File   string
-	Record string
-	Offset int64
-	Err    error
-}
-
-// Error formats the file, record, offset and cause.
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Record != "" {
-		fmt.Fprintf(&b, ": %s", e.Record)
-	}
-	if e.Offset >= 0 {
-		fmt.Fprintf(&b, " (byte %d)", e.Offset)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
-	return b.String()
-}
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is makes errors.Is(err, statedict.ErrCorrupt) true when the cause means a broken file (see
-// statedict.CorruptCause).
-func (e *Error) Is(target error) bool {
-	return target == statedict.ErrCorrupt && statedict.CorruptCause(e.Err)
-}
 
 // Open reads the file at path (local: mapped; a gs:// or s3:// object: read in ranges,
 // see package storage) as a torch zip checkpoint.
@@ -102,7 +71,7 @@ func DecodeBytes(data []byte, file string, base int64) (statedict.Value, error) 
 func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, error) {
 	if d, ok := storage.Bytes(r); ok {
 		if base < 0 || size < 0 || base > int64(len(d)) || size > int64(len(d))-base {
-			return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: archive of %d bytes runs past the end of the %d-byte file", statedict.ErrCorrupt, size, len(d))}
+			return nil, &ckpterr.FormatError{Format: Format, File: file, Offset: base, Err: fmt.Errorf("%w: archive of %d bytes runs past the end of the %d-byte file", ckpterr.ErrCorrupt, size, len(d))}
 		}
 		return Decode(d[base:base+size], file, base)
 	}
@@ -112,7 +81,7 @@ func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, er
 		// data.pkl): a DCP data file read with pread holds 300 000 such archives.
 		var err error
 		if small, err = storage.ReadRange(r, base, size); err != nil {
-			return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: reading the %d-byte archive: %v", statedict.ErrCorrupt, size, err)}
+			return nil, &ckpterr.FormatError{Format: Format, File: file, Offset: base, Err: fmt.Errorf("%w: reading the %d-byte archive: %v", ckpterr.ErrCorrupt, size, err)}
 		}
 	}
 	return DecodeRead(r, base, small, size, file)
@@ -123,7 +92,7 @@ func DecodeAt(r io.ReaderAt, base, size int64, file string) (statedict.Value, er
 // come from small, the storages read from r when a tensor is read.
 func DecodeRead(r io.ReaderAt, base int64, small []byte, size int64, file string) (statedict.Value, error) {
 	if small != nil && int64(len(small)) != size {
-		return nil, &Error{File: file, Offset: base, Err: fmt.Errorf("%w: %d bytes read of the %d-byte archive", statedict.ErrCorrupt, len(small), size)}
+		return nil, &ckpterr.FormatError{Format: Format, File: file, Offset: base, Err: fmt.Errorf("%w: %d bytes read of the %d-byte archive", ckpterr.ErrCorrupt, len(small), size)}
 	}
 	return decode(source{r: r, base: base, size: size, small: small}, file)
 }
@@ -198,7 +167,7 @@ func decode(data source, file string) (statedict.Value, error) {
 		if off >= 0 {
 			off += base
 		}
-		return &Error{File: file, Record: rec, Offset: off, Err: err}
+		return &ckpterr.FormatError{Format: Format, File: file, Item: rec, Offset: off, Err: err}
 	}
 	if !bytes.HasPrefix(data.head(int64(len(Magic))), Magic) {
 		return nil, fail("", 0, errors.New("not a torch zip archive (no PK\\x03\\x04 at the start)"))
@@ -206,7 +175,7 @@ func decode(data source, file string) (statedict.Value, error) {
 	zr, err := zipdir.Read(data.readerAt(), data.inMemory(), data.size)
 	switch {
 	case errors.Is(err, zipdir.ErrNoDirectoryEnd):
-		return nil, fail("", -1, fmt.Errorf("%w: no end-of-central-directory record in its last bytes: the file looks truncated (%d bytes: an interrupted download or copy?)", err, data.size))
+		return nil, fail("", -1, fmt.Errorf("no zip end-of-central-directory record in its last bytes: the file looks truncated (%d bytes: an interrupted download or copy?)", data.size))
 	case err != nil && strings.HasPrefix(err.Error(), "zip: "): // archive/zip's errors say what they are
 		return nil, fail("", -1, err)
 	case err != nil:
@@ -227,17 +196,17 @@ func decode(data source, file string) (statedict.Value, error) {
 			// torch's PyTorchStreamReader refuses the archive ("file in archive is not in a
 			// subdirectory"): a record beside the archive folder (../../escaped.txt) is
 			// nothing torch.save writes.
-			return nil, fail(string(f.Name), -1, fmt.Errorf("%w: record is not in the archive folder %s, which torch refuses", statedict.ErrCorrupt, prefix))
+			return nil, fail(string(f.Name), -1, fmt.Errorf("%w: record is not in the archive folder %s, which torch refuses", ckpterr.ErrCorrupt, prefix))
 		}
 	}
 	if a, b, ok := zr.CaseClash(); ok {
-		return nil, fail(b, -1, fmt.Errorf("%w: records %q and %q differ only in case: torch's reader finds either for one name", statedict.ErrCorrupt, a, b))
+		return nil, fail(b, -1, fmt.Errorf("%w: records %q and %q differ only in case: torch's reader finds either for one name", ckpterr.ErrCorrupt, a, b))
 	}
 	// records finds a record by its name inside the archive folder, whatever its case.
 	records := func(rest string) *zipdir.File { return zr.Find(prefix + rest) }
 	// torch.load takes an archive with a record named exactly constants.pkl for TorchScript.
 	if c := records("constants.pkl"); c != nil && string(c.Name) == prefix+"constants.pkl" || records(".data/version") != nil && records("version") == nil {
-		return nil, fail(prefix+"constants.pkl", -1, fmt.Errorf("%w: this is a TorchScript archive (torch.jit.save), not a torch.save checkpoint", statedict.ErrUnsupported))
+		return nil, fail(prefix+"constants.pkl", -1, fmt.Errorf("%w: this is a TorchScript archive (torch.jit.save), not a torch.save checkpoint", ckpterr.ErrUnsupported))
 	}
 	read := func(name string) ([]byte, int64, error) {
 		f := records(name)
@@ -274,11 +243,11 @@ func decode(data source, file string) (statedict.Value, error) {
 		name := "data/" + req.Key
 		rec := records(name)
 		if rec == nil {
-			return nil, fail(prefix+name, -1, fmt.Errorf("%w: record missing", statedict.ErrCorrupt))
+			return nil, fail(prefix+name, -1, fmt.Errorf("%w: record missing", ckpterr.ErrCorrupt))
 		}
 		nbytes := req.NumEl * int64(req.DType.Size())
 		if req.NumEl > 0 && nbytes/req.NumEl != int64(req.DType.Size()) {
-			return nil, fail(prefix+name, -1, fmt.Errorf("%w: storage of %d %s elements overflows", statedict.ErrCorrupt, req.NumEl, req.DType))
+			return nil, fail(prefix+name, -1, fmt.Errorf("%w: storage of %d %s elements overflows", ckpterr.ErrCorrupt, req.NumEl, req.DType))
 		}
 		if rec.Method == zip.Deflate {
 			// Inflated lazily, as far as the tensors read, streaming: a small deflated record
@@ -291,7 +260,7 @@ func decode(data source, file string) (statedict.Value, error) {
 				return nil, fail(string(rec.Name), off, err)
 			}
 			if uint64(nbytes) > rec.UncompressedSize64 {
-				return nil, fail(prefix+name, off, fmt.Errorf("%w: storage of %d %s elements needs %d bytes, record has %d", statedict.ErrCorrupt, req.NumEl, req.DType, nbytes, rec.UncompressedSize64))
+				return nil, fail(prefix+name, off, fmt.Errorf("%w: storage of %d %s elements needs %d bytes, record has %d", ckpterr.ErrCorrupt, req.NumEl, req.DType, nbytes, rec.UncompressedSize64))
 			}
 			z := newInflater(data.section(off, n), n, int64(rec.UncompressedSize64), base+off, file+": "+string(rec.Name))
 			st := statedict.NewReaderStorage(req.Key, req.Location, req.DType, z, base+off, nbytes)
@@ -305,7 +274,7 @@ func decode(data source, file string) (statedict.Value, error) {
 				return nil, err
 			}
 			if nbytes > size {
-				return nil, fail(prefix+name, off, fmt.Errorf("%w: storage of %d %s elements needs %d bytes, record has %d", statedict.ErrCorrupt, req.NumEl, req.DType, nbytes, size))
+				return nil, fail(prefix+name, off, fmt.Errorf("%w: storage of %d %s elements needs %d bytes, record has %d", ckpterr.ErrCorrupt, req.NumEl, req.DType, nbytes, size))
 			}
 			st := statedict.NewReaderStorage(req.Key, req.Location, req.DType, data.r, base+off, nbytes)
 			st.File, st.BigEndian = file, bigEndian
@@ -316,7 +285,7 @@ func decode(data source, file string) (statedict.Value, error) {
 			return nil, err
 		}
 		if nbytes > int64(len(b)) {
-			return nil, fail(prefix+name, off, fmt.Errorf("%w: storage of %d %s elements needs %d bytes, record has %d", statedict.ErrCorrupt, req.NumEl, req.DType, nbytes, len(b)))
+			return nil, fail(prefix+name, off, fmt.Errorf("%w: storage of %d %s elements needs %d bytes, record has %d", ckpterr.ErrCorrupt, req.NumEl, req.DType, nbytes, len(b)))
 		}
 		st := statedict.NewMappedStorage(req.Key, req.Location, req.DType, b[:nbytes])
 		st.File, st.Offset, st.BigEndian = file, base+off, bigEndian
@@ -325,9 +294,8 @@ func decode(data source, file string) (statedict.Value, error) {
 	}
 	root, _, err := torchpickle.Load(pkl, resolve, torchpickle.Options{})
 	if err != nil {
-		var pe *Error
-		if errors.As(err, &pe) {
-			return nil, err
+		if fe := (*ckpterr.FormatError)(nil); errors.As(err, &fe) && fe.Format == Format && fe.File == file {
+			return nil, err // a storage record's own error, from resolve
 		}
 		return nil, fail(prefix+"data.pkl", pklOff, err)
 	}
@@ -357,11 +325,11 @@ func checkVersion(records func(string) *zipdir.File, read func(string) ([]byte, 
 func storedRange(size int64, f *zipdir.File, fail func(int64, error) error) (int64, int64, error) {
 	off, err := f.DataOffset()
 	if err != nil {
-		return -1, 0, fail(-1, fmt.Errorf("%w: %v", statedict.ErrCorrupt, err))
+		return -1, 0, fail(-1, fmt.Errorf("%w: %v", ckpterr.ErrCorrupt, err))
 	}
 	n := int64(f.CompressedSize64)
 	if n < 0 || off < 0 || off > size || n > size-off {
-		return off, 0, fail(off, fmt.Errorf("%w: record of %d bytes runs past the end of the %d-byte archive", statedict.ErrCorrupt, f.CompressedSize64, size))
+		return off, 0, fail(off, fmt.Errorf("%w: record of %d bytes runs past the end of the %d-byte archive", ckpterr.ErrCorrupt, f.CompressedSize64, size))
 	}
 	return off, n, nil
 }
@@ -395,7 +363,7 @@ func record(data source, f *zipdir.File, fail func(int64, error) error) ([]byte,
 	switch f.Method {
 	case zip.Store:
 		if f.UncompressedSize64 != f.CompressedSize64 {
-			return nil, off, fail(off, fmt.Errorf("%w: stored record with compressed size %d != size %d", statedict.ErrCorrupt, f.CompressedSize64, f.UncompressedSize64))
+			return nil, off, fail(off, fmt.Errorf("%w: stored record with compressed size %d != size %d", ckpterr.ErrCorrupt, f.CompressedSize64, f.UncompressedSize64))
 		}
 		return raw, off, nil
 	case zip.Deflate:
@@ -405,5 +373,5 @@ func record(data source, f *zipdir.File, fail func(int64, error) error) ([]byte,
 		}
 		return b, off, nil
 	}
-	return nil, off, fail(off, fmt.Errorf("%w: compression method %d", statedict.ErrUnsupported, f.Method))
+	return nil, off, fail(off, fmt.Errorf("%w: compression method %d", ckpterr.ErrUnsupported, f.Method))
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -45,16 +46,16 @@ func gathered(name string, dt statedict.DType, shape []int64, spans []span) (*st
 	for _, s := range spans {
 		t := s.t
 		if t.DType != dt {
-			return nil, fmt.Errorf("%s: %w: a partition is %s, the parameter %s", name, statedict.ErrCorrupt, t.DType, dt)
+			return nil, fmt.Errorf("%s: %w: a partition is %s, the parameter %s", name, ckpterr.ErrCorrupt, t.DType, dt)
 		}
 		if len(t.Shape) != 1 || t.Storage == nil || (t.Shape[0] > 1 && t.Strides[0] != 1) {
-			return nil, fmt.Errorf("%s: %w: a partition is not a flat contiguous tensor (shape %v)", name, statedict.ErrCorrupt, t.Shape)
+			return nil, fmt.Errorf("%s: %w: a partition is not a flat contiguous tensor (shape %v)", name, ckpterr.ErrCorrupt, t.Shape)
 		}
 		if err := t.Validate(); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		if s.off < 0 || s.n < 0 || s.off+s.n > t.NumEl() {
-			return nil, fmt.Errorf("%s: %w: elements [%d, %d) of a %d-element partition", name, statedict.ErrCorrupt, s.off, s.off+s.n, t.NumEl())
+			return nil, fmt.Errorf("%s: %w: elements [%d, %d) of a %d-element partition", name, ckpterr.ErrCorrupt, s.off, s.off+s.n, t.NumEl())
 		}
 		g.starts = append(g.starts, total*es)
 		g.spans = append(g.spans, s)

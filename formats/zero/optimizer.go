@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -19,7 +20,7 @@ func baseState(osd *statedict.Dict, stage int64) (*statedict.Dict, error) {
 	switch v := field(osd, key).(type) {
 	case *statedict.Dict:
 		if _, ok := field(v, "state").(*statedict.Dict); !ok {
-			return nil, fmt.Errorf("%w: %s has no \"state\" dict", statedict.ErrCorrupt, key)
+			return nil, fmt.Errorf("%w: %s has no \"state\" dict", ckpterr.ErrCorrupt, key)
 		}
 		return v, nil
 	case *statedict.List:
@@ -32,7 +33,7 @@ func baseState(osd *statedict.Dict, stage int64) (*statedict.Dict, error) {
 		out.Set("state", st)
 		return out, nil
 	default:
-		return nil, fmt.Errorf("%w: no optimizer state (%s is %T)", statedict.ErrCorrupt, key, v)
+		return nil, fmt.Errorf("%w: no optimizer state (%s is %T)", ckpterr.ErrCorrupt, key, v)
 	}
 }
 
@@ -60,7 +61,7 @@ func (c *consolidator) optimizer(optims []string, bases []*statedict.Dict) (*sta
 		v, ok := st.Get(int64(g))
 		d, isDict := v.(*statedict.Dict)
 		if !ok || !isDict {
-			return nil, fmt.Errorf("%s: %w: the optimizer state has no state for group %d (%d groups in param_shapes)", optims[r], statedict.ErrCorrupt, g, len(shapes))
+			return nil, fmt.Errorf("%s: %w: the optimizer state has no state for group %d (%d groups in param_shapes)", optims[r], ckpterr.ErrCorrupt, g, len(shapes))
 		}
 		return d, nil
 	}
@@ -112,7 +113,7 @@ func (c *consolidator) optimizer(optims []string, bases []*statedict.Dict) (*sta
 				}
 				t, ok := field(st, key).(*statedict.Tensor)
 				if !ok || len(t.Shape) != 1 {
-					return nil, fmt.Errorf("%s: %w: group %d's %s is %T, rank 0's a flat tensor", optims[r], statedict.ErrCorrupt, g, key, field(st, key))
+					return nil, fmt.Errorf("%s: %w: group %d's %s is %T, rank 0's a flat tensor", optims[r], ckpterr.ErrCorrupt, g, key, field(st, key))
 				}
 				if r == 0 && g == 0 {
 					dt = t.DType
@@ -166,7 +167,7 @@ func own(key string, t *statedict.Tensor) (*statedict.Tensor, error) {
 	}
 	n := t.NumEl()
 	if n > 1 && !t.IsContiguous() {
-		return nil, fmt.Errorf("%w: a non-contiguous %v tensor", statedict.ErrUnsupported, t.Shape)
+		return nil, fmt.Errorf("%w: a non-contiguous %v tensor", ckpterr.ErrUnsupported, t.Shape)
 	}
 	es := int64(t.DType.Size())
 	st := statedict.NewReaderStorage(key, t.Storage.Location, t.DType, t.Storage, t.Offset*es, n*es)

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/internal/regular"
-	"github.com/ckpt-dev/ckpt/statedict"
 )
 
 // A ZeRO tag folder holds one optimizer-states file per data-parallel rank, named by
@@ -114,7 +114,7 @@ func checkRanks(what string, re *regexp.Regexp, entries []fs.DirEntry, ws int64)
 		say = append(say, "extra "+list(extra))
 	}
 	return nil, fmt.Errorf("%w: partition_count is %d, so the folder holds one *_%s file for each of ranks 0 to %d: %s (a rank's file is missing, or left over from another run)",
-		statedict.ErrCorrupt, ws, what, ws-1, strings.Join(say, "; "))
+		ckpterr.ErrCorrupt, ws, what, ws-1, strings.Join(say, "; "))
 }
 
 // filesOnly refuses rank files that are not files of the folder (links, FIFOs, folders),
@@ -127,7 +127,7 @@ func filesOnly(entries []fs.DirEntry) error {
 		}
 	}
 	if len(notFiles) > 0 {
-		return fmt.Errorf("%w: %s in the place of rank files: %s; ckpt reads rank files that are files of the folder", statedict.ErrCorrupt, plural(len(notFiles), "entry", "entries"), list(notFiles))
+		return fmt.Errorf("%w: %s in the place of rank files: %s; ckpt reads rank files that are files of the folder", ckpterr.ErrCorrupt, plural(len(notFiles), "entry", "entries"), list(notFiles))
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -66,7 +67,7 @@ func TestCheckRanks(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, statedict.ErrCorrupt) {
+		if !errors.Is(err, ckpterr.ErrCorrupt) {
 			t.Errorf("%v: %v, want ErrCorrupt", c.entries, err)
 			continue
 		}
@@ -95,12 +96,12 @@ func TestPartitionCount(t *testing.T) {
 	}{
 		{int64(4), 4, nil},
 		{list(2, 2), 2, nil},
-		{list(4, 2), 0, statedict.ErrUnsupported},
-		{list(), 0, statedict.ErrCorrupt},
-		{int64(0), 0, statedict.ErrCorrupt},
-		{int64(-3), 0, statedict.ErrCorrupt},
-		{int64(1 << 40), 0, statedict.ErrCorrupt},
-		{"2", 0, statedict.ErrCorrupt},
+		{list(4, 2), 0, ckpterr.ErrUnsupported},
+		{list(), 0, ckpterr.ErrCorrupt},
+		{int64(0), 0, ckpterr.ErrCorrupt},
+		{int64(-3), 0, ckpterr.ErrCorrupt},
+		{int64(1 << 40), 0, ckpterr.ErrCorrupt},
+		{"2", 0, ckpterr.ErrCorrupt},
 	} {
 		n, err := partitionCount(c.v)
 		if n != c.want || !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/codec"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
@@ -194,7 +195,7 @@ func OpenWith(ctx context.Context, dir string, openFile func(context.Context, st
 		out.Closers = append(out.Closers, ck.Closers...)
 		d, ok := ck.Root.(*statedict.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", storage.Join(dir, name), statedict.ErrCorrupt, ck.Root)
+			return nil, fmt.Errorf("%s: %w: holds a %T, not a dict", storage.Join(dir, name), ckpterr.ErrCorrupt, ck.Root)
 		}
 		return d, nil
 	}
@@ -218,7 +219,7 @@ func OpenWith(ctx context.Context, dir string, openFile func(context.Context, st
 		models = append(models, m)
 	}
 	if len(models) == 0 {
-		return nil, fmt.Errorf("%s: %w: no *_model_states.pt file", dir, statedict.ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: no *_model_states.pt file", dir, ckpterr.ErrCorrupt)
 	}
 	optims := files(ctx, dir, optimFile)
 	stage, ws := int64(0), int64(0)
@@ -232,11 +233,11 @@ func OpenWith(ctx context.Context, dir string, openFile func(context.Context, st
 		p := storage.Join(dir, name)
 		osd, ok := field(d, "optimizer_state_dict").(*statedict.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%s: %w: no optimizer_state_dict", p, statedict.ErrCorrupt)
+			return nil, fmt.Errorf("%s: %w: no optimizer_state_dict", p, ckpterr.ErrCorrupt)
 		}
 		st, ok := intValue(field(osd, "zero_stage"))
 		if !ok {
-			return nil, fmt.Errorf("%s: %w: not a ZeRO checkpoint (no zero_stage)", p, statedict.ErrCorrupt)
+			return nil, fmt.Errorf("%s: %w: not a ZeRO checkpoint (no zero_stage)", p, ckpterr.ErrCorrupt)
 		}
 		n, err := partitionCount(field(osd, "partition_count"))
 		if err != nil {
@@ -245,14 +246,14 @@ func OpenWith(ctx context.Context, dir string, openFile func(context.Context, st
 		if i == 0 {
 			stage, ws = st, n
 		} else if st != stage || n != ws {
-			return nil, fmt.Errorf("%s: %w: ZeRO stage %d over %d ranks, rank 0's file says stage %d over %d", p, statedict.ErrCorrupt, st, n, stage, ws)
+			return nil, fmt.Errorf("%s: %w: ZeRO stage %d over %d ranks, rank 0's file says stage %d over %d", p, ckpterr.ErrCorrupt, st, n, stage, ws)
 		}
 		key := "single_partition_of_fp32_groups"
 		switch {
 		case stage == 3:
 			key = "fp32_flat_groups"
 		case stage < 1 || stage > 3:
-			return nil, fmt.Errorf("%s: %w: ZeRO stage %d", p, statedict.ErrUnsupported, stage)
+			return nil, fmt.Errorf("%s: %w: ZeRO stage %d", p, ckpterr.ErrUnsupported, stage)
 		}
 		flat, err := tensorList(field(osd, key))
 		if err != nil {
@@ -268,7 +269,7 @@ func OpenWith(ctx context.Context, dir string, openFile func(context.Context, st
 		}
 	}
 	if len(optims) == 0 {
-		return nil, fmt.Errorf("%s: %w: no *_optim_states.pt file", dir, statedict.ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: no *_optim_states.pt file", dir, ckpterr.ErrCorrupt)
 	}
 	// The ranks' files must be exactly ranks 0 … ws-1, once each; they are consolidated in
 	// rank order.
@@ -312,11 +313,11 @@ func parseModelStates(path string, d *statedict.Dict) (*modelStates, error) {
 	m := &modelStates{file: path, buffers: map[string]bool{}}
 	var ok bool
 	if m.module, ok = field(d, "module").(*statedict.Dict); !ok {
-		return nil, fmt.Errorf("%s: %w: not a DeepSpeed model-states file (no module state dict)", path, statedict.ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: not a DeepSpeed model-states file (no module state dict)", path, ckpterr.ErrCorrupt)
 	}
 	names, ok := field(d, "buffer_names").(*statedict.List)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: not a model state checkpoint (no buffer_names)", path, statedict.ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: not a model state checkpoint (no buffer_names)", path, ckpterr.ErrCorrupt)
 	}
 	for _, it := range names.Items {
 		if s, ok := it.(string); ok {
@@ -325,12 +326,12 @@ func parseModelStates(path string, d *statedict.Dict) (*modelStates, error) {
 	}
 	shapes, ok := field(d, "param_shapes").(*statedict.List)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: no param_shapes (saved without a ZeRO optimizer)", path, statedict.ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: no param_shapes (saved without a ZeRO optimizer)", path, ckpterr.ErrCorrupt)
 	}
 	for i, g := range shapes.Items {
 		gd, ok := g.(*statedict.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%s: %w: param_shapes[%d] is %T", path, statedict.ErrCorrupt, i, g)
+			return nil, fmt.Errorf("%s: %w: param_shapes[%d] is %T", path, ckpterr.ErrCorrupt, i, g)
 		}
 		m.paramShapes = append(m.paramShapes, gd)
 	}
@@ -367,7 +368,7 @@ func CheckModelStates(path string, root statedict.Value) error {
 			if isT && isShape && t.NumEl() == 0 && numel(shape) > 0 {
 				folder := storage.Dir(path)
 				return fmt.Errorf("%s: %w: a DeepSpeed ZeRO-3 model-states file: its parameters are placeholders (%s is %v, its shape %v); the weights are partitioned over the ranks' *_optim_states.pt files, which %s does not hold — read the folder that has them",
-					path, statedict.ErrUnsupported, statedict.KeyString(e.Key), t.Shape, shape, folder)
+					path, ckpterr.ErrUnsupported, statedict.KeyString(e.Key), t.Shape, shape, folder)
 			}
 		}
 	}
@@ -402,25 +403,25 @@ func intValue(v statedict.Value) (int64, bool) {
 func partitionCount(v statedict.Value) (int64, error) {
 	if n, ok := intValue(v); ok {
 		if n < 1 || n > maxWorld {
-			return 0, fmt.Errorf("%w: partition_count is %d", statedict.ErrCorrupt, n)
+			return 0, fmt.Errorf("%w: partition_count is %d", ckpterr.ErrCorrupt, n)
 		}
 		return n, nil
 	}
 	l, ok := v.(*statedict.List)
 	if !ok || len(l.Items) == 0 {
-		return 0, fmt.Errorf("%w: partition_count is %T, not a count", statedict.ErrCorrupt, v)
+		return 0, fmt.Errorf("%w: partition_count is %T, not a count", ckpterr.ErrCorrupt, v)
 	}
 	counts := make([]int64, len(l.Items))
 	for i, it := range l.Items {
 		n, ok := intValue(it)
 		if !ok || n < 1 || n > maxWorld {
-			return 0, fmt.Errorf("%w: partition_count[%d] is %v, not a count", statedict.ErrCorrupt, i, it)
+			return 0, fmt.Errorf("%w: partition_count[%d] is %v, not a count", ckpterr.ErrCorrupt, i, it)
 		}
 		counts[i] = n
 	}
 	for i, n := range counts {
 		if n != counts[0] {
-			return 0, fmt.Errorf("%w: partition_count %v: parameter group %d is partitioned over %d ranks, group 0 over %d (expert groups of their own are not consolidated)", statedict.ErrUnsupported, counts, i, n, counts[0])
+			return 0, fmt.Errorf("%w: partition_count %v: parameter group %d is partitioned over %d ranks, group 0 over %d (expert groups of their own are not consolidated)", ckpterr.ErrUnsupported, counts, i, n, counts[0])
 		}
 	}
 	return counts[0], nil
@@ -433,13 +434,13 @@ func tensorList(v statedict.Value) ([]*statedict.Tensor, error) {
 		if t, isT := v.(*statedict.Tensor); isT {
 			return []*statedict.Tensor{t}, nil
 		}
-		return nil, fmt.Errorf("%w: a %T, not a list of flat tensors", statedict.ErrCorrupt, v)
+		return nil, fmt.Errorf("%w: a %T, not a list of flat tensors", ckpterr.ErrCorrupt, v)
 	}
 	out := make([]*statedict.Tensor, len(l.Items))
 	for i, it := range l.Items {
 		t, ok := it.(*statedict.Tensor)
 		if !ok || len(t.Shape) != 1 {
-			return nil, fmt.Errorf("%w: group %d is %T, not a flat tensor", statedict.ErrCorrupt, i, it)
+			return nil, fmt.Errorf("%w: group %d is %T, not a flat tensor", ckpterr.ErrCorrupt, i, it)
 		}
 		out[i] = t
 	}
@@ -546,7 +547,7 @@ func (c *consolidator) frozen() error {
 		if c.stage <= 2 {
 			t, ok := fragment(m0, name)
 			if !ok {
-				return fmt.Errorf("%s: %w: no frozen fragment for %s", m0.file, statedict.ErrCorrupt, name)
+				return fmt.Errorf("%s: %w: no frozen fragment for %s", m0.file, ckpterr.ErrCorrupt, name)
 			}
 			c.out.Set(name, t)
 			continue
@@ -556,7 +557,7 @@ func (c *consolidator) frozen() error {
 		for _, m := range c.models {
 			t, ok := fragment(m, name)
 			if !ok {
-				return fmt.Errorf("%s: %w: no frozen fragment for %s", m.file, statedict.ErrCorrupt, name)
+				return fmt.Errorf("%s: %w: no frozen fragment for %s", m.file, ckpterr.ErrCorrupt, name)
 			}
 			dt = t.DType
 			spans = append(spans, span{t, 0, t.NumEl()})
@@ -679,7 +680,7 @@ func float32Of(t *statedict.Tensor) (*statedict.Tensor, error) {
 		return t, nil
 	}
 	if !t.IsWholeStorage() {
-		return nil, fmt.Errorf("%w: a %s view of a larger storage", statedict.ErrUnsupported, t.DType)
+		return nil, fmt.Errorf("%w: a %s view of a larger storage", ckpterr.ErrUnsupported, t.DType)
 	}
 	st, err := codec.CastStorage(t.Storage, t.DType, statedict.Float32)
 	if err != nil {

@@ -43,6 +43,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/statedict"
 )
 
@@ -183,7 +184,7 @@ type osPath struct {
 }
 
 var portablePath = osPath{
-	openDirect: func(*os.File) (*os.File, error) { return nil, errors.ErrUnsupported },
+	openDirect: func(*os.File) (*os.File, error) { return nil, ckpterr.ErrUnsupported },
 	refused:    func(error) bool { return false },
 	writeback:  func(*os.File, int64, int64) {},
 	await:      func(*os.File, int64, int64) {},

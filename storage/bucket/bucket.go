@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/storage"
 )
 
@@ -198,18 +198,18 @@ var errKeyPath = errors.New("a key with an empty, . or .. path element")
 func entryName(prefix, key string, dir bool) (name string, ok bool, err error) {
 	rest, found := strings.CutPrefix(key, prefix)
 	if !found {
-		return "", false, fmt.Errorf("%w: the listing of %q returned %q, outside it", statedict.ErrUnsupported, prefix, key)
+		return "", false, fmt.Errorf("%w: the listing of %q returned %q, outside it", ckpterr.ErrUnsupported, prefix, key)
 	}
 	if dir {
 		var slash bool
 		if rest, slash = strings.CutSuffix(rest, "/"); !slash {
-			return "", false, fmt.Errorf("%w: the listing of %q returned the folder %q, which does not end in /", statedict.ErrUnsupported, prefix, key)
+			return "", false, fmt.Errorf("%w: the listing of %q returned the folder %q, which does not end in /", ckpterr.ErrUnsupported, prefix, key)
 		}
 	} else if rest == "" {
 		return "", false, nil // a folder placeholder object ("dir/")
 	}
 	if rest == "" || rest == "." || rest == ".." || strings.Contains(rest, "/") {
-		return "", false, fmt.Errorf("%w: %q: %w: refused (a path cannot name it, and following it would loop or leave the folder)", statedict.ErrUnsupported, key, errKeyPath)
+		return "", false, fmt.Errorf("%w: %q: %w: refused (a path cannot name it, and following it would loop or leave the folder)", ckpterr.ErrUnsupported, key, errKeyPath)
 	}
 	return rest, true, nil
 }

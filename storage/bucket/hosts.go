@@ -11,7 +11,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/storage"
 	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
@@ -286,7 +286,7 @@ func (m *member) readJournal(host int) (*multihost.Journal, error) {
 	}
 	j, err := multihost.ParseList(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %w", m.loc(key), statedict.ErrCorrupt, err)
+		return nil, fmt.Errorf("%s: %w", m.loc(key), err) // ckpterr.ErrCorrupt
 	}
 	return j, nil
 }
@@ -616,7 +616,7 @@ func (m *member) Commit(last []storage.NamedBytes) error {
 
 // refused says where the protocol refused (the prefix), and what kind of error it is:
 // what a host did not write is storage.ErrForeign, a finished file not there whole
-// statedict.ErrCorrupt.
+// ckpterr.ErrCorrupt.
 func (m *member) refused(err error) error {
 	var r *multihost.Refusal
 	switch {
@@ -625,7 +625,7 @@ func (m *member) refused(err error) error {
 	case r.IsForeign():
 		return fmt.Errorf("%s: %w: %w", m.l, storage.ErrForeign, err)
 	case r.Problem == multihost.Unfinished:
-		return fmt.Errorf("%s: %w: %w", m.l, statedict.ErrCorrupt, err)
+		return fmt.Errorf("%s: %w: %w", m.l, ckpterr.ErrCorrupt, err)
 	}
 	return fmt.Errorf("%s: %w", m.l, err)
 }

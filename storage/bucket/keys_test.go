@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats"
 	"github.com/ckpt-dev/ckpt/internal/buckettest"
 	"github.com/ckpt-dev/ckpt/scan"
-	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
 )
 
@@ -69,7 +69,7 @@ func TestKeysThatAreNoPaths(t *testing.T) {
 					if op.name == "open" && err == nil {
 						continue // the reader never listed the planted key's folder
 					}
-					if !errors.Is(err, statedict.ErrUnsupported) || !strings.Contains(err.Error(), strconv.Quote(named)) {
+					if !errors.Is(err, ckpterr.ErrUnsupported) || !strings.Contains(err.Error(), strconv.Quote(named)) {
 						t.Errorf("%s %s with %q planted: %v, want an error naming %q", op.name, url, key, err, named)
 					}
 				case <-time.After(30 * time.Second):

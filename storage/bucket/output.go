@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/storage"
 	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
@@ -68,10 +68,10 @@ func (f *FS) newOutput(ctx context.Context, url string, opts storage.OutputOptio
 		return nil, err
 	}
 	if l.Key == "" {
-		return nil, fmt.Errorf("%s: %w: an output needs a prefix inside the bucket (gs://bucket/run/out)", url, statedict.ErrUnsupported)
+		return nil, fmt.Errorf("%s: %w: an output needs a prefix inside the bucket (gs://bucket/run/out)", url, ckpterr.ErrUnsupported)
 	}
 	if strings.ContainsFunc(l.Key, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return nil, fmt.Errorf("%s: %w: an output's name may not hold control characters", l, statedict.ErrUnsupported)
+		return nil, fmt.Errorf("%s: %w: an output's name may not hold control characters", l, ckpterr.ErrUnsupported)
 	}
 	b, err := f.Bucket(ctx, l)
 	if err != nil {
@@ -357,7 +357,7 @@ func (u *upload) Close() error {
 		bad = fmt.Sprintf("CRC32C %08x stored, %08x sent", attrs.CRC32C, c.crc32c())
 	}
 	if bad != "" {
-		return fmt.Errorf("%s: %w: the upload was damaged: %s", loc, statedict.ErrCorrupt, bad)
+		return fmt.Errorf("%s: %w: the upload was damaged: %s", loc, ckpterr.ErrCorrupt, bad)
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/ckpt-dev/ckpt/statedict"
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // An S3 object's bytes are copied once, into a part buffer of anonymous memory outside the
@@ -236,7 +236,7 @@ func (u *s3Upload) Close() error {
 	}
 	want := fmt.Sprintf("%s-%d", crcBase64(crc32.ChecksumIEEE(crcs)), len(u.parts))
 	if u.stored != "" && u.stored != want {
-		return fmt.Errorf("%w: the upload was damaged: CRC32 %s stored, %s sent", statedict.ErrCorrupt, u.stored, want)
+		return fmt.Errorf("%w: the upload was damaged: CRC32 %s stored, %s sent", ckpterr.ErrCorrupt, u.stored, want)
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // A journal is how a host proves, after a kill, which entries of the output it made, and
@@ -51,9 +53,6 @@ const MaxLine = 64 << 10
 
 // ErrNotJournal is a journal that ckpt did not write (or not for this output).
 var ErrNotJournal = errors.New("not a journal ckpt wrote for this folder")
-
-// ErrCorrupt is a List journal that does not parse as one.
-var ErrCorrupt = errors.New("corrupt journal")
 
 // Record is one line of a Lines journal.
 type Record struct {
@@ -256,20 +255,20 @@ const maxName = 1024
 // lower-case hex digits. The last entry of a file wins.
 func ParseList(b []byte) (*Journal, error) {
 	if len(b) > MaxJournal {
-		return nil, fmt.Errorf("%w: %d bytes, more than a journal has", ErrCorrupt, len(b))
+		return nil, fmt.Errorf("%w: %d bytes, more than a journal has", ckpterr.ErrCorrupt, len(b))
 	}
 	var list []Finished
 	if err := json.Unmarshal(b, &list); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", ckpterr.ErrCorrupt, err)
 	}
 	j := newJournal()
 	for _, e := range list {
 		if len(e.File) > maxName || !ValidName(e.File) || IsControl(e.File) {
-			return nil, fmt.Errorf("%w: the journal names %q", ErrCorrupt, e.File)
+			return nil, fmt.Errorf("%w: the journal names %q", ckpterr.ErrCorrupt, e.File)
 		}
 		finished := e.Size >= 0 && len(e.XXHash64) == 16 && strings.Trim(e.XXHash64, "0123456789abcdef") == ""
 		if !finished && (e.Size != StartedSize || e.XXHash64 != "") {
-			return nil, fmt.Errorf("%w: the journal's entry of %q has size %d, xxhash64 %q", ErrCorrupt, e.File, e.Size, e.XXHash64)
+			return nil, fmt.Errorf("%w: the journal's entry of %q has size %d, xxhash64 %q", ckpterr.ErrCorrupt, e.File, e.Size, e.XXHash64)
 		}
 		if _, ok := j.Files[e.File]; !ok {
 			j.Order = append(j.Order, e.File)
