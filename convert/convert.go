@@ -198,22 +198,18 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 			return nil, err
 		}
 	}
-	out, err := newOutput(ctx, opts, folder, run)
+	out, err := newOutput(ctx, opts, folder, 0, 1, run)
 	if err != nil {
 		return nil, err
 	}
 	defer out.abort()
-	if out.dir != nil || out.share != nil {
-		switch cleaned, resumed := out.leftovers(); {
-		case resumed != nil: // (a bucket's files the killed run had not finished are removed)
-			p.sum.Resumed = len(resumed)
-		case cleaned:
-			p.sum.Warnings = append(p.sum.Warnings, plan.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
-		}
-	} else if out.file != nil && out.file.CleanedUp {
+	switch cleaned, resumed := out.leftovers(); {
+	case resumed != nil: // (a bucket's files the killed run had not finished are removed)
+		p.sum.Resumed = len(resumed)
+	case cleaned:
 		p.sum.Warnings = append(p.sum.Warnings, plan.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
 	}
-	out.total = p.Bytes
+	out.progress.Expect(p.Bytes)
 	if err := write(ctx, out.root(), p, opts); err != nil {
 		return nil, err
 	}
@@ -281,9 +277,7 @@ func (p *planned) writeOptions(o *output, opts Options) statedict.WriteOptions {
 // write writes the planned checkpoint through out with the layout's writer, then the
 // training state taken along and the manifest.
 func write(ctx context.Context, out *subOutput, p *planned, opts Options) error {
-	prev := out.o.src
-	out.o.src = p.src
-	defer func() { out.o.src = prev }()
+	defer out.o.reading(p.src)()
 	w, err := p.lay.Writer()(out, p.Output, p.writeOptions(out.o, opts))
 	if err != nil {
 		return err
@@ -399,9 +393,7 @@ func convertAlongside(ctx context.Context, parent *subOutput, p *planned, opts O
 	if err != nil {
 		return nil, err
 	}
-	parent.o.mu.Lock()
-	parent.o.total += sp.Bytes
-	parent.o.mu.Unlock()
+	parent.o.progress.Grow(sp.Bytes)
 	if err := write(ctx, parent.sub(name), sp, sub); err != nil {
 		return nil, err
 	}

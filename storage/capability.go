@@ -4,7 +4,8 @@ import "io"
 
 // A decorator of a reader or writer — a File counting what is read, a writer hashing what
 // passes — keeps the optional capabilities of what it wraps (Mapped; statedict's Windower,
-// Prefetcher, ReadPlanner, Lender, RangeWriter) discoverable by giving it back through
+// Prefetcher, ReadPlanner, Lender, RangeWriter; an Output's Leftovers, FileSums, Staged,
+// Reopener, SharedOutput) discoverable by giving it back through
 // Unwrap, as errors.As finds wrapped errors (restic's backend.AsBackend): callers look
 // capabilities up with As, never with a bare type assertion, which a decorator defeats.
 
@@ -18,6 +19,12 @@ type WriterUnwrapper interface {
 	Unwrap() io.Writer
 }
 
+// OutputUnwrapper is an Output that wraps another (a decorator of storage/sink), writing
+// the same files.
+type OutputUnwrapper interface {
+	Unwrap() Output
+}
+
 // As returns the first value in v's Unwrap chain (v itself first) that has capability T.
 func As[T any](v any) (T, bool) {
 	for v != nil {
@@ -28,6 +35,8 @@ func As[T any](v any) (T, bool) {
 		case ReaderUnwrapper:
 			v = u.Unwrap()
 		case WriterUnwrapper:
+			v = u.Unwrap()
+		case OutputUnwrapper:
 			v = u.Unwrap()
 		default:
 			v = nil

@@ -47,6 +47,11 @@ type OutputOptions struct {
 	// single-file output's ends with it): an earlier output is removed manifest first, so
 	// that nothing left while removing it looks complete.
 	Manifest string
+	// Proof, for a local output, lists what the earlier output at dst recorded of each
+	// file it wrote — its size and xxhash64 (the manifest's Output.Sums) — and that record
+	// itself (Size < 0, the manifest), for Force to replace only what is proven ckpt's;
+	// ok is false when there is none.
+	Proof func(ctx context.Context, dst string) (claims []Finished, ok bool)
 }
 
 // Creator is a backend that can also write outputs.
@@ -74,8 +79,8 @@ func CreateOutput(ctx context.Context, url string, opts OutputOptions) (Output, 
 		return nil, fmt.Errorf("%s: %w: this backend cannot write outputs", url, errors.ErrUnsupported)
 	}
 	o, err := c.CreateOutput(ctx, url, opts)
-	if err != nil {
-		return nil, err
+	if err != nil || !IsRemote(url) { // a local output is internal/atomicfile's to track
+		return o, err
 	}
 	t := &tracked{o}
 	pendingMu.Lock()
