@@ -10,8 +10,11 @@
 // rank's shards (sharding.go decides them; the layout's writer lays them out) — and Hosts
 // splits its writing across the machines of a multi-host job (hosts.go).
 //
-// The steps are open → plan → write → manifest; each lives with the package that knows its
-// layout, and convert only orchestrates.
+// The steps are open → plan → sink → writer → manifest: the source is opened, the plan
+// made, the destination opened as one storage.Output (storage/local's or a bucket's) under
+// storage/sink's decorators, the layout's writer writes through it, and the manifest is
+// written last; each lives with the package that knows its part, and convert only
+// orchestrates.
 package convert
 
 import (

@@ -2,12 +2,13 @@ package storage
 
 import "io"
 
-// A decorator of a reader or writer — a File counting what is read, a writer hashing what
-// passes — keeps the optional capabilities of what it wraps (Mapped; statedict's Windower,
-// Prefetcher, ReadPlanner, Lender, RangeWriter; an Output's Leftovers, FileSums, Staged,
-// Reopener, SharedOutput) discoverable by giving it back through
-// Unwrap, as errors.As finds wrapped errors (restic's backend.AsBackend): callers look
-// capabilities up with As, never with a bare type assertion, which a decorator defeats.
+// A decorator of a reader, writer or output — a File counting what is read, a writer
+// hashing what passes, storage/sink's outputs — keeps the optional capabilities of what it
+// wraps (Mapped; statedict's Windower, Prefetcher, ReadPlanner, Lender, RangeWriter; an
+// Output's Leftovers, FileSums, Staged, Reopener, SharedOutput) discoverable by giving it
+// back through Unwrap, as errors.As finds wrapped errors (restic's backend.AsBackend):
+// callers look capabilities up with As, never with a bare type assertion, which a
+// decorator defeats.
 
 // ReaderUnwrapper is a reader that wraps another, reading at the same offsets.
 type ReaderUnwrapper interface {

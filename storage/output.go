@@ -8,11 +8,13 @@ import (
 	"sync"
 )
 
-// Output is a conversion's output being written to a backend (a bucket prefix). Files are
-// streamed to their final names and each appears only once complete; the files given to
+// Output is a conversion's output being written: in a bucket prefix, where files are
+// streamed to their final names and each appears only once complete, or on the local file
+// system (storage/local), where they appear together when it commits. The files given to
 // Commit are written after every other, so their presence means the output is complete
-// (ckpt puts its manifest there). Abort stops the uploads in flight and removes the files
-// this output completed — never anything else.
+// (ckpt puts its manifest there). Abort stops the writes in flight and removes the files
+// this output made — never anything else. Optional abilities (outputcap.go) are found with
+// As, through the decorators around it.
 type Output interface {
 	// Create starts the file name (slash-separated, relative to the output; "" for a
 	// single-file output's own file). Close finishes and verifies it.
