@@ -35,6 +35,7 @@ import (
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
+	"github.com/ckpt-dev/ckpt/storage/sink"
 )
 
 // Options describe one conversion. The zero value of each field changes nothing (device
@@ -213,7 +214,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		p.sum.Warnings = append(p.sum.Warnings, plan.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
 	}
 	out.progress.Expect(p.Bytes)
-	if err := write(ctx, out.root(), p, opts); err != nil {
+	if err := write(ctx, out, out.root(), p, opts); err != nil {
 		return nil, err
 	}
 	if err := strict(p, opts); err != nil {
@@ -277,11 +278,11 @@ func (p *planned) writeOptions(o *output, opts Options) statedict.WriteOptions {
 		WeightsOnly: opts.WeightsOnly, Metadata: p.Output.Metadata, Compress: opts.Compress}
 }
 
-// write writes the planned checkpoint through out with the layout's writer, then the
-// training state taken along and the manifest.
-func write(ctx context.Context, out *subOutput, p *planned, opts Options) error {
-	defer out.o.reading(p.src)()
-	w, err := p.lay.Writer()(out, p.Output, p.writeOptions(out.o, opts))
+// write writes the planned checkpoint into t (out as a whole, or a file of it) with the
+// layout's writer, then the training state taken along and the manifest.
+func write(ctx context.Context, out *output, t *sink.Target, p *planned, opts Options) error {
+	defer out.reading(p.src)()
+	w, err := p.lay.Writer()(t, p.Output, p.writeOptions(out, opts))
 	if err != nil {
 		return err
 	}
@@ -296,7 +297,7 @@ func write(ctx context.Context, out *subOutput, p *planned, opts Options) error 
 		p.sum.Warnings = append(p.sum.Warnings, notWritten(w.NotWritten, p.lay))
 	}
 	for _, name := range p.Alongside {
-		sub, err := convertAlongside(ctx, out, p, opts, name)
+		sub, err := convertAlongside(ctx, out, t, p, opts, name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -307,7 +308,7 @@ func write(ctx context.Context, out *subOutput, p *planned, opts Options) error 
 			p.sum.Warnings = append(p.sum.Warnings, w)
 		}
 	}
-	path, err := out.writeManifest(streamManifest(out.o, p, opts, w.Names, nil))
+	path, err := out.writeManifest(t, streamManifest(out, p, opts, w.Names, nil))
 	if err != nil {
 		return err
 	}
@@ -383,7 +384,7 @@ func (s *Summary) Messages() []string {
 
 // convertAlongside converts the training-state file name of the source folder into the
 // folder being written, with the same device and training-state options.
-func convertAlongside(ctx context.Context, parent *subOutput, p *planned, opts Options, name string) (*Summary, error) {
+func convertAlongside(ctx context.Context, out *output, parent *sink.Target, p *planned, opts Options, name string) (*Summary, error) {
 	src := storage.Join(p.src.Path, name)
 	ck, err := formats.Open(ctx, src)
 	if err != nil {
@@ -396,8 +397,8 @@ func convertAlongside(ctx context.Context, parent *subOutput, p *planned, opts O
 	if err != nil {
 		return nil, err
 	}
-	parent.o.progress.Grow(sp.Bytes)
-	if err := write(ctx, parent.sub(name), sp, sub); err != nil {
+	out.progress.Grow(sp.Bytes)
+	if err := write(ctx, out, parent.Sub(name), sp, sub); err != nil {
 		return nil, err
 	}
 	return sp.sum, nil

@@ -308,7 +308,7 @@ func finishHosts(ctx context.Context, out *output, p *planned, opts Options, par
 		return err
 	}
 	m.Output.Run = run
-	path, err := out.root().writeManifest(m)
+	path, err := out.writeManifest(out.root(), m)
 	p.sum.Manifest = path
 	return err
 }

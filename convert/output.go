@@ -2,12 +2,9 @@ package convert
 
 import (
 	"context"
-	"fmt"
 	"hash"
-	"io"
 	"path"
 	"strings"
-	"sync"
 
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -33,8 +30,9 @@ type output struct {
 	hashes   *sink.Hashes
 	progress *sink.Progress
 
-	mu      sync.Mutex
-	created map[string]bool
+	// target is the output as a statedict.Output; sum is the writers' WriteOptions.Sum.
+	target *sink.Target
+	sum    func(key any) hash.Hash
 }
 
 // newOutput starts the output at opts.Dst: a folder or a file, as host of hosts (a single
@@ -73,13 +71,14 @@ func newOutput(ctx context.Context, opts Options, folder bool, host, hosts int, 
 	if err != nil {
 		return nil, err
 	}
-	o := &output{ctx: ctx, dst: opts.Dst, folder: folder, created: map[string]bool{},
-		hashes: sink.NewHashes(), progress: sink.NewProgress(opts.Progress)}
+	o := &output{ctx: ctx, dst: opts.Dst, folder: folder, hashes: sink.NewHashes(), progress: sink.NewProgress(opts.Progress)}
 	if hosts > 1 {
 		o.share, _ = storage.As[storage.SharedOutput](out)
 	}
 	o.paged = sink.NewPaged(ctx, sink.NewReplay(sink.NewHold(out, isManifest), opts.Dst, isManifest))
 	o.out = o.paged
+	o.target = sink.NewTarget(o.out, opts.Dst)
+	o.sum = o.progress.Summing(o.hashes)
 	return o, nil
 }
 
@@ -150,18 +149,14 @@ func (o *output) written() (string, error) {
 	return o.dst, nil
 }
 
-// sum is statedict.WriteOptions.Sum: a digest for the bytes of key (a tensor or storage)
-// as they are written, which also count as progress.
-func (o *output) sum(key any) hash.Hash { return o.progress.Counting(o.hashes.Sum(key)) }
-
 // reading makes src the checkpoint whose pages are released as bytes stream out, until
 // the returned func restores the previous one.
 func (o *output) reading(src *statedict.Checkpoint) (restore func()) {
 	return o.paged.Releasing(src.ReleaseMemory)
 }
 
-// root is the output as a whole.
-func (o *output) root() *subOutput { return &subOutput{o: o} }
+// root is the output as a whole, as a layout's writer writes it.
+func (o *output) root() *sink.Target { return o.target }
 
 // commit moves the complete output into place: a folder (manifest inside) at once, a file
 // and then the manifest beside it, so the manifest's presence means completeness.
@@ -170,62 +165,21 @@ func (o *output) commit() error { return o.out.Commit(nil) }
 // abort removes whatever was written (nothing after commit).
 func (o *output) abort() { o.out.Abort() }
 
-// create starts the output file name ("" for a file output's own file).
-func (o *output) create(name string) (io.WriteCloser, error) {
-	o.mu.Lock()
-	twice := o.created[name]
-	o.created[name] = true
-	o.mu.Unlock()
-	if twice {
-		return nil, fmt.Errorf("%s: %s written twice", o.dst, name)
-	}
-	return o.out.Create(name)
-}
-
-// subOutput is the statedict.Output a writer is given: the output itself, or, for a
-// training-state file converted alongside a folder's weights, that one file of the folder.
-type subOutput struct {
-	o    *output
-	file string // "" for the output itself; else the file of the folder this one is
-}
-
-// sub is the file name of this folder output, as a single-file output of its own.
-func (s *subOutput) sub(name string) *subOutput { return &subOutput{o: s.o, file: name} }
-
-// Create implements statedict.Output.
-func (s *subOutput) Create(name string) (io.WriteCloser, error) {
-	if s.file != "" {
-		if name != "" {
-			return nil, fmt.Errorf("%s: a single-file output cannot hold %s", s.Name(), name)
-		}
-		name = s.file
-	}
-	return s.o.create(name)
-}
-
-// Name implements statedict.Output.
-func (s *subOutput) Name() string {
-	if s.file != "" {
-		return storage.Join(s.o.dst, s.file)
-	}
-	return s.o.dst
-}
-
-// writeManifest writes m where this output's manifest goes — inside a folder output,
-// beside a file (or beside a file of a folder) — and returns that final path.
-func (s *subOutput) writeManifest(m *manifest.Manifest) (string, error) {
-	path, name := manifest.PathFor(s.Name(), false), "."+manifest.Name
+// writeManifest writes m where the manifest of t goes — inside a folder output, beside a
+// file (or beside a file of a folder) — and returns that final path.
+func (o *output) writeManifest(t *sink.Target, m *manifest.Manifest) (string, error) {
+	path, name := manifest.PathFor(t.Name(), false), "."+manifest.Name
 	switch {
-	case s.file != "":
+	case t.File() != "":
 		name = storage.Base(path)
-	case s.o.folder:
-		path, name = manifest.PathFor(s.o.dst, true), manifest.Name
+	case o.folder:
+		path, name = manifest.PathFor(o.dst, true), manifest.Name
 	}
-	w, err := s.o.create(name)
+	w, err := t.CreateFile(name)
 	if err != nil {
 		return "", err
 	}
-	if m.Output.Sums, err = s.o.fileSums(m.Output.Files); err != nil {
+	if m.Output.Sums, err = o.fileSums(m.Output.Files); err != nil {
 		w.Close()
 		return "", err
 	}

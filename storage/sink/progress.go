@@ -73,3 +73,9 @@ func (c *counted) Write(b []byte) (int, error) {
 	c.p.Advance(int64(len(b)))
 	return c.Hash.Write(b)
 }
+
+// Summing is the statedict.WriteOptions.Sum of writers whose digests h keeps and whose
+// bytes count as progress.
+func (p *Progress) Summing(h *Hashes) func(key any) hash.Hash {
+	return func(key any) hash.Hash { return p.Counting(h.Sum(key)) }
+}

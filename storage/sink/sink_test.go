@@ -343,3 +343,30 @@ func TestHashesAndProgress(t *testing.T) {
 		t.Errorf("progress %v, want %v", calls, want)
 	}
 }
+
+// TestTarget: a target writes the output's files once each; a file of a folder output
+// is a single-file output of its own, named after it.
+func TestTarget(t *testing.T) {
+	ctx := context.Background()
+	m := storage.NewMem()
+	mo, _ := m.CreateOutput(ctx, "mem://b/out", storage.OutputOptions{Folder: true})
+	root := NewTarget(mo, "mem://b/out")
+	sub := root.Sub("optimizer.pt")
+	if sub.Name() != "mem://b/out/optimizer.pt" || root.Name() != "mem://b/out" || sub.File() != "optimizer.pt" {
+		t.Errorf("names %q, %q", root.Name(), sub.Name())
+	}
+	w, err := sub.Create("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if _, ok := m.Get("mem://b/out/optimizer.pt"); !ok {
+		t.Error("a file of the folder was not written at its name")
+	}
+	if _, err := sub.Create("x"); err == nil || !strings.Contains(err.Error(), "a single-file output cannot hold x") {
+		t.Errorf("a file of a folder held another: %v", err)
+	}
+	if _, err := root.Create("optimizer.pt"); err == nil || !strings.Contains(err.Error(), "optimizer.pt written twice") {
+		t.Errorf("a file written twice: %v", err)
+	}
+}
