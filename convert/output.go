@@ -3,8 +3,6 @@ package convert
 import (
 	"context"
 	"hash"
-	"path"
-	"strings"
 
 	"github.com/ckpt-dev/ckpt/manifest"
 	"github.com/ckpt-dev/ckpt/statedict"
@@ -75,17 +73,11 @@ func newOutput(ctx context.Context, opts Options, folder bool, host, hosts int, 
 	if hosts > 1 {
 		o.share, _ = storage.As[storage.SharedOutput](out)
 	}
-	o.paged = sink.NewPaged(ctx, sink.NewReplay(sink.NewHold(out, isManifest), opts.Dst, isManifest))
+	o.paged = sink.NewPaged(ctx, sink.NewReplay(sink.NewHold(out, manifest.Name), opts.Dst, manifest.Name))
 	o.out = o.paged
 	o.target = sink.NewTarget(o.out, opts.Dst)
 	o.sum = o.progress.Summing(o.hashes)
 	return o, nil
-}
-
-// isManifest is whether the file name of an output is a manifest (the output's, or that of
-// a file converted alongside): written last, and always anew.
-func isManifest(name string) bool {
-	return path.Base(name) == manifest.Name || strings.HasSuffix(name, "."+manifest.Name)
 }
 
 // proofOf proves what an earlier conversion wrote at the local output dst, for --force

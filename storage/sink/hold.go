@@ -8,29 +8,30 @@ import (
 	"github.com/ckpt-dev/ckpt/storage"
 )
 
-// Hold is an output whose files meant to be written last (a manifest, whose presence means
-// the output is complete) are held in memory and given to Commit, which writes them after
+// Hold is an output whose files meant to be written last (its manifests — the output's,
+// whose presence means the output is complete, and those of its files) are held in memory and given to Commit, which writes them after
 // every other, in the order they were closed — for an output whose files appear as they
 // are written (a bucket's). Over a storage.Staged output, whose files all appear when it
 // commits, they are written as any other (streamed, never all in memory).
 type Hold struct {
-	out  storage.Output
-	last func(name string) bool
-	now  bool // out is Staged: nothing is held
+	out      storage.Output
+	manifest string
+	now      bool // out is Staged: nothing is held
 
 	mu   sync.Mutex
 	held []storage.NamedBytes
 }
 
-// NewHold wraps out; last names the files to hold.
-func NewHold(out storage.Output, last func(name string) bool) *Hold {
+// NewHold wraps out, whose manifests are named manifest (storage.OutputOptions.Manifest;
+// see IsManifest).
+func NewHold(out storage.Output, manifest string) *Hold {
 	_, staged := storage.As[storage.Staged](out)
-	return &Hold{out: out, last: last, now: staged}
+	return &Hold{out: out, manifest: manifest, now: staged}
 }
 
 // Create starts the file name, held until Commit when it is one to write last.
 func (h *Hold) Create(name string) (io.WriteCloser, error) {
-	if h.now || !h.last(name) {
+	if h.now || !IsManifest(name, h.manifest) {
 		return h.out.Create(name)
 	}
 	return &held{h: h, name: name}, nil

@@ -20,14 +20,14 @@ type Replay struct {
 	out  storage.Output
 	dst  string
 	left storage.Leftovers // nil: nothing is kept
-	// fresh names the files always written anew (manifests, which record when they were
-	// made).
-	fresh func(name string) bool
+	// manifest names the manifests (IsManifest), always written anew: they record when
+	// they were made.
+	manifest string
 }
 
-// NewReplay wraps out, the output at dst.
-func NewReplay(out storage.Output, dst string, fresh func(name string) bool) *Replay {
-	r := &Replay{out: out, dst: dst, fresh: fresh}
+// NewReplay wraps out, the output at dst, whose manifests are named manifest.
+func NewReplay(out storage.Output, dst, manifest string) *Replay {
+	r := &Replay{out: out, dst: dst, manifest: manifest}
 	r.left, _ = storage.As[storage.Leftovers](out)
 	return r
 }
@@ -40,7 +40,7 @@ func (r *Replay) Create(name string) (io.WriteCloser, error) {
 	if r.left != nil {
 		j, ok = r.left.Resumed()[name]
 	}
-	if !ok || r.fresh(name) {
+	if !ok || IsManifest(name, r.manifest) {
 		return r.out.Create(name)
 	}
 	if ro, ok := storage.As[storage.Reopener](r.out); ok {

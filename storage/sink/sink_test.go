@@ -81,8 +81,7 @@ func TestDecoratedKeepsAbilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Abort()
-	never := func(string) bool { return false }
-	p := NewPaged(ctx, NewReplay(NewHold(out, never), "out", never))
+	p := NewPaged(ctx, NewReplay(NewHold(out, "m.json"), "out", "m.json"))
 	for _, ability := range []bool{
 		has[storage.Leftovers](p), has[storage.FileSums](p), has[storage.Staged](p), has[storage.Reopener](p), has[storage.SharedOutput](p),
 	} {
@@ -232,7 +231,6 @@ func TestReplay(t *testing.T) {
 		return &kept{Output: mo, files: map[string][]byte{"f": onDisk, "m.json": data},
 			resumed: map[string]storage.Finished{"f": journal("f", data), "m.json": journal("m.json", data)}}
 	}
-	fresh := func(name string) bool { return name == "m.json" }
 	write := func(r *Replay, name string, b []byte) (storage.Finished, error) {
 		w, err := r.Create(name)
 		if err != nil {
@@ -248,7 +246,7 @@ func TestReplay(t *testing.T) {
 		return journal(name, b), w.Close()
 	}
 
-	r := NewReplay(newKept(data), "out", fresh)
+	r := NewReplay(newKept(data), "out", "m.json")
 	if _, err := write(r, "f", data); err != nil {
 		t.Fatal(err)
 	}
@@ -262,11 +260,11 @@ func TestReplay(t *testing.T) {
 		t.Error("a manifest was not written anew")
 	}
 
-	r = NewReplay(newKept(data), "out", fresh)
+	r = NewReplay(newKept(data), "out", "m.json")
 	if _, err := write(r, "f", []byte("other bytes")); err == nil || !strings.Contains(err.Error(), "would differ from the interrupted run's") {
 		t.Errorf("a run writing other bytes over a kept file: %v", err)
 	}
-	r = NewReplay(newKept([]byte("damaged bytes")), "out", fresh)
+	r = NewReplay(newKept([]byte("damaged bytes")), "out", "m.json")
 	if _, err := r.Create("f"); err == nil || !strings.Contains(err.Error(), "was damaged after the interrupted run finished it") {
 		t.Errorf("a kept file damaged on disk: %v", err)
 	}
@@ -284,8 +282,7 @@ func TestHold(t *testing.T) {
 	ctx := context.Background()
 	m := storage.NewMem()
 	mo, _ := m.CreateOutput(ctx, "mem://b/out", storage.OutputOptions{Folder: true})
-	last := func(name string) bool { return strings.HasSuffix(name, "manifest") }
-	h := NewHold(mo, last)
+	h := NewHold(mo, "manifest")
 	for _, name := range []string{"sub.manifest", "data", "manifest"} {
 		w, err := h.Create(name)
 		if err != nil {
@@ -311,7 +308,7 @@ func TestHold(t *testing.T) {
 
 	m2 := storage.NewMem()
 	mo2, _ := m2.CreateOutput(ctx, "mem://b/out", storage.OutputOptions{Folder: true})
-	h = NewHold(staged{mo2}, last)
+	h = NewHold(staged{mo2}, "manifest")
 	w, _ := h.Create("manifest")
 	io.WriteString(w, "m")
 	w.Close()
@@ -368,5 +365,24 @@ func TestTarget(t *testing.T) {
 	}
 	if _, err := root.Create("optimizer.pt"); err == nil || !strings.Contains(err.Error(), "optimizer.pt written twice") {
 		t.Errorf("a file written twice: %v", err)
+	}
+}
+
+func TestIsManifest(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want bool
+	}{
+		{"ckpt-manifest.json", true},              // a folder's
+		{".ckpt-manifest.json", true},             // a single file's (its name + this)
+		{"optimizer.pt.ckpt-manifest.json", true}, // a file of a folder's
+		{"sub/ckpt-manifest.json", true},          // in a subfolder
+		{"model.safetensors", false},              // a file
+		{"xckpt-manifest.json", false},            // another name ending alike
+		{"ckpt-manifest.json.partial", false},     // not the manifest
+	} {
+		if got := IsManifest(c.name, "ckpt-manifest.json"); got != c.want {
+			t.Errorf("IsManifest(%q) = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
