@@ -10,8 +10,11 @@
 // rank's shards (sharding.go decides them; the layout's writer lays them out) — and Hosts
 // splits its writing across the machines of a multi-host job (hosts.go).
 //
-// The steps are open → plan → write → manifest; each lives with the package that knows its
-// layout, and convert only orchestrates.
+// The steps are open → plan → sink → writer → manifest: the source is opened, the plan
+// made, the destination opened as one storage.Output (storage/local's or a bucket's) under
+// storage/sink's decorators, the layout's writer writes through it, and the manifest is
+// written last; each lives with the package that knows its part, and convert only
+// orchestrates.
 package convert
 
 import (
@@ -33,6 +36,7 @@ import (
 	"github.com/ckpt-dev/ckpt/runtime"
 	"github.com/ckpt-dev/ckpt/statedict"
 	"github.com/ckpt-dev/ckpt/storage"
+	"github.com/ckpt-dev/ckpt/storage/sink"
 )
 
 // Options describe one conversion. The zero value of each field changes nothing (device
@@ -199,23 +203,19 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 			return nil, err
 		}
 	}
-	out, err := newOutput(ctx, opts, folder, run)
+	out, err := newOutput(ctx, opts, folder, 0, 1, run)
 	if err != nil {
 		return nil, err
 	}
 	defer out.abort()
-	if out.dir != nil || out.share != nil {
-		switch cleaned, resumed := out.leftovers(); {
-		case resumed != nil: // (a bucket's files the killed run had not finished are removed)
-			p.sum.Resumed = len(resumed)
-		case cleaned:
-			p.sum.Warnings = append(p.sum.Warnings, plan.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
-		}
-	} else if out.file != nil && out.file.CleanedUp {
+	switch cleaned, resumed := out.leftovers(); {
+	case resumed != nil: // (a bucket's files the killed run had not finished are removed)
+		p.sum.Resumed = len(resumed)
+	case cleaned:
 		p.sum.Warnings = append(p.sum.Warnings, plan.Warning{Kind: "partial_removed", Message: "removed the partial output an interrupted conversion left"})
 	}
-	out.total = p.Bytes
-	if err := write(ctx, out.root(), p, opts); err != nil {
+	out.progress.Expect(p.Bytes)
+	if err := write(ctx, out, out.root(), p, opts); err != nil {
 		return nil, err
 	}
 	if err := strict(p, opts); err != nil {
@@ -279,13 +279,11 @@ func (p *planned) writeOptions(o *output, opts Options) statedict.WriteOptions {
 		WeightsOnly: opts.WeightsOnly, Metadata: p.Output.Metadata, Compress: opts.Compress}
 }
 
-// write writes the planned checkpoint through out with the layout's writer, then the
-// training state taken along and the manifest.
-func write(ctx context.Context, out *subOutput, p *planned, opts Options) error {
-	prev := out.o.src
-	out.o.src = p.src
-	defer func() { out.o.src = prev }()
-	w, err := p.lay.Writer()(out, p.Output, p.writeOptions(out.o, opts))
+// write writes the planned checkpoint into t (out as a whole, or a file of it) with the
+// layout's writer, then the training state taken along and the manifest.
+func write(ctx context.Context, out *output, t *sink.Target, p *planned, opts Options) error {
+	defer out.reading(p.src)()
+	w, err := p.lay.Writer()(t, p.Output, p.writeOptions(out, opts))
 	if err != nil {
 		return err
 	}
@@ -300,7 +298,7 @@ func write(ctx context.Context, out *subOutput, p *planned, opts Options) error 
 		p.sum.Warnings = append(p.sum.Warnings, notWritten(w.NotWritten, p.lay))
 	}
 	for _, name := range p.Alongside {
-		sub, err := convertAlongside(ctx, out, p, opts, name)
+		sub, err := convertAlongside(ctx, out, t, p, opts, name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -311,7 +309,7 @@ func write(ctx context.Context, out *subOutput, p *planned, opts Options) error 
 			p.sum.Warnings = append(p.sum.Warnings, w)
 		}
 	}
-	path, err := out.writeManifest(streamManifest(out.o, p, opts, w.Names, nil))
+	path, err := out.writeManifest(t, streamManifest(out, p, opts, w.Names, nil))
 	if err != nil {
 		return err
 	}
@@ -387,7 +385,7 @@ func (s *Summary) Messages() []string {
 
 // convertAlongside converts the training-state file name of the source folder into the
 // folder being written, with the same device and training-state options.
-func convertAlongside(ctx context.Context, parent *subOutput, p *planned, opts Options, name string) (*Summary, error) {
+func convertAlongside(ctx context.Context, out *output, parent *sink.Target, p *planned, opts Options, name string) (*Summary, error) {
 	src := storage.Join(p.src.Path, name)
 	ck, err := formats.Open(ctx, src)
 	if err != nil {
@@ -400,10 +398,8 @@ func convertAlongside(ctx context.Context, parent *subOutput, p *planned, opts O
 	if err != nil {
 		return nil, err
 	}
-	parent.o.mu.Lock()
-	parent.o.total += sp.Bytes
-	parent.o.mu.Unlock()
-	if err := write(ctx, parent.sub(name), sp, sub); err != nil {
+	out.progress.Grow(sp.Bytes)
+	if err := write(ctx, out, parent.Sub(name), sp, sub); err != nil {
 		return nil, err
 	}
 	return sp.sum, nil

@@ -144,7 +144,7 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 	if err := strict(p, opts); err != nil {
 		return nil, err
 	}
-	out, err := newMemberOutput(ctx, opts, h.Index, h.Count, run)
+	out, err := newOutput(ctx, opts, true, h.Index, h.Count, run)
 	if err != nil {
 		if complete() { // host 0 finished meanwhile
 			return done()
@@ -172,17 +172,16 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		p.sum.Files, p.sum.Bytes = hp.Files, hp.Bytes
 		rep.Files, rep.Bytes = hp.Files, hp.Bytes
 	} else {
-		out.total = hostBytes(p, ranks)
-		prev := out.src
-		out.src = p.src
+		out.progress.Expect(hostBytes(p, ranks))
+		restore := out.reading(p.src)
 		wo := p.writeOptions(out, opts)
 		wo.Ranks = ranks
 		w, err := write(out.root(), p.Output, wo)
-		out.src = prev
+		restore()
 		if err != nil {
 			return nil, err
 		}
-		out.finish()
+		out.progress.Finish()
 		p.sum.Files, p.sum.Bytes = w.Files, w.Bytes
 		rep.Files, rep.Bytes = w.Files, w.Bytes
 		if len(w.NotWritten) > 0 {
@@ -209,13 +208,12 @@ func runHost(ctx context.Context, opts Options, p *planned, start time.Time) (*S
 		return nil, err
 	}
 	rep.Waited = time.Since(waited).Seconds()
-	if out.dir != nil {
-		// Nothing in the shared folder is read back before every entry is proven a host's.
-		if err := out.dir.Verify(); err != nil {
-			return nil, err
-		}
+	// Nothing in the shared folder is read back before every entry is proven a host's.
+	written, err := out.written()
+	if err != nil {
+		return nil, err
 	}
-	if err := finishHosts(ctx, out, p, opts, parts, run); err != nil {
+	if err := finishHosts(ctx, out, p, opts, parts, run, written); err != nil {
 		return nil, err
 	}
 	if err := out.commit(); err != nil {
@@ -266,8 +264,9 @@ func waitParts(ctx context.Context, out *output, h Hosts, run string) ([]hostPar
 }
 
 // finishHosts writes the layout's index from every host's part, then the manifest with
-// each tensor hashed from the files the hosts wrote (no host saw a whole sharded tensor).
-func finishHosts(ctx context.Context, out *output, p *planned, opts Options, parts []hostPart, run string) error {
+// each tensor hashed from the files the hosts wrote at writtenAt (no host saw a whole
+// sharded tensor).
+func finishHosts(ctx context.Context, out *output, p *planned, opts Options, parts []hostPart, run, writtenAt string) error {
 	layoutParts := make([][]byte, len(parts))
 	for i, hp := range parts {
 		layoutParts[i] = hp.Layout
@@ -280,7 +279,7 @@ func finishHosts(ctx context.Context, out *output, p *planned, opts Options, par
 	for _, hp := range parts {
 		p.sum.Bytes += hp.Bytes
 	}
-	written, err := formats.Open(ctx, out.written())
+	written, err := formats.Open(ctx, writtenAt)
 	if err != nil {
 		return fmt.Errorf("%s: reading back what the hosts wrote: %w", opts.Dst, err)
 	}
@@ -311,7 +310,7 @@ func finishHosts(ctx context.Context, out *output, p *planned, opts Options, par
 		return err
 	}
 	m.Output.Run = run
-	path, err := out.root().writeManifest(m)
+	path, err := out.writeManifest(out.root(), m)
 	p.sum.Manifest = path
 	return err
 }

@@ -79,11 +79,11 @@ func streamManifest(o *output, p *planned, opts Options, names map[*statedict.Te
 // tensorHash is the xxhash64 of t's contiguous bytes: the digest fed while t (or its whole
 // storage) was written when there is one, else computed by reading t again.
 func tensorHash(o *output, t *statedict.Tensor) (uint64, error) {
-	if d, ok := o.sums[t]; ok {
-		return d.Sum64(), nil
+	if sum, ok := o.hashes.Sum64(t); ok {
+		return sum, nil
 	}
-	if d, ok := o.sums[t.Storage]; ok && t.IsWholeStorage() {
-		return d.Sum64(), nil
+	if sum, ok := o.hashes.Sum64(t.Storage); ok && t.IsWholeStorage() {
+		return sum, nil
 	}
 	if err := o.ctx.Err(); err != nil {
 		return 0, err
@@ -93,6 +93,6 @@ func tensorHash(o *output, t *statedict.Tensor) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	o.streamed(n)
+	o.paged.Streamed(n)
 	return h.Sum64(), nil
 }

@@ -2,11 +2,13 @@ package storage
 
 import "io"
 
-// A decorator of a reader or writer — a File counting what is read, a writer hashing what
-// passes — keeps the optional capabilities of what it wraps (Mapped; statedict's Windower,
-// Prefetcher, ReadPlanner, Lender, RangeWriter) discoverable by giving it back through
-// Unwrap, as errors.As finds wrapped errors (restic's backend.AsBackend): callers look
-// capabilities up with As, never with a bare type assertion, which a decorator defeats.
+// A decorator of a reader, writer or output — a File counting what is read, a writer
+// hashing what passes, storage/sink's outputs — keeps the optional capabilities of what it
+// wraps (Mapped; statedict's Windower, Prefetcher, ReadPlanner, Lender, RangeWriter; an
+// Output's Leftovers, FileSums, Staged, Reopener, SharedOutput) discoverable by giving it
+// back through Unwrap, as errors.As finds wrapped errors (restic's backend.AsBackend):
+// callers look capabilities up with As, never with a bare type assertion, which a
+// decorator defeats.
 
 // ReaderUnwrapper is a reader that wraps another, reading at the same offsets.
 type ReaderUnwrapper interface {
@@ -16,6 +18,12 @@ type ReaderUnwrapper interface {
 // WriterUnwrapper is a writer that wraps another, writing the same bytes.
 type WriterUnwrapper interface {
 	Unwrap() io.Writer
+}
+
+// OutputUnwrapper is an Output that wraps another (a decorator of storage/sink), writing
+// the same files.
+type OutputUnwrapper interface {
+	Unwrap() Output
 }
 
 // As returns the first value in v's Unwrap chain (v itself first) that has capability T.
@@ -28,6 +36,8 @@ func As[T any](v any) (T, bool) {
 		case ReaderUnwrapper:
 			v = u.Unwrap()
 		case WriterUnwrapper:
+			v = u.Unwrap()
+		case OutputUnwrapper:
 			v = u.Unwrap()
 		default:
 			v = nil

@@ -10,11 +10,13 @@ import (
 	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
-// Output is a conversion's output being written to a backend (a bucket prefix). Files are
-// streamed to their final names and each appears only once complete; the files given to
+// Output is a conversion's output being written: in a bucket prefix, where files are
+// streamed to their final names and each appears only once complete, or on the local file
+// system (storage/local), where they appear together when it commits. The files given to
 // Commit are written after every other, so their presence means the output is complete
-// (ckpt puts its manifest there). Abort stops the uploads in flight and removes the files
-// this output completed — never anything else.
+// (ckpt puts its manifest there). Abort stops the writes in flight and removes the files
+// this output made — never anything else. Optional abilities (outputcap.go) are found with
+// As, through the decorators around it.
 type Output interface {
 	// Create starts the file name (slash-separated, relative to the output; "" for a
 	// single-file output's own file). Close finishes and verifies it.
@@ -49,6 +51,11 @@ type OutputOptions struct {
 	// single-file output's ends with it): an earlier output is removed manifest first, so
 	// that nothing left while removing it looks complete.
 	Manifest string
+	// Proof, for a local output, lists what the earlier output at dst recorded of each
+	// file it wrote — its size and xxhash64 (the manifest's Output.Sums) — and that record
+	// itself (Size < 0, the manifest), for Force to replace only what is proven ckpt's;
+	// ok is false when there is none.
+	Proof func(ctx context.Context, dst string) (claims []Finished, ok bool)
 }
 
 // Creator is a backend that can also write outputs.
@@ -76,8 +83,8 @@ func CreateOutput(ctx context.Context, url string, opts OutputOptions) (Output, 
 		return nil, fmt.Errorf("%s: %w: this backend cannot write outputs", url, ckpterr.ErrUnsupported)
 	}
 	o, err := c.CreateOutput(ctx, url, opts)
-	if err != nil {
-		return nil, err
+	if err != nil || !IsRemote(url) { // a local output is internal/atomicfile's to track
+		return o, err
 	}
 	t := &tracked{o}
 	pendingMu.Lock()

@@ -70,8 +70,8 @@ func JoinOutput(ctx context.Context, url string, opts SharedOptions) (SharedOutp
 		return nil, fmt.Errorf("%s: %w: this backend cannot write a multi-host output", url, ckpterr.ErrUnsupported)
 	}
 	o, err := c.JoinOutput(ctx, url, opts)
-	if err != nil {
-		return nil, err
+	if err != nil || !IsRemote(url) { // a local output is internal/atomicfile's to track
+		return o, err
 	}
 	t := &trackedShared{SharedOutput: o}
 	t.tracked = &tracked{o}
