@@ -2,10 +2,11 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
 // The optional abilities of an Output, found with As through the Unwrap chain of the
@@ -86,7 +87,7 @@ func localOutputs(url string) (LocalOutputs, error) {
 	localMu.RLock()
 	defer localMu.RUnlock()
 	if localOut == nil {
-		return nil, fmt.Errorf("%s: %w: no local output writer is linked into this program (import github.com/ckpt-dev/ckpt/storage/local)", url, errors.ErrUnsupported)
+		return nil, fmt.Errorf("%s: %w: no local output writer is linked into this program (import github.com/ckpt-dev/ckpt/storage/local)", url, ckpterr.ErrUnsupported)
 	}
 	return localOut, nil
 }
