@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"context"
 	_ "embed"
 	"encoding/binary"
 	"encoding/json"
@@ -58,7 +59,7 @@ var ErrNoTokens = errors.New("no token ids to run")
 // the device in float32 as the TPU's stand-in for ckpt's emulation — for any architecture
 // transformers knows. The logits are written a block of positions at a time, never held
 // whole. Each file appears under its name only when complete; the script is written last.
-func EmitTorch(dir string, lg *Logits, opts EmitOptions) error {
+func EmitTorch(ctx context.Context, dir string, lg *Logits, opts EmitOptions) error {
 	if len(lg.Tokens) == 0 {
 		return fmt.Errorf("%w: config.json declares no vocab_size to choose them from", ErrNoTokens)
 	}
@@ -88,7 +89,7 @@ func EmitTorch(dir string, lg *Logits, opts EmitOptions) error {
 			infos = append(infos, safetensors.TensorInfo{Name: name, DType: "F32", Shape: []int64{1, T, V}})
 		}
 	}
-	err = writeAtomic(filepath.Join(dir, EmitReference), opts.Force, func(w io.Writer) error {
+	err = writeAtomic(ctx, filepath.Join(dir, EmitReference), opts.Force, func(w io.Writer) error {
 		sw, err := safetensors.NewWriter(w, infos, meta)
 		if err != nil {
 			return err
@@ -116,14 +117,14 @@ func EmitTorch(dir string, lg *Logits, opts EmitOptions) error {
 		name string
 		data []byte
 	}{{EmitConfig, lg.Config}, {EmitSourceConfig, lg.SourceConfig}} {
-		if err := writeAtomic(filepath.Join(dir, f.name), opts.Force, func(w io.Writer) error {
+		if err := writeAtomic(ctx, filepath.Join(dir, f.name), opts.Force, func(w io.Writer) error {
 			_, err := w.Write(f.data)
 			return err
 		}); err != nil {
 			return err
 		}
 	}
-	return writeAtomic(filepath.Join(dir, EmitScript), opts.Force, func(w io.Writer) error {
+	return writeAtomic(ctx, filepath.Join(dir, EmitScript), opts.Force, func(w io.Writer) error {
 		_, err := w.Write(verifyTPU)
 		return err
 	})
@@ -159,8 +160,8 @@ func (l logitsTo) WriteTo(w io.Writer) (int64, error) {
 }
 
 // writeAtomic writes path with fill, under a temporary name renamed when complete.
-func writeAtomic(path string, force bool, fill func(io.Writer) error) error {
-	f, err := atomicfile.Create(path, atomicfile.FileOptions{Force: force})
+func writeAtomic(ctx context.Context, path string, force bool, fill func(io.Writer) error) error {
+	f, err := atomicfile.Create(ctx, path, atomicfile.FileOptions{Force: force})
 	if err != nil {
 		return err
 	}

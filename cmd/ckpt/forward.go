@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -126,7 +127,7 @@ bfloat16, as on a TPU with FP8 matrix units).`,
 				rep.Top1Logit = append(rep.Top1Logit, row[best])
 			}}
 			if out != "" {
-				err = writeLogits(out, lw, len(ids), vocab, force)
+				err = writeLogits(cmd.Context(), out, lw, len(ids), vocab, force)
 			} else {
 				_, err = lw.WriteTo(io.Discard)
 			}
@@ -219,8 +220,8 @@ func (l *logitsWriter) WriteTo(w io.Writer) (int64, error) {
 
 // writeLogits writes logits [1, T, vocab] as the float32 tensor "logits" of a safetensors
 // file, atomically.
-func writeLogits(path string, logits io.WriterTo, T, vocab int, force bool) error {
-	f, err := atomicfile.Create(path, atomicfile.FileOptions{Force: force})
+func writeLogits(ctx context.Context, path string, logits io.WriterTo, T, vocab int, force bool) error {
+	f, err := atomicfile.Create(ctx, path, atomicfile.FileOptions{Force: force})
 	if err != nil {
 		return err
 	}

@@ -127,7 +127,7 @@ Exits 0 on parity (and, with --forward, agreement), 5 naming every problem other
 			}
 			if emit != "" {
 				eo := verify.EmitOptions{Checkpoint: dst, Source: src, Thresholds: th, Version: toolVersion(), Force: force}
-				if err := verify.EmitTorch(emit, lg, eo); err != nil {
+				if err := verify.EmitTorch(cmd.Context(), emit, lg, eo); err != nil {
 					return err
 				}
 				rep.Emitted = emit

@@ -158,7 +158,7 @@ type FileOptions struct {
 // Create starts writing the file path (see FileOptions). It is written in the partial
 // folder .NAME.partial beside path, locked: a second writer of the same path is refused
 // while this one runs, and the leftover of a killed run is removed (File.CleanedUp).
-func Create(path string, opts FileOptions) (*File, error) {
+func Create(ctx context.Context, path string, opts FileOptions) (*File, error) {
 	var replace *ident
 	if id, err := lstatPath(path); err == nil {
 		switch {
@@ -187,7 +187,7 @@ func Create(path string, opts FileOptions) (*File, error) {
 	if multihost.IsControl(base) {
 		return nil, fmt.Errorf("%s: the name %s is reserved for ckpt's control files", path, base)
 	}
-	d, err := startDir(path, DirOptions{})
+	d, err := startDir(ctx, path, DirOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -353,7 +353,7 @@ type DirOptions struct {
 // locked against a second writer of the same path; the leftover of a killed run is
 // resumed (opts.Resume) or removed — what its journal proves ckpt made, and only if
 // nothing else is there.
-func CreateDir(path string, opts DirOptions) (*Dir, error) {
+func CreateDir(ctx context.Context, path string, opts DirOptions) (*Dir, error) {
 	proof, err := replaceable(path, opts.Force, opts.Owner)
 	if err != nil {
 		return nil, err
@@ -361,7 +361,7 @@ func CreateDir(path string, opts DirOptions) (*Dir, error) {
 	if err := checkParent(path); err != nil {
 		return nil, err
 	}
-	d, err := startDir(path, opts)
+	d, err := startDir(ctx, path, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -371,9 +371,9 @@ func CreateDir(path string, opts DirOptions) (*Dir, error) {
 
 // startDir makes (or takes over) the partial folder of path and registers its undo, in
 // one step holding the gate.
-func startDir(path string, opts DirOptions) (*Dir, error) {
+func startDir(ctx context.Context, path string, opts DirOptions) (*Dir, error) {
 	d := &Dir{Path: partialName(path), final: path, opts: opts}
-	key, err := trackCreate(d.start, d.discard)
+	key, err := trackCreate(func() error { return d.start(ctx) }, d.discard)
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +389,7 @@ func (d *Dir) inTheWay(why error) error {
 
 // start makes the partial folder, or deals with the one a killed run left (leftover), and
 // locks it and opens its journal.
-func (d *Dir) start() error {
+func (d *Dir) start(ctx context.Context) error {
 	err := os.Mkdir(d.Path, 0o700)
 	fresh := err == nil
 	if err != nil && !errors.Is(err, os.ErrExist) {
@@ -405,7 +405,7 @@ func (d *Dir) start() error {
 	}
 	d.p = newPartial(fo)
 	if !fresh {
-		if err := d.leftover(); err != nil {
+		if err := d.leftover(ctx); err != nil {
 			fo.close()
 			d.p = nil
 			return err
@@ -427,7 +427,7 @@ func (d *Dir) start() error {
 // leftover deals with a partial folder already there (locked): another writer's (busy),
 // something ckpt did not write (refused, nothing touched), or a killed run's — resumed or
 // removed entry by entry, what its journal proves ckpt made.
-func (d *Dir) leftover() error {
+func (d *Dir) leftover(ctx context.Context) error {
 	fo := d.p.fo
 	j, jid, err := readJournal(fo, multihost.SingleJournal)
 	if err != nil {
@@ -460,7 +460,7 @@ func (d *Dir) leftover() error {
 	}
 	d.p.adopt(j, all)
 	if d.opts.Resume {
-		plan, err := multihost.Leftovers(context.TODO(), carrier{d}, 0, j, true)
+		plan, err := multihost.Leftovers(ctx, carrier{d}, 0, j, true)
 		if err != nil {
 			return err
 		}
@@ -626,7 +626,7 @@ var listNames = multihost.ListNames
 // folder must hold nothing but what this output made (and, shared, its members). An
 // existing destination is replaced only after the new one is complete, and only if it is
 // still what was proven replaceable: anything added to it meanwhile is never deleted.
-func (d *Dir) Commit() error {
+func (d *Dir) Commit(ctx context.Context) error {
 	if d.done {
 		return errors.New("atomicfile: already committed or aborted")
 	}
@@ -646,7 +646,7 @@ func (d *Dir) Commit() error {
 			d.member.release(d)
 			return err
 		}
-		if err := d.member.prepareCommit(d); err != nil {
+		if err := d.member.prepareCommit(ctx, d); err != nil {
 			return fail(err)
 		}
 	} else {

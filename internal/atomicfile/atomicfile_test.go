@@ -30,7 +30,7 @@ func entries(t *testing.T, dir string) []string {
 func TestFile(t *testing.T) {
 	dir := t.TempDir()
 	dst := filepath.Join(dir, "out.pt")
-	f, err := Create(dst, FileOptions{})
+	f, err := Create(bg, dst, FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,16 +42,16 @@ func TestFile(t *testing.T) {
 	if got := entries(t, dir); len(got) != 0 {
 		t.Fatalf("Abort left %v", got)
 	}
-	f, _ = Create(dst, FileOptions{})
+	f, _ = Create(bg, dst, FileOptions{})
 	f.WriteString("v1")
 	if err := f.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	f.Abort() // no effect after Commit
-	if _, err := Create(dst, FileOptions{}); !errors.Is(err, ErrExists) {
+	if _, err := Create(bg, dst, FileOptions{}); !errors.Is(err, ErrExists) {
 		t.Fatalf("overwrote without force: %v", err)
 	}
-	f, _ = Create(dst, FileOptions{Force: true})
+	f, _ = Create(bg, dst, FileOptions{Force: true})
 	f.WriteString("v2")
 	if err := f.Commit(); err != nil {
 		t.Fatal(err)
@@ -72,26 +72,26 @@ func TestDir(t *testing.T) {
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, err := CreateDir(dst, DirOptions{})
+	d, err := CreateDir(bg, dst, DirOptions{})
 	if err != nil {
 		t.Fatalf("an empty folder: %v", err)
 	}
 	writeFile(t, d, "old", "x")
-	if err := d.Commit(); err != nil {
+	if err := d.Commit(bg); err != nil {
 		t.Fatal(err)
 	}
 	owner := claimed(map[string]string{"old": "x"})
-	if _, err := CreateDir(dst, DirOptions{Owner: owner}); !errors.Is(err, ErrExists) {
+	if _, err := CreateDir(bg, dst, DirOptions{Owner: owner}); !errors.Is(err, ErrExists) {
 		t.Fatalf("overwrote without force: %v", err)
 	}
 	// Without force, the refusal of what force would refuse too says why, the first time.
-	if _, err := CreateDir(dst, DirOptions{}); !errors.Is(err, ErrForeign) || errors.Is(err, ErrExists) {
+	if _, err := CreateDir(bg, dst, DirOptions{}); !errors.Is(err, ErrForeign) || errors.Is(err, ErrExists) {
 		t.Fatalf("no owner, without force: %v", err)
 	}
-	if _, err := CreateDir(dst, DirOptions{Owner: claimed(map[string]string{"old": "xx"})}); !errors.Is(err, ErrForeign) {
+	if _, err := CreateDir(bg, dst, DirOptions{Owner: claimed(map[string]string{"old": "xx"})}); !errors.Is(err, ErrForeign) {
 		t.Fatalf("a size the owner does not record, without force: %v", err)
 	}
-	d, err = CreateDir(dst, DirOptions{Force: true, Owner: owner})
+	d, err = CreateDir(bg, dst, DirOptions{Force: true, Owner: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestDir(t *testing.T) {
 	if got := entries(t, dst); len(got) != 1 || got[0] != "old" {
 		t.Fatalf("destination changed before Commit: %v", got)
 	}
-	if err := d.Commit(); err != nil {
+	if err := d.Commit(bg); err != nil {
 		t.Fatal(err)
 	}
 	if got := entries(t, dst); len(got) != 1 || got[0] != "model.safetensors" {
@@ -108,7 +108,7 @@ func TestDir(t *testing.T) {
 	if got := entries(t, dir); len(got) != 1 {
 		t.Fatalf("leftovers: %v", got)
 	}
-	d, _ = CreateDir(filepath.Join(dir, "other"), DirOptions{})
+	d, _ = CreateDir(bg, filepath.Join(dir, "other"), DirOptions{})
 	d.Abort()
 	if got := entries(t, dir); len(got) != 1 {
 		t.Fatalf("Abort left %v", got)
@@ -147,7 +147,7 @@ func TestDirKeepsForeign(t *testing.T) {
 			os.Mkdir(dst, 0o755)
 			c.make(dst)
 			before := entries(t, dst)
-			if _, err := CreateDir(dst, DirOptions{Force: true, Owner: c.owner}); !errors.Is(err, ErrForeign) || !strings.Contains(err.Error(), before[0]) {
+			if _, err := CreateDir(bg, dst, DirOptions{Force: true, Owner: c.owner}); !errors.Is(err, ErrForeign) || !strings.Contains(err.Error(), before[0]) {
 				t.Fatalf("CreateDir: %v, want ErrForeign naming %s", err, before[0])
 			}
 			if got := entries(t, dst); strings.Join(got, ",") != strings.Join(before, ",") {
@@ -159,13 +159,13 @@ func TestDirKeepsForeign(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "out")
 	os.Mkdir(dst, 0o755)
 	os.WriteFile(filepath.Join(dst, "model.safetensors"), []byte("old"), 0o644)
-	d, err := CreateDir(dst, DirOptions{Force: true, Owner: old})
+	d, err := CreateDir(bg, dst, DirOptions{Force: true, Owner: old})
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, d, "model.safetensors", "new")
 	os.WriteFile(filepath.Join(dst, "arrived.txt"), []byte("x"), 0o644)
-	if err := d.Commit(); !errors.Is(err, ErrForeign) {
+	if err := d.Commit(bg); !errors.Is(err, ErrForeign) {
 		t.Fatalf("Commit: %v", err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dst, "model.safetensors")); string(b) != "old" {
@@ -179,7 +179,7 @@ func TestDirKeepsForeign(t *testing.T) {
 // TestFileNeverReplacesFolder: a file output refuses an existing folder, even with force.
 func TestFileNeverReplacesFolder(t *testing.T) {
 	dst := t.TempDir()
-	if _, err := Create(dst, FileOptions{Force: true}); !errors.Is(err, ErrIsFolder) {
+	if _, err := Create(bg, dst, FileOptions{Force: true}); !errors.Is(err, ErrIsFolder) {
 		t.Fatalf("Create over a folder: %v", err)
 	}
 }
@@ -189,18 +189,18 @@ func TestFileNeverReplacesFolder(t *testing.T) {
 func TestModes(t *testing.T) {
 	want := umask()
 	dir := t.TempDir()
-	f, err := Create(filepath.Join(dir, "f.pt"), FileOptions{})
+	f, err := Create(bg, filepath.Join(dir, "f.pt"), FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := CreateDir(filepath.Join(dir, "d"), DirOptions{})
+	d, err := CreateDir(bg, filepath.Join(dir, "d"), DirOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Commit(); err != nil {
+	if err := d.Commit(bg); err != nil {
 		t.Fatal(err)
 	}
 	for name, mode := range map[string]os.FileMode{"f.pt": 0o666 &^ want, "d": 0o777 &^ want} {
@@ -219,16 +219,16 @@ func TestModes(t *testing.T) {
 func TestRemovePending(t *testing.T) {
 	restart(t)
 	dir := t.TempDir()
-	done, err := Create(filepath.Join(dir, "done.pt"), FileOptions{})
+	done, err := Create(bg, filepath.Join(dir, "done.pt"), FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := done.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	f, _ := Create(filepath.Join(dir, "half.pt"), FileOptions{})
+	f, _ := Create(bg, filepath.Join(dir, "half.pt"), FileOptions{})
 	f.WriteString("half")
-	d, _ := CreateDir(filepath.Join(dir, "folder"), DirOptions{})
+	d, _ := CreateDir(bg, filepath.Join(dir, "folder"), DirOptions{})
 	writeFile(t, d, "model.safetensors", "x")
 	if n := RemovePending(); n != 2 {
 		t.Errorf("RemovePending removed %d outputs, want 2", n)
@@ -236,7 +236,7 @@ func TestRemovePending(t *testing.T) {
 	if got := entries(t, dir); len(got) != 1 || got[0] != "done.pt" {
 		t.Fatalf("left %v, want only done.pt", got)
 	}
-	if f.Commit() == nil || d.Commit() == nil {
+	if f.Commit() == nil || d.Commit(bg) == nil {
 		t.Fatal("Commit after RemovePending succeeded")
 	}
 	if got := entries(t, dir); len(got) != 1 {
@@ -249,13 +249,13 @@ func TestRemovePending(t *testing.T) {
 	if _, err := d.Create("model.safetensors"); !errors.Is(err, ErrInterrupted) {
 		t.Errorf("Dir.Create after RemovePending: %v, want ErrInterrupted", err)
 	}
-	if _, err := Create(filepath.Join(dir, "late.pt"), FileOptions{}); !errors.Is(err, ErrInterrupted) {
+	if _, err := Create(bg, filepath.Join(dir, "late.pt"), FileOptions{}); !errors.Is(err, ErrInterrupted) {
 		t.Errorf("Create after RemovePending: %v, want ErrInterrupted", err)
 	}
-	if _, err := CreateDir(filepath.Join(dir, "late"), DirOptions{}); !errors.Is(err, ErrInterrupted) {
+	if _, err := CreateDir(bg, filepath.Join(dir, "late"), DirOptions{}); !errors.Is(err, ErrInterrupted) {
 		t.Errorf("CreateDir after RemovePending: %v, want ErrInterrupted", err)
 	}
-	if _, err := JoinDir(filepath.Join(dir, "shared"), DirOptions{}, 0, 2); !errors.Is(err, ErrInterrupted) {
+	if _, err := JoinDir(bg, filepath.Join(dir, "shared"), DirOptions{}, 0, 2); !errors.Is(err, ErrInterrupted) {
 		t.Errorf("JoinDir after RemovePending: %v, want ErrInterrupted", err)
 	}
 	if got := entries(t, dir); len(got) != 1 {
@@ -280,7 +280,7 @@ func TestRemovePendingRacesWriter(t *testing.T) {
 	for i := range 200 {
 		restart(t)
 		dir := t.TempDir()
-		d, err := CreateDir(filepath.Join(dir, "out"), DirOptions{})
+		d, err := CreateDir(bg, filepath.Join(dir, "out"), DirOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +319,7 @@ func TestCommitAll(t *testing.T) {
 	start := func(names ...string) []*File {
 		var fs []*File
 		for _, n := range names {
-			f, err := Create(filepath.Join(dir, n), FileOptions{})
+			f, err := Create(bg, filepath.Join(dir, n), FileOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -355,10 +355,10 @@ func TestCommitAll(t *testing.T) {
 // TestMissingParent: an output in a folder that does not exist is refused naming the folder.
 func TestMissingParent(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
-	if _, err := Create(filepath.Join(dir, "out.pt"), FileOptions{}); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
+	if _, err := Create(bg, filepath.Join(dir, "out.pt"), FileOptions{}); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
 		t.Errorf("Create: %v", err)
 	}
-	if _, err := CreateDir(filepath.Join(dir, "out"), DirOptions{}); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
+	if _, err := CreateDir(bg, filepath.Join(dir, "out"), DirOptions{}); err == nil || !strings.Contains(err.Error(), "the folder "+dir+" does not exist") {
 		t.Errorf("CreateDir: %v", err)
 	}
 }
@@ -371,7 +371,7 @@ func TestRemovePendingKeepsPlanted(t *testing.T) {
 	base := t.TempDir()
 	victim := filepath.Join(base, "victim.txt")
 	os.WriteFile(victim, []byte("VICTIM"), 0o644)
-	d, err := CreateDir(filepath.Join(base, "out"), DirOptions{})
+	d, err := CreateDir(bg, filepath.Join(base, "out"), DirOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestRemovePendingKeepsPlanted(t *testing.T) {
 	os.Remove(filepath.Join(d.Path, "c.safetensors"))
 	os.Link(victim, filepath.Join(d.Path, "c.safetensors"))
 	os.Mkdir(filepath.Join(d.Path, "sub", "planted"), 0o755)
-	f, err := Create(filepath.Join(base, "f.pt"), FileOptions{})
+	f, err := Create(bg, filepath.Join(base, "f.pt"), FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +410,7 @@ func TestRemovePendingKeepsPlanted(t *testing.T) {
 // of a file it made, or anything beside, makes the next run refuse with nothing touched.
 func TestLeftoverProven(t *testing.T) {
 	kill := func(t *testing.T, dst string) *Dir {
-		d, err := CreateDir(dst, DirOptions{})
+		d, err := CreateDir(bg, dst, DirOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -428,7 +428,7 @@ func TestLeftoverProven(t *testing.T) {
 	t.Run("removed", func(t *testing.T) {
 		dst := filepath.Join(t.TempDir(), "out")
 		kill(t, dst)
-		d, err := CreateDir(dst, DirOptions{})
+		d, err := CreateDir(bg, dst, DirOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -440,7 +440,7 @@ func TestLeftoverProven(t *testing.T) {
 	t.Run("resumed", func(t *testing.T) {
 		dst := filepath.Join(t.TempDir(), "out")
 		kill(t, dst)
-		d, err := CreateDir(dst, DirOptions{Resume: true})
+		d, err := CreateDir(bg, dst, DirOptions{Resume: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -503,7 +503,7 @@ func TestLeftoverProven(t *testing.T) {
 				c.plant(t, d.Path)
 				before := tree(t, filepath.Dir(dst))
 				victimBefore := tree(t, base)
-				_, err := CreateDir(dst, DirOptions{Resume: resume})
+				_, err := CreateDir(bg, dst, DirOptions{Resume: resume})
 				if !errors.Is(err, ErrForeign) {
 					t.Fatalf("CreateDir: %v, want ErrForeign", err)
 				}
@@ -548,7 +548,7 @@ func tree(t *testing.T, root string) string {
 // link or a link is still foreign, and nothing is touched (TestKillResume met this window).
 func TestLeftoverKilledInCreate(t *testing.T) {
 	kill := func(t *testing.T, dst string, plant func(t *testing.T, partial string)) {
-		d, err := CreateDir(dst, DirOptions{})
+		d, err := CreateDir(bg, dst, DirOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -574,7 +574,7 @@ func TestLeftoverKilledInCreate(t *testing.T) {
 		t.Run(fmt.Sprintf("empty/resume=%v", resume), func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "out")
 			kill(t, dst, empty)
-			d, err := CreateDir(dst, DirOptions{Resume: resume})
+			d, err := CreateDir(bg, dst, DirOptions{Resume: resume})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -610,7 +610,7 @@ func TestLeftoverKilledInCreate(t *testing.T) {
 				kill(t, dst, c.plant)
 				before := tree(t, filepath.Dir(dst))
 				victimBefore := tree(t, base)
-				_, err := CreateDir(dst, DirOptions{Resume: resume})
+				_, err := CreateDir(bg, dst, DirOptions{Resume: resume})
 				if !errors.Is(err, ErrForeign) {
 					t.Fatalf("CreateDir: %v, want ErrForeign", err)
 				}
@@ -634,7 +634,7 @@ func TestStaleIntent(t *testing.T) {
 	for _, resume := range []bool{false, true} {
 		t.Run(fmt.Sprintf("failed/resume=%v", resume), func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "out")
-			d, err := CreateDir(dst, DirOptions{})
+			d, err := CreateDir(bg, dst, DirOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -650,7 +650,7 @@ func TestStaleIntent(t *testing.T) {
 			d.p.j.close()
 			untrack(d.key)
 			before := tree(t, filepath.Dir(dst))
-			if _, err := CreateDir(dst, DirOptions{Resume: resume}); !errors.Is(err, ErrForeign) || !strings.Contains(err.Error(), "x.safetensors") {
+			if _, err := CreateDir(bg, dst, DirOptions{Resume: resume}); !errors.Is(err, ErrForeign) || !strings.Contains(err.Error(), "x.safetensors") {
 				t.Fatalf("CreateDir: %v, want ErrForeign naming x.safetensors", err)
 			}
 			if after := tree(t, filepath.Dir(dst)); after != before {
@@ -659,7 +659,7 @@ func TestStaleIntent(t *testing.T) {
 		})
 		t.Run(fmt.Sprintf("made-anew/resume=%v", resume), func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "out")
-			d, err := CreateDir(dst, DirOptions{})
+			d, err := CreateDir(bg, dst, DirOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -685,7 +685,7 @@ func TestStaleIntent(t *testing.T) {
 			d.p.fo.close()
 			d.p.j.close()
 			untrack(d.key)
-			d, err = CreateDir(dst, DirOptions{Resume: resume})
+			d, err = CreateDir(bg, dst, DirOptions{Resume: resume})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -705,15 +705,15 @@ func TestStaleIntent(t *testing.T) {
 // — on every system: off unix the lock is no longer a silent no-op (issue 28, item 13).
 func TestSecondWriterBusy(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "out")
-	d, err := CreateDir(dst, DirOptions{})
+	d, err := CreateDir(bg, dst, DirOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CreateDir(dst, DirOptions{}); !errors.Is(err, ErrBusy) {
+	if _, err := CreateDir(bg, dst, DirOptions{}); !errors.Is(err, ErrBusy) {
 		t.Errorf("a second writer: %v", err)
 	}
 	d.Abort()
-	d, err = CreateDir(dst, DirOptions{})
+	d, err = CreateDir(bg, dst, DirOptions{})
 	if err != nil {
 		t.Fatalf("after the first let go: %v", err)
 	}

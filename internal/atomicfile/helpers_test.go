@@ -1,11 +1,15 @@
 package atomicfile
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
 )
+
+// bg is the context the tests write outputs under.
+var bg = context.Background()
 
 // sum is the record of a file of content as ckpt journals it.
 func sum(name, content string) Journaled {

@@ -51,7 +51,7 @@ type member struct {
 // of its own killed run are resumed (opts.Resume: Dir.Resumed lists what it finished) or
 // removed (Dir.CleanedUp). A member never touches another member's files, nor anything
 // its journal does not prove it made.
-func JoinDir(path string, opts DirOptions, host, hosts int) (*Dir, error) {
+func JoinDir(ctx context.Context, path string, opts DirOptions, host, hosts int) (*Dir, error) {
 	if hosts < 2 || host < 0 || host >= hosts {
 		return nil, fmt.Errorf("%s: member %d of %d", path, host, hosts)
 	}
@@ -65,7 +65,7 @@ func JoinDir(path string, opts DirOptions, host, hosts int) (*Dir, error) {
 	m := &member{host: host, hosts: hosts, controls: map[string]ident{}, made: map[string]ident{}}
 	d := &Dir{Path: partialName(path), final: path, opts: opts, member: m, proof: proof}
 	// Joined and registered in one step, holding the gate.
-	key, err := trackCreate(d.join, func() { m.abort(d) })
+	key, err := trackCreate(func() error { return d.join(ctx) }, func() { m.abort(d) })
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func JoinDir(path string, opts DirOptions, host, hosts int) (*Dir, error) {
 
 // join makes the partial folder unless another member has, takes this member's lock and
 // deals with what an earlier run of it left (sealed, resumed or removed).
-func (d *Dir) join() error {
+func (d *Dir) join(ctx context.Context) error {
 	m := d.member
 	if err := os.Mkdir(d.Path, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
@@ -106,7 +106,7 @@ func (d *Dir) join() error {
 	}
 	m.lockf, m.lockID = lf, lid
 	d.p = newPartial(fo)
-	if err := d.memberLeftovers(created); err != nil {
+	if err := d.memberLeftovers(ctx, created); err != nil {
 		if created {
 			fo.remove(lockName, lid)
 		}
@@ -123,7 +123,7 @@ func (d *Dir) join() error {
 // when their sizes match) and the rest of what it made is removed. Anything its journal
 // lists that is not what it made, or a lock or part it did not make, is refused with
 // nothing touched. createdLock is set when this run made its lock file.
-func (d *Dir) memberLeftovers(createdLock bool) error {
+func (d *Dir) memberLeftovers(ctx context.Context, createdLock bool) error {
 	m, fo := d.member, d.p.fo
 	jname := multihost.Control(m.host, multihost.KindJournal)
 	j, jid, err := readJournal(fo, jname)
@@ -149,7 +149,7 @@ func (d *Dir) memberLeftovers(createdLock bool) error {
 		return d.inTheWay(fmt.Errorf("%s is not a lock file ckpt made", fo.pathOf(lockName)))
 	}
 	// Every entry this member's journal names must be what it made, and its part too.
-	plan, err := multihost.Leftovers(context.TODO(), carrier{d}, m.host, j, d.opts.Resume)
+	plan, err := multihost.Leftovers(ctx, carrier{d}, m.host, j, d.opts.Resume)
 	if err != nil {
 		return d.refused(err)
 	}
@@ -322,12 +322,12 @@ func (d *Dir) Seal(part []byte) error {
 // Parts returns every member's part, in member order, nil for those not sealed yet (each
 // read bounded, a regular file only; the finisher checks each against its member's
 // journal before committing).
-func (d *Dir) Parts() ([][]byte, error) {
+func (d *Dir) Parts(ctx context.Context) ([][]byte, error) {
 	m := d.member
 	if m == nil {
 		return nil, errors.New("atomicfile: Parts is for the members of a shared output")
 	}
-	return multihost.Parts(context.TODO(), carrier{d}, m.hosts)
+	return multihost.Parts(ctx, carrier{d}, m.hosts)
 }
 
 // sealedExit is how long the finisher waits for a host that sealed its share to let go
@@ -337,19 +337,19 @@ const sealedExit = 30 * time.Second
 // Verify checks, for the finisher of a shared output, that every member has sealed its
 // share and that the partial folder holds nothing but what the members' journals prove
 // they made — before anything there is read back.
-func (d *Dir) Verify() error {
+func (d *Dir) Verify(ctx context.Context) error {
 	if d.member == nil {
 		return errors.New("atomicfile: Verify is for the members of a shared output")
 	}
-	_, err := d.member.survey(d)
+	_, err := d.member.survey(ctx, d)
 	return err
 }
 
 // survey checks the partial folder for the finisher (multihost.Verify): every member
 // sealed, its part and lock what it made, every entry proven made by a member. It returns
 // the control files to remove when committing.
-func (m *member) survey(d *Dir) (map[string]ident, error) {
-	objs, err := multihost.Verify(context.TODO(), carrier{d}, -1, m.hosts)
+func (m *member) survey(ctx context.Context, d *Dir) (map[string]ident, error) {
+	objs, err := multihost.Verify(ctx, carrier{d}, -1, m.hosts)
 	if err != nil {
 		return nil, d.refused(err)
 	}
@@ -377,10 +377,6 @@ func (d *Dir) refused(err error) error {
 // an entry is a member's when its journal records that inode, of that kind, with one link
 // (journal.go); a member's lock when it is the empty file it made (or the finisher made, or
 // this member holds). A single process's partial folder is read as member 0's.
-//
-// atomicfile's API takes no context yet (its exported signatures stay while convert's
-// output moves onto storage): the protocol is called with context.TODO, which a file
-// system's calls never wait on.
 type carrier struct{ d *Dir }
 
 // object describes the entry id; an entry that cannot be looked at (a link on the way) is
@@ -486,7 +482,7 @@ func (m *member) sums(d *Dir) (map[string]Journaled, error) {
 // prepareCommit readies a shared output for the finisher's commit: every member sealed
 // and none still running (the finisher takes their locks), and nothing in the folder that
 // no member's journal proves it made.
-func (m *member) prepareCommit(d *Dir) error {
+func (m *member) prepareCommit(ctx context.Context, d *Dir) error {
 	if m.host != 0 {
 		return fmt.Errorf("%s: host %d cannot finish the output; host 0 does", d.final, m.host)
 	}
@@ -519,7 +515,7 @@ func (m *member) prepareCommit(d *Dir) error {
 			return fmt.Errorf("%s: host %d is still writing (it holds its lock)", d.final, h)
 		}
 	}
-	controls, err := m.survey(d)
+	controls, err := m.survey(ctx, d)
 	if err != nil {
 		return err
 	}

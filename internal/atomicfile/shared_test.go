@@ -17,16 +17,16 @@ func TestShared(t *testing.T) {
 	dst := filepath.Join(dir, "out")
 	var ds []*Dir
 	for h := range 3 {
-		d, err := JoinDir(dst, DirOptions{}, h, 3)
+		d, err := JoinDir(bg, dst, DirOptions{}, h, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ds = append(ds, d)
 	}
-	if _, err := JoinDir(dst, DirOptions{}, 1, 3); !errors.Is(err, ErrBusy) {
+	if _, err := JoinDir(bg, dst, DirOptions{}, 1, 3); !errors.Is(err, ErrBusy) {
 		t.Fatalf("a second host 1: %v", err)
 	}
-	if _, err := CreateDir(dst, DirOptions{}); err == nil {
+	if _, err := CreateDir(bg, dst, DirOptions{}); err == nil {
 		t.Fatal("a single-process output into a shared partial folder")
 	}
 	for h, d := range ds {
@@ -35,7 +35,7 @@ func TestShared(t *testing.T) {
 	if err := ds[0].Seal([]byte("part 0")); err != nil {
 		t.Fatal(err)
 	}
-	if err := ds[0].Commit(); err == nil || !strings.Contains(err.Error(), "host 1 is still writing") {
+	if err := ds[0].Commit(bg); err == nil || !strings.Contains(err.Error(), "host 1 is still writing") {
 		t.Fatalf("commit while host 1 writes: %v", err)
 	}
 	if _, err := os.Stat(dst); !os.IsNotExist(err) {
@@ -45,7 +45,7 @@ func TestShared(t *testing.T) {
 	if got := entries(t, ds[0].Path); len(got) < 3 {
 		t.Fatalf("a failed commit removed files: %v", got)
 	}
-	d0, err := JoinDir(dst, DirOptions{}, 0, 3)
+	d0, err := JoinDir(bg, dst, DirOptions{}, 0, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,15 +58,15 @@ func TestShared(t *testing.T) {
 		}
 		d.Abort() // leaves, keeping its sealed share
 	}
-	parts, err := d0.Parts()
+	parts, err := d0.Parts(bg)
 	if err != nil || len(parts) != 3 || string(parts[2]) != "part 2" {
 		t.Fatalf("parts %q, %v", parts, err)
 	}
-	if err := ds[1].Commit(); err == nil {
+	if err := ds[1].Commit(bg); err == nil {
 		t.Fatal("host 1 committed")
 	}
 	// Unsealed (another conversion's share), a member's files go and it writes anew.
-	d2, err := JoinDir(dst, DirOptions{}, 2, 3)
+	d2, err := JoinDir(bg, dst, DirOptions{}, 2, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,16 +81,16 @@ func TestShared(t *testing.T) {
 	d2.Abort()
 	writeFile(t, d0, ".metadata", "md")
 	os.WriteFile(filepath.Join(d0.Path, "stray"), nil, 0o644)
-	if err := d0.Commit(); !errors.Is(err, ErrForeign) {
+	if err := d0.Commit(bg); !errors.Is(err, ErrForeign) {
 		t.Fatalf("commit with a stray file: %v", err)
 	}
 	os.Remove(filepath.Join(d0.Path, "stray"))
-	d0, err = JoinDir(dst, DirOptions{}, 0, 3)
+	d0, err = JoinDir(bg, dst, DirOptions{}, 0, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, d0, ".metadata", "md")
-	if err := d0.Commit(); err != nil {
+	if err := d0.Commit(bg); err != nil {
 		t.Fatal(err)
 	}
 	got := entries(t, dst)
@@ -107,13 +107,13 @@ func TestShared(t *testing.T) {
 // another member's files; a member that aborts removes only what it wrote.
 func TestSharedLeftovers(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "out")
-	other, err := JoinDir(dst, DirOptions{}, 0, 2)
+	other, err := JoinDir(bg, dst, DirOptions{}, 0, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, other, "zero", "0")
 	kill := func() {
-		d, err := JoinDir(dst, DirOptions{}, 1, 2)
+		d, err := JoinDir(bg, dst, DirOptions{}, 1, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func TestSharedLeftovers(t *testing.T) {
 		untrack(d.key)
 	}
 	kill()
-	d, err := JoinDir(dst, DirOptions{Resume: true}, 1, 2)
+	d, err := JoinDir(bg, dst, DirOptions{Resume: true}, 1, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestSharedLeftovers(t *testing.T) {
 	d.member.release(d)
 	untrack(d.key)
 	kill()
-	d, err = JoinDir(dst, DirOptions{}, 1, 2)
+	d, err = JoinDir(bg, dst, DirOptions{}, 1, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestSealedHostExiting(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "out")
 	var ds []*Dir
 	for h := range 2 {
-		d, err := JoinDir(dst, DirOptions{}, h, 2)
+		d, err := JoinDir(bg, dst, DirOptions{}, h, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestSealedHostExiting(t *testing.T) {
 		ds[1].Abort() // sealed: lets go of the lock, keeps the share
 		close(released)
 	}()
-	if err := ds[0].Commit(); err != nil {
+	if err := ds[0].Commit(bg); err != nil {
 		t.Fatalf("commit while a sealed host exits: %v", err)
 	}
 	<-released

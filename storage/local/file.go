@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -22,14 +23,14 @@ type file struct {
 	sum *storage.Finished
 }
 
-func createFile(path string, fo atomicfile.FileOptions, companions []string) (*file, error) {
-	f, err := atomicfile.Create(path, fo)
+func createFile(ctx context.Context, path string, fo atomicfile.FileOptions, companions []string) (*file, error) {
+	f, err := atomicfile.Create(ctx, path, fo)
 	if err != nil {
 		return nil, err
 	}
 	o := &file{dst: path, f: f, companions: companions}
 	for _, c := range companions {
-		cf, err := atomicfile.Create(path+c, fo)
+		cf, err := atomicfile.Create(ctx, path+c, fo)
 		if err != nil {
 			o.Abort()
 			return nil, err

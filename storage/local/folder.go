@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,6 +13,9 @@ import (
 // folder is a folder output (atomicfile.Dir): a single process's, or one host's share of
 // a shared folder (member).
 type folder struct {
+	// ctx is the output's, given to CreateOutput or JoinOutput: storage.Output's methods
+	// take none (a bucket's output keeps its own the same way).
+	ctx    context.Context
 	d      *atomicfile.Dir
 	dst    string
 	member bool
@@ -45,7 +49,7 @@ func (o *folder) Commit(last []storage.NamedBytes) error {
 			return err
 		}
 	}
-	return o.d.Commit()
+	return o.d.Commit(o.ctx)
 }
 
 // writeWhole writes the file nb of out.
@@ -67,7 +71,7 @@ func (o *folder) Abort() { o.d.Abort() }
 func (o *folder) Sealed() ([]byte, bool)               { return o.d.Sealed() }
 func (o *folder) Unseal() error                        { return o.d.Unseal() }
 func (o *folder) Seal(part []byte) error               { return o.d.Seal(part) }
-func (o *folder) Parts() ([][]byte, error)             { return o.d.Parts() }
+func (o *folder) Parts() ([][]byte, error)             { return o.d.Parts(o.ctx) }
 func (o *folder) Resumed() map[string]storage.Finished { return o.d.Resumed }
 func (o *folder) CleanedUp() bool                      { return o.d.CleanedUp }
 
@@ -79,7 +83,7 @@ func (o *folder) Sums() (map[string]storage.Finished, error) { return o.d.Sums()
 // once every entry there is proven a host's (atomicfile's Verify).
 func (o *folder) Staged() (string, error) {
 	if o.member {
-		if err := o.d.Verify(); err != nil {
+		if err := o.d.Verify(o.ctx); err != nil {
 			return "", err
 		}
 	}

@@ -33,13 +33,13 @@ type outputs struct{}
 func (outputs) CreateOutput(ctx context.Context, path string, opts storage.OutputOptions) (storage.Output, error) {
 	owner := ownerOf(ctx, path, opts)
 	if opts.Folder {
-		d, err := atomicfile.CreateDir(path, atomicfile.DirOptions{Force: opts.Force, Owner: owner})
+		d, err := atomicfile.CreateDir(ctx, path, atomicfile.DirOptions{Force: opts.Force, Owner: owner})
 		if err != nil {
 			return nil, err
 		}
-		return &folder{d: d, dst: path}, nil
+		return &folder{ctx: ctx, d: d, dst: path}, nil
 	}
-	return createFile(path, atomicfile.FileOptions{Force: opts.Force, Owner: owner}, opts.Companions)
+	return createFile(ctx, path, atomicfile.FileOptions{Force: opts.Force, Owner: owner}, opts.Companions)
 }
 
 // JoinOutput starts host opts.Host's share of the folder path written by opts.Hosts hosts
@@ -52,14 +52,14 @@ func (outputs) JoinOutput(ctx context.Context, path string, opts storage.SharedO
 	var d *atomicfile.Dir
 	var err error
 	if opts.Hosts <= 1 {
-		d, err = atomicfile.CreateDir(path, do)
+		d, err = atomicfile.CreateDir(ctx, path, do)
 	} else {
-		d, err = atomicfile.JoinDir(path, do, opts.Host, opts.Hosts)
+		d, err = atomicfile.JoinDir(ctx, path, do, opts.Host, opts.Hosts)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &folder{d: d, dst: path, member: opts.Hosts > 1}, nil
+	return &folder{ctx: ctx, d: d, dst: path, member: opts.Hosts > 1}, nil
 }
 
 // ownerOf proves what an earlier output at dst wrote, from opts.Proof; without one,
