@@ -220,9 +220,11 @@ type Plan struct {
 	// order started.
 	Keep []Finished
 	// Remove is the files to remove, in the order started: those only intended, then those
-	// started and never finished, changed since, or not resumed. (Folders the carrier
-	// removes when empty.)
+	// started and never finished, changed since, or not resumed.
 	Remove []string
+	// RemoveDirs is the folders found to remove, deepest first, once Remove is removed:
+	// every one found when not resuming (a resumed host writes into them again).
+	RemoveDirs []string
 	// Cleaned is set when Remove holds a file the journal lists (not merely intended).
 	Cleaned bool
 }
@@ -233,7 +235,7 @@ type Plan struct {
 // are kept, and every other entry it made is removed. An entry j names, or a part of the
 // host, that the output holds and the host cannot prove it made is refused (Unproven, naming
 // it) before anything is decided: nothing is removed. A host whose share is sealed keeps
-// everything (the carrier does not apply Remove).
+// everything (Apply is not for it; Unseal discards it).
 func Leftovers(ctx context.Context, c Carrier, host int, j *Journal, resume bool) (*Plan, error) {
 	p := &Plan{Found: map[string]Object{}, Controls: map[string]Object{}}
 	var foreign []string
@@ -262,38 +264,12 @@ func Leftovers(ctx context.Context, c Carrier, host int, j *Journal, resume bool
 		}
 		return p, nil
 	}
-	var names []string
-	names = append(names, j.Order...)
-	for name := range j.Dirs {
-		if _, ok := j.Files[name]; !ok {
-			names = append(names, name)
-		}
+	found, unproven, err := survey(ctx, c, host, j)
+	if err != nil {
+		return nil, err
 	}
-	// The intended file may be one made anew (a finisher's index written again), whose
-	// earlier record the journal keeps: it is listed once.
-	if _, ok := j.Files[j.Intent]; !ok && j.Intent != "" {
-		if _, ok := j.Dirs[j.Intent]; !ok {
-			names = append(names, j.Intent)
-		}
-	}
-	for _, name := range names {
-		o, ok, err := c.Stat(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			continue
-		}
-		mine, err := c.Owns(ctx, host, j, name, o)
-		if err != nil {
-			return nil, err
-		}
-		if !mine {
-			foreign = append(foreign, name)
-			continue
-		}
-		p.Found[name] = o
-	}
+	p.Found = found
+	foreign = append(foreign, unproven...)
 	if len(foreign) > 0 {
 		sort.Strings(foreign)
 		return nil, &Refusal{Problem: Unproven, Host: host, Names: foreign}
@@ -315,5 +291,58 @@ func Leftovers(ctx context.Context, c Carrier, host int, j *Journal, resume bool
 		p.Remove = append(p.Remove, name)
 		p.Cleaned = true
 	}
+	if !resume {
+		for name, o := range p.Found {
+			if o.Dir {
+				p.RemoveDirs = append(p.RemoveDirs, name)
+			}
+		}
+		deepestFirst(p.RemoveDirs)
+	}
 	return p, nil
+}
+
+// names is every entry j names: its files in the order first recorded, its folders, and
+// the file it intended (once).
+func (j *Journal) names() []string {
+	var names []string
+	names = append(names, j.Order...)
+	for name := range j.Dirs {
+		if _, ok := j.Files[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	// The intended file may be one made anew (a finisher's index written again), whose
+	// earlier record the journal keeps: it is listed once.
+	if _, ok := j.Files[j.Intent]; !ok && j.Intent != "" {
+		if _, ok := j.Dirs[j.Intent]; !ok {
+			names = append(names, j.Intent)
+		}
+	}
+	return names
+}
+
+// survey finds every entry host's journal j names that the output holds: found those
+// host proves it made, unproven the others.
+func survey(ctx context.Context, c Carrier, host int, j *Journal) (found map[string]Object, unproven []string, err error) {
+	found = map[string]Object{}
+	for _, name := range j.names() {
+		o, ok, err := c.Stat(ctx, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			continue
+		}
+		mine, err := c.Owns(ctx, host, j, name, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !mine {
+			unproven = append(unproven, name)
+			continue
+		}
+		found[name] = o
+	}
+	return found, unproven, nil
 }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -19,6 +20,8 @@ type memCarrier struct {
 	mu      sync.Mutex
 	run     string
 	objects map[string]memObject
+	// removed is every name Remove removed, in order.
+	removed []string
 }
 
 type memObject struct {
@@ -102,6 +105,39 @@ func (c *memCarrier) Owns(_ context.Context, host int, _ *Journal, name string, 
 	return o.Ref == c.run, nil
 }
 
+// Remove removes name while it is still an object of the run (o, as found, its proof);
+// a folder only when nothing lies beneath it.
+func (c *memCarrier) Remove(_ context.Context, name string, o Object) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	got, ok := c.objects[name]
+	if !ok {
+		return nil
+	}
+	if o.Ref != c.run || got.run != c.run || got.dir != o.Dir {
+		return fmt.Errorf("%s: %w: not an object of this run", name, errForeign)
+	}
+	if got.dir {
+		for other := range c.objects {
+			if strings.HasPrefix(other, name+"/") {
+				return fmt.Errorf("%s: a folder holding %s", name, other)
+			}
+		}
+	}
+	delete(c.objects, name)
+	c.removed = append(c.removed, name)
+	return nil
+}
+
+func (c *memCarrier) ResetJournal(ctx context.Context, host int) error {
+	return c.RemoveJournal(ctx, host)
+}
+
+func (c *memCarrier) RemoveJournal(ctx context.Context, host int) error {
+	o, _, _ := c.Stat(ctx, Control(host, KindJournal))
+	return c.Remove(ctx, Control(host, KindJournal), o)
+}
+
 // host writes one host's share into a memCarrier as a bucket host does: each file
 // journaled as started before its upload and as finished after it.
 type host struct {
@@ -147,8 +183,8 @@ func rejoin(t *testing.T, c *memCarrier, h int, resume bool) (*host, *Plan, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, name := range p.Remove {
-		c.delete(name)
+	if err := Apply(ctx, c, p); err != nil {
+		return nil, nil, err
 	}
 	r := &host{c: c, h: h}
 	for _, e := range p.Keep {
@@ -401,8 +437,9 @@ func TestLeftoversStaleIntent(t *testing.T) {
 
 // FuzzProtocol: whatever journal a host finds (as anyone with write access could leave
 // it), Leftovers never plans to remove or keep an object the journal does not name or
-// this run did not write, and Verify never accepts an output holding an object this run
-// did not write.
+// this run did not write, carrying the plan out (Apply) or aborting the host removes
+// nothing else, and Verify never accepts an output holding an object this run did not
+// write.
 func FuzzProtocol(f *testing.F) {
 	f.Add([]byte(`[{"file":"mine.bin","size":4,"xxhash64":"0123456789abcdef"},{"file":"theirs.bin","size":-1}]`), true)
 	f.Add([]byte(`[{"file":"mine.bin","size":-1},{"file":"sub/deep.bin","size":1,"xxhash64":"0123456789abcdef"}]`), false)
@@ -430,6 +467,27 @@ func FuzzProtocol(f *testing.F) {
 				if o, _ := mem.get(e.File); o.run != "run1" || int64(len(o.data)) != e.Size {
 					t.Fatalf("keeps %s (run %q, %d bytes)", e.File, o.run, len(o.data))
 				}
+			}
+		}
+		// Carried out, the plan and an abort remove only objects of this run the journal
+		// names: the memory carrier refuses any other removal, failing them.
+		if p, err := Leftovers(context.Background(), mem, 1, j, resume); err == nil {
+			if err := Apply(context.Background(), mem, p); err != nil {
+				t.Fatalf("applying the plan: %v", err)
+			}
+		}
+		if err := Abort(context.Background(), mem, 1); err != nil {
+			t.Fatalf("abort: %v", err)
+		}
+		for _, name := range mem.removed {
+			_, listed := j.Files[name]
+			if !listed && name != j.Intent && name != Control(1, KindJournal) {
+				t.Fatalf("removed %s, which the journal does not name", name)
+			}
+		}
+		for _, name := range []string{"theirs.bin", "planted.bin", Control(0, KindJournal)} {
+			if _, ok := mem.get(name); !ok {
+				t.Fatalf("removed %s, which this host did not write", name)
 			}
 		}
 		mem.put(Control(1, KindPart), []byte("part 1"), "run1")
