@@ -127,7 +127,7 @@ func (m *member) join() error {
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		run, found, err := m.markerRun()
+		run, found, err := m.markerRun(m.ctx)
 		if err != nil {
 			return err
 		}
@@ -146,7 +146,7 @@ func (m *member) join() error {
 			case m.opts.Host == 0:
 				if err := m.clear(m.opts.OutputOptions); err != nil {
 					// Another host may have made the marker since it was read.
-					if run, found, rerr := m.markerRun(); rerr == nil && found && run == m.run {
+					if run, found, rerr := m.markerRun(m.ctx); rerr == nil && found && run == m.run {
 						return nil
 					}
 					return err
@@ -167,7 +167,7 @@ func (m *member) join() error {
 				continue // another host's marker appeared: read it
 			}
 			// Objects but no marker when it was read: another host may have made it since.
-			if run, found, err = m.markerRun(); err != nil {
+			if run, found, err = m.markerRun(m.ctx); err != nil {
 				return err
 			}
 			if found && run == m.run {
@@ -238,8 +238,8 @@ func (m *member) alone(run string, found bool) error {
 }
 
 // markerRun reads the run the prefix's marker names; found is false without a marker.
-func (m *member) markerRun() (run string, found bool, err error) {
-	b, err := m.read(m.key(PartialMarker), 4096)
+func (m *member) markerRun(ctx context.Context) (run string, found bool, err error) {
+	b, err := m.read(ctx, m.key(PartialMarker), 4096)
 	if err != nil || b == nil {
 		return "", false, err
 	}
@@ -247,8 +247,8 @@ func (m *member) markerRun() (run string, found bool, err error) {
 }
 
 // read returns the object key whole (up to limit bytes), nil if there is none.
-func (m *member) read(key string, limit int64) ([]byte, error) {
-	b, err := m.b.ReadAll(m.ctx, key, limit)
+func (m *member) read(ctx context.Context, key string, limit int64) ([]byte, error) {
+	b, err := m.b.ReadAll(ctx, key, limit)
 	if NotFound(err) {
 		return nil, nil
 	}
@@ -272,13 +272,13 @@ func (m *member) ours(ctx context.Context, key string) (mine, exists bool, size 
 
 // readJournal reads host's journal (multihost's List encoding), nil when there is none; a
 // journal another run uploaded is refused.
-func (m *member) readJournal(host int) (*multihost.Journal, error) {
+func (m *member) readJournal(ctx context.Context, host int) (*multihost.Journal, error) {
 	key := m.control(host, multihost.KindJournal)
-	b, err := m.read(key, multihost.MaxJournal)
+	b, err := m.read(ctx, key, multihost.MaxJournal)
 	if err != nil || b == nil {
 		return nil, err
 	}
-	if mine, _, _, err := m.ours(m.ctx, key); err != nil || !mine {
+	if mine, _, _, err := m.ours(ctx, key); err != nil || !mine {
 		if err == nil {
 			err = fmt.Errorf("%s: %w: not uploaded by this conversion", m.loc(key), storage.ErrForeign)
 		}
@@ -330,10 +330,12 @@ func (p sharedPrefix) Stat(ctx context.Context, name string) (multihost.Object, 
 }
 
 func (p sharedPrefix) Journal(ctx context.Context, host int) (*multihost.Journal, error) {
-	return p.m.readJournal(host)
+	return p.m.readJournal(ctx, host)
 }
 
-func (p sharedPrefix) Part(ctx context.Context, host int) ([]byte, error) { return p.m.readPart(host) }
+func (p sharedPrefix) Part(ctx context.Context, host int) ([]byte, error) {
+	return p.m.readPart(ctx, host)
+}
 
 // Owns: an object is a host's when it carries the run (the one Stat read, or read now);
 // a bucket host has no lock, nor any control object but its journal and part.
@@ -348,12 +350,44 @@ func (p sharedPrefix) Owns(ctx context.Context, host int, j *multihost.Journal, 
 	return mine, err
 }
 
+// Remove deletes the object name, found as o, only while it carries the run: the run Stat
+// read, or read now for an object List found.
+func (p sharedPrefix) Remove(ctx context.Context, name string, o multihost.Object) error {
+	m := p.m
+	run, ok := o.Ref.(string)
+	if !ok {
+		mine, exists, _, err := m.ours(ctx, m.key(name))
+		if err != nil || !exists {
+			return err
+		}
+		run = m.run
+		if !mine {
+			run = ""
+		}
+	}
+	if run != m.run {
+		return fmt.Errorf("%s: %w: not uploaded by this conversion; left as it is", m.loc(m.key(name)), storage.ErrForeign)
+	}
+	return m.remove(ctx, m.key(name))
+}
+
+// ResetJournal removes host's journal: a journal of nothing is none.
+func (p sharedPrefix) ResetJournal(ctx context.Context, host int) error {
+	return p.RemoveJournal(ctx, host)
+}
+
+// RemoveJournal removes host's journal, which this host uploaded (read and proven by the
+// protocol before).
+func (p sharedPrefix) RemoveJournal(ctx context.Context, host int) error {
+	return p.m.remove(ctx, p.m.control(host, multihost.KindJournal))
+}
+
 // leftovers finds this host's part when its share is sealed; otherwise deals with what an
 // interrupted run of it left: with Resume the files it finished are kept when their
 // objects still have the journaled size and the run, and every other file it started is
 // removed (when it carries the run).
 func (m *member) leftovers() error {
-	j, err := m.readJournal(m.opts.Host)
+	j, err := m.readJournal(m.ctx, m.opts.Host)
 	if err != nil {
 		return err
 	}
@@ -362,7 +396,7 @@ func (m *member) leftovers() error {
 	if err != nil {
 		return m.refused(err)
 	}
-	part, err := m.readPart(m.opts.Host)
+	part, err := m.readPart(m.ctx, m.opts.Host)
 	if err != nil {
 		return err
 	}
@@ -388,10 +422,8 @@ func (m *member) leftovers() error {
 			}
 		}
 	}
-	for _, name := range plan.Remove {
-		if err := m.remove(m.ctx, m.key(name)); err != nil {
-			return err
-		}
+	if err := multihost.Apply(m.ctx, sharedPrefix{m}, plan); err != nil {
+		return err
 	}
 	m.cleaned = plan.Cleaned
 	for _, e := range plan.Keep {
@@ -406,13 +438,13 @@ func (m *member) leftovers() error {
 
 // readPart reads host's part, nil when it has not sealed its share; a part another run
 // uploaded is refused.
-func (m *member) readPart(host int) ([]byte, error) {
+func (m *member) readPart(ctx context.Context, host int) ([]byte, error) {
 	key := m.control(host, multihost.KindPart)
-	b, err := m.read(key, multihost.MaxPart)
+	b, err := m.read(ctx, key, multihost.MaxPart)
 	if err != nil || b == nil {
 		return nil, err
 	}
-	if mine, _, _, err := m.ours(m.ctx, key); err != nil || !mine {
+	if mine, _, _, err := m.ours(ctx, key); err != nil || !mine {
 		if err == nil {
 			err = fmt.Errorf("%s: %w: host %d's share belongs to another conversion", m.loc(key), storage.ErrForeign, host)
 		}
@@ -535,19 +567,8 @@ func (m *member) Unseal() error {
 	}
 	m.jmu.Lock()
 	defer m.jmu.Unlock()
-	for _, e := range m.journal {
-		if mine, _, _, err := m.ours(m.ctx, m.key(e.File)); err != nil {
-			return err
-		} else if mine {
-			if err := m.remove(m.ctx, m.key(e.File)); err != nil {
-				return err
-			}
-		}
-	}
-	for _, kind := range []string{multihost.KindPart, multihost.KindJournal} {
-		if err := m.remove(m.ctx, m.control(m.opts.Host, kind)); err != nil {
-			return err
-		}
+	if err := multihost.Unseal(m.ctx, sharedPrefix{m}, m.opts.Host); err != nil {
+		return m.refused(err)
 	}
 	m.journal, m.sealed, m.resumed, m.cleaned = nil, nil, nil, true
 	return nil
@@ -555,15 +576,7 @@ func (m *member) Unseal() error {
 
 // Parts implements storage.SharedOutput.
 func (m *member) Parts() ([][]byte, error) {
-	out := make([][]byte, m.opts.Hosts)
-	for h := range m.opts.Hosts {
-		b, err := m.readPart(h)
-		if err != nil {
-			return nil, err
-		}
-		out[h] = b
-	}
-	return out, nil
+	return multihost.Parts(m.ctx, sharedPrefix{m}, m.opts.Hosts)
 }
 
 // Commit finishes the output on host 0: every host's share is checked — sealed, each file
@@ -597,10 +610,8 @@ func (m *member) Commit(last []storage.NamedBytes) error {
 			return pathError("upload", m.loc(key), err)
 		}
 	}
-	for name := range controls {
-		if err := m.remove(m.ctx, m.key(name)); err != nil {
-			return err
-		}
+	if err := multihost.Retire(m.ctx, sharedPrefix{m}, controls); err != nil {
+		return err
 	}
 	if err := m.remove(m.ctx, m.key(PartialMarker)); err != nil {
 		return err
@@ -646,16 +657,8 @@ func (m *member) Abort() {
 	ctx := context.WithoutCancel(m.ctx)
 	m.jmu.Lock()
 	defer m.jmu.Unlock()
-	for _, e := range m.journal {
-		mine, _, _, err := m.ours(ctx, m.key(e.File))
-		if err != nil {
-			return // the journal stays: a later run removes the rest
-		}
-		if mine && m.remove(ctx, m.key(e.File)) != nil {
-			return
-		}
-	}
-	if m.remove(ctx, m.control(m.opts.Host, multihost.KindJournal)) != nil || m.opts.Hosts != 1 {
+	// What could not be removed stays with the journal: a later run removes the rest.
+	if multihost.Abort(ctx, sharedPrefix{m}, m.opts.Host) != nil || m.opts.Hosts != 1 {
 		return
 	}
 	if mine, _, _, err := m.ours(ctx, m.key(PartialMarker)); err == nil && mine {
