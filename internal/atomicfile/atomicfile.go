@@ -464,10 +464,8 @@ func (d *Dir) leftover(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, name := range plan.Remove {
-			if err := d.p.removeFile(name); err != nil {
-				return err
-			}
+		if err := multihost.Apply(ctx, carrier{d}, plan); err != nil {
+			return err
 		}
 		d.Resumed = map[string]Journaled{}
 		for _, e := range plan.Keep {
@@ -681,7 +679,7 @@ func (d *Dir) Commit(ctx context.Context) error {
 		if err := fo.remove(multihost.SingleJournal, d.p.j.id); err != nil {
 			return fail(err)
 		}
-	} else if err := d.member.removeControl(d); err != nil {
+	} else if err := d.member.removeControl(ctx, d); err != nil {
 		return fail(err)
 	}
 	if err := fo.sync(); err != nil {

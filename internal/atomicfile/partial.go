@@ -187,6 +187,21 @@ func (p *partial) removeFile(name string) error {
 	return err
 }
 
+// removeEntry removes the entry name if it is still id (as the multi-host protocol found
+// and proved it), and lets go of it.
+func (p *partial) removeEntry(name string, id ident) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := p.fo.remove(name, id)
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		delete(p.files, name)
+		delete(p.dirs, name)
+		delete(p.sums, name)
+		return nil
+	}
+	return err
+}
+
 // removeAll removes every file and folder this process made or adopted (folders deepest
 // first, each only when empty), each only if it is still what was made. The first error
 // is returned; what could not be proven stays.

@@ -42,6 +42,9 @@ type member struct {
 	made     map[string]ident
 	controls map[string]ident
 	released bool
+	// ctx is JoinDir's, uncancelled: an abort (RemovePending's too) removes the member's
+	// files after the conversion's context is done.
+	ctx context.Context
 }
 
 // JoinDir starts writing the folder path as member host of hosts of a shared output (see
@@ -62,7 +65,7 @@ func JoinDir(ctx context.Context, path string, opts DirOptions, host, hosts int)
 	if err := checkParent(path); err != nil {
 		return nil, err
 	}
-	m := &member{host: host, hosts: hosts, controls: map[string]ident{}, made: map[string]ident{}}
+	m := &member{host: host, hosts: hosts, controls: map[string]ident{}, made: map[string]ident{}, ctx: context.WithoutCancel(ctx)}
 	d := &Dir{Path: partialName(path), final: path, opts: opts, member: m, proof: proof}
 	// Joined and registered in one step, holding the gate.
 	key, err := trackCreate(func() error { return d.join(ctx) }, func() { m.abort(d) })
@@ -194,10 +197,8 @@ func (d *Dir) memberLeftovers(ctx context.Context, createdLock bool) error {
 	if d.opts.Resume {
 		d.Resumed = map[string]Journaled{}
 	}
-	for _, name := range plan.Remove {
-		if err := d.p.removeFile(name); err != nil {
-			return err
-		}
+	if err := multihost.Apply(ctx, carrier{d}, plan); err != nil {
+		return err
 	}
 	d.CleanedUp = plan.Cleaned
 	for _, e := range plan.Keep {
@@ -207,13 +208,7 @@ func (d *Dir) memberLeftovers(ctx context.Context, createdLock bool) error {
 	if d.opts.Resume {
 		return nil
 	}
-	if err := d.p.removeAll(); err != nil {
-		return err
-	}
-	if err := d.p.j.truncate(fo); err != nil {
-		return err
-	}
-	return d.p.j.write(record{Control: lockName, Ino: m.lockID.ino})
+	return carrier{d}.ResetJournal(ctx, m.host)
 }
 
 // readControl reads the control file name of fo, which must still be id: bounded, never
@@ -243,24 +238,13 @@ func (d *Dir) Sealed() ([]byte, bool) {
 
 // Unseal discards a member's sealed share — an earlier run's, of another conversion — so
 // that it writes its share anew: the files it made and its part are removed.
-func (d *Dir) Unseal() error {
+func (d *Dir) Unseal(ctx context.Context) error {
 	m := d.member
 	if m == nil || m.sealed == nil {
 		return nil
 	}
-	if err := d.p.removeAll(); err != nil {
-		return err
-	}
-	partName := multihost.Control(m.host, multihost.KindPart)
-	if err := d.p.fo.remove(partName, m.controls[partName]); err != nil {
-		return err
-	}
-	delete(m.controls, partName)
-	if err := d.p.j.truncate(d.p.fo); err != nil {
-		return err
-	}
-	if err := d.p.j.write(record{Control: multihost.Control(m.host, multihost.KindLock), Ino: m.lockID.ino}); err != nil {
-		return err
+	if err := multihost.Unseal(ctx, carrier{d}, m.host); err != nil {
+		return d.refused(err)
 	}
 	m.sealed, d.Resumed, d.CleanedUp = nil, nil, true
 	return nil
@@ -456,6 +440,50 @@ func (s carrier) Owns(_ context.Context, host int, j *multihost.Journal, name st
 	return j != nil && !multihost.IsControl(name) && proves(j, name, id), nil
 }
 
+// Remove removes the entry name while it is still o (its inode and kind, found and
+// proven by the protocol), through no link: a control file, or an entry this process
+// made or adopted, which it then lets go of. A folder goes only when empty.
+func (s carrier) Remove(_ context.Context, name string, o multihost.Object) error {
+	id, ok := o.Ref.(ident)
+	if !ok {
+		return fmt.Errorf("%s: %w: %s was not proven ckpt's", s.d.final, ErrForeign, s.d.p.fo.pathOf(name))
+	}
+	if !multihost.IsControl(name) {
+		return s.d.p.removeEntry(name, id)
+	}
+	if err := s.d.p.fo.remove(name, id); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if m := s.d.member; m != nil {
+		delete(m.controls, name)
+	}
+	return nil
+}
+
+// ResetJournal empties this member's journal but for its header and the record of the
+// lock it holds.
+func (s carrier) ResetJournal(_ context.Context, host int) error {
+	m := s.d.member
+	if m == nil || host != m.host {
+		return fmt.Errorf("atomicfile: host %d's journal is not this member's", host)
+	}
+	if err := s.d.p.j.truncate(s.d.p.fo); err != nil {
+		return err
+	}
+	return s.d.p.j.write(record{Control: multihost.Control(m.host, multihost.KindLock), Ino: m.lockID.ino})
+}
+
+// RemoveJournal closes and removes this member's journal (the file it holds open, by
+// inode).
+func (s carrier) RemoveJournal(_ context.Context, host int) error {
+	m, j := s.d.member, s.d.p.j
+	if m == nil || host != m.host || j == nil {
+		return fmt.Errorf("atomicfile: host %d's journal is not this member's", host)
+	}
+	j.close()
+	return s.d.p.fo.remove(multihost.Control(host, multihost.KindJournal), j.id)
+}
+
 // sums returns every member's finished files (for the finisher's manifest).
 func (m *member) sums(d *Dir) (map[string]Journaled, error) {
 	out := d.p.finishedSums()
@@ -523,14 +551,16 @@ func (m *member) prepareCommit(ctx context.Context, d *Dir) error {
 	return nil
 }
 
-// removeControl removes every member's control files the survey proved (prepareCommit)
-// before the folder moves into place.
-func (m *member) removeControl(d *Dir) error {
+// removeControl removes every member's control files the survey proved (prepareCommit),
+// in the protocol's order (multihost.Retire), before the folder moves into place.
+func (m *member) removeControl(ctx context.Context, d *Dir) error {
 	d.p.j.close()
+	controls := make(map[string]multihost.Object, len(m.controls))
 	for name, id := range m.controls {
-		if err := d.p.fo.remove(name, id); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
+		controls[name] = object(id, nil)
+	}
+	if err := multihost.Retire(ctx, carrier{d}, controls); err != nil {
+		return err
 	}
 	// Anything left that is not a member's data is not proven: the commit stops here.
 	es, err := d.p.fo.list("")
@@ -571,11 +601,8 @@ func (m *member) abort(d *Dir) {
 	}
 	fo := d.p.fo
 	if m.sealed == nil {
-		d.p.removeAll()
-		if d.p.j != nil {
-			d.p.j.close()
-			fo.remove(multihost.Control(m.host, multihost.KindJournal), d.p.j.id)
-		}
+		// What could not be removed stays with the journal: a later run removes the rest.
+		multihost.Abort(m.ctx, carrier{d}, m.host)
 	}
 	// The folder stays open (for the removals below) after the locks are let go.
 	dup, err := openFolder(fo.path, false)

@@ -70,7 +70,7 @@ func TestShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d2.Unseal(); err != nil {
+	if err := d2.Unseal(bg); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := d2.Sealed(); ok || slices.Contains(entries(t, d2.Path), "__2_0.distcp") {

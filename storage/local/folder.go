@@ -69,7 +69,7 @@ func writeWhole(out storage.Output, nb storage.NamedBytes) error {
 func (o *folder) Abort() { o.d.Abort() }
 
 func (o *folder) Sealed() ([]byte, bool)               { return o.d.Sealed() }
-func (o *folder) Unseal() error                        { return o.d.Unseal() }
+func (o *folder) Unseal() error                        { return o.d.Unseal(o.ctx) }
 func (o *folder) Seal(part []byte) error               { return o.d.Seal(part) }
 func (o *folder) Parts() ([][]byte, error)             { return o.d.Parts(o.ctx) }
 func (o *folder) Resumed() map[string]storage.Finished { return o.d.Resumed }
