@@ -253,15 +253,29 @@ func (d *Dir) Unseal(ctx context.Context) error {
 // Seal ends a member's writing: the files it finished (each fsynced and journaled by the
 // caller) are its share, and part — the caller's record of them — is written atomically
 // for the finisher. A sealed share is kept when the member aborts.
-func (d *Dir) Seal(part []byte) error {
+func (d *Dir) Seal(ctx context.Context, part []byte) error {
 	m := d.member
 	if m == nil || d.done || m.sealed != nil {
 		return errors.New("atomicfile: Seal is for a member still writing")
 	}
+	if err := multihost.Seal(ctx, carrier{d}, m.host, part); err != nil {
+		return fmt.Errorf("%s: %w", d.final, err)
+	}
+	m.sealed = part
+	return nil
+}
+
+// Put writes this member's part (the only control file the protocol puts) as a
+// temporary file journaled before its bytes, fsynced, journaled as the part and renamed
+// into place — holding the gate: once RemovePending has removed this member's files, no
+// part may claim them.
+func (s carrier) Put(_ context.Context, host int, name string, part []byte) error {
+	d, m := s.d, s.d.member
+	if m == nil || host != m.host || name != multihost.Control(m.host, multihost.KindPart) {
+		return fmt.Errorf("atomicfile: %s is not this member's part", name)
+	}
 	fo := d.p.fo
-	partName, tmpName := multihost.Control(m.host, multihost.KindPart), multihost.Control(m.host, multihost.KindPartTmp)
-	// Holding the gate: once RemovePending has removed this member's files, no part may
-	// claim them.
+	partName, tmpName := name, multihost.Control(m.host, multihost.KindPartTmp)
 	err := gated(func() error {
 		f, id, err := fo.create(tmpName, 0o600, nil)
 		if err != nil {
@@ -296,11 +310,7 @@ func (d *Dir) Seal(part []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := fo.sync(); err != nil {
-		return err
-	}
-	m.sealed = part
-	return nil
+	return fo.sync()
 }
 
 // Parts returns every member's part, in member order, nil for those not sealed yet (each

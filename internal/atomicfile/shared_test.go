@@ -32,7 +32,7 @@ func TestShared(t *testing.T) {
 	for h, d := range ds {
 		writeFile(t, d, "__"+string(rune('0'+h))+"_0.distcp", strings.Repeat("x", h+1))
 	}
-	if err := ds[0].Seal([]byte("part 0")); err != nil {
+	if err := ds[0].Seal(bg, []byte("part 0")); err != nil {
 		t.Fatal(err)
 	}
 	if err := ds[0].Commit(bg); err == nil || !strings.Contains(err.Error(), "host 1 is still writing") {
@@ -53,7 +53,7 @@ func TestShared(t *testing.T) {
 		t.Fatalf("host 0 rejoining: sealed %q %v", part, ok)
 	}
 	for h, d := range ds[1:] {
-		if err := d.Seal([]byte("part " + string(rune('1'+h)))); err != nil {
+		if err := d.Seal(bg, []byte("part " + string(rune('1'+h)))); err != nil {
 			t.Fatal(err)
 		}
 		d.Abort() // leaves, keeping its sealed share
@@ -77,7 +77,7 @@ func TestShared(t *testing.T) {
 		t.Fatalf("unsealed: %v", entries(t, d2.Path))
 	}
 	writeFile(t, d2, "__2_0.distcp", "yyy")
-	d2.Seal([]byte("part 2"))
+	d2.Seal(bg, []byte("part 2"))
 	d2.Abort()
 	writeFile(t, d0, ".metadata", "md")
 	os.WriteFile(filepath.Join(d0.Path, "stray"), nil, 0o644)
@@ -171,7 +171,7 @@ func TestSealedHostExiting(t *testing.T) {
 			t.Fatal(err)
 		}
 		writeFile(t, d, "__"+string(rune('0'+h))+"_0.distcp", "x")
-		if err := d.Seal([]byte("part")); err != nil {
+		if err := d.Seal(bg, []byte("part")); err != nil {
 			t.Fatal(err)
 		}
 		ds = append(ds, d)

@@ -371,6 +371,15 @@ func (p sharedPrefix) Remove(ctx context.Context, name string, o multihost.Objec
 	return m.remove(ctx, m.key(name))
 }
 
+// Put uploads name whole, carrying the run (a put is atomic).
+func (p sharedPrefix) Put(_ context.Context, _ int, name string, data []byte) error {
+	key := p.m.key(name)
+	if err := p.m.put(key, data, false); err != nil {
+		return pathError("upload", p.m.loc(key), err)
+	}
+	return nil
+}
+
 // ResetJournal removes host's journal: a journal of nothing is none.
 func (p sharedPrefix) ResetJournal(ctx context.Context, host int) error {
 	return p.RemoveJournal(ctx, host)
@@ -553,8 +562,8 @@ func (m *member) Seal(part []byte) error {
 	if m.sealed != nil || open > 0 {
 		return fmt.Errorf("%s: host %d cannot seal its share (sealed already, or %d file(s) still being written)", m.l, m.opts.Host, open)
 	}
-	if err := m.put(m.control(m.opts.Host, multihost.KindPart), part, false); err != nil {
-		return pathError("upload", m.loc(m.control(m.opts.Host, multihost.KindPart)), err)
+	if err := multihost.Seal(m.ctx, sharedPrefix{m}, m.opts.Host, part); err != nil {
+		return err
 	}
 	m.sealed = part
 	return nil

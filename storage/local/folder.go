@@ -70,7 +70,7 @@ func (o *folder) Abort() { o.d.Abort() }
 
 func (o *folder) Sealed() ([]byte, bool)               { return o.d.Sealed() }
 func (o *folder) Unseal() error                        { return o.d.Unseal(o.ctx) }
-func (o *folder) Seal(part []byte) error               { return o.d.Seal(part) }
+func (o *folder) Seal(part []byte) error               { return o.d.Seal(o.ctx, part) }
 func (o *folder) Parts() ([][]byte, error)             { return o.d.Parts(o.ctx) }
 func (o *folder) Resumed() map[string]storage.Finished { return o.d.Resumed }
 func (o *folder) CleanedUp() bool                      { return o.d.CleanedUp }

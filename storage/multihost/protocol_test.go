@@ -129,6 +129,12 @@ func (c *memCarrier) Remove(_ context.Context, name string, o Object) error {
 	return nil
 }
 
+// Put writes name whole as an object of the run.
+func (c *memCarrier) Put(_ context.Context, _ int, name string, data []byte) error {
+	c.put(name, data, c.run)
+	return nil
+}
+
 func (c *memCarrier) ResetJournal(ctx context.Context, host int) error {
 	return c.RemoveJournal(ctx, host)
 }

@@ -2,6 +2,7 @@ package multihost
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 )
@@ -9,7 +10,7 @@ import (
 // The protocol's changes to an output, made here once over a Writer: what a host run
 // again removes (Apply), what an aborted host removes (Abort), what a host discarding its
 // sealed share removes (Unseal) and the order the finisher removes the control files in
-// (Retire). Every removal is of an entry the protocol found and proved the host's (Owns),
+// (Retire), and how a host seals its share (Seal). Every removal is of an entry the protocol found and proved the host's (Owns),
 // given back to the carrier as its proof: nothing another run or nobody wrote is touched.
 
 // Writer is a Carrier the protocol also changes: the least it needs to carry its
@@ -29,6 +30,29 @@ type Writer interface {
 	ResetJournal(ctx context.Context, host int) error
 	// RemoveJournal removes host's journal, the one this host wrote.
 	RemoveJournal(ctx context.Context, host int) error
+	// Put writes host's control file name whole and atomically, recording it as host's:
+	// nothing is at name until all of data is durable there (a file system writes a
+	// temporary file it journals, then renames it; a bucket puts one object carrying the
+	// run).
+	Put(ctx context.Context, host int, name string, data []byte) error
+}
+
+// Seal seals host's share with part, the caller's record of what it wrote, written
+// atomically for the finisher. Every file host's journal records started must be
+// finished: a share holding a file not complete is refused, nothing written.
+func Seal(ctx context.Context, w Writer, host int, part []byte) error {
+	j, err := w.Journal(ctx, host)
+	if err != nil {
+		return err
+	}
+	if j != nil {
+		for _, name := range j.Order {
+			if !j.Files[name].Finished {
+				return fmt.Errorf("host %d cannot seal its share: %s is not finished", host, name)
+			}
+		}
+	}
+	return w.Put(ctx, host, Control(host, KindPart), part)
 }
 
 // Apply carries out p, a plan Leftovers made for a host whose share is not sealed: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -134,5 +135,25 @@ func TestRetire(t *testing.T) {
 	want := []string{Control(0, KindJournal), Control(1, KindJournal), Control(0, KindPart), Control(1, KindPart), Control(0, KindLock)}
 	if !slices.Equal(mem.removed, want) {
 		t.Fatalf("removed %v, want %v", mem.removed, want)
+	}
+}
+
+// TestSeal: a host seals its share with its part only when every file its journal
+// records started is finished.
+func TestSeal(t *testing.T) {
+	ctx := context.Background()
+	mem, h1 := shareOf()
+	if err := Seal(ctx, mem, 1, []byte("part 1")); err == nil || !strings.Contains(err.Error(), "half.bin is not finished") {
+		t.Fatalf("sealed a share with a file not finished: %v", err)
+	}
+	if _, ok := mem.get(Control(1, KindPart)); ok {
+		t.Fatal("a refused seal wrote the part")
+	}
+	h1.write("half.bin", "half", true)
+	if err := Seal(ctx, mem, 1, []byte("part 1")); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := mem.get(Control(1, KindPart)); string(o.data) != "part 1" || o.run != "run1" {
+		t.Fatalf("the part: %q of run %q", o.data, o.run)
 	}
 }
