@@ -53,7 +53,7 @@ func TestShared(t *testing.T) {
 		t.Fatalf("host 0 rejoining: sealed %q %v", part, ok)
 	}
 	for h, d := range ds[1:] {
-		if err := d.Seal(bg, []byte("part " + string(rune('1'+h)))); err != nil {
+		if err := d.Seal(bg, []byte("part "+string(rune('1'+h)))); err != nil {
 			t.Fatal(err)
 		}
 		d.Abort() // leaves, keeping its sealed share
