@@ -26,8 +26,12 @@ import (
 // are durable, its part: the caller's record of what it wrote, renamed into place
 // atomically. Its journal records its lock and part too. The finisher refuses to commit a
 // folder holding anything no member's journal proves it made. What is proven, refused,
-// kept or removed is decided by storage/multihost's protocol, of which the partial folder
-// is a carrier (carrier, below); this file carries its decisions out.
+// kept or removed, and in what order, is storage/multihost's protocol, of which the
+// partial folder is a carrier (carrier, below: it reads entries and proves them by inode,
+// removes only what the protocol proved, puts the part through a journaled temporary
+// file). What stays here is the folder's own: joining (the partial folder made by the
+// first member, the per-member lock files), writing and journaling files (partial.go) and
+// the finisher's publication (holding the other members' locks, the rename into place).
 
 // member is one process's share of a shared output.
 type member struct {

@@ -37,7 +37,11 @@ import (
 // prefix, the second continues the first. Give each conversion its own prefix.)
 //
 // The shares. The protocol is storage/multihost's, of which the prefix is a carrier
-// (sharedPrefix: an object is a host's when it carries the run). Each host keeps two
+// (sharedPrefix: an object is a host's when it carries the run; it removes only objects
+// carrying the run, and puts a part in one upload). What stays here is the prefix's own:
+// joining (the marker, host 0 clearing the prefix while the others wait, a single
+// process's rules), the journal's rewriting and the publication (the manifest, then the
+// marker). Each host keeps two
 // control objects beside the files, named .ckpt-host-N.journal and .ckpt-host-N.part. The
 // journal (multihost's List encoding) lists the files the host started and, once each
 // upload is complete and verified, its size and xxhash64; it is rewritten whole (objects

@@ -1,12 +1,20 @@
 // Package multihost is the multi-host shared-output protocol, once: the names of the
 // control files beside an output being written (each host's journal, part and lock, a
 // single process's journal, a bucket prefix's marker), the metadata key that carries the
-// run, the journal a host keeps of the files it started and finished (journal.go), and the
+// run, the journal a host keeps of the files it started and finished (journal.go), the
 // protocol's decisions (protocol.go) — what the finisher checks before it commits, what a
-// host run again after a kill removes or keeps. Its two carriers read an output for it and
-// carry its decisions out: a shared folder on a file system (internal/atomicfile: rename
-// commit, inode identities, lock files) and a bucket prefix (storage/bucket: put-if-absent
-// marker, run metadata on every object).
+// host run again after a kill removes or keeps — and its changes to an output (write.go):
+// applying a rerun host's plan, sealing, unsealing, aborting a share, and the order the
+// finisher removes the control files in. Its two carriers read and change an output for it
+// through a minimal API (Carrier, Writer: list, stat, read a journal or part, remove a
+// proven entry, put a control file atomically), each proving entries its own way: a shared
+// folder on a file system (internal/atomicfile: inode identities) and a bucket prefix
+// (storage/bucket: run metadata on every object). What only one carrier can do stays its
+// own: joining (the folder's mkdir and per-host lock files; the bucket's put-if-absent
+// marker, waiting for host 0 to clear a prefix, a single process's rules), writing and
+// journaling files (a line appended and fsynced, or the list rewritten whole), and the
+// final publication (the folder renamed into place holding the other hosts' locks; the
+// manifest uploaded, then the marker removed).
 package multihost
 
 import (

@@ -17,8 +17,8 @@ import (
 // kept when finished and unchanged; anything its journal names that it cannot prove it
 // made is refused with nothing touched.
 //
-// The decisions are made here, once; a Carrier reads the output for them and carries them
-// out (makes, renames and removes), each by its own means: a file system proves an entry
+// The decisions are made here, once, and carried out here (write.go) through a Writer; a
+// Carrier reads the output for them, each by its own means: a file system proves an entry
 // by the identity (inode) its journal recorded and holds a lock per host, a bucket by the
 // run every object carries, its marker naming the run.
 
