@@ -630,58 +630,55 @@ func (d *Dir) Commit(ctx context.Context) error {
 	}
 	d.done = true
 	defer untrack(d.key)
+	if d.member != nil {
+		return d.member.commit(ctx, d)
+	}
 	fo := d.p.fo
 	fail := func(err error) error {
 		d.discard()
 		return err
 	}
-	if d.member != nil {
-		// The other members' files stay for another attempt: a failed finish removes nothing.
-		fail = func(err error) error {
-			for name, id := range d.member.made { // the other hosts' locks it made
-				fo.remove(name, id)
-			}
-			d.member.release(d)
-			return err
-		}
-		if err := d.member.prepareCommit(ctx, d); err != nil {
-			return fail(err)
-		}
-	} else {
-		all, err := surveyAll(fo)
-		if err != nil {
-			return fail(err)
-		}
-		var foreign []string
-		for name, id := range all {
-			if !(name == multihost.SingleJournal && id.ino == d.p.j.id.ino) && !d.p.made(name, id) {
-				foreign = append(foreign, name)
-			}
-		}
-		if len(foreign) > 0 {
-			return fail(fmt.Errorf("%s: %w: %s holds %s, which this conversion did not write", d.final, ErrForeign, d.Path, listNames(foreign)))
+	all, err := surveyAll(fo)
+	if err != nil {
+		return fail(err)
+	}
+	var foreign []string
+	for name, id := range all {
+		if !(name == multihost.SingleJournal && id.ino == d.p.j.id.ino) && !d.p.made(name, id) {
+			foreign = append(foreign, name)
 		}
 	}
-	// What was proven at the start (hashed) is checked again as it moves (stillProven); a
-	// destination that appeared since is proven now.
-	proof := d.proof
-	if proof == nil {
-		var err error
-		if proof, err = replaceable(d.final, d.opts.Force, d.opts.Owner); err != nil {
-			return fail(err)
-		}
+	if len(foreign) > 0 {
+		return fail(fmt.Errorf("%s: %w: %s holds %s, which this conversion did not write", d.final, ErrForeign, d.Path, listNames(foreign)))
+	}
+	proof, err := d.destination()
+	if err != nil {
+		return fail(err)
 	}
 	if err := d.p.syncAll(); err != nil {
 		return fail(err)
 	}
-	if d.member == nil {
-		d.p.j.close()
-		if err := fo.remove(multihost.SingleJournal, d.p.j.id); err != nil {
-			return fail(err)
-		}
-	} else if err := d.member.removeControl(ctx, d); err != nil {
+	d.p.j.close()
+	if err := fo.remove(multihost.SingleJournal, d.p.j.id); err != nil {
 		return fail(err)
 	}
+	return d.place(proof, fail)
+}
+
+// destination proves the destination the output replaces: what was proven at the start
+// (hashed) is checked again as it moves (stillProven); a destination that appeared since
+// is proven now.
+func (d *Dir) destination() (map[string]ident, error) {
+	if d.proof != nil {
+		return d.proof, nil
+	}
+	return replaceable(d.final, d.opts.Force, d.opts.Owner)
+}
+
+// place moves the partial folder — complete, durable, its journals gone — into place,
+// replacing the destination proof identifies; fail undoes what a failure leaves.
+func (d *Dir) place(proof map[string]ident, fail func(error) error) error {
+	fo := d.p.fo
 	if err := fo.sync(); err != nil {
 		return fail(err)
 	}

@@ -339,23 +339,8 @@ func (d *Dir) Verify(ctx context.Context) error {
 	if d.member == nil {
 		return errors.New("atomicfile: Verify is for the members of a shared output")
 	}
-	_, err := d.member.survey(ctx, d)
-	return err
-}
-
-// survey checks the partial folder for the finisher (multihost.Verify): every member
-// sealed, its part and lock what it made, every entry proven made by a member. It returns
-// the control files to remove when committing.
-func (m *member) survey(ctx context.Context, d *Dir) (map[string]ident, error) {
-	objs, err := multihost.Verify(ctx, carrier{d}, -1, m.hosts)
-	if err != nil {
-		return nil, d.refused(err)
-	}
-	controls := make(map[string]ident, len(objs))
-	for name, o := range objs {
-		controls[name] = o.Ref.(ident)
-	}
-	return controls, nil
+	_, err := multihost.Verify(ctx, carrier{d}, -1, d.member.hosts)
+	return d.refused(err)
 }
 
 // refused says where the protocol refused (the partial folder of the destination), and
@@ -521,13 +506,43 @@ func (m *member) sums(d *Dir) (map[string]Journaled, error) {
 	return out, nil
 }
 
-// prepareCommit readies a shared output for the finisher's commit: every member sealed
-// and none still running (the finisher takes their locks), and nothing in the folder that
-// no member's journal proves it made.
-func (m *member) prepareCommit(ctx context.Context, d *Dir) error {
-	if m.host != 0 {
-		return fmt.Errorf("%s: host %d cannot finish the output; host 0 does", d.final, m.host)
+// commit finishes the shared output for its finisher (multihost.Commit, the folder its
+// Publisher: finish). A failed finish removes nothing of the members': only the locks it
+// made for them go, and it lets go of its own.
+func (m *member) commit(ctx context.Context, d *Dir) error {
+	fail := func(err error) error {
+		for name, id := range m.made { // the other hosts' locks it made
+			d.p.fo.remove(name, id)
+		}
+		m.release(d)
+		return err
 	}
+	if m.host != 0 {
+		return fail(fmt.Errorf("%s: host %d cannot finish the output; host 0 does", d.final, m.host))
+	}
+	f := &finish{carrier: carrier{d}, fail: fail}
+	if err := multihost.Commit(ctx, f, -1, m.hosts); err != nil {
+		if f.placing {
+			return err // place undid what it had to
+		}
+		return fail(d.refused(err))
+	}
+	return nil
+}
+
+// finish is the partial folder as its finisher publishes it (multihost.Publisher).
+type finish struct {
+	carrier
+	fail    func(error) error
+	proof   map[string]ident
+	placing bool
+}
+
+// Hold takes every other member's lock (making it for a member that never started): none
+// may still be writing. A member that sealed its share holds its lock until its process
+// is done, so it is given a moment (under load, the time between its seal and its exit).
+func (f *finish) Hold(context.Context) error {
+	d, m := f.d, f.d.member
 	fo := d.p.fo
 	if m.made == nil {
 		m.made = map[string]ident{}
@@ -545,8 +560,6 @@ func (m *member) prepareCommit(ctx context.Context, d *Dir) error {
 			m.made[name] = id
 		}
 		m.held = append(m.held, lf)
-		// A host that sealed its share holds its lock until its process is done: give it
-		// a moment (under load, the time between its seal and its exit).
 		err = lock(lf)
 		if _, serr := fo.lstat(multihost.Control(h, multihost.KindPart)); serr == nil {
 			for deadline := time.Now().Add(sealedExit); err != nil && time.Now().Before(deadline); err = lock(lf) {
@@ -557,26 +570,28 @@ func (m *member) prepareCommit(ctx context.Context, d *Dir) error {
 			return fmt.Errorf("%s: host %d is still writing (it holds its lock)", d.final, h)
 		}
 	}
-	controls, err := m.survey(ctx, d)
-	if err != nil {
-		return err
-	}
-	m.controls = controls
 	return nil
 }
 
-// removeControl removes every member's control files the survey proved (prepareCommit),
-// in the protocol's order (multihost.Retire), before the folder moves into place.
-func (m *member) removeControl(ctx context.Context, d *Dir) error {
-	d.p.j.close()
-	controls := make(map[string]multihost.Object, len(m.controls))
-	for name, id := range m.controls {
-		controls[name] = object(id, nil)
-	}
-	if err := multihost.Retire(ctx, carrier{d}, controls); err != nil {
+// Publish proves the destination the folder replaces and makes every file durable; the
+// finisher's journal is closed, for Retire to remove.
+func (f *finish) Publish(context.Context) error {
+	proof, err := f.d.destination()
+	if err != nil {
 		return err
 	}
-	// Anything left that is not a member's data is not proven: the commit stops here.
+	f.proof = proof
+	if err := f.d.p.syncAll(); err != nil {
+		return err
+	}
+	f.d.p.j.close()
+	return nil
+}
+
+// Finish checks that nothing of a host's is left (anything there is not proven: the
+// commit stops) and moves the folder into place.
+func (f *finish) Finish(context.Context) error {
+	d := f.d
 	es, err := d.p.fo.list("")
 	if err != nil {
 		return err
@@ -586,7 +601,8 @@ func (m *member) removeControl(ctx context.Context, d *Dir) error {
 			return fmt.Errorf("%s: %w: %s holds %s, which no host of this conversion made", d.final, ErrForeign, d.Path, name)
 		}
 	}
-	return nil
+	f.placing = true
+	return d.place(f.proof, f.fail)
 }
 
 // release lets go of the member's journal and locks.

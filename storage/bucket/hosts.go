@@ -592,7 +592,7 @@ func (m *member) Parts() ([][]byte, error) {
 	return multihost.Parts(m.ctx, sharedPrefix{m}, m.opts.Hosts)
 }
 
-// Commit finishes the output on host 0: every host's share is checked — sealed, each file
+// Commit finishes the output on host 0 (multihost.Commit): every host's share is checked — sealed, each file
 // its journal finished there whole and carrying the run, nothing else in the prefix — then
 // last (the manifest) is uploaded, the control objects removed and the marker last.
 func (m *member) Commit(last []storage.NamedBytes) error {
@@ -610,24 +610,8 @@ func (m *member) Commit(last []storage.NamedBytes) error {
 	}
 	// This host's own files are all closed (open is 0): its share needs no part, which a
 	// single process (Hosts 1) never writes.
-	controls, err := multihost.Verify(m.ctx, sharedPrefix{m}, m.opts.Host, m.opts.Hosts)
-	if err != nil {
+	if err := multihost.Commit(m.ctx, publication{sharedPrefix{m}, last}, m.opts.Host, m.opts.Hosts); err != nil {
 		return m.refused(err)
-	}
-	for _, f := range last {
-		key := m.key(f.Name)
-		m.mu.Lock()
-		m.done[key] = true
-		m.mu.Unlock()
-		if err := m.put(key, f.Data, false); err != nil {
-			return pathError("upload", m.loc(key), err)
-		}
-	}
-	if err := multihost.Retire(m.ctx, sharedPrefix{m}, controls); err != nil {
-		return err
-	}
-	if err := m.remove(m.ctx, m.key(PartialMarker)); err != nil {
-		return err
 	}
 	m.mu.Lock()
 	m.done = nil
@@ -636,6 +620,36 @@ func (m *member) Commit(last []storage.NamedBytes) error {
 	m.journal = nil
 	m.cancel()
 	return nil
+}
+
+// publication is the prefix as its finisher publishes it (multihost.Publisher).
+type publication struct {
+	sharedPrefix
+	// last is the manifest.
+	last []storage.NamedBytes
+}
+
+// Hold holds nothing: a bucket has no lock (each host runs once at a time).
+func (publication) Hold(context.Context) error { return nil }
+
+// Publish uploads the manifest: from then on the prefix is a complete output.
+func (p publication) Publish(ctx context.Context) error {
+	m := p.m
+	for _, f := range p.last {
+		key := m.key(f.Name)
+		m.mu.Lock()
+		m.done[key] = true
+		m.mu.Unlock()
+		if err := m.put(key, f.Data, false); err != nil {
+			return pathError("upload", m.loc(key), err)
+		}
+	}
+	return nil
+}
+
+// Finish removes the marker, last.
+func (p publication) Finish(ctx context.Context) error {
+	return p.m.remove(ctx, p.m.key(PartialMarker))
 }
 
 // refused says where the protocol refused (the prefix), and what kind of error it is:

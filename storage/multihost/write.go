@@ -185,3 +185,43 @@ func Retire(ctx context.Context, w Writer, controls map[string]Object) error {
 	}
 	return nil
 }
+
+// Publisher is a Writer whose output its finisher can publish: the steps of a commit that
+// only the carrier can take, which Commit puts in order around the protocol's own.
+type Publisher interface {
+	Writer
+	// Hold keeps every other host from writing until the commit ends: a file system takes
+	// their locks (waiting a moment for a host that sealed its share to exit); a bucket,
+	// which has no lock, holds nothing (each host runs once at a time).
+	Hold(ctx context.Context) error
+	// Publish readies the verified output before its control files go: a bucket uploads
+	// the manifest, which makes the prefix a complete output; a file system makes every
+	// file durable and proves again the destination it replaces.
+	Publish(ctx context.Context) error
+	// Finish ends the publication once the control files are gone: a file system renames
+	// the partial folder into place (after checking nothing else of a host's is left); a
+	// bucket removes its marker, last.
+	Finish(ctx context.Context) error
+}
+
+// Commit finishes the output for its finisher, host self of hosts (self's own files it
+// knows are closed; -1 when its part is checked like any other's): the other hosts held
+// (Hold), the output checked (Verify), published (Publish), its control files removed in
+// Retire's order, and the publication ended (Finish). Nothing is removed before the
+// output is verified; a refusal leaves everything for another attempt.
+func Commit(ctx context.Context, p Publisher, self, hosts int) error {
+	if err := p.Hold(ctx); err != nil {
+		return err
+	}
+	controls, err := Verify(ctx, p, self, hosts)
+	if err != nil {
+		return err
+	}
+	if err := p.Publish(ctx); err != nil {
+		return err
+	}
+	if err := Retire(ctx, p, controls); err != nil {
+		return err
+	}
+	return p.Finish(ctx)
+}

@@ -157,3 +157,54 @@ func TestSeal(t *testing.T) {
 		t.Fatalf("the part: %q of run %q", o.data, o.run)
 	}
 }
+
+// memPublisher publishes a memCarrier as a bucket's finisher does, recording its steps.
+type memPublisher struct {
+	*memCarrier
+	steps []string
+}
+
+func (p *memPublisher) Hold(context.Context) error { p.steps = append(p.steps, "hold"); return nil }
+
+func (p *memPublisher) Publish(context.Context) error {
+	p.steps = append(p.steps, "publish")
+	p.put("index.json", []byte("{}"), p.run)
+	return nil
+}
+
+func (p *memPublisher) Finish(context.Context) error {
+	p.steps = append(p.steps, "finish")
+	p.delete(Marker)
+	return nil
+}
+
+// TestCommit: the finisher holds the other hosts, verifies, publishes, removes the
+// control files (journals, then parts) and ends the publication — in that order; a
+// refused output is neither published nor changed.
+func TestCommit(t *testing.T) {
+	ctx := context.Background()
+	mem := newMem("run1")
+	mem.put(Marker, MarkerContent("run1"), "run1")
+	h0, h1 := &host{c: mem, h: 0}, &host{c: mem, h: 1}
+	h0.write("zero.bin", "host 0", true)
+	h1.write("one.bin", "host 1", true)
+	p := &memPublisher{memCarrier: mem}
+	var r *Refusal
+	if err := Commit(ctx, p, 0, 2); !errors.As(err, &r) || r.Problem != Unsealed || mem.removed != nil || !slices.Equal(p.steps, []string{"hold"}) {
+		t.Fatalf("committed without host 1's part: %v, removed %v, steps %v", err, mem.removed, p.steps)
+	}
+	h1.seal()
+	p.steps = nil
+	if err := Commit(ctx, p, 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"hold", "publish", "finish"}; !slices.Equal(p.steps, want) {
+		t.Fatalf("steps %v, want %v", p.steps, want)
+	}
+	if want := []string{Control(0, KindJournal), Control(1, KindJournal), Control(1, KindPart)}; !slices.Equal(mem.removed, want) {
+		t.Fatalf("removed %v, want %v", mem.removed, want)
+	}
+	if want := []string{"index.json", "one.bin", "zero.bin"}; !slices.Equal(mem.names(), want) {
+		t.Fatalf("the output holds %v, want %v", mem.names(), want)
+	}
+}
