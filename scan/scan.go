@@ -48,7 +48,7 @@ type Result struct {
 	Pickles []PickleScan
 	// Problems are what keeps the scan from vouching for a file: malformed pickles, bytes
 	// no record or item accounts for, members torch refuses, layouts it does not load.
-	Problems []Problem
+	Problems []*Problem
 	// Code lists the findings that are not a global: a TorchScript archive.
 	Code []Finding
 }
@@ -94,25 +94,12 @@ type PickleScan struct {
 	Err error
 }
 
-// Problem is a reason a scan cannot vouch for a file. Err wraps ckpterr.ErrCorrupt or
-// ckpterr.ErrUnsupported.
-type Problem struct {
-	File string
-	// Offset is the byte offset in File; -1 when the problem has no position.
-	Offset int64
-	Err    error
-}
-
-// Error formats the file, the offset and the cause.
-func (p Problem) Error() string {
-	if p.Offset >= 0 {
-		return fmt.Sprintf("%s (byte %d): %v", p.File, p.Offset, p.Err)
-	}
-	return fmt.Sprintf("%s: %v", p.File, p.Err)
-}
-
-// Unwrap returns the cause.
-func (p Problem) Unwrap() error { return p.Err }
+// A Problem is a reason a scan cannot vouch for a file, as the family's positional error:
+// Format is the layout being read where it went wrong ("torch-zip", "tar", "dcp",
+// "pickle", …; "" for a file of no layout), Offset the byte in File (-1 for none), and
+// errors.Is tells a broken file (ckpterr.ErrCorrupt) from one the scanner or the loader
+// does not read (ckpterr.ErrUnsupported) and from an I/O error.
+type Problem = ckpterr.FormatError
 
 // Finding is a global (or, for Code findings, an archive) the policy refuses, located in
 // its file.
@@ -273,8 +260,40 @@ func (s *scanner) layout(path, layout string) {
 	s.res.Files = append(s.res.Files, ScannedFile{path, layout})
 }
 
-func (s *scanner) problem(file string, off int64, kind error, format string, args ...any) {
-	s.res.Problems = append(s.res.Problems, Problem{file, off, fmt.Errorf("%w: %s", kind, fmt.Sprintf(format, args...))})
+func (s *scanner) problem(layout, file string, off int64, kind error, format string, args ...any) {
+	cause := fmt.Errorf(format, args...)
+	if kind != ckpterr.ErrCorrupt {
+		cause = fmt.Errorf("%w: %w", kind, cause)
+	}
+	s.failed(layout, file, off, cause)
+}
+
+// readerFailed records err, a reader's failure on the bytes at base in file, with why
+// (what the loader does then) after it, as a problem of the given kind: positioned where
+// the reader's FormatError puts it (its item, its offset past base) when it is one, so the
+// problem names the member and byte once, else at base.
+func (s *scanner) readerFailed(layout, file string, base int64, kind, err error, where, why string) {
+	p := &Problem{Format: layout, File: file, Offset: base}
+	text := err.Error()
+	var fe *ckpterr.FormatError
+	if errors.As(err, &fe) && fe.Format != "" && (fe.File == "" || fe.File == file) {
+		p.Format, p.Item, text = fe.Format, fe.Item, fe.Err.Error()
+		if fe.Offset >= 0 {
+			p.Offset = base + fe.Offset
+		}
+	}
+	cause := errors.New(joinWhere(where, text+": "+why))
+	if kind != ckpterr.ErrCorrupt {
+		cause = fmt.Errorf("%w: %w", kind, cause)
+	}
+	p.Err = cause
+	s.res.Problems = append(s.res.Problems, p)
+}
+
+// failed records err (reading layout at off in file) as a problem, of err's own kind: a
+// reader's corrupt or unsupported input, or an I/O error.
+func (s *scanner) failed(layout, file string, off int64, err error) {
+	s.res.Problems = append(s.res.Problems, &Problem{Format: layout, File: file, Item: "", Offset: off, Err: err})
 }
 
 // file scans one file as torch.load reads it. In a folder a file of no known layout is
@@ -291,7 +310,7 @@ func (s *scanner) file(ctx context.Context, path string, inFolder bool) {
 		data, done, err = whole(f)
 	}
 	if err != nil {
-		s.problem(path, -1, ckpterr.ErrCorrupt, "%v", err)
+		s.failed("", path, -1, err)
 		return
 	}
 	defer done()
@@ -299,7 +318,7 @@ func (s *scanner) file(ctx context.Context, path string, inFolder bool) {
 		// A DCP data file outside a folder whose .metadata locates its items: find the
 		// archives by their structure, and say the scan could not locate them as DCP does.
 		s.layout(path, layoutDCPData)
-		s.problem(path, -1, ckpterr.ErrCorrupt, "no readable %s locates this data file's items: they were found by their structure, not as DCP finds them", dcp.MetadataFile)
+		s.problem("dcp", path, -1, ckpterr.ErrCorrupt, "no readable %s locates this data file's items: they were found by their structure, not as DCP finds them", dcp.MetadataFile)
 		s.concatenated(path, data)
 		return
 	}
@@ -319,7 +338,7 @@ func (s *scanner) file(ctx context.Context, path string, inFolder bool) {
 	}
 	s.layout(path, layoutNone)
 	if !inFolder {
-		s.problem(path, -1, ckpterr.ErrUnsupported, "not a checkpoint: neither a torch.save zip, legacy stream or tar, a .nemo archive, a pickle, a numpy array, a DCP folder nor safetensors")
+		s.problem("", path, -1, ckpterr.ErrUnsupported, "not a checkpoint: neither a torch.save zip, legacy stream or tar, a .nemo archive, a pickle, a numpy array, a DCP folder nor safetensors")
 	}
 }
 
@@ -368,10 +387,10 @@ func (s *scanner) pickleProblem(ps PickleScan) {
 		off = ps.Base + pe.Offset
 	}
 	if errors.Is(ps.Err, pickle.ErrLimit) {
-		s.problem(ps.File, off, ckpterr.ErrUnsupported, "%s: pickle beyond the scanner's limits: %v", ps.Where, ps.Err)
+		s.problem("pickle", ps.File, off, ckpterr.ErrUnsupported, "%s: pickle beyond the scanner's limits: %v", ps.Where, ps.Err)
 		return
 	}
-	s.problem(ps.File, off, ckpterr.ErrCorrupt, "%s: malformed pickle: %v", ps.Where, ps.Err)
+	s.problem("pickle", ps.File, off, ckpterr.ErrCorrupt, "%s: malformed pickle: %v", ps.Where, ps.Err)
 }
 
 // joinWhere prefixes a location inside a file with the enclosing item's.

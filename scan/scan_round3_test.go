@@ -6,12 +6,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/ckpterr"
 	"github.com/ckpt-dev/ckpt/formats/pickle"
 )
 
@@ -69,16 +71,16 @@ func TestScanLoaderParity(t *testing.T) {
 // problem names the member and its byte offset.
 func TestScanNemoBadTars(t *testing.T) {
 	for name, says := range map[string]string{
-		"nemo_dotdot.nemo":   `tar member "../escaped.txt" at byte 7168`,
-		"nemo_absolute.nemo": `tar member "/tmp/ckpt-absolute.txt" at byte 7168`,
-		"nemo_pax_size.nemo": `tar member "./tokenizer.model" at byte 7168: its PAX record gives 1024 bytes, its header 3`,
+		"nemo_dotdot.nemo":   `tar: "../escaped.txt": byte 7168: its name is absolute`,
+		"nemo_absolute.nemo": `tar: "/tmp/ckpt-absolute.txt": byte 7168: its name is absolute`,
+		"nemo_pax_size.nemo": `tar: "./tokenizer.model": byte 7168: its PAX record gives 1024 bytes, its header 3`,
 		"nemo_huge.nemo":     `tar: "./vocab.txt": byte 7168: 17179869184 bytes at byte 7680 run past the end`,
 	} {
 		res, err := Scan(context.Background(), filepath.Join("../testdata/hostile/round3", name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res.Refused()) > 0 || !slices.ContainsFunc(res.Problems, func(p Problem) bool { return strings.Contains(p.Error(), says) }) {
+		if len(res.Refused()) > 0 || !slices.ContainsFunc(res.Problems, func(p *Problem) bool { return strings.Contains(p.Error(), says) }) {
 			t.Errorf("%s: problems %v, refused %v; want a problem naming %s", name, res.Problems, res.Refused(), says)
 		}
 	}
@@ -179,5 +181,50 @@ func TestScanTarLinks(t *testing.T) {
 	bad := res.Refused()
 	if len(bad) == 0 || bad[0].Class != pickle.Unsafe || !strings.Contains(bad[0].Where, `tar member "pickle" (linked to "object")`) || len(res.Problems) != 0 {
 		t.Errorf("refused %+v, problems %v", bad, res.Problems)
+	}
+}
+
+// TestProblemsArePositional: every problem is the family's positional error — the layout
+// read where it went wrong, the file, the member and byte when known — and errors.Is sorts
+// it: corrupt, unsupported, or neither (the file could not be read).
+func TestProblemsArePositional(t *testing.T) {
+	dir := t.TempDir()
+	whole, err := os.ReadFile("../testdata/torch/training_cuda.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	truncated := filepath.Join(dir, "truncated.pt")
+	os.WriteFile(truncated, whole[:len(whole)/2], 0o644)
+	notes := filepath.Join(dir, "notes.txt")
+	os.WriteFile(notes, []byte("not a checkpoint\n"), 0o644)
+	for _, c := range []struct {
+		path, format, item string
+		offset             int64
+		kind               error // nil: neither corrupt nor unsupported
+		says               string
+	}{
+		{truncated, "torch-zip", "", 0, ckpterr.ErrCorrupt, "the file looks truncated"},
+		{"../testdata/hostile/round3/nemo_huge.nemo", "tar", "./vocab.txt", 7168, ckpterr.ErrCorrupt, "NeMo's restore fails listing the archive"},
+		{"../testdata/hostile/round3/nemo_dotdot.nemo", "tar", "../escaped.txt", 7168, ckpterr.ErrCorrupt, "NeMo's restore skips it"},
+		{"../testdata/ecosystem/megatron/nemo1/model_gz.nemo", "nemo", "", 0, ckpterr.ErrUnsupported, "gzip-compressed"},
+		{notes, "", "", -1, ckpterr.ErrUnsupported, "not a checkpoint"},
+	} {
+		res, err := Scan(context.Background(), c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Problems) == 0 {
+			t.Errorf("%s: no problem", c.path)
+			continue
+		}
+		p := res.Problems[0]
+		if p.Format != c.format || p.File != c.path || p.Item != c.item || p.Offset != c.offset || !strings.Contains(p.Error(), c.says) {
+			t.Errorf("%s: %q %q %q byte %d: %v; want %q %q byte %d saying %q", c.path, p.Format, p.File, p.Item, p.Offset, p, c.format, c.item, c.offset, c.says)
+		}
+		for _, kind := range []error{ckpterr.ErrCorrupt, ckpterr.ErrUnsupported} {
+			if errors.Is(p, kind) != (kind == c.kind) {
+				t.Errorf("%s: errors.Is(%v) = %v", c.path, kind, !(kind == c.kind))
+			}
+		}
 	}
 }

@@ -32,7 +32,7 @@ func (s *scanner) dcpFolder(ctx context.Context, dir, only string) {
 		s.covered[p] = true
 		b, err := storage.ReadFile(ctx, p, dcp.MaxMetadata)
 		if err != nil {
-			s.problem(p, -1, ckpterr.ErrCorrupt, "%v", err)
+			s.failed("dcp", p, -1, err)
 			continue
 		}
 		s.layout(p, layoutDCPMetadata)
@@ -44,13 +44,13 @@ func (s *scanner) dcpFolder(ctx context.Context, dir, only string) {
 	}
 	md, err := dcp.ReadMetadata(b, mdPath)
 	if err != nil {
-		s.problem(mdPath, -1, ckpterr.ErrCorrupt, "the data files' items cannot be located: %v", err)
+		s.problem("dcp", mdPath, -1, ckpterr.ErrCorrupt, "the data files' items cannot be located: %v", err)
 		return
 	}
 	var root *os.Root
 	if !storage.IsRemote(dir) {
 		if root, err = os.OpenRoot(dir); err != nil {
-			s.problem(dir, -1, ckpterr.ErrCorrupt, "%v", err)
+			s.failed("dcp", dir, -1, err)
 			return
 		}
 		defer root.Close()
@@ -73,12 +73,12 @@ func (s *scanner) dcpFolder(ctx context.Context, dir, only string) {
 		s.layout(path, layoutDCPData)
 		// The root refuses names and symlinks that leave the folder.
 		if _, err := statIn(ctx, root, path, rel); err != nil {
-			s.problem(path, -1, ckpterr.ErrCorrupt, "data file named by %s: %v", dcp.MetadataFile, err)
+			s.problem("dcp", path, -1, ckpterr.ErrCorrupt, "data file named by %s: %v", dcp.MetadataFile, err)
 			continue
 		}
 		data, done, err := readWhole(ctx, path)
 		if err != nil {
-			s.problem(path, -1, ckpterr.ErrCorrupt, "%v", err)
+			s.failed("dcp", path, -1, err)
 			continue
 		}
 		s.dcpFile(path, data, byFile[rel], md)
@@ -110,7 +110,7 @@ func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry, 
 			where = fmt.Sprintf("item %q chunk %v", e.FQN, e.Offsets)
 		}
 		if e.Offset < 0 || e.Length < 0 || e.Offset > size || e.Length > size-e.Offset {
-			s.problem(path, e.Offset, ckpterr.ErrCorrupt, "%s: range of %d bytes runs past the end of the %d-byte file", where, e.Length, size)
+			s.problem("dcp", path, e.Offset, ckpterr.ErrCorrupt, "%s: range of %d bytes runs past the end of the %d-byte file", where, e.Length, size)
 			continue
 		}
 		r := rng{e.Offset, e.Offset + e.Length}
@@ -136,7 +136,7 @@ func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry, 
 				if errors.Is(err, ckpterr.ErrUnsupported) {
 					kind = ckpterr.ErrUnsupported
 				}
-				s.problem(path, e.Offset, kind, "%s: %v", where, err)
+				s.problem("dcp", path, e.Offset, kind, "%s: %v", where, err)
 				continue
 			}
 			if ends.Len > int64(len(ends.Head)) {
@@ -146,19 +146,19 @@ func (s *scanner) dcpFile(path string, data []byte, entries []dcp.StorageEntry, 
 			b = ends.Head
 		}
 		if s.torchLoad(path, b, e.Offset, where, false, false) == "" {
-			s.problem(path, e.Offset, ckpterr.ErrCorrupt, "%s: neither a torch.save archive nor a pickle", where)
+			s.problem("dcp", path, e.Offset, ckpterr.ErrCorrupt, "%s: neither a torch.save archive nor a pickle", where)
 		}
 	}
 	sort.Slice(spans, func(i, j int) bool { return spans[i].from < spans[j].from })
 	var at int64
 	for _, r := range spans {
 		if r.from > at {
-			s.problem(path, at, ckpterr.ErrCorrupt, "%d bytes belong to no item of %s", r.from-at, dcp.MetadataFile)
+			s.problem("dcp", path, at, ckpterr.ErrCorrupt, "%d bytes belong to no item of %s", r.from-at, dcp.MetadataFile)
 		}
 		at = max(at, r.to)
 	}
 	if at < size {
-		s.problem(path, at, ckpterr.ErrCorrupt, "%d bytes belong to no item of %s", size-at, dcp.MetadataFile)
+		s.problem("dcp", path, at, ckpterr.ErrCorrupt, "%d bytes belong to no item of %s", size-at, dcp.MetadataFile)
 	}
 }
 

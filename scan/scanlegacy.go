@@ -110,7 +110,7 @@ func (s *scanner) legacy(file string, data []byte, base int64, where string, len
 					ps.Where = joinWhere(where, "pickle")
 					s.res.Pickles[len(s.res.Pickles)-1] = ps
 				} else {
-					s.problem(file, base+off, ckpterr.ErrUnsupported, "%s: not protocol version 1001: torch.load stops here", ps.Where)
+					s.problem("torch-legacy", file, base+off, ckpterr.ErrUnsupported, "%s: not protocol version 1001: torch.load stops here", ps.Where)
 				}
 				s.trailing(file, data, base, end, where)
 				return layoutOf(i)
@@ -120,7 +120,7 @@ func (s *scanner) legacy(file string, data []byte, base int64, where string, len
 	}
 	// The storages follow; torchlegacy checks their records and that they end the stream.
 	if _, err := torchlegacy.Decode(data, file); err != nil {
-		s.problem(file, base, ckpterr.ErrCorrupt, "%s", joinWhere(where, "torch legacy stream: "+strings.TrimPrefix(err.Error(), file+": ")))
+		s.problem("torch-legacy", file, base, ckpterr.ErrCorrupt, "%s", joinWhere(where, "torch legacy stream: "+strings.TrimPrefix(err.Error(), file+": ")))
 	}
 	return layoutLegacy
 }
@@ -139,7 +139,7 @@ func (s *scanner) trailing(file string, data []byte, base, end int64, where stri
 	if end >= int64(len(data)) {
 		return
 	}
-	s.problem(file, base+end, ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("%d bytes after the pickle that neither pickle.load nor torch.load reads", int64(len(data))-end)))
+	s.problem("torch-legacy", file, base+end, ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("%d bytes after the pickle that neither pickle.load nor torch.load reads", int64(len(data))-end)))
 	ps := s.scanOnePickle(file, data, base, end, joinWhere(where, fmt.Sprintf("bytes at %d (not read by torch.load)", base+end)))
 	if isPickle(ps, true) {
 		s.addPickle(ps)

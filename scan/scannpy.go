@@ -50,7 +50,7 @@ func (s *scanner) numpyLoad(file string, data []byte) string {
 func (s *scanner) npyArray(file string, b []byte, base int64, where string, inflated bool) {
 	h, err := npy.ReadHeader(b, int64(len(b)))
 	if err != nil {
-		s.problem(file, base, ckpterr.ErrCorrupt, "%s", joinWhere(where, err.Error()+": np.load refuses it"))
+		s.problem("npy", file, base, ckpterr.ErrCorrupt, "%s", joinWhere(where, err.Error()+": np.load refuses it"))
 		return
 	}
 	if h.Objects == npy.NoObjects {
@@ -59,7 +59,7 @@ func (s *scanner) npyArray(file string, b []byte, base int64, where string, infl
 	ps := s.scanOnePickle(file, b, base, h.Data, joinWhere(where, fmt.Sprintf("the pickle of an array of objects (descr %s)", h.Descr)))
 	ps.Inflated = inflated
 	if h.Objects == npy.MaybeObjects && !isPickle(ps, false) {
-		s.problem(file, base+h.Data, ckpterr.ErrUnsupported, "%s", joinWhere(where, fmt.Sprintf("an array whose descr %s ckpt does not read: np.load may unpickle its data", h.Descr)))
+		s.problem("npy", file, base+h.Data, ckpterr.ErrUnsupported, "%s", joinWhere(where, fmt.Sprintf("an array whose descr %s ckpt does not read: np.load may unpickle its data", h.Descr)))
 		return
 	}
 	s.addPickle(ps)
@@ -79,7 +79,7 @@ func (s *scanner) npzArchive(file string, data []byte) {
 		err = d.check(int64(len(data)))
 	}
 	if err != nil {
-		s.problem(file, 0, ckpterr.ErrCorrupt, "npz: zip: %v", err)
+		s.problem("npz", file, 0, ckpterr.ErrCorrupt, "zip: %v", err)
 		return
 	}
 	for _, e := range d.Entries {
@@ -91,7 +91,7 @@ func (s *scanner) npzArchive(file string, data []byte) {
 		case zipMethodFlate:
 			head, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(raw)), npyHead))
 			if err != nil && len(head) < 8 {
-				s.problem(file, e.DataOff, ckpterr.ErrCorrupt, "%s: %v", where, err)
+				s.problem("npz", file, e.DataOff, ckpterr.ErrCorrupt, "%s: %v", where, err)
 				continue
 			}
 			if !bytes.HasPrefix(head, []byte(npy.Magic)) {
@@ -107,12 +107,12 @@ func (s *scanner) npzArchive(file string, data []byte) {
 				continue
 			}
 			if err != nil {
-				s.problem(file, e.DataOff, ckpterr.ErrCorrupt, "%s: %v", where, err)
+				s.problem("npz", file, e.DataOff, ckpterr.ErrCorrupt, "%s: %v", where, err)
 				continue
 			}
 			s.npyArray(file, b, 0, where, true)
 		default:
-			s.problem(file, e.DataOff, ckpterr.ErrUnsupported, "%s: compression method %d, which the scanner does not read", where, e.Method)
+			s.problem("npz", file, e.DataOff, ckpterr.ErrUnsupported, "%s: compression method %d, which the scanner does not read", where, e.Method)
 		}
 	}
 }

@@ -29,7 +29,7 @@ import (
 func (s *scanner) loaders(file string, data []byte, lenient bool) bool {
 	if len(data) > 2 && data[0] == 0x1f && data[1] == 0x8b && nemo.IsGzipArchive(data[:min(len(data), 64<<10)]) {
 		s.layout(file, layoutNemo)
-		s.problem(file, 0, ckpterr.ErrUnsupported, "a gzip-compressed .nemo archive, not scanned (its members are not read in place): unpack it (mkdir m && tar xzf %s -C m) and scan m", file)
+		s.problem("nemo", file, 0, ckpterr.ErrUnsupported, "a gzip-compressed .nemo archive, not scanned (its members are not read in place): unpack it (mkdir m && tar xzf %s -C m) and scan m", file)
 		return true
 	}
 	read := false
@@ -92,7 +92,7 @@ func (s *scanner) tarLoad(file string, data []byte, base int64, where string, le
 		return "", false
 	case err != nil:
 		// CPython versions disagree on the first header: some open it, some do not.
-		s.problem(file, base, ckpterr.ErrUnsupported, "%s", joinWhere(where, fmt.Sprintf("%v: the CPython versions torch runs on read it differently (as a tar archive, or as a pickle stream from byte 0)", err)))
+		s.readerFailed("tar", file, base, ckpterr.ErrUnsupported, err, where, "the CPython versions torch runs on read it differently (as a tar archive, or as a pickle stream from byte 0)")
 		fromZero()
 		return layoutTar, true
 	}
@@ -103,12 +103,12 @@ func (s *scanner) tarLoad(file string, data []byte, base int64, where string, le
 	}
 	if errors.Is(a.Err, pytar.ErrRead) {
 		if legacyLike {
-			s.problem(file, base, ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("tarfile cannot list the archive (%v): torch.load reads the file as a pickle stream from byte 0 instead", a.Err)))
+			s.readerFailed("tar", file, base, ckpterr.ErrCorrupt, a.Err, where, "tarfile cannot list the archive, and torch.load reads the file as a pickle stream from byte 0 instead")
 		}
 		return layout, true
 	}
 	if a.Err != nil && legacyLike {
-		s.problem(file, base, ckpterr.ErrUnsupported, "%s", joinWhere(where, fmt.Sprintf("%v: the tar readers torch runs with read the archive differently from there", a.Err)))
+		s.readerFailed("tar", file, base, ckpterr.ErrUnsupported, a.Err, where, "the tar readers torch runs with read the archive differently from there")
 	}
 	if legacyLike {
 		s.tarArchive(file, data, base, where, a)
@@ -149,16 +149,16 @@ func (s *scanner) tarArchive(file string, data []byte, base int64, where string,
 		i := lastIndex(ms, len(ms), func(m pytar.Member) bool { return m.Name == role })
 		loc := joinWhere(where, fmt.Sprintf("tar member %q", role))
 		if i < 0 {
-			s.problem(file, base, ckpterr.ErrCorrupt, "%s missing: torch.load stops there", loc)
+			s.problem("tar", file, base, ckpterr.ErrCorrupt, "%s missing: torch.load stops there", loc)
 			continue
 		}
 		m := ms[i]
 		if m.Type == pytar.TypeSymlink && role != "pickle" {
-			s.problem(file, base+m.Offset, ckpterr.ErrUnsupported, "%s is a symbolic link to %q: tar.extract makes the link, and torch.load reads whatever file that is on the machine loading it (CPython before 3.14), not a member of the archive", loc, m.Linkname)
+			s.problem("tar", file, base+m.Offset, ckpterr.ErrUnsupported, "%s is a symbolic link to %q: tar.extract makes the link, and torch.load reads whatever file that is on the machine loading it (CPython before 3.14), not a member of the archive", loc, m.Linkname)
 		}
 		t, err := tarTarget(ms, i)
 		if err != nil {
-			s.problem(file, base+m.Offset, ckpterr.ErrCorrupt, "%s: %v", loc, err)
+			s.problem("tar", file, base+m.Offset, ckpterr.ErrCorrupt, "%s: %v", loc, err)
 			continue
 		}
 		if t != i {
@@ -276,7 +276,7 @@ func pyNormpath(p string) string {
 // with its member and byte offset.
 func (s *scanner) nemoArchive(file string, data []byte, a *pytar.Archive) {
 	if a.Err != nil {
-		s.problem(file, -1, ckpterr.ErrCorrupt, "%v: NeMo's restore fails listing the archive", a.Err)
+		s.readerFailed("tar", file, 0, ckpterr.ErrCorrupt, a.Err, "", "NeMo's restore fails listing the archive")
 		if errors.Is(a.Err, pytar.ErrRead) {
 			return
 		}
@@ -288,10 +288,10 @@ func (s *scanner) nemoArchive(file string, data []byte, a *pytar.Archive) {
 		n := pyNormpath(m.Name)
 		switch {
 		case strings.HasPrefix(n, "/") || slices.Contains(strings.Split(n, "/"), ".."):
-			s.problem(file, m.Offset, ckpterr.ErrCorrupt, "tar member %q at byte %d: its name is absolute or climbs out of the archive: NeMo's restore skips it", m.Name, m.Offset)
+			s.memberProblem(file, m, ckpterr.ErrCorrupt, "its name is absolute or climbs out of the archive: NeMo's restore skips it")
 			continue
 		case m.Size != m.HeaderSize:
-			s.problem(file, m.Offset, ckpterr.ErrCorrupt, "tar member %q at byte %d: its PAX record gives %d bytes, its header %d (tarfile reads %d)", m.Name, m.Offset, m.Size, m.HeaderSize, m.Size)
+			s.memberProblem(file, m, ckpterr.ErrCorrupt, "its PAX record gives %d bytes, its header %d (tarfile reads %d)", m.Size, m.HeaderSize, m.Size)
 		}
 		if strings.HasPrefix(n, "model_weights/") {
 			dist = true
@@ -300,7 +300,7 @@ func (s *scanner) nemoArchive(file string, data []byte, a *pytar.Archive) {
 			continue
 		}
 		if m.Type == pytar.TypeLink || m.Type == pytar.TypeSymlink {
-			s.problem(file, m.Offset, ckpterr.ErrCorrupt, "tar member %q at byte %d is a link to %q: NeMo's restore skips it", m.Name, m.Offset, m.Linkname)
+			s.memberProblem(file, m, ckpterr.ErrCorrupt, "a link to %q: NeMo's restore skips it", m.Linkname)
 			continue
 		}
 		if !m.HasData() {
@@ -312,18 +312,24 @@ func (s *scanner) nemoArchive(file string, data []byte, a *pytar.Archive) {
 		weights[n] = i
 	}
 	if dist {
-		s.problem(file, -1, ckpterr.ErrUnsupported, "the archive holds a distributed checkpoint folder model_weights/, not scanned inside the tar: unpack it (mkdir m && tar xf %s -C m) and scan m/model_weights", file)
+		s.problem("tar", file, -1, ckpterr.ErrUnsupported, "the archive holds a distributed checkpoint folder model_weights/, not scanned inside the tar: unpack it (mkdir m && tar xf %s -C m) and scan m/model_weights", file)
 	}
 	if len(order) == 0 && !dist {
-		s.problem(file, -1, ckpterr.ErrCorrupt, "a .nemo archive without %s: NeMo's restore has no weights to load", nemo.WeightsMember)
+		s.problem("tar", file, -1, ckpterr.ErrCorrupt, "a .nemo archive without %s: NeMo's restore has no weights to load", nemo.WeightsMember)
 	}
 	for _, n := range order {
 		m := a.Members[weights[n]]
 		where := fmt.Sprintf("tar member %q", n)
 		if s.torchLoad(file, tarMember(data, m), m.Data, where, true, false) == "" {
-			s.problem(file, m.Data, ckpterr.ErrCorrupt, "%s: not a torch.save file", where)
+			s.problem("tar", file, m.Data, ckpterr.ErrCorrupt, "%s: not a torch.save file", where)
 		}
 	}
+}
+
+// memberProblem records a problem of the .nemo archive file's member m, at its header.
+func (s *scanner) memberProblem(file string, m pytar.Member, kind error, format string, args ...any) {
+	s.problem("tar", file, m.Offset, kind, format, args...)
+	s.res.Problems[len(s.res.Problems)-1].Item = m.Name
 }
 
 // tarRecords scans a tar member (at base in file) read as a count pickle followed by
@@ -340,7 +346,7 @@ func (s *scanner) tarRecords(file string, b []byte, base int64, where string, sk
 		end := off + ps.Report.End
 		v, err := decodeValue(b[off:end])
 		if err != nil {
-			s.problem(file, base+off, ckpterr.ErrCorrupt, "%s: %v", ps.Where, err)
+			s.problem("tar", file, base+off, ckpterr.ErrCorrupt, "%s: %v", ps.Where, err)
 			return nil, 0, false
 		}
 		return v, end, true
@@ -351,7 +357,7 @@ func (s *scanner) tarRecords(file string, b []byte, base int64, where string, sk
 	}
 	n, isInt := v.(int64)
 	if !isInt || n < 0 || n > int64(len(b)) {
-		s.problem(file, base, ckpterr.ErrCorrupt, "%s: count is %v", where, v)
+		s.problem("tar", file, base, ckpterr.ErrCorrupt, "%s: count is %v", where, v)
 		return
 	}
 	for i := int64(0); i < n; i++ {
@@ -361,7 +367,7 @@ func (s *scanner) tarRecords(file string, b []byte, base int64, where string, sk
 		}
 		l, err := skip(rec, b[end:])
 		if err != nil {
-			s.problem(file, base+end, ckpterr.ErrCorrupt, "%s: record %d: %v", where, i, err)
+			s.problem("tar", file, base+end, ckpterr.ErrCorrupt, "%s: record %d: %v", where, i, err)
 			return
 		}
 		off = end + l
@@ -374,7 +380,7 @@ func (s *scanner) tarRecords(file string, b []byte, base int64, where string, sk
 		}
 	}
 	if off != int64(len(b)) {
-		s.problem(file, base+off, ckpterr.ErrCorrupt, "%s: %d bytes after the last record", where, int64(len(b))-off)
+		s.problem("tar", file, base+off, ckpterr.ErrCorrupt, "%s: %d bytes after the last record", where, int64(len(b))-off)
 	}
 }
 
@@ -382,7 +388,7 @@ func (s *scanner) tarRecords(file string, b []byte, base int64, where string, sk
 // anything after it).
 func (s *scanner) pickleSequence(file string, b []byte, base int64, where string) {
 	if len(b) == 0 {
-		s.problem(file, base, ckpterr.ErrCorrupt, "%s: empty", where)
+		s.problem("tar", file, base, ckpterr.ErrCorrupt, "%s: empty", where)
 		return
 	}
 	ps := s.scanOnePickle(file, b, base, 0, where)

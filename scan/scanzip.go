@@ -235,7 +235,7 @@ func readZipDir(data zipSource) (*zipDir, error) {
 		zd, err = zipdir.Read(sourceReader{data}, nil, n)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("central directory: %w", err)
+		return nil, zipdir.Explain(err, n)
 	}
 	defer zd.Release()
 	l := zd.Layout
@@ -244,32 +244,32 @@ func readZipDir(data zipSource) (*zipDir, error) {
 	count, cdSize, cdOff := l.Records, l.DirSize, l.DirOffset
 	cdEnd := l.End // where the central directory must end
 	if l.Zip64Loc < 0 && (count == 0xffff || cdSize == 0xffffffff || cdOff == 0xffffffff) {
-		return nil, errors.New("zip64 end record expected but no locator")
+		return nil, errors.New("zip: zip64 end record expected but no locator")
 	}
 	if l.Zip64Loc >= 0 {
 		// A zip64 locator before the end record (miniz, torch's writer, always writes one)
 		// leads to the zip64 end record, whose counts torch's reader takes.
 		if l.Zip64Len == 0 {
-			return nil, fmt.Errorf("zip64 end record at byte %d is missing or has a bad size", l.Zip64At)
+			return nil, fmt.Errorf("zip: zip64 end record at byte %d is missing or has a bad size", l.Zip64At)
 		}
 		d.spans = append(d.spans, span{l.Zip64Loc, l.End, "zip64 locator"}, span{l.Zip64At, l.Zip64At + l.Zip64Len, "zip64 end record"})
 		count, cdSize, cdOff = l.Zip64Records, l.Zip64DirSize, l.Zip64DirOffset
 		cdEnd = l.Zip64At
 	}
 	if l.Used.Records != count || l.Used.DirSize != cdSize || l.Used.DirOffset != cdOff {
-		return nil, fmt.Errorf("the end record (%d entries, %d bytes at byte %d) and the zip64 end record (%d entries, %d bytes at byte %d) disagree: zip readers would read different directories", l.Records, l.DirSize, l.DirOffset, l.Zip64Records, l.Zip64DirSize, l.Zip64DirOffset)
+		return nil, fmt.Errorf("zip: the end record (%d entries, %d bytes at byte %d) and the zip64 end record (%d entries, %d bytes at byte %d) disagree: zip readers would read different directories", l.Records, l.DirSize, l.DirOffset, l.Zip64Records, l.Zip64DirSize, l.Zip64DirOffset)
 	}
 	if cdOff > uint64(cdEnd) || cdSize != uint64(cdEnd)-cdOff {
-		return nil, fmt.Errorf("central directory (byte %d, %d bytes) does not end where the end record starts (byte %d)", cdOff, cdSize, cdEnd)
+		return nil, fmt.Errorf("zip: central directory (byte %d, %d bytes) does not end where the end record starts (byte %d)", cdOff, cdSize, cdEnd)
 	}
 	if l.Base != 0 {
-		return nil, fmt.Errorf("%d bytes precede the archive its directory describes", l.Base)
+		return nil, fmt.Errorf("zip: %d bytes precede the archive its directory describes", l.Base)
 	}
 	if uint64(len(zd.Files)) != count {
-		return nil, fmt.Errorf("central directory holds %d entries, its end record says %d", len(zd.Files), count)
+		return nil, fmt.Errorf("zip: central directory holds %d entries, its end record says %d", len(zd.Files), count)
 	}
 	if l.DirRead != int64(cdSize) {
-		return nil, fmt.Errorf("%d bytes of the %d-byte central directory belong to no entry", int64(cdSize)-l.DirRead, cdSize)
+		return nil, fmt.Errorf("zip: %d bytes of the %d-byte central directory belong to no entry", int64(cdSize)-l.DirRead, cdSize)
 	}
 	d.spans = append(d.spans, span{int64(cdOff), cdEnd, "central directory"})
 	d.Entries = make([]zipEntry, len(zd.Files))
@@ -419,27 +419,27 @@ func (s *scanner) zipArchive(file string, data zipSource, base int64, where stri
 	at := func(off int64) int64 { return base + off }
 	d, err := readZipDir(data)
 	if err != nil {
-		s.problem(file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, "zip: "+err.Error()))
+		s.problem("torch-zip", file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, err.Error()))
 		return layoutZip
 	}
 	if err := d.check(data.Len()); err != nil {
-		s.problem(file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, "zip: "+err.Error()))
+		s.problem("torch-zip", file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, "zip: "+err.Error()))
 	}
 	layout := layoutZip
 	if len(d.Entries) == 0 {
-		s.problem(file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, "empty zip archive"))
+		s.problem("torch-zip", file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, "empty zip archive"))
 		return layout
 	}
 	prefix := ""
 	if i := strings.IndexByte(d.Entries[0].Name, '/'); i >= 0 {
 		prefix = d.Entries[0].Name[:i+1]
 	} else {
-		s.problem(file, at(d.Entries[0].HeaderOff), ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("record %q is not in a subdirectory: torch refuses the archive", d.Entries[0].Name)))
+		s.problem("torch-zip", file, at(d.Entries[0].HeaderOff), ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("record %q is not in a subdirectory: torch refuses the archive", d.Entries[0].Name)))
 	}
 	var pkls []zipEntry
 	for _, e := range d.Entries {
 		if prefix != "" && !strings.HasPrefix(e.Name, prefix) {
-			s.problem(file, at(e.HeaderOff), ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("record %q is outside the archive folder %s: torch refuses the archive", e.Name, prefix)))
+			s.problem("torch-zip", file, at(e.HeaderOff), ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("record %q is outside the archive folder %s: torch refuses the archive", e.Name, prefix)))
 		}
 		if e.Name == prefix+"constants.pkl" {
 			layout = layoutTorchScript
@@ -453,19 +453,19 @@ func (s *scanner) zipArchive(file string, data zipSource, base int64, where stri
 	isData := func(e zipEntry) bool { return strings.EqualFold(e.Name, prefix+"data.pkl") }
 	sort.SliceStable(pkls, func(i, j int) bool { return isData(pkls[i]) && !isData(pkls[j]) })
 	if len(pkls) == 0 || !isData(pkls[0]) {
-		s.problem(file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("no %sdata.pkl record (in any case): torch.load cannot read the archive", prefix)))
+		s.problem("torch-zip", file, at(0), ckpterr.ErrCorrupt, "%s", joinWhere(where, fmt.Sprintf("no %sdata.pkl record (in any case): torch.load cannot read the archive", prefix)))
 	}
 	for _, e := range pkls {
 		ps := PickleScan{File: file, Where: joinWhere(where, e.Name), Base: at(e.DataOff)}
 		raw, err := data.Bytes(e.DataOff, e.DataEnd-e.DataOff)
 		if err != nil {
-			s.problem(file, at(e.DataOff), ckpterr.ErrCorrupt, "%s: %v", ps.Where, err)
+			s.problem("torch-zip", file, at(e.DataOff), ckpterr.ErrCorrupt, "%s: %v", ps.Where, err)
 			continue
 		}
 		switch e.Method {
 		case zipMethodStore:
 			if e.CompSize != e.Size {
-				s.problem(file, at(e.HeaderOff), ckpterr.ErrCorrupt, "%s: stored record of %d bytes says it holds %d", ps.Where, e.CompSize, e.Size)
+				s.problem("torch-zip", file, at(e.HeaderOff), ckpterr.ErrCorrupt, "%s: stored record of %d bytes says it holds %d", ps.Where, e.CompSize, e.Size)
 			}
 		case zipMethodFlate:
 			ps.Inflated = true
@@ -473,17 +473,17 @@ func (s *scanner) zipArchive(file string, data zipSource, base int64, where stri
 				if errors.Is(err, errBeyondLimits) {
 					s.beyondLimits(file, at(e.DataOff), ps.Where, err.Error())
 				} else {
-					s.problem(file, at(e.DataOff), ckpterr.ErrCorrupt, "%s: %v", ps.Where, err)
+					s.problem("torch-zip", file, at(e.DataOff), ckpterr.ErrCorrupt, "%s: %v", ps.Where, err)
 				}
 				continue
 			}
 		default:
-			s.problem(file, at(e.DataOff), ckpterr.ErrUnsupported, "%s: compression method %d", ps.Where, e.Method)
+			s.problem("torch-zip", file, at(e.DataOff), ckpterr.ErrUnsupported, "%s: compression method %d", ps.Where, e.Method)
 			continue
 		}
 		ps.Report, ps.Err = pickle.ScanOne(raw)
 		if ps.Err == nil && ps.Report.End != int64(len(raw)) {
-			s.problem(file, at(e.DataOff)+ps.Report.End, ckpterr.ErrCorrupt, "%s: %d bytes after the pickle's STOP", ps.Where, int64(len(raw))-ps.Report.End)
+			s.problem("torch-zip", file, at(e.DataOff)+ps.Report.End, ckpterr.ErrCorrupt, "%s: %d bytes after the pickle's STOP", ps.Where, int64(len(raw))-ps.Report.End)
 		}
 		s.addPickle(ps)
 		s.pickleProblem(ps)
@@ -503,7 +503,7 @@ func (s *scanner) concatenated(file string, data []byte) {
 		if len(rest) >= 4 && string(rest[:4]) == zipMagic {
 			end, err := zipForwardEnd(rest)
 			if err != nil {
-				s.problem(file, off, ckpterr.ErrCorrupt, "%s: %v", where, err)
+				s.problem("torch-zip", file, off, ckpterr.ErrCorrupt, "%s: %v", where, err)
 				return
 			}
 			s.zipArchive(file, memZip(rest[:end]), off, where)
@@ -514,7 +514,7 @@ func (s *scanner) concatenated(file string, data []byte) {
 			return // the safetensors blob of SerializationFormat.SAFETENSORS runs to the end
 		}
 		if s.legacy(file, rest, off, fmt.Sprintf("item at byte %d", off), false) == "" {
-			s.problem(file, off, ckpterr.ErrCorrupt, "%d bytes at byte %d are neither an archive nor a pickle", len(rest), off)
+			s.problem("torch-zip", file, off, ckpterr.ErrCorrupt, "%d bytes at byte %d are neither an archive nor a pickle", len(rest), off)
 		}
 		return
 	}

@@ -55,7 +55,9 @@ type findingJSON struct {
 
 type problemJSON struct {
 	File   string `json:"file"`
+	Format string `json:"format"`
 	Offset int64  `json:"offset"`
+	Kind   string `json:"kind"`
 	Error  string `json:"error"`
 }
 
@@ -147,7 +149,14 @@ func scanOutput(res *scan.Result) scanJSON {
 		j.Refused = append(j.Refused, fj)
 	}
 	for _, p := range res.Problems {
-		j.Problems = append(j.Problems, problemJSON{p.File, p.Offset, p.Err.Error()})
+		kind := "error"
+		switch {
+		case errors.Is(p, ckpterr.ErrCorrupt):
+			kind = "corrupt"
+		case errors.Is(p, ckpterr.ErrUnsupported):
+			kind = "unsupported"
+		}
+		j.Problems = append(j.Problems, problemJSON{p.File, p.Format, p.Offset, kind, p.Err.Error()})
 	}
 	return j
 }

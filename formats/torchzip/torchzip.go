@@ -173,13 +173,8 @@ func decode(data source, file string) (statedict.Value, error) {
 		return nil, fail("", 0, errors.New("not a torch zip archive (no PK\\x03\\x04 at the start)"))
 	}
 	zr, err := zipdir.Read(data.readerAt(), data.inMemory(), data.size)
-	switch {
-	case errors.Is(err, zipdir.ErrNoDirectoryEnd):
-		return nil, fail("", -1, fmt.Errorf("no zip end-of-central-directory record in its last bytes: the file looks truncated (%d bytes: an interrupted download or copy?)", data.size))
-	case err != nil && strings.HasPrefix(err.Error(), "zip: "): // archive/zip's errors say what they are
-		return nil, fail("", -1, err)
-	case err != nil:
-		return nil, fail("", -1, fmt.Errorf("zip: %w", err))
+	if err != nil {
+		return nil, fail("", -1, zipdir.Explain(err, data.size))
 	}
 	defer zr.Release()
 	if len(zr.Files) == 0 {

@@ -11,8 +11,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -51,6 +53,19 @@ func (noDirectoryEnd) Is(target error) bool { return target == zip.ErrFormat }
 
 // ErrNoDirectoryEnd is the error Read returns for it.
 var ErrNoDirectoryEnd error = noDirectoryEnd{}
+
+// Explain words err, an error of Read for an archive of size bytes, for a person: a
+// missing end record says the file looks truncated; archive/zip's errors, which start
+// "zip: ", keep their words; the others get that prefix.
+func Explain(err error, size int64) error {
+	switch {
+	case errors.Is(err, ErrNoDirectoryEnd):
+		return fmt.Errorf("no zip end-of-central-directory record in its last bytes: the file looks truncated (%d bytes: an interrupted download or copy?)", size)
+	case strings.HasPrefix(err.Error(), "zip: "):
+		return err
+	}
+	return fmt.Errorf("zip: %w", err)
+}
 
 // File is one central-directory record: what readers use of a zip.File.
 type File struct {
