@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -290,4 +291,17 @@ func FuzzDTensorRanks(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestShardedTensorRefused: what an FSDP1 rank saves with torch.save under
+// SHARDED_STATE_DICT (testdata/dtensor/gen_sharded.py: a ShardedTensor, which torch.load
+// with weights_only=True refuses too) is refused as unsupported — not corrupt — naming the
+// subclass and the way out (DCP), as a file and as a folder of rank files.
+func TestShardedTensorRefused(t *testing.T) {
+	for _, p := range []string{"../testdata/dtensor/fsdp1_sharded/rank0.pt", "../testdata/dtensor/fsdp1_sharded"} {
+		_, err := Open(context.Background(), p)
+		if !errors.Is(err, ckpterr.ErrUnsupported) || errors.Is(err, ckpterr.ErrCorrupt) || !strings.Contains(fmt.Sprint(err), "ShardedTensor") || !strings.Contains(fmt.Sprint(err), "torch.distributed.checkpoint") {
+			t.Errorf("%s: %v, want unsupported (not corrupt) naming ShardedTensor and DCP", p, err)
+		}
+	}
 }

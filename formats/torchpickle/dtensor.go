@@ -29,6 +29,27 @@ var (
 // rank files present, and products of hostile axis sizes must not overflow before that.
 const maxMeshRanks = 1 << 24
 
+// wrapperSubclasses says why a tensor subclass other than DTensor is not read. The pickle
+// decodes a subclass's state before the call that rebuilds it, and a ShardedTensor's calls
+// builtins.getattr, which the reader (like torch's weights_only unpickler) refuses with a
+// message naming neither: knownSubclass says what the failing pickle holds.
+var wrapperSubclasses = map[pickle.Global]string{
+	{Module: "torch.distributed._shard.sharded_tensor.api", Name: "ShardedTensor"}: "a ShardedTensor, as FSDP1's SHARDED_STATE_DICT and LOCAL_STATE_DICT hold when saved with torch.save: torch.load(weights_only=True) refuses it too; save with torch.distributed.checkpoint (DCP), which ckpt reads, or gather with FULL_STATE_DICT",
+}
+
+// knownSubclass words err, the failure to decode data (the pickle up to where it failed),
+// as the refusal of a tensor subclass wrapperSubclasses names when the pickle references
+// one; else it returns err. It scans only a pickle that failed.
+func knownSubclass(data []byte, err error) error {
+	rep, _ := pickle.Scan(data)
+	for _, g := range rep.Globals {
+		if why, ok := wrapperSubclasses[g.Global]; ok {
+			return fmt.Errorf("%w: tensor subclass %s: %s (%v)", ckpterr.ErrUnsupported, g.Global, why, err)
+		}
+	}
+	return err
+}
+
 // rebuildWrapperSubclass handles _rebuild_from_type_v2(_rebuild_wrapper_subclass, cls,
 // (cls, dtype, size, stride, storage_offset, layout, device, requires_grad), state) for
 // cls DTensor: state holds the slots _local_tensor (the rank's shard, a plain tensor) and

@@ -93,7 +93,7 @@ func Load(data []byte, resolve Resolver, opts Options) (statedict.Value, int64, 
 	v, err := dec.Decode()
 	end := dec.Offset()
 	if err != nil {
-		return nil, end, err
+		return nil, end, knownSubclass(data[:min(end+1, int64(len(data)))], err)
 	}
 	// From here the decoder and its memo are garbage: converting does not keep them alive.
 	out, err := c.value(v)
