@@ -332,6 +332,20 @@ func kindOf(v statedict.Value) string {
 	return fmt.Sprintf("%T", v)
 }
 
+// sameKind returns the ranks' values of name as T, all of them: rank 0's is one (what);
+// another rank holding something else is refused, naming both files.
+func sameKind[T statedict.Value](m *merger, name string, vals []statedict.Value, what string) ([]T, error) {
+	out := make([]T, len(vals))
+	for i, x := range vals {
+		v, ok := x.(T)
+		if !ok {
+			return nil, m.fail(name, "rank %d's %s holds %s, rank %d's %s %s", m.files[0].rank, m.files[0].path, what, m.files[i].rank, m.files[i].path, kindOf(x))
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
 // tensor merges the ranks' copies of one tensor: a DTensor's shards into the whole, a plain
 // tensor's equal copies into one.
 func (m *merger) tensor(name string, vals []statedict.Value) (statedict.Value, error) {
@@ -341,25 +355,15 @@ func (m *merger) tensor(name string, vals []statedict.Value) (statedict.Value, e
 	var out *statedict.Tensor
 	var err error
 	if _, isD := vals[0].(*statedict.DTensor); isD {
-		ds := make([]*statedict.DTensor, len(vals))
-		for i, x := range vals {
-			d, ok := x.(*statedict.DTensor)
-			if !ok {
-				return nil, m.fail(name, "rank %d's %s holds a DTensor, rank %d's %s %s", m.files[0].rank, m.files[0].path, m.files[i].rank, m.files[i].path, kindOf(x))
-			}
-			ds[i] = d
+		var ds []*statedict.DTensor
+		if ds, err = sameKind[*statedict.DTensor](m, name, vals, "a DTensor"); err == nil {
+			out, err = m.dtensor(name, ds)
 		}
-		out, err = m.dtensor(name, ds)
 	} else {
-		ts := make([]*statedict.Tensor, len(vals))
-		for i, x := range vals {
-			t, ok := x.(*statedict.Tensor)
-			if !ok {
-				return nil, m.fail(name, "rank %d's %s holds a tensor, rank %d's %s %s", m.files[0].rank, m.files[0].path, m.files[i].rank, m.files[i].path, kindOf(x))
-			}
-			ts[i] = t
+		var ts []*statedict.Tensor
+		if ts, err = sameKind[*statedict.Tensor](m, name, vals, "a tensor"); err == nil {
+			out, err = m.replicated(name, ts)
 		}
-		out, err = m.replicated(name, ts)
 	}
 	if err != nil {
 		return nil, err

@@ -1,7 +1,0 @@
-//go:build !unix
-
-package formats
-
-import "testing"
-
-func mkfifo(t *testing.T, path string) { t.Helper(); t.Skip("no FIFOs here") }
