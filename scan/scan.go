@@ -261,11 +261,17 @@ func (s *scanner) layout(path, layout string) {
 }
 
 func (s *scanner) problem(layout, file string, off int64, kind error, format string, args ...any) {
+	s.failed(layout, file, off, kindCause(kind, format, args...))
+}
+
+// kindCause is a problem's cause, worded by format and args, of kind: ErrCorrupt (the
+// family calls a cause corrupt unless it says otherwise) or ErrUnsupported.
+func kindCause(kind error, format string, args ...any) error {
 	cause := fmt.Errorf(format, args...)
 	if kind != ckpterr.ErrCorrupt {
 		cause = fmt.Errorf("%w: %w", kind, cause)
 	}
-	s.failed(layout, file, off, cause)
+	return cause
 }
 
 // readerFailed records err, a reader's failure on the bytes at base in file, with why
@@ -282,11 +288,7 @@ func (s *scanner) readerFailed(layout, file string, base int64, kind, err error,
 			p.Offset = base + fe.Offset
 		}
 	}
-	cause := errors.New(joinWhere(where, text+": "+why))
-	if kind != ckpterr.ErrCorrupt {
-		cause = fmt.Errorf("%w: %w", kind, cause)
-	}
-	p.Err = cause
+	p.Err = kindCause(kind, "%s", joinWhere(where, text+": "+why))
 	s.res.Problems = append(s.res.Problems, p)
 }
 

@@ -328,8 +328,7 @@ func (s *scanner) nemoArchive(file string, data []byte, a *pytar.Archive) {
 
 // memberProblem records a problem of the .nemo archive file's member m, at its header.
 func (s *scanner) memberProblem(file string, m pytar.Member, kind error, format string, args ...any) {
-	s.problem("tar", file, m.Offset, kind, format, args...)
-	s.res.Problems[len(s.res.Problems)-1].Item = m.Name
+	s.res.Problems = append(s.res.Problems, &Problem{Format: "tar", File: file, Item: m.Name, Offset: m.Offset, Err: kindCause(kind, format, args...)})
 }
 
 // tarRecords scans a tar member (at base in file) read as a count pickle followed by
