@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-dev/ckpt/internal/fifotest"
+
 	"github.com/ckpt-dev/ckpt/ckpterr"
 )
 
@@ -119,7 +121,7 @@ func TestRankSets(t *testing.T) {
 		{"zero: a rank's file is a FIFO", "zero/zero2", "global_step3", func(t *testing.T, d string) {
 			p := filepath.Join(d, "zero_pp_rank_1_mp_rank_00_optim_states.pt")
 			must(t, os.Remove(p))
-			mkfifo(t, p)
+			fifotest.Make(t, p)
 		}, []string{"zero_pp_rank_1_mp_rank_00_optim_states.pt (a FIFO)"}},
 	}
 	for _, c := range cases {

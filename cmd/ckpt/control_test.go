@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ckpt-dev/ckpt/internal/fifotest"
 )
 
 // copyDir copies the tree src into dst (files only, links followed).
@@ -108,7 +110,7 @@ func TestControlFilesBounded(t *testing.T) {
 		make func(t *testing.T, dir, p string)
 	}{
 		{"FIFO", func(t *testing.T, dir, p string) {
-			mkfifo(t, p)
+			fifotest.Make(t, p)
 		}},
 		{"link to /dev/zero", func(t *testing.T, dir, p string) { must(t, os.Symlink("/dev/zero", p)) }},
 		{"link to a secret", func(t *testing.T, dir, p string) {

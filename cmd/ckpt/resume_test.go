@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ckpt-dev/ckpt/internal/fifotest"
 )
 
 // bigSource writes a float32 safetensors file of n tensors of size floats each.
@@ -238,7 +240,7 @@ func TestKillResumePlanted(t *testing.T) {
 		{"a link to a file outside", func(p string) error { return os.Symlink(victim, p) }},
 		{"a hard link to a file outside", func(p string) error { return os.Link(victim, p) }},
 		{"a link to a folder outside", func(p string) error { return os.Symlink(filepath.Join(outside, "folder"), p) }},
-		{"a FIFO", func(p string) error { mkfifo(t, p); return nil }},
+		{"a FIFO", func(p string) error { fifotest.Make(t, p); return nil }},
 	} {
 		at := filepath.Join(partial, finished[i])
 		os.Remove(at)

@@ -7,8 +7,6 @@ import (
 	"testing"
 )
 
-func mkfifo(t *testing.T, path string) { t.Helper(); t.Skip("no FIFOs here") }
-
 func stopProcess(t *testing.T, _ *os.Process) { t.Helper(); t.Skip("no SIGSTOP here") }
 
 func inode(os.FileInfo) uint64 { return 0 }

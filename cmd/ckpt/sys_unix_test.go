@@ -10,14 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mkfifo makes a FIFO at path (the tests that plant one skip where there are none).
-func mkfifo(t *testing.T, path string) {
-	t.Helper()
-	if err := unix.Mkfifo(path, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // stopProcess stops p (SIGSTOP) until it is killed.
 func stopProcess(t *testing.T, p *os.Process) {
 	t.Helper()

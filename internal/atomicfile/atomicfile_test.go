@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt-dev/ckpt/internal/fifotest"
+
 	"github.com/ckpt-dev/ckpt/storage/multihost"
 )
 
@@ -139,7 +141,7 @@ func TestDirKeepsForeign(t *testing.T) {
 		// A forged manifest listing a user's file: its bytes are not what it records.
 		{"listed file of other bytes", func(dst string) { os.WriteFile(filepath.Join(dst, "model.safetensors"), []byte("y"), 0o644) }, ours},
 		{"listed file of another size", func(dst string) { os.WriteFile(filepath.Join(dst, "model.safetensors"), []byte("mine"), 0o644) }, ours},
-		{"listed name is a FIFO", func(dst string) { mkfifo(t, filepath.Join(dst, "model.safetensors")) }, ours},
+		{"listed name is a FIFO", func(dst string) { fifotest.Make(t, filepath.Join(dst, "model.safetensors")) }, ours},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -478,7 +480,7 @@ func TestLeftoverProven(t *testing.T) {
 		}},
 		{"FIFO in place of a file", func(t *testing.T, p string) {
 			os.Remove(filepath.Join(p, "c.safetensors"))
-			mkfifo(t, filepath.Join(p, "c.safetensors"))
+			fifotest.Make(t, filepath.Join(p, "c.safetensors"))
 		}},
 		{"link in place of a subfolder", func(t *testing.T, p string) {
 			os.RemoveAll(filepath.Join(p, "sub"))

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ckpt-dev/ckpt/internal/fifotest"
 )
 
 // TestReadFile: a regular file within its bound is read; a FIFO (with no writer: an open
@@ -17,7 +19,7 @@ func TestReadFile(t *testing.T) {
 	p := func(n string) string { return filepath.Join(dir, n) }
 	os.WriteFile(p("ok.json"), []byte(`{"a":1}`), 0o644)
 	os.WriteFile(p("big"), []byte("SECRET-CONTENT-"+strings.Repeat("x", 100)), 0o644)
-	mkfifo(t, p("fifo"))
+	fifotest.Make(t, p("fifo"))
 	os.Symlink(p("fifo"), p("link-to-fifo"))
 	os.Symlink("/dev/zero", p("zero"))
 	os.Mkdir(p("folder"), 0o755)
